@@ -1,0 +1,29 @@
+# The two commands a newcomer needs: `make demo` (the main job) and `make test` (the suite).
+# Each builds the virtual environment in .venv on first use; later runs reuse it.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint sweep bench clean
+
+$(STAMP): pyproject.toml constraints.txt
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Cellar needs Python 3.11 or newer; set PYTHON=python3.11")'
+	@$(PYTHON) -m venv $(VENV) || { echo "python venv failed: on Debian or Ubuntu run 'apt-get install python3-venv'"; exit 1; }
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev]'
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/cellar demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy .
+
+clean:
+	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache

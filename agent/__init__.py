@@ -1,0 +1,1 @@
+"""The node agent daemon: GPU inventory and health through NVML, heartbeats, job binding."""

@@ -1,0 +1,22 @@
+"""`cellar bench`: benchmarks that print figures, never assertions.
+
+Every figure is a median over several runs, printed with its minimum and maximum; `--json`
+prints one JSON object instead of the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from cellar.cli import add_subcommands
+
+BENCHMARKS: dict[str, tuple[str, str]] = {
+    "statemachine": (
+        "cellar.bench.statemachine",
+        "apply rate, allocation latency and snapshot cost on an 8,192-GPU cluster",
+    ),
+}
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    add_subcommands(parser, BENCHMARKS, dest="benchmark")

@@ -1,0 +1,51 @@
+"""The `cellar` command line: one entry point with one subcommand per job.
+
+Each subcommand lives in its own module, which exposes `configure(parser)`: it adds the
+subcommand's arguments and sets `handler`, a function of the parsed arguments that returns the
+exit status. Modules import their heavy dependencies inside the handler, so `cellar --help` and
+`cellar check` stay quick and never load an event loop they do not need.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from collections.abc import Callable, Sequence
+
+# name -> (module that configures it, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "demo": ("cellar.demo", "show the GPU-allocation state machine at work on a large cluster"),
+    "bench": ("cellar.bench", "benchmarks that print figures (medians of several runs)"),
+}
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def add_subcommands(
+    parser: argparse.ArgumentParser, table: dict[str, tuple[str, str]], *, dest: str
+) -> None:
+    """Add one subparser per entry of `table`, each configured by its module."""
+    subparsers = parser.add_subparsers(dest=dest, metavar="COMMAND", required=True)
+    for name, (module_name, help_text) in table.items():
+        subparser = subparsers.add_parser(name, help=help_text, description=help_text)
+        module = importlib.import_module(module_name)
+        module.configure(subparser)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="cellar",
+        description="Cellar: a replicated cluster-state store for GPU clusters.",
+    )
+    add_subcommands(parser, COMMANDS, dest="command")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler: Handler = args.handler
+    try:
+        return handler(args)
+    except KeyboardInterrupt:
+        return 130

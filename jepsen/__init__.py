@@ -1,0 +1,1 @@
+"""The fault-injection harness: simulator, live clusters, nemesis, histories and the checker."""
