@@ -1,0 +1,65 @@
+"""The envelope codec: round trips, and every malformed input is refused with a reason."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from consensus.codec import decode_envelope, encode_envelope, pack
+from consensus.envelope import BODY_BYTES_MAX, Envelope, Principal, Role
+from consensus.errors import InvalidMessage
+
+envelopes = st.builds(
+    Envelope,
+    principal=st.builds(Principal, st.sampled_from(list(Role)), st.text(min_size=1,
+                                                                          max_size=40)),
+    session=st.text(max_size=128),
+    sequence=st.integers(0, 2**63 - 1),
+    now_ms=st.integers(0, 2**63 - 1),
+    body=st.binary(max_size=300),
+)
+
+
+@given(envelopes)
+def test_envelopes_round_trip(envelope: Envelope) -> None:
+    assert decode_envelope(encode_envelope(envelope)) == envelope
+
+
+@given(st.binary(max_size=64))
+def test_garbage_is_refused_never_crashes(data: bytes) -> None:
+    try:
+        decode_envelope(data)
+    except InvalidMessage as error:
+        assert error.reason
+    # A random byte string that happens to decode must still be a valid envelope; none here.
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        ([1, "emperor", "x", "", 1, 0, b""], "envelope.role"),
+        ([1, "admin", "", "", 1, 0, b""], "envelope.principal"),
+        ([1, "admin", "x", "", -1, 0, b""], "envelope.sequence"),
+        ([1, "admin", "x", "", True, 0, b""], "envelope.sequence"),
+        ([1, "admin", "x", "", 1, 0, "text"], "envelope.body"),
+        ([2, "admin", "x", "", 1, 0, b""], "envelope.tag"),
+        ([1, "admin", "x", "", 1, 0], "expected 7 fields"),
+        ({"tag": 1}, "expected a list"),
+    ],
+)
+def test_malformed_envelopes_name_the_field(raw: object, reason: str) -> None:
+    with pytest.raises(InvalidMessage, match=reason):
+        decode_envelope(pack(raw))
+
+
+def test_oversized_input_is_refused_before_decoding() -> None:
+    with pytest.raises(InvalidMessage, match="more than"):
+        decode_envelope(b"\x00" * (BODY_BYTES_MAX + 10_000))
+
+
+def test_trailing_bytes_are_refused() -> None:
+    data = encode_envelope(Envelope(principal=Principal(Role.ADMIN, "a"), session="s",
+                                    sequence=1, now_ms=5, body=b"x"))
+    with pytest.raises(InvalidMessage, match="msgpack"):
+        decode_envelope(data + b"\x01")
