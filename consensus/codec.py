@@ -8,6 +8,10 @@ either returns a fully checked object or raises `InvalidMessage` with the reason
 
 from __future__ import annotations
 
+import dataclasses
+import types
+import typing
+from collections.abc import Callable
 from typing import Any
 
 import msgpack
@@ -21,7 +25,11 @@ from consensus.envelope import (
     Role,
 )
 from consensus.errors import InvalidMessage
+from consensus.messages import MESSAGE_TYPES, Batch, Command, Message
+from consensus.records import RECORD_TYPES, Record
 from consensus.validation import (
+    UINT64_MAX,
+    expect_bool,
     expect_bytes,
     expect_choice,
     expect_fields,
@@ -78,3 +86,153 @@ def decode_envelope(data: bytes) -> Envelope:
         now_ms=expect_int(now_ms, "envelope.now_ms"),
         body=expect_bytes(body, "envelope.body", length_max=BODY_BYTES_MAX),
     )
+
+
+# --- Messages and records ----------------------------------------------------------------------
+# Each message or record is encoded as [TAG, field, field, ...] in declaration order; nested
+# dataclasses (Command, CEntry, ...) as arrays of their fields. The per-class encoders and
+# decoders are built once from the type hints, so adding a message needs no codec code.
+
+MESSAGE_BYTES_MAX = 32 << 20
+RECORD_BYTES_MAX = 1 << 30
+ITEMS_MAX = 1 << 20
+BATCH_COMMANDS_MAX = 1 << 16
+# Integer fields that may hold NO_INDEX or NO_CL (-1); every other integer is non-negative.
+_MAY_BE_NEGATIVE = frozenset({"max_index", "c_max_index", "values", "o_values", "value",
+                              "executed_upto"})
+
+_Encoder = Callable[[Any], Any]
+_Decoder = Callable[[Any, str], Any]
+
+
+def _codec_for(hint: Any, name: str) -> tuple[_Encoder, _Decoder]:
+    low = -1 if name in _MAY_BE_NEGATIVE else 0
+    if hint == Batch:
+        return _encode_batch, _decode_batch
+    if hint is int:
+        return _identity, lambda raw, where: expect_int(raw, where, low=low)
+    if hint is bool:
+        return _identity, expect_bool
+    if hint is bytes:
+        return _identity, lambda raw, where: expect_bytes(raw, where, length_max=RECORD_BYTES_MAX)
+    origin = typing.get_origin(hint)
+    arguments = typing.get_args(hint)
+    if origin in (types.UnionType, typing.Union) and type(None) in arguments:
+        inner = next(argument for argument in arguments if argument is not type(None))
+        encode_inner, decode_inner = _codec_for(inner, name)
+        return (lambda value: None if value is None else encode_inner(value),
+                lambda raw, where: None if raw is None else decode_inner(raw, where))
+    if origin is tuple and len(arguments) == 2 and arguments[1] is Ellipsis:
+        encode_item, decode_item = _codec_for(arguments[0], name)
+        return (lambda value: [encode_item(item) for item in value],
+                lambda raw, where: tuple(
+                    decode_item(item, where)
+                    for item in expect_list(raw, where, length_max=ITEMS_MAX)))
+    if dataclasses.is_dataclass(hint) and isinstance(hint, type):
+        return _dataclass_codec(hint)
+    raise TypeError(f"no codec for {hint!r} ({name})")
+
+
+def _encode_batch(batch: Batch) -> list[Any]:
+    """A batch as one flat array [origin, tag, payload, origin, tag, payload, ...]."""
+    flat: list[Any] = []
+    for command in batch:
+        flat += (command.origin, command.tag, command.payload)
+    return flat
+
+
+def _decode_batch(raw: Any, where: str) -> Batch:
+    flat = expect_list(raw, where, length_max=3 * BATCH_COMMANDS_MAX)
+    if len(flat) % 3:
+        raise InvalidMessage(f"{where}: {len(flat)} items is not a whole number of commands")
+    origins, tags, payloads = flat[0::3], flat[1::3], flat[2::3]
+    if not (all(type(item) is int for item in origins) and all(type(item) is int for item in tags)
+            and all(type(item) is bytes for item in payloads)):
+        raise InvalidMessage(f"{where}: commands must be (int origin, int tag, bytes payload)")
+    if origins and (min(origins) < 0 or min(tags) < 0 or max(tags) > UINT64_MAX
+                    or max(len(payload) for payload in payloads) > BODY_BYTES_MAX + 4096):
+        raise InvalidMessage(f"{where}: a command's origin, tag or payload size is out of range")
+    return tuple(map(Command, origins, tags, payloads))
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+def _dataclass_codec(cls: type) -> tuple[_Encoder, _Decoder]:
+    hints = typing.get_type_hints(cls)
+    names = [item.name for item in dataclasses.fields(cls)]
+    codecs = [_codec_for(hints[name], name) for name in names]
+    encoders = [encode for encode, _ in codecs]
+    decoders = [decode for _, decode in codecs]
+    label = cls.__name__
+
+    def encode(value: Any) -> list[Any]:
+        return [encoder(getattr(value, name)) for encoder, name in zip(encoders, names,
+                                                                        strict=True)]
+
+    def decode(raw: Any, where: str) -> Any:
+        items = expect_fields(expect_list(raw, where, length_max=len(names)), where, len(names))
+        return cls(*[decoder(item, f"{label}.{name}") for decoder, name, item in
+                     zip(decoders, names, items, strict=True)])
+
+    return encode, decode
+
+
+def _registry(classes: tuple[Any, ...]) -> dict[int, tuple[type, _Encoder, _Decoder]]:
+    table: dict[int, tuple[type, _Encoder, _Decoder]] = {}
+    for cls in classes:
+        tag: int = cls.TAG
+        assert tag not in table, f"duplicate tag {tag} for {cls.__name__}"
+        table[tag] = (cls, *_dataclass_codec(cls))
+    return table
+
+
+_MESSAGES = _registry(MESSAGE_TYPES)
+_RECORDS = _registry(RECORD_TYPES)
+_MESSAGE_ENCODERS = {cls: (tag, encode) for tag, (cls, encode, _) in _MESSAGES.items()}
+_RECORD_ENCODERS = {cls: (tag, encode) for tag, (cls, encode, _) in _RECORDS.items()}
+
+
+def encode_message(message: Message) -> bytes:
+    tag, encode = _MESSAGE_ENCODERS[type(message)]
+    return pack([tag, *encode(message)])
+
+
+def encode_messages(messages: list[Message]) -> bytes:
+    """Several messages to one peer in one frame (message merging)."""
+    return pack([[_MESSAGE_ENCODERS[type(message)][0],
+                  *_MESSAGE_ENCODERS[type(message)][1](message)] for message in messages])
+
+
+def decode_message(data: bytes) -> Message:
+    raw = unpack(data, bytes_max=MESSAGE_BYTES_MAX, what="message")
+    return _decode_tagged(raw, _MESSAGES, "message")  # type: ignore[no-any-return]
+
+
+def decode_messages(data: bytes) -> list[Message]:
+    raw = expect_list(unpack(data, bytes_max=MESSAGE_BYTES_MAX, what="frame"), "frame",
+                      length_max=ITEMS_MAX)
+    return [_decode_tagged(item, _MESSAGES, "message") for item in raw]
+
+
+def encode_record(record: Record) -> bytes:
+    tag, encode = _RECORD_ENCODERS[type(record)]
+    return pack([tag, *encode(record)])
+
+
+def decode_record(data: bytes) -> Record:
+    raw = unpack(data, bytes_max=RECORD_BYTES_MAX, what="record")
+    return _decode_tagged(raw, _RECORDS, "record")  # type: ignore[no-any-return]
+
+
+def _decode_tagged(raw: Any, table: dict[int, tuple[type, _Encoder, _Decoder]],
+                   what: str) -> Any:
+    items = expect_list(raw, what, length_max=ITEMS_MAX)
+    if not items:
+        raise InvalidMessage(f"{what}: empty")
+    tag = expect_int(items[0], f"{what}.tag")
+    if tag not in table:
+        raise InvalidMessage(f"{what}.tag: unknown tag {tag}")
+    cls, _, decode = table[tag]
+    return decode(list(items[1:]), cls.__name__)

@@ -1,0 +1,167 @@
+"""Catch-up: a replica whose execution stalls asks a peer for what it is missing.
+
+The stall may be a lost O-commit or C-commit, or the replica may have been away. A fetch asks
+for committed O-instances from the replica's next slot and the committed C-instances they
+execute; the answer is capped in entries and bytes, so catching up takes several rounds. A
+replica behind the peer's truncation point gets the peer's latest snapshot instead, in chunks,
+and installs it before executing anything else.
+
+Snapshots are also how the log stays bounded: `compact` folds the executed prefix into a
+state-machine snapshot and truncates both logs below it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from consensus.context import Context
+from consensus.executor import Executor
+from consensus.learner import Learner
+from consensus.messages import (
+    NO_CL,
+    FetchedC,
+    FetchReply,
+    FetchRequest,
+    SnapshotChunk,
+    SnapshotMeta,
+)
+from consensus.ready import SnapshotInstall
+from consensus.records import CCommitRecord, SnapshotRecord
+
+FETCH_REPLY_BYTES_MAX = 8 << 20
+
+
+class CatchUp:
+    __slots__ = (
+        "_asked_at",
+        "_ctx",
+        "_executor",
+        "_learner",
+        "_next_peer",
+        "_received",
+        "_receiving",
+        "commit_hint",
+        "on_install",
+        "snapshot",
+    )
+
+    def __init__(self, ctx: Context, executor: Executor, learner: Learner) -> None:
+        self._ctx = ctx
+        self._executor = executor
+        self._learner = learner
+        self._asked_at = 0
+        self._next_peer = 0
+        self.commit_hint = 0  # the sequencer's commit prefix, from its heartbeats
+        self.snapshot: SnapshotRecord | None = None  # the latest, served to laggards
+        self._receiving: SnapshotMeta | None = None
+        self._received = bytearray()
+        self.on_install: Callable[[], None] = lambda: None
+
+    def behind(self) -> bool:
+        executor = self._executor
+        return executor.stall() is not None or self.commit_hint > executor.exec_slot
+
+    def maybe_ask(self) -> None:
+        """Ask one peer (the sequencer first, then the others in turn) for missing state."""
+        ctx = self._ctx
+        if ctx.now - self._asked_at < ctx.config.repair_ticks:
+            return
+        self._asked_at = ctx.now
+        peers = ctx.peers()
+        peer = ctx.sequencer if self._next_peer == 0 and ctx.sequencer != ctx.id else \
+            peers[self._next_peer % len(peers)]
+        self._next_peer += 1
+        ctx.count("catchup.fetch_sent")
+        ctx.send(peer, FetchRequest(ctx.id, ctx.view, self._executor.exec_slot,
+                                    tuple(self._executor.exec_counts)))
+
+    # --- serving a fetch --------------------------------------------------------------------
+
+    def on_request(self, message: FetchRequest) -> None:
+        ctx = self._ctx
+        if message.exec_slot < ctx.olog.base:
+            self._send_snapshot(message.sender)
+            return
+        slot = message.exec_slot
+        o_values: list[int] = []
+        c_entries: list[FetchedC] = []
+        counts = list(message.exec_counts)
+        size, limit = 0, ctx.config.fetch_instances_max
+        o_limit = ctx.config.o_entries_per_message_max
+        while slot < ctx.olog.commit_prefix and len(o_values) < o_limit:
+            value = ctx.olog.slots[slot].value
+            o_values.append(value)
+            slot += 1
+            if value == NO_CL or len(c_entries) >= limit or size > FETCH_REPLY_BYTES_MAX:
+                continue
+            c_slot = ctx.clog[value].get(counts[value])
+            if c_slot is not None and c_slot.committed:
+                c_entries.append(FetchedC(value, counts[value], c_slot.ballot, c_slot.batch))
+                size += sum(len(command.payload) + 24 for command in c_slot.batch)
+            counts[value] += 1
+        ctx.send(message.sender, FetchReply(ctx.id, ctx.view, message.exec_slot,
+                                            tuple(o_values), tuple(c_entries)))
+
+    def _send_snapshot(self, peer: int) -> None:
+        ctx = self._ctx
+        if self.snapshot is None:
+            return
+        state, chunk = self.snapshot.state, ctx.config.snapshot_chunk_bytes
+        ctx.count("catchup.snapshot_sent")
+        for offset in range(0, max(len(state), 1), chunk):
+            ctx.send(peer, SnapshotChunk(ctx.id, ctx.view, self.snapshot.meta, offset,
+                                         len(state), state[offset:offset + chunk]))
+
+    # --- receiving ----------------------------------------------------------------------------
+
+    def on_reply(self, message: FetchReply) -> None:
+        ctx = self._ctx
+        for offset, value in enumerate(message.o_values):
+            self._learner.commit(message.o_start + offset, value)
+        for entry in message.c_entries:
+            if ctx.clog[entry.space].commit(entry.index, entry.ballot, entry.batch):
+                ctx.persist(CCommitRecord(entry.space, entry.index, entry.ballot, entry.batch))
+        self._asked_at = ctx.now - ctx.config.repair_ticks  # ask again at once if still behind
+
+    def on_chunk(self, message: SnapshotChunk) -> None:
+        if message.meta.slot <= self._executor.exec_slot:
+            return
+        if self._receiving != message.meta or message.offset != len(self._received):
+            if message.offset != 0:
+                return
+            self._receiving, self._received = message.meta, bytearray()
+        self._received += message.data
+        if len(self._received) >= message.total_bytes:
+            state = bytes(self._received)
+            self._receiving, self._received = None, bytearray()
+            self.install(message.meta, state, from_peer=True)
+
+    def install(self, meta: SnapshotMeta, state: bytes, *, from_peer: bool) -> None:
+        """Replace the executed prefix with a snapshot (from a peer, or at restart)."""
+        ctx = self._ctx
+        ctx.olog.reset_to_snapshot(meta.slot, meta.o_counts)
+        for space, count in enumerate(meta.exec_counts):
+            ctx.clog[space].truncate(count)
+        self._executor.reset_to(meta)
+        self._learner.forget_slots_below(meta.slot)
+        self.snapshot = SnapshotRecord(meta, state)
+        if from_peer:
+            ctx.persist(self.snapshot)
+        pending = ctx.outbox.pending
+        pending.executed.clear()  # superseded: the snapshot covers them
+        pending.snapshot_to_install = SnapshotInstall(meta, state)
+        ctx.count("catchup.snapshot_installed")
+        self.on_install()
+
+    def compact(self, state: bytes) -> SnapshotRecord:
+        """Fold the executed prefix into `state`, the state machine's snapshot at this point."""
+        ctx = self._ctx
+        meta = self._executor.snapshot_meta()
+        record = SnapshotRecord(meta, state)
+        ctx.persist(record)
+        ctx.olog.truncate(meta.slot)
+        for space, count in enumerate(meta.exec_counts):
+            ctx.clog[space].truncate(count)
+        self._learner.forget_slots_below(meta.slot)
+        self.snapshot = record
+        return record

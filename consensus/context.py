@@ -1,0 +1,86 @@
+"""The state every role of a replica shares: configuration, view and status, the two logs,
+logical time, the outbox, and counters.
+
+The replica is split into roles (command leader, acceptor, learner, sequencer, executor,
+election, recovery, catch-up, reads), each a small class holding its own state and this context.
+Only the replica object dispatches inputs; roles never call the driver.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import Counter
+
+from consensus.command_log import CommandLog
+from consensus.config import ReplicaConfig
+from consensus.messages import Message
+from consensus.order_log import OrderLog
+from consensus.prng import Prng
+from consensus.ready import Outbox
+from consensus.records import Record
+
+
+class Status(enum.Enum):
+    NORMAL = "normal"  # serving in `view`
+    CANDIDATE = "candidate"  # asked for votes for `view`
+    ESTABLISHING = "establishing"  # won `view`; a majority must accept the rebuilt log
+    AWAITING = "awaiting"  # voted for `view`; waiting for its sequencer's rebuilt log
+
+
+class Context:
+    __slots__ = ("clog", "config", "epoch", "heard_at", "id", "lease_until", "majority", "now",
+                 "olog", "outbox", "prng", "replica_count", "stats", "status", "view")
+
+    def __init__(self, config: ReplicaConfig, prng: Prng) -> None:
+        self.config = config
+        self.id = config.replica_id
+        self.replica_count = config.replica_count
+        self.majority = config.majority
+        self.prng = prng
+        self.outbox = Outbox(config.replica_id)
+        self.olog = OrderLog(config.replica_count)
+        self.clog = CommandLog(config.replica_count)
+        self.now = 0
+        self.view = 0
+        self.status = Status.NORMAL
+        self.epoch = 0
+        # Until this tick this replica votes for no new sequencer: it granted a read lease.
+        self.lease_until = 0
+        self.stats: Counter[str] = Counter()
+        self.heard_at = [0] * config.replica_count  # tick of the last message from each
+
+    @property
+    def sequencer(self) -> int:
+        return self.config.sequencer_of(self.view)
+
+    @property
+    def is_sequencer(self) -> bool:
+        return self.status is Status.NORMAL and self.sequencer == self.id
+
+    def peers(self) -> tuple[int, ...]:
+        return self.config.peers
+
+    def nearest_peers(self, count: int) -> tuple[int, ...]:
+        """The first `count` peers in preference order (thrifty fan-out), passing over peers
+        silent for an election timeout while others answer."""
+        peers = self.config.peers
+        if not self.config.thrifty:
+            return peers
+        silent_after = self.now - self.config.election_ticks
+        if all(self.heard_at[peer] >= silent_after for peer in peers[:count]):
+            return peers[:count]
+        ranked = sorted(peers, key=lambda peer: self.heard_at[peer] < silent_after)
+        return tuple(ranked[:count])
+
+    def send(self, to: int, message: Message, *, after_persist: bool = False) -> None:
+        self.outbox.send(to, message, after_persist=after_persist)
+
+    def broadcast(self, message: Message, *, after_persist: bool = False) -> None:
+        for peer in self.config.peers:
+            self.outbox.send(peer, message, after_persist=after_persist)
+
+    def persist(self, record: Record) -> None:
+        self.outbox.persist(record)
+
+    def count(self, name: str, amount: int = 1) -> None:
+        self.stats[name] += amount

@@ -1,0 +1,318 @@
+"""Replacing the sequencer: failure detection, votes, the rebuilt log, and straggler detection.
+
+The sequencer of view v is replica v mod N, so a candidate picks the next view it owns; views
+double as O-instance ballots. A follower that hears nothing from the sequencer for a randomized
+timeout (and whose read lease to it has expired) becomes a candidate: it promises the new view
+and asks for votes, which also O-prepare every slot from its committed prefix on. A voter
+promises the view (it will accept nothing older), and reports its O-entries and, per replica,
+the highest C-index it accepted. With a majority of votes the candidate rebuilds the log
+(`consensus.view_change`), has a majority accept it in the new view, and only then serves.
+Replicas that missed the new view get the rebuilt log again until they acknowledge it.
+
+A follower also grants the sequencer a read lease with every heartbeat it answers: until the
+lease runs out it votes for no one, so a deposed sequencer cannot answer reads.
+
+Straggler detection (paper §4): a replica counts, per window, the C-instances it proposed and
+the O-instances it received; when fewer than half are ordered for `straggler_rounds` windows in
+a row it tells the others, and once a majority agree, they stop renewing the lease and elect a
+new sequencer, at most once per `straggler_cooldown_ticks`.
+"""
+
+from __future__ import annotations
+
+from consensus.context import Context, Status
+from consensus.leader import Leader
+from consensus.learner import Learner
+from consensus.messages import (
+    Heartbeat,
+    LeaseGrant,
+    NewView,
+    NewViewAck,
+    PreVote,
+    PreVoteRequest,
+    Suspect,
+    Vote,
+    VoteRequest,
+)
+from consensus.records import OAcceptRecord, ViewRecord
+from consensus.sequencer import Sequencer
+from consensus.view_change import rebuild_log
+
+
+class Election:
+    __slots__ = ("_ctx", "_deadline", "_demand", "_established", "_last_change",
+                 "_last_heard", "_leader", "_learner", "_new_view", "_new_view_acks",
+                 "_new_view_sent_at", "_pre_vote_view", "_pre_votes", "_sequencer", "_served",
+                 "_slow_rounds", "_suspecting", "_suspicions", "_votes", "_window_start",
+                 "highest_view_seen")
+
+    def __init__(self, ctx: Context, sequencer: Sequencer, learner: Learner,
+                 leader: Leader) -> None:
+        self._ctx = ctx
+        self._sequencer = sequencer
+        self._learner = learner
+        self._leader = leader
+        self._votes: dict[int, Vote] = {}
+        self._new_view: NewView | None = None
+        self._new_view_acks: set[int] = set()
+        self._new_view_sent_at = 0
+        self._established = False
+        self._deadline = 0
+        self._last_heard = 0
+        self._pre_votes: set[int] = set()
+        self._pre_vote_view = -1
+        self._last_change = 0
+        self.highest_view_seen = 0
+        self._window_start = 0
+        self._demand = self._served = self._slow_rounds = 0
+        self._suspicions: set[int] = set()
+        self._suspecting = False
+        self.heard_from_sequencer()
+
+    # --- failure detection ------------------------------------------------------------------
+
+    def heard_from_sequencer(self) -> None:
+        ctx = self._ctx
+        base = ctx.config.election_ticks
+        self._last_heard = ctx.now
+        self._deadline = ctx.now + base + ctx.prng.below(base)
+
+    def on_tick(self) -> None:
+        ctx = self._ctx
+        self._straggler_window()
+        if ctx.status is Status.ESTABLISHING or (self._established and ctx.is_sequencer):
+            self._resend_new_view()
+        if ctx.is_sequencer or ctx.now < self._deadline:
+            return
+        if ctx.now < ctx.lease_until:
+            self._deadline = ctx.lease_until
+            return
+        self._start_pre_vote()
+
+    def on_heartbeat(self, message: Heartbeat) -> None:
+        ctx = self._ctx
+        if message.view != ctx.view or ctx.status is not Status.NORMAL or \
+                message.sender != ctx.sequencer or self._suspecting:
+            return
+        self.heard_from_sequencer()
+        ctx.lease_until = max(ctx.lease_until, ctx.now + ctx.config.lease_ticks)
+        ctx.send(message.sender, LeaseGrant(ctx.id, ctx.view, message.lease_round))
+
+    # --- pre-vote and candidacy ----------------------------------------------------------------
+
+    def _next_own_view(self) -> int:
+        ctx = self._ctx
+        floor = max(ctx.view, self.highest_view_seen) + 1
+        return floor + (ctx.id - floor) % ctx.replica_count
+
+    def _start_pre_vote(self) -> None:
+        ctx = self._ctx
+        self._pre_vote_view = self._next_own_view()
+        self._pre_votes = {ctx.id}
+        base = ctx.config.election_ticks
+        self._deadline = ctx.now + base + ctx.prng.below(base)  # try again if this fails
+        ctx.count("election.pre_votes")
+        ctx.broadcast(PreVoteRequest(ctx.id, self._pre_vote_view))
+
+    def _would_vote(self) -> bool:
+        """Whether this replica would vote a new sequencer in now."""
+        ctx = self._ctx
+        if ctx.now < ctx.lease_until:
+            return False
+        if ctx.is_sequencer:
+            return not self._sequencer.lease_valid()
+        return self._suspecting or ctx.status is not Status.NORMAL or \
+            ctx.now - self._last_heard >= ctx.config.election_ticks
+
+    def on_pre_vote_request(self, message: PreVoteRequest) -> None:
+        ctx = self._ctx
+        granted = message.view > ctx.view and self._would_vote()
+        ctx.send(message.sender, PreVote(ctx.id, message.view, granted))
+
+    def on_pre_vote(self, message: PreVote) -> None:
+        ctx = self._ctx
+        if not message.granted or message.view != self._pre_vote_view or \
+                self._pre_vote_view <= ctx.view:
+            return
+        self._pre_votes.add(message.sender)
+        if len(self._pre_votes) >= ctx.majority:
+            self._pre_votes = set()
+            self.start_candidacy()
+
+    def start_candidacy(self) -> None:
+        ctx = self._ctx
+        view = self._next_own_view()
+        self._adopt_view(view, Status.CANDIDATE)
+        self._votes = {}
+        ctx.count("election.candidacies")
+        request = VoteRequest(ctx.id, view, ctx.olog.commit_prefix)
+        ctx.send(ctx.id, request)
+        ctx.broadcast(request, after_persist=True)
+
+    def _adopt_view(self, view: int, status: Status) -> None:
+        ctx = self._ctx
+        assert view > ctx.view or (view == ctx.view and status is not Status.CANDIDATE)
+        if view > ctx.view:
+            ctx.persist(ViewRecord(view))
+            self._last_change = ctx.now
+        ctx.view = view
+        ctx.status = status
+        self.highest_view_seen = max(self.highest_view_seen, view)
+        self._established = False
+        self._suspicions.clear()
+        self._suspecting = False
+        self._learner.reset_view()
+        self.heard_from_sequencer()
+
+    def on_vote_request(self, message: VoteRequest) -> None:
+        ctx = self._ctx
+        self.highest_view_seen = max(self.highest_view_seen, message.view)
+        own_candidacy = message.sender == ctx.id and message.view == ctx.view
+        if not own_candidacy:
+            if message.view <= ctx.view or ctx.now < ctx.lease_until or (
+                    ctx.is_sequencer and self._sequencer.lease_valid()):
+                ctx.count("election.vote_withheld")
+                return
+            self._adopt_view(message.view, Status.AWAITING)
+        start = max(message.from_index, ctx.olog.base)
+        vote = Vote(ctx.id, ctx.view, message.from_index, ctx.olog.base,
+                    tuple(ctx.olog.entries_from(start)), ctx.clog.max_indexes())
+        ctx.send(message.sender, vote, after_persist=True)
+
+    def on_vote(self, message: Vote) -> None:
+        ctx = self._ctx
+        if ctx.status is not Status.CANDIDATE or message.view != ctx.view:
+            return
+        self._votes[message.sender] = message
+        if len(self._votes) >= ctx.majority:
+            self._rebuild()
+
+    def _rebuild(self) -> None:
+        ctx = self._ctx
+        votes = [self._votes[sender] for sender in sorted(self._votes)]
+        start = votes[0].from_index
+        if any(vote.log_base > start for vote in votes):
+            ctx.count("election.candidate_behind")
+            ctx.status = Status.AWAITING  # let a replica that is not behind win instead
+            return
+        counts = [ctx.olog.count(replica, start) for replica in range(ctx.replica_count)]
+        values = rebuild_log(votes, start, ctx.replica_count, counts)
+        self._install(NewView(ctx.id, ctx.view, start, values))
+        ctx.status = Status.ESTABLISHING
+        self._new_view = NewView(ctx.id, ctx.view, start, values)
+        self._new_view_acks = set()
+        self._new_view_sent_at = ctx.now
+        ctx.broadcast(self._new_view, after_persist=True)
+
+    def _install(self, message: NewView) -> None:
+        """Accept the rebuilt log in this view and forget stale slots past it. Slots past it
+        known committed stay: this view committed them before its log reached here."""
+        ctx = self._ctx
+        olog = ctx.olog
+        end = message.start + len(message.values)
+        for offset, value in enumerate(message.values):
+            olog.accept(message.start + offset, value, ctx.view)
+        stale = [slot for slot, entry in olog.slots.items()
+                 if slot >= end and not entry.committed and entry.view < ctx.view]
+        for slot in stale:
+            del olog.slots[slot]
+        olog.end = max([end, olog.base, *(slot + 1 for slot in olog.slots if slot >= end)])
+        ctx.persist(OAcceptRecord(ctx.view, message.start, message.values))
+        ctx.send(ctx.id, NewViewAck(ctx.id, ctx.view, end), after_persist=True)
+
+    # --- establishing the new view -------------------------------------------------------------
+
+    def on_new_view(self, message: NewView) -> None:
+        ctx = self._ctx
+        if message.sender != ctx.config.sequencer_of(message.view) or message.view < ctx.view:
+            return
+        if message.view == ctx.view and ctx.status is Status.NORMAL:
+            end = message.start + len(message.values)
+            ctx.send(message.sender, NewViewAck(ctx.id, ctx.view, end), after_persist=True)
+            return
+        if message.sender == ctx.id:
+            return
+        self._adopt_view(message.view, Status.NORMAL)
+        self._install(message)
+        end = message.start + len(message.values)
+        ctx.send(message.sender, NewViewAck(ctx.id, ctx.view, end), after_persist=True)
+        self._leader.on_view_started()
+
+    def on_new_view_ack(self, message: NewViewAck) -> None:
+        ctx = self._ctx
+        new_view = self._new_view
+        if new_view is None or message.view != ctx.view or new_view.view != ctx.view:
+            return
+        self._new_view_acks.add(message.sender)
+        if message.sender == ctx.id:
+            end = new_view.start + len(new_view.values)
+            ctx.olog.mark_durable(new_view.start, end, ctx.view)
+        if ctx.status is Status.ESTABLISHING and len(self._new_view_acks) >= ctx.majority:
+            self._serve(new_view)
+
+    def _serve(self, new_view: NewView) -> None:
+        ctx = self._ctx
+        ctx.status = Status.NORMAL
+        self._established = True
+        ctx.count("election.views_established")
+        for offset, value in enumerate(new_view.values):
+            self._learner.commit(new_view.start + offset, value)
+        accepted = tuple(max(vote.c_max_index[replica] for vote in self._votes.values())
+                         for replica in range(ctx.replica_count))
+        self._sequencer.start_view(new_view.start + len(new_view.values), accepted)
+        self._leader.on_view_started()
+
+    def _resend_new_view(self) -> None:
+        ctx = self._ctx
+        new_view = self._new_view
+        if new_view is None or ctx.now - self._new_view_sent_at < ctx.config.resend_ticks:
+            return
+        self._new_view_sent_at = ctx.now
+        for peer in ctx.peers():
+            if peer not in self._new_view_acks:
+                ctx.send(peer, new_view)
+
+    def on_newer_view(self, view: int) -> None:
+        """Some message comes from a view this replica never joined: promise it and wait for
+        that view's sequencer to send its log."""
+        if view > self._ctx.view:
+            self._adopt_view(view, Status.AWAITING)
+
+    # --- straggler detection ------------------------------------------------------------------
+
+    def on_instance(self) -> None:
+        self._demand += 1
+
+    def on_own_ordered(self) -> None:
+        self._served += 1
+
+    def _straggler_window(self) -> None:
+        ctx = self._ctx
+        config = ctx.config
+        if ctx.now - self._window_start < config.straggler_window_ticks:
+            return
+        slow = self._demand > 0 and 2 * self._served < self._demand
+        self._slow_rounds = self._slow_rounds + 1 if slow else 0
+        self._window_start, self._demand, self._served = ctx.now, 0, 0
+        if (config.straggler_enabled and self._slow_rounds >= config.straggler_rounds
+                and not ctx.is_sequencer and ctx.status is Status.NORMAL
+                and ctx.now - self._last_change >= config.straggler_cooldown_ticks):
+            self._slow_rounds = 0
+            ctx.count("election.straggler_suspected")
+            self._suspicions.add(ctx.id)
+            ctx.broadcast(Suspect(ctx.id, ctx.view))
+            self._check_suspicions()
+
+    def on_suspect(self, message: Suspect) -> None:
+        if message.view == self._ctx.view and self._ctx.status is Status.NORMAL:
+            self._suspicions.add(message.sender)
+            self._check_suspicions()
+
+    def _check_suspicions(self) -> None:
+        ctx = self._ctx
+        if ctx.id in self._suspicions and len(self._suspicions) >= ctx.majority and \
+                not self._suspecting:
+            self._suspecting = True  # no more lease renewals; elect once the lease ends
+            ctx.count("election.straggler_replacing")
+            self._deadline = max(ctx.now, ctx.lease_until) + ctx.prng.below(
+                ctx.config.election_ticks)

@@ -1,0 +1,389 @@
+"""The command-leader role: this replica's clients' commands, replicated in its own C-space.
+
+Proposals queue (bounded) and leave in batches: every flush packs the queue into C-instances
+(up to `batch_commands_max` commands and `batch_bytes_max` bytes each, at most
+`inflight_instances_max` uncommitted). Thrifty: a C-accept goes to the nearest majority-1
+peers; when the sequencer is not among them a small C-request asks it to order the instance.
+A missing acknowledgement makes the C-accept go to every peer after `resend_ticks`.
+
+Ready (the reply point in the paper) needs C(n, i) committed and, by group size:
+- 3 replicas and 7 or more: at least i+1 O-instances for n committed;
+- 5 replicas, not the sequencer: every O(k) up to n's (i+1)-th accepted here and by the
+  sequencer (the prefix condition; the sequencer piggybacks the prefix on its O-accepts);
+- 5 replicas, the sequencer itself: every O(k) up to its (i+1)-th accepted by a majority.
+
+If another replica recovered this space (its ballot is higher), the leader takes the space
+back with a higher ballot and proposes again, at new indexes, the commands that lost.
+
+In the Multi-Paxos baseline only the sequencer proposes: others forward their commands to it
+and forward again after a view change (the executor drops repeats).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+
+from consensus.command_log import initial_ballot
+from consensus.config import Defect, Mode
+from consensus.context import Context, Status
+from consensus.errors import ConsensusError
+from consensus.messages import (
+    NOOP,
+    Batch,
+    CAccept,
+    CAck,
+    CCommit,
+    Command,
+    CRequest,
+    Forward,
+    ReadyNotice,
+)
+from consensus.records import CCommitRecord
+from consensus.sequencer import Sequencer
+
+TAG_COUNTER_BITS = 32
+
+
+class ProposalDropped(ConsensusError):
+    """The proposal queue is full; the caller should back off and try again."""
+
+
+class Inflight:
+    __slots__ = ("acks", "ballot", "batch", "sent_at")
+
+    def __init__(self, ballot: int, batch: Batch, sent_at: int) -> None:
+        self.ballot = ballot
+        self.batch = batch
+        self.sent_at = sent_at
+        self.acks: set[int] = set()
+
+
+class Leader:
+    __slots__ = ("_counter", "_ctx", "_forwarded", "_forwarded_at",
+                 "_inflight", "_order_asked_at", "_own_committed", "_pending", "_prefix",
+                 "_sequencer", "_unready", "ballot", "next_index", "on_instance", "retaking")
+
+    def __init__(self, ctx: Context, sequencer: Sequencer) -> None:
+        self._ctx = ctx
+        self._sequencer = sequencer
+        self.ballot = initial_ballot(ctx.id)
+        self.next_index = 0
+        self.retaking = False
+        self._counter = 0
+        self._pending: deque[Command] = deque()
+        self._inflight: dict[int, Inflight] = {}
+        self._unready: dict[int, Batch] = {}  # own instances not yet ready, by index
+        self._forwarded: dict[int, Command] = {}  # Multi-Paxos: sent to the sequencer
+        self._forwarded_at = 0
+        self._order_asked_at = 0
+        self._own_committed = 0  # O-instances for this replica known committed
+        self._prefix = _PrefixCounter(ctx)
+        self.on_instance: Callable[[], None] = lambda: None  # straggler demand
+
+    # --- proposing -------------------------------------------------------------------------
+
+    def propose(self, payload: bytes) -> int:
+        ctx = self._ctx
+        if len(self._pending) >= ctx.config.pending_proposals_max:
+            raise ProposalDropped(f"{len(self._pending)} proposals already queued")
+        tag = (ctx.epoch << TAG_COUNTER_BITS) | self._counter
+        self._counter += 1
+        assert self._counter < 1 << TAG_COUNTER_BITS, "tag counter exhausted for this epoch"
+        self._pending.append(Command(ctx.id, tag, payload))
+        return tag
+
+    def enqueue_forwarded(self, commands: Batch) -> None:
+        """Multi-Paxos: commands other replicas forwarded to this sequencer."""
+        room = self._ctx.config.pending_proposals_max - len(self._pending)
+        self._pending.extend(commands[:max(0, room)])
+        if len(commands) > room:
+            self._ctx.count("leader.forwarded_dropped", len(commands) - room)
+
+    def flush(self) -> None:
+        """Turn queued proposals into C-instances (or forward them, in Multi-Paxos)."""
+        ctx = self._ctx
+        if ctx.status is not Status.NORMAL:
+            return
+        if ctx.config.mode is Mode.MULTIPAXOS and not ctx.is_sequencer:
+            self._forward()
+            return
+        if self.retaking:
+            return
+        last = -1
+        while self._pending and len(self._inflight) < ctx.config.inflight_instances_max:
+            last = self._start_instance(self._take_batch())
+        if last >= 0:
+            self._ask_for_order(last)
+
+    def _take_batch(self) -> Batch:
+        config, pending = self._ctx.config, self._pending
+        batch: list[Command] = []
+        size = 0
+        while pending and len(batch) < config.batch_commands_max:
+            size += len(pending[0].payload)
+            if batch and size > config.batch_bytes_max:
+                break
+            batch.append(pending.popleft())
+        return tuple(batch)
+
+    def _start_instance(self, batch: Batch) -> int:
+        ctx = self._ctx
+        index = self.next_index
+        self.next_index += 1
+        accept = CAccept(ctx.id, ctx.view, ctx.id, index, self.ballot, batch)
+        ctx.send(ctx.id, accept)  # this replica's own acceptor persists and acknowledges
+        for peer in ctx.nearest_peers(ctx.config.faults_tolerated):
+            ctx.send(peer, accept)
+        self._inflight[index] = Inflight(self.ballot, batch, ctx.now)
+        self._unready[index] = batch
+        self.on_instance()
+        return index
+
+    def resume(self, index: int, ballot: int, batch: Batch) -> None:
+        """After a restart: an own instance accepted before the crash, to finish (its client
+        is gone, but execution needs it decided)."""
+        inflight = Inflight(ballot, batch, sent_at=self._ctx.now - self._ctx.config.resend_ticks)
+        inflight.acks.add(self._ctx.id)
+        self._inflight[index] = inflight
+
+    def fill_to(self, index: int) -> None:
+        """O-instances exist for own indexes not proposed yet (a view change filled them):
+        propose there, so execution does not wait."""
+        while self.next_index <= index and self._ctx.status is Status.NORMAL:
+            batch = self._take_batch() if self._pending else NOOP
+            self._start_instance(batch)
+
+    def _ask_for_order(self, index: int) -> None:
+        ctx = self._ctx
+        self._order_asked_at = ctx.now
+        if ctx.sequencer == ctx.id:
+            self._sequencer.request(ctx.id, index)
+        elif ctx.sequencer not in ctx.nearest_peers(ctx.config.faults_tolerated):
+            ctx.send(ctx.sequencer, CRequest(ctx.id, ctx.view, ctx.id, index))
+
+    def _forward(self) -> None:
+        ctx = self._ctx
+        commands = tuple(self._pending)
+        self._pending.clear()
+        for command in commands:
+            self._forwarded[command.tag] = command
+        if commands:
+            self._forwarded_at = ctx.now
+            ctx.send(ctx.sequencer, Forward(ctx.id, ctx.view, commands))
+
+    # --- acknowledgements and commits --------------------------------------------------------
+
+    def owns(self, index: int, ballot: int) -> bool:
+        inflight = self._inflight.get(index)
+        return inflight is not None and inflight.ballot == ballot
+
+    def on_c_ack(self, message: CAck) -> None:
+        ctx = self._ctx
+        inflight = self._inflight.get(message.index)
+        if inflight is None or message.ballot != inflight.ballot or message.view != ctx.view:
+            return
+        inflight.acks.add(message.sender)
+        if len(inflight.acks) >= ctx.majority:
+            self._commit(message.index, inflight)
+
+    def _commit(self, index: int, inflight: Inflight) -> None:
+        ctx = self._ctx
+        ctx.clog[ctx.id].commit(index, inflight.ballot, inflight.batch)
+        ctx.persist(CCommitRecord(ctx.id, index, inflight.ballot, None))
+        short = CCommit(ctx.id, ctx.view, ctx.id, index, inflight.ballot, None)
+        full = CCommit(ctx.id, ctx.view, ctx.id, index, inflight.ballot, inflight.batch)
+        for peer in ctx.peers():
+            ctx.send(peer, short if peer in inflight.acks else full)
+        del self._inflight[index]
+
+    def on_own_o_committed(self, slot: int) -> None:
+        self._own_committed += 1
+
+    def recount(self) -> None:
+        """After a restart or a snapshot install: recount own committed O-instances."""
+        olog, me = self._ctx.olog, self._ctx.id
+        self._own_committed = olog.count_base[me] + sum(
+            1 for entry in olog.slots.values() if entry.committed and entry.value == me)
+        self._prefix.reset()
+
+    # --- ready -----------------------------------------------------------------------------
+
+    def check_ready(self) -> None:
+        """Report own commands whose position is now fixed (the paper's ready)."""
+        if not self._unready:
+            return
+        ctx = self._ctx
+        ordered = self._ordered_count()
+        space = ctx.clog[ctx.id]
+        for index in sorted(self._unready):
+            if index >= ordered:
+                break
+            if space.is_committed(index):
+                ctx.outbox.pending.readied_instances.append(index)
+                self._report_ready(self._unready.pop(index))
+
+    def _ordered_count(self) -> int:
+        """How many own O-instances meet the O condition of the ready rule."""
+        ctx = self._ctx
+        if ctx.replica_count != 5:
+            return self._own_committed
+        if ctx.is_sequencer:
+            return self._prefix.own_in_commit_prefix()
+        if Defect.NO_PREFIX_CONDITION in ctx.config.defects:
+            return self._prefix.own_accepted_anywhere()
+        return self._prefix.own_in_accepted_prefix()
+
+    def _report_ready(self, batch: Batch) -> None:
+        ctx = self._ctx
+        notices: dict[int, list[int]] = {}
+        for command in batch:
+            if command.origin == ctx.id:
+                ctx.outbox.pending.readied.append(command.tag)
+            else:
+                notices.setdefault(command.origin, []).append(command.tag)
+        for origin in sorted(notices):
+            ctx.send(origin, ReadyNotice(ctx.id, ctx.view, tuple(notices[origin])))
+
+    def on_ready_notice(self, message: ReadyNotice) -> None:
+        self._ctx.outbox.pending.readied.extend(
+            tag for tag in message.tags if tag in self._forwarded)
+
+    def on_executed_own(self, tags: list[int]) -> None:
+        for tag in tags:
+            self._forwarded.pop(tag, None)
+
+    # --- resends, view changes, taking the space back -------------------------------------------
+
+    def on_tick(self) -> None:
+        ctx = self._ctx
+        if ctx.status is not Status.NORMAL or self.retaking:
+            return
+        resend_ticks = ctx.config.resend_ticks
+        for index in sorted(self._inflight):
+            inflight = self._inflight[index]
+            if ctx.now - inflight.sent_at >= resend_ticks:
+                self._resend(index, inflight)
+        if self._unready and ctx.now - self._order_asked_at >= resend_ticks:
+            self._ask_for_order_again()
+        if self._forwarded and ctx.now - self._forwarded_at >= resend_ticks * 4:
+            self._forward_again()
+
+    def _resend(self, index: int, inflight: Inflight) -> None:
+        ctx = self._ctx
+        ctx.count("leader.resend")
+        inflight.sent_at = ctx.now
+        accept = CAccept(ctx.id, ctx.view, ctx.id, index, inflight.ballot, inflight.batch)
+        for peer in ctx.peers():
+            if peer not in inflight.acks:
+                ctx.send(peer, accept)
+        if ctx.id not in inflight.acks:
+            ctx.send(ctx.id, accept)
+
+    def _ask_for_order_again(self) -> None:
+        ctx = self._ctx
+        self._order_asked_at = ctx.now
+        last = self.next_index - 1
+        if ctx.sequencer == ctx.id:
+            self._sequencer.request(ctx.id, last)
+        else:
+            ctx.send(ctx.sequencer, CRequest(ctx.id, ctx.view, ctx.id, last))
+
+    def _forward_again(self) -> None:
+        ctx = self._ctx
+        if ctx.config.mode is not Mode.MULTIPAXOS or ctx.is_sequencer:
+            self._pending.extendleft(reversed([self._forwarded[tag]
+                                               for tag in sorted(self._forwarded)]))
+            self._forwarded.clear()
+            return
+        self._forwarded_at = ctx.now
+        commands = tuple(self._forwarded[tag] for tag in sorted(self._forwarded))
+        ctx.send(ctx.sequencer, Forward(ctx.id, ctx.view, commands))
+
+    def on_view_started(self) -> None:
+        """A new view serves: resend what is unfinished under it (paper §3.3)."""
+        self._prefix.reset()
+        for index in sorted(self._inflight):
+            self._resend(index, self._inflight[index])
+        if self.next_index > 0:
+            self._ask_for_order_again()
+        if self._forwarded:
+            self._forward_again()
+
+    def on_retaken(self, ballot: int, chosen: dict[int, Batch], top: int) -> None:
+        """The space is this replica's again at `ballot`; `chosen` holds what each recovered
+        index now carries. Commands that lost their index are proposed again."""
+        self.ballot = ballot
+        self.retaking = False
+        self.next_index = max(self.next_index, top + 1)
+        lost: list[Command] = []
+        for index in sorted(self._inflight):
+            if index in chosen and chosen[index] != self._inflight[index].batch:
+                lost.extend(self._inflight.pop(index).batch)
+                self._unready.pop(index, None)
+            elif index in chosen:
+                del self._inflight[index]
+        self._pending.extendleft(reversed(lost))
+        self._ctx.count("leader.requeued_after_retake", len(lost))
+
+    def lowest_unfinished(self) -> int:
+        return max(min(self._inflight, default=self.next_index), self._ctx.clog[self._ctx.id].base)
+
+    def forget_below(self, base: int) -> None:
+        """A snapshot covers own indexes below `base`: they were decided elsewhere, with a
+        value this replica cannot see any more, so their clients' outcome stays unknown."""
+        for index in [index for index in self._inflight if index < base]:
+            del self._inflight[index]
+            self._unready.pop(index, None)
+            self._ctx.count("leader.outcome_unknown")
+        self.next_index = max(self.next_index, base)
+
+    def pending_count(self) -> int:
+        return len(self._pending)
+
+
+class _PrefixCounter:
+    """Counts own O-instances in the committed prefix and in the prefix accepted in the
+    current view (5 replicas), incrementally."""
+
+    __slots__ = ("_accepted_count", "_accepted_cursor", "_accepted_view", "_commit_count",
+                 "_commit_cursor", "_ctx")
+
+    def __init__(self, ctx: Context) -> None:
+        self._ctx = ctx
+        self.reset()
+
+    def reset(self) -> None:
+        olog = self._ctx.olog
+        self._commit_cursor = self._accepted_cursor = olog.base
+        self._commit_count = self._accepted_count = olog.count_base[self._ctx.id]
+        self._accepted_view = self._ctx.view
+
+    def own_in_commit_prefix(self) -> int:
+        olog, me = self._ctx.olog, self._ctx.id
+        if self._commit_cursor < olog.base:
+            self.reset()
+        while self._commit_cursor < olog.commit_prefix:
+            if olog.slots[self._commit_cursor].value == me:
+                self._commit_count += 1
+            self._commit_cursor += 1
+        return self._commit_count
+
+    def own_in_accepted_prefix(self) -> int:
+        ctx = self._ctx
+        if self._accepted_view != ctx.view or self._accepted_cursor < ctx.olog.base:
+            self.reset()
+        prefix = ctx.olog.accepted_prefix(ctx.view)
+        while self._accepted_cursor < prefix:
+            if ctx.olog.slots[self._accepted_cursor].value == ctx.id:
+                self._accepted_count += 1
+            self._accepted_cursor += 1
+        return self._accepted_count
+
+    def own_accepted_anywhere(self) -> int:
+        """The defective rule: own slots accepted here, whatever precedes them."""
+        ctx = self._ctx
+        return ctx.olog.count_base[ctx.id] + sum(
+            1 for entry in ctx.olog.slots.values()
+            if entry.value == ctx.id and (entry.committed or (
+                entry.view == ctx.view and entry.durable)))

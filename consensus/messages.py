@@ -1,0 +1,368 @@
+"""Every message SDPaxos replicas exchange, as typed frozen dataclasses.
+
+Naming follows the paper: C-instances (a command leader replicates its clients' commands in its
+own space), O-instances (the sequencer assigns global slots by proposing replica ids), and the
+view change. Every message carries its sender and the sender's view; receivers gate on the view.
+
+A C-instance's value is a `Batch`, a tuple of `Command`s; the empty batch is the no-op that
+command-leader recovery writes where nothing was accepted. An O-instance's value is a replica id
+or `NO_CL` (a hole the view change filled: no command leader, skipped by execution).
+
+`check_message` validates what the codec cannot know: replica ids against the group size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import ClassVar, NamedTuple
+
+NO_CL = -1
+NO_INDEX = -1
+
+
+class Command(NamedTuple):
+    """One client command. A NamedTuple rather than a dataclass: batches hold thousands, and
+    building a frozen dataclass costs four times as much on the decode path."""
+
+    origin: int  # the replica whose client proposed it, which hands back the result
+    tag: int  # unique per origin: (epoch << 32) | counter
+    payload: bytes
+
+
+Batch = tuple[Command, ...]
+NOOP: Batch = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CEntry:
+    """A C-instance as an acceptor reports it in a promise."""
+
+    index: int
+    ballot: int
+    batch: Batch
+    committed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class OEntry:
+    """An O-instance as a voter reports it: its value and the view it was accepted in."""
+
+    index: int
+    value: int
+    view: int
+    committed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class FetchedC:
+    """A committed C-instance sent to a replica that is catching up."""
+
+    space: int
+    index: int
+    ballot: int
+    batch: Batch
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotMeta:
+    """Consensus state at a snapshot: what was executed and how the O-log counted up to it."""
+
+    slot: int  # first slot not covered by the snapshot
+    exec_counts: tuple[int, ...]  # per space: C-instances executed
+    o_counts: tuple[int, ...]  # per replica id: O-instances for it among slots [0, slot)
+    dedup_low: tuple[int, ...]  # per origin: every tag below this was executed (Multi-Paxos)
+    dedup_tags: tuple[tuple[int, ...], ...]  # per origin: executed tags at or above dedup_low
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    TAG: ClassVar[int] = 0
+    sender: int
+    view: int
+
+
+# --- C-instances: Paxos per command leader's space ------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CAccept(Message):
+    TAG: ClassVar[int] = 10
+    space: int
+    index: int
+    ballot: int
+    batch: Batch
+
+
+@dataclass(frozen=True, slots=True)
+class CAck(Message):
+    TAG: ClassVar[int] = 11
+    space: int
+    index: int
+    ballot: int
+
+
+@dataclass(frozen=True, slots=True)
+class CNack(Message):
+    """A C-accept or C-prepare refused: the acceptor promised `promised` for the space."""
+
+    TAG: ClassVar[int] = 12
+    space: int
+    index: int
+    promised: int
+
+
+@dataclass(frozen=True, slots=True)
+class CCommit(Message):
+    """C(space, index) is chosen at `ballot`; `batch` is None when the receiver has it."""
+
+    TAG: ClassVar[int] = 13
+    space: int
+    index: int
+    ballot: int
+    batch: Batch | None
+
+
+@dataclass(frozen=True, slots=True)
+class CRequest(Message):
+    """To the sequencer: C(space, 0..index) exist; give each an O-instance (Fig. 5 l.13)."""
+
+    TAG: ClassVar[int] = 14
+    space: int
+    index: int
+
+
+@dataclass(frozen=True, slots=True)
+class CPrepare(Message):
+    """Phase 1 over a command leader's space from `from_index` on (recovery)."""
+
+    TAG: ClassVar[int] = 15
+    space: int
+    from_index: int
+    ballot: int
+
+
+@dataclass(frozen=True, slots=True)
+class CPromise(Message):
+    TAG: ClassVar[int] = 16
+    space: int
+    from_index: int
+    ballot: int
+    log_base: int  # indexes below were executed and truncated here: not reported
+    entries: tuple[CEntry, ...]
+    max_index: int  # highest index of the space accepted here, or NO_INDEX
+
+
+# --- O-instances: the sequencer's assignment log ---------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class OAccept(Message):
+    """The sequencer proposes O[start + k] = values[k]: a contiguous run (batched, and carrying
+    every earlier entry the receiver has not been sent: the paper's piggybacking)."""
+
+    TAG: ClassVar[int] = 20
+    start: int
+    values: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OAck(Message):
+    """The sender accepted O[start:end] in `view` (sent to the sequencer and the learners)."""
+
+    TAG: ClassVar[int] = 21
+    start: int
+    end: int
+
+
+@dataclass(frozen=True, slots=True)
+class OCommit(Message):
+    """O[slots[k]] = values[k] is chosen. A fact, accepted whatever the view."""
+
+    TAG: ClassVar[int] = 22
+    slots: tuple[int, ...]
+    values: tuple[int, ...]
+
+
+# --- View change ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PreVoteRequest(Message):
+    """Would the receiver vote for `view`? Asked before a candidacy, changing nothing, so a
+    replica that was merely cut off or paused cannot disrupt a healthy sequencer."""
+
+    TAG: ClassVar[int] = 37
+
+
+@dataclass(frozen=True, slots=True)
+class PreVote(Message):
+    TAG: ClassVar[int] = 38
+    granted: bool
+
+
+@dataclass(frozen=True, slots=True)
+class VoteRequest(Message):
+    """A candidate asks for votes for `view` and, in the same round, O-prepares every
+    O-instance from `from_index` on."""
+
+    TAG: ClassVar[int] = 30
+    from_index: int
+
+
+@dataclass(frozen=True, slots=True)
+class Vote(Message):
+    TAG: ClassVar[int] = 31
+    from_index: int
+    log_base: int  # slots below were executed and truncated here: not reported
+    entries: tuple[OEntry, ...]
+    c_max_index: tuple[int, ...]  # per replica: highest C-index of its space accepted here
+
+
+@dataclass(frozen=True, slots=True)
+class NewView(Message):
+    """The new sequencer's rebuilt log from `start`, to be accepted in the new view."""
+
+    TAG: ClassVar[int] = 32
+    start: int
+    values: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class NewViewAck(Message):
+    TAG: ClassVar[int] = 33
+    end: int
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat(Message):
+    """The sequencer is alive; `commit_prefix` lets laggards notice; answering with a
+    LeaseGrant for `lease_round` grants it a read lease."""
+
+    TAG: ClassVar[int] = 34
+    commit_prefix: int
+    lease_round: int
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseGrant(Message):
+    TAG: ClassVar[int] = 35
+    lease_round: int
+
+
+@dataclass(frozen=True, slots=True)
+class Suspect(Message):
+    """The sender finds the sequencer of `view` too slow (straggler detection)."""
+
+    TAG: ClassVar[int] = 36
+
+
+# --- Reads, forwarding, catch-up ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ReadIndexRequest(Message):
+    TAG: ClassVar[int] = 40
+    read_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReadIndexReply(Message):
+    """The read may run once slots [0, executed_upto) are executed here: every slot the
+    sequencer had allocated when the request arrived (the paper's iG). NO_INDEX: refused (not
+    the sequencer, or no lease)."""
+
+    TAG: ClassVar[int] = 41
+    read_id: int
+    executed_upto: int
+
+
+@dataclass(frozen=True, slots=True)
+class Forward(Message):
+    """Multi-Paxos baseline: a replica hands its clients' commands to the sequencer."""
+
+    TAG: ClassVar[int] = 42
+    commands: Batch
+
+
+@dataclass(frozen=True, slots=True)
+class ReadyNotice(Message):
+    """Multi-Paxos baseline: the sequencer tells the origin its commands are ready."""
+
+    TAG: ClassVar[int] = 43
+    tags: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class FetchRequest(Message):
+    """A stalled replica asks for committed state from slot `exec_slot` on."""
+
+    TAG: ClassVar[int] = 44
+    exec_slot: int
+    exec_counts: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class FetchReply(Message):
+    TAG: ClassVar[int] = 45
+    o_start: int
+    o_values: tuple[int, ...]  # committed O-instances from o_start
+    c_entries: tuple[FetchedC, ...]  # committed C-instances the receiver lacks
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotChunk(Message):
+    """Part of a snapshot for a replica behind the truncation point."""
+
+    TAG: ClassVar[int] = 46
+    meta: SnapshotMeta
+    offset: int
+    total_bytes: int
+    data: bytes
+
+
+MESSAGE_TYPES: tuple[type[Message], ...] = (
+    CAccept, CAck, CNack, CCommit, CRequest, CPrepare, CPromise,
+    OAccept, OAck, OCommit,
+    PreVoteRequest, PreVote, VoteRequest, Vote, NewView, NewViewAck, Heartbeat, LeaseGrant,
+    Suspect,
+    ReadIndexRequest, ReadIndexReply, Forward, ReadyNotice, FetchRequest, FetchReply,
+    SnapshotChunk,
+)
+
+_REPLICA_FIELDS = frozenset({"sender", "space", "origin"})
+_REPLICA_TUPLES = frozenset({"c_max_index", "exec_counts", "o_counts", "dedup_low",
+                             "dedup_tags"})
+
+
+def check_message(message: Message, replica_count: int) -> str | None:
+    """The reason `message` cannot be from a group of `replica_count`, or None if it can."""
+    for item in fields(message):
+        value = getattr(message, item.name)
+        reason = _check_value(item.name, value, replica_count)
+        if reason is not None:
+            return f"{type(message).__name__}.{reason}"
+    return None
+
+
+def _check_value(name: str, value: object, replica_count: int) -> str | None:
+    if name in _REPLICA_FIELDS and isinstance(value, int) and not 0 <= value < replica_count:
+        return f"{name}: replica {value} is not in [0, {replica_count})"
+    if name in ("values", "o_values") and isinstance(value, tuple):
+        bad = [item for item in value if not NO_CL <= item < replica_count]
+        return f"{name}: {bad[0]} is not a replica id" if bad else None
+    if name in _REPLICA_TUPLES and isinstance(value, tuple) and len(value) != replica_count:
+        return f"{name}: {len(value)} entries for {replica_count} replicas"
+    if name in ("batch", "commands") and isinstance(value, tuple) and value:
+        origins = [command.origin for command in value]
+        if not 0 <= min(origins) <= max(origins) < replica_count:
+            return f"{name}: a command's origin is not a replica id"
+    if name in ("entries", "c_entries", "meta") and value is not None:
+        items = value if isinstance(value, tuple) else (value,)
+        for item in items:
+            for inner in fields(item):
+                reason = _check_value(inner.name, getattr(item, inner.name), replica_count)
+                if reason is not None:
+                    return f"{name}.{reason}"
+    if name == "value" and isinstance(value, int) and not NO_CL <= value < replica_count:
+        return f"value: {value} is not a replica id"
+    return None

@@ -1,0 +1,80 @@
+"""Linearizable reads through the sequencer's read index, under its lease (paper §3.5).
+
+A replica asks the sequencer for a read index; the sequencer answers, while it holds a lease
+from a majority, with the number of slots it had allocated (the paper's iG: every update that
+was ready when the read arrived lies below it). The replica runs the read on its own state once
+it has executed that far. Commands are opaque to consensus, so the per-object index iA of the
+paper (which needs the key of every command) is not used: iG is always safe.
+
+A refused or lost request is asked again after `resend_ticks`; the driver cancels reads it has
+given up on. Pending reads are bounded.
+"""
+
+from __future__ import annotations
+
+from consensus.context import Context
+from consensus.executor import Executor
+from consensus.messages import NO_INDEX, ReadIndexReply, ReadIndexRequest
+from consensus.sequencer import Sequencer
+
+_UNKNOWN = -2  # index not yet granted
+
+
+class Reads:
+    __slots__ = ("_asked_at", "_ctx", "_executor", "_pending", "_sequencer")
+
+    def __init__(self, ctx: Context, executor: Executor, sequencer: Sequencer) -> None:
+        self._ctx = ctx
+        self._executor = executor
+        self._sequencer = sequencer
+        self._pending: dict[int, int] = {}  # read id -> slots to execute first, or _UNKNOWN
+        self._asked_at: dict[int, int] = {}
+
+    def read(self, read_id: int) -> None:
+        ctx = self._ctx
+        if read_id in self._pending:
+            return
+        if len(self._pending) >= ctx.config.reads_pending_max:
+            ctx.outbox.pending.reads_refused.append(read_id)
+            return
+        self._pending[read_id] = _UNKNOWN
+        self._ask(read_id)
+
+    def cancel(self, read_id: int) -> None:
+        self._pending.pop(read_id, None)
+        self._asked_at.pop(read_id, None)
+
+    def _ask(self, read_id: int) -> None:
+        ctx = self._ctx
+        self._asked_at[read_id] = ctx.now
+        if ctx.is_sequencer:
+            if self._sequencer.lease_valid():
+                self._granted(read_id, self._sequencer.next_slot)
+            return
+        ctx.send(ctx.sequencer, ReadIndexRequest(ctx.id, ctx.view, read_id))
+
+    def on_reply(self, message: ReadIndexReply) -> None:
+        if message.view != self._ctx.view or message.sender != self._ctx.sequencer:
+            return
+        if message.executed_upto != NO_INDEX and \
+                self._pending.get(message.read_id) == _UNKNOWN:
+            self._granted(message.read_id, message.executed_upto)
+
+    def _granted(self, read_id: int, executed_upto: int) -> None:
+        self._pending[read_id] = executed_upto
+        self._asked_at.pop(read_id, None)
+
+    def serve(self) -> None:
+        """Hand out the reads whose index is executed here."""
+        exec_slot = self._executor.exec_slot
+        ready = [read_id for read_id, upto in self._pending.items()
+                 if upto != _UNKNOWN and upto <= exec_slot]
+        for read_id in sorted(ready):
+            del self._pending[read_id]
+            self._ctx.outbox.pending.reads.append(read_id)
+
+    def on_tick(self) -> None:
+        ctx = self._ctx
+        for read_id in sorted(self._asked_at):
+            if ctx.now - self._asked_at[read_id] >= ctx.config.resend_ticks:
+                self._ask(read_id)

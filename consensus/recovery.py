@@ -1,0 +1,165 @@
+"""Command-leader recovery: finishing a silent leader's C-instances, so execution never waits
+on a dead replica (paper §3.3).
+
+A replica whose execution is stuck on C(n, k) runs Paxos over n's space with a higher ballot:
+phase 1 from k (every acceptor reports what it accepted there and the highest index it holds),
+then phase 2 for every index from k up to the highest reported (and at least k): the value with
+the highest ballot, or a no-op where nobody accepted anything. Values reported committed are
+learned directly. The owner uses the same rounds to take its space back after someone recovered
+it; it then learns which of its commands lost their index and proposes them again.
+
+A round that meets a higher ballot gives up (another recoverer, or the owner, is at work); a
+round that meets an acceptor which truncated past `k` gives up too: this replica is behind and
+must catch up from a snapshot instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from consensus.command_log import next_ballot
+from consensus.context import Context
+from consensus.messages import NOOP, Batch, CAccept, CAck, CCommit, CNack, CPrepare, CPromise
+from consensus.records import CCommitRecord
+
+Retaken = Callable[[int, dict[int, Batch], int], None]
+
+
+@dataclass(slots=True)
+class Round:
+    space: int
+    from_index: int
+    ballot: int
+    started: int
+    owner: bool
+    promises: dict[int, CPromise] = field(default_factory=dict)
+    proposals: dict[int, Batch] = field(default_factory=dict)
+    acks: dict[int, set[int]] = field(default_factory=dict)
+    chosen: dict[int, Batch] = field(default_factory=dict)
+    top: int = -1
+
+
+class Recovery:
+    __slots__ = ("_ctx", "_highest_seen", "_on_retaken", "rounds")
+
+    def __init__(self, ctx: Context, on_retaken: Retaken) -> None:
+        self._ctx = ctx
+        self._on_retaken = on_retaken
+        self._highest_seen = [0] * ctx.replica_count
+        self.rounds: dict[int, Round] = {}
+
+    def start(self, space: int, from_index: int) -> None:
+        ctx = self._ctx
+        if space in self.rounds:
+            return
+        base = max(ctx.clog[space].promised, self._highest_seen[space])
+        ballot = next_ballot(base, ctx.id)
+        self.rounds[space] = Round(space, from_index, ballot, ctx.now, space == ctx.id)
+        ctx.count("recovery.started")
+        prepare = CPrepare(ctx.id, ctx.view, space, from_index, ballot)
+        ctx.send(ctx.id, prepare)
+        ctx.broadcast(prepare)
+
+    def on_promise(self, message: CPromise) -> None:
+        round_ = self.rounds.get(message.space)
+        if round_ is None or message.ballot != round_.ballot or round_.proposals:
+            return
+        if message.log_base > round_.from_index:
+            self._give_up(round_, "recovery.behind_truncation")
+            return
+        round_.promises[message.sender] = message
+        if len(round_.promises) >= self._ctx.majority:
+            self._propose(round_)
+
+    def _propose(self, round_: Round) -> None:
+        ctx = self._ctx
+        promises = [round_.promises[sender] for sender in sorted(round_.promises)]
+        top = max([round_.from_index, *(promise.max_index for promise in promises)])
+        limit = ctx.config.fetch_instances_max
+        for promise in promises:
+            if len(promise.entries) >= limit:
+                top = min(top, promise.entries[-1].index)  # the rest in a later round
+        round_.top = top
+        best: dict[int, tuple[bool, int, Batch]] = {}
+        for promise in promises:
+            for entry in promise.entries:
+                current = best.get(entry.index)
+                candidate = (entry.committed, entry.ballot, entry.batch)
+                if current is None or candidate[:2] > current[:2]:
+                    best[entry.index] = candidate
+        for index in range(round_.from_index, top + 1):
+            committed, _, batch = best.get(index, (False, 0, NOOP))
+            if committed:
+                self._learn(round_, index, batch)
+            else:
+                self._accept(round_, index, batch)
+        self._maybe_finish(round_)
+
+    def _accept(self, round_: Round, index: int, batch: Batch) -> None:
+        ctx = self._ctx
+        round_.proposals[index] = batch
+        round_.acks[index] = set()
+        accept = CAccept(ctx.id, ctx.view, round_.space, index, round_.ballot, batch)
+        ctx.send(ctx.id, accept)
+        ctx.broadcast(accept)
+
+    def _learn(self, round_: Round, index: int, batch: Batch) -> None:
+        ctx = self._ctx
+        if ctx.clog[round_.space].commit(index, round_.ballot, batch):
+            ctx.persist(CCommitRecord(round_.space, index, round_.ballot, batch))
+        round_.chosen[index] = batch
+
+    def on_ack(self, message: CAck) -> bool:
+        """Count an acknowledgement; False when it belongs to no recovery round."""
+        round_ = self.rounds.get(message.space)
+        if round_ is None or message.ballot != round_.ballot:
+            return False
+        acks = round_.acks.get(message.index)
+        if acks is None:
+            return True
+        acks.add(message.sender)
+        if len(acks) >= self._ctx.majority:
+            self._chosen(round_, message.index)
+        return True
+
+    def _chosen(self, round_: Round, index: int) -> None:
+        ctx = self._ctx
+        batch = round_.proposals[index]
+        del round_.acks[index]
+        self._learn(round_, index, batch)
+        ctx.broadcast(CCommit(ctx.id, ctx.view, round_.space, index, round_.ballot, batch))
+        self._maybe_finish(round_)
+
+    def _maybe_finish(self, round_: Round) -> None:
+        if round_.acks:
+            return
+        del self.rounds[round_.space]
+        self._ctx.count("recovery.finished")
+        if round_.owner:
+            self._on_retaken(round_.ballot, round_.chosen, round_.top)
+
+    def on_nack(self, message: CNack) -> bool:
+        """A higher ballot was promised; False when no round of ours is concerned."""
+        space = message.space
+        self._highest_seen[space] = max(self._highest_seen[space], message.promised)
+        round_ = self.rounds.get(space)
+        if round_ is None or message.promised <= round_.ballot:
+            return round_ is not None
+        self._give_up(round_, "recovery.preempted")
+        if round_.owner:
+            self.start(space, round_.from_index)
+        return True
+
+    def _give_up(self, round_: Round, reason: str) -> None:
+        self.rounds.pop(round_.space, None)
+        self._ctx.count(reason)
+
+    def on_tick(self) -> None:
+        ctx = self._ctx
+        for space in sorted(self.rounds):
+            round_ = self.rounds[space]
+            if ctx.now - round_.started >= ctx.config.recovery_ticks:
+                self._give_up(round_, "recovery.timed_out")
+                if round_.owner:
+                    self.start(space, round_.from_index)

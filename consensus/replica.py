@@ -1,0 +1,416 @@
+"""The SDPaxos replica: a sans-IO state machine fed messages, proposals and ticks.
+
+Inputs: `receive(frame)` or `step(message)` for peer messages, `propose(payload)` for client
+commands, `read(read_id)` for linearizable reads, `tick()` for time. Output: `ready()` hands
+out a `Ready` (see `consensus.ready` for what the driver must do, and in which order), and
+`advance()` tells the core the Ready was handled. The core never blocks, reads no clock and
+draws randomness only from the `Prng` it was given, so the same inputs give the same outputs.
+
+Roles live in their own modules (leader, acceptor, learner, sequencer, executor, election,
+recovery, catch-up, reads); this module only dispatches and orders their work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from consensus.acceptor import Acceptor
+from consensus.catchup import CatchUp
+from consensus.codec import decode_messages
+from consensus.command_log import ballot_owner
+from consensus.config import Mode, ReplicaConfig
+from consensus.context import Context, Status
+from consensus.election import Election
+from consensus.errors import InvalidMessage
+from consensus.executor import Executor
+from consensus.leader import Leader
+from consensus.learner import Learner
+from consensus.messages import (
+    NO_CL,
+    Batch,
+    CAccept,
+    CAck,
+    CCommit,
+    CNack,
+    CPrepare,
+    CPromise,
+    CRequest,
+    FetchReply,
+    FetchRequest,
+    Forward,
+    Heartbeat,
+    LeaseGrant,
+    Message,
+    NewView,
+    NewViewAck,
+    OAccept,
+    OAck,
+    OCommit,
+    PreVote,
+    PreVoteRequest,
+    ReadIndexReply,
+    ReadIndexRequest,
+    ReadyNotice,
+    SnapshotChunk,
+    Suspect,
+    Vote,
+    VoteRequest,
+    check_message,
+)
+from consensus.prng import Prng
+from consensus.reads import Reads
+from consensus.ready import Ready
+from consensus.records import (
+    CAcceptRecord,
+    CCommitRecord,
+    CPromiseRecord,
+    EpochRecord,
+    OAcceptRecord,
+    OCommitRecord,
+    Record,
+    SnapshotRecord,
+    ViewRecord,
+)
+from consensus.recovery import Recovery
+from consensus.sequencer import Sequencer
+
+# Messages that state facts (chosen values, catch-up data) or run the view change itself;
+# every other message from a newer view makes this replica join that view first.
+_VIEW_INDEPENDENT = (OCommit, CCommit, FetchReply, FetchRequest, SnapshotChunk, VoteRequest,
+                     NewView, Vote, NewViewAck, PreVoteRequest, PreVote)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaStatus:
+    replica_id: int
+    view: int
+    status: str
+    sequencer: int
+    is_sequencer: bool
+    executed_slots: int
+    commit_prefix: int
+    log_base: int
+    pending_proposals: int
+    counters: tuple[tuple[str, int], ...]
+
+
+class Inspection:
+    """Read-only access to a replica's logs, for the simulator's checks and for tests."""
+
+    __slots__ = ("_ctx", "_executor")
+
+    def __init__(self, ctx: Context, executor: Executor) -> None:
+        self._ctx = ctx
+        self._executor = executor
+
+    @property
+    def view(self) -> int:
+        return self._ctx.view
+
+    @property
+    def is_sequencer(self) -> bool:
+        return self._ctx.is_sequencer
+
+    @property
+    def log_base(self) -> int:
+        return self._ctx.olog.base
+
+    @property
+    def log_end(self) -> int:
+        return self._ctx.olog.end
+
+    def committed_o(self, slot: int) -> int | None:
+        entry = self._ctx.olog.get(slot)
+        return entry.value if entry is not None and entry.committed else None
+
+    def o_value(self, slot: int) -> int | None:
+        return self._ctx.olog.value(slot)
+
+    def o_count(self, space: int, end: int) -> int:
+        """Slots in [0, end) holding `space`, counted afresh (every slot must be known)."""
+        return self._ctx.olog.count(space, end)
+
+    def committed_c(self, space: int, index: int) -> Batch | None:
+        slot = self._ctx.clog[space].get(index)
+        return slot.batch if slot is not None and slot.committed else None
+
+    def exec_count(self, space: int) -> int:
+        return self._executor.exec_counts[space]
+
+
+class Replica:
+    def __init__(self, config: ReplicaConfig, prng: Prng) -> None:
+        self.config = config.validate()
+        ctx = self._ctx = Context(config, prng)
+        self._sequencer = Sequencer(ctx)
+        self._learner = Learner(ctx)
+        self._executor = Executor(ctx)
+        self._leader = Leader(ctx, self._sequencer)
+        self._acceptor = Acceptor(ctx, self._learner, self._sequencer)
+        self._election = Election(ctx, self._sequencer, self._learner, self._leader)
+        self._recovery = Recovery(ctx, self._leader.on_retaken)
+        self._catchup = CatchUp(ctx, self._executor, self._learner)
+        self._reads = Reads(ctx, self._executor, self._sequencer)
+        self._learner.on_own_commit = self._on_own_commit
+        self._catchup.on_install = self._on_snapshot_installed
+        self._leader.on_instance = self._election.on_instance
+        self._handlers = self._handler_table()
+        self.inspect = Inspection(ctx, self._executor)
+
+    def _handler_table(self) -> dict[type[Message], Callable[[Any], None]]:
+        return {
+            CAccept: self._acceptor.on_c_accept, CAck: self._on_c_ack,
+            CNack: self._on_c_nack, CCommit: self._acceptor.on_c_commit,
+            CRequest: self._on_c_request, CPrepare: self._acceptor.on_c_prepare,
+            CPromise: self._recovery.on_promise, OAccept: self._acceptor.on_o_accept,
+            OAck: self._on_o_ack, OCommit: self._learner.on_commit_message,
+            PreVoteRequest: self._election.on_pre_vote_request,
+            PreVote: self._election.on_pre_vote,
+            VoteRequest: self._election.on_vote_request, Vote: self._election.on_vote,
+            NewView: self._election.on_new_view, NewViewAck: self._election.on_new_view_ack,
+            Heartbeat: self._on_heartbeat, LeaseGrant: self._sequencer.on_lease_grant,
+            Suspect: self._election.on_suspect,
+            ReadIndexRequest: self._on_read_index_request, ReadIndexReply: self._reads.on_reply,
+            Forward: self._on_forward, ReadyNotice: self._leader.on_ready_notice,
+            FetchRequest: self._catchup.on_request, FetchReply: self._catchup.on_reply,
+            SnapshotChunk: self._catchup.on_chunk,
+        }
+
+    # --- inputs -------------------------------------------------------------------------------
+
+    def receive(self, frame: bytes) -> None:
+        """Decode, validate and handle one frame from a peer; an invalid one is dropped and
+        counted, never trusted."""
+        try:
+            messages = decode_messages(frame)
+        except InvalidMessage:
+            self._ctx.count("dropped.invalid_frame")
+            return
+        for message in messages:
+            self.step(message)
+
+    def step(self, message: Message) -> None:
+        ctx = self._ctx
+        reason = check_message(message, ctx.replica_count)
+        if reason is not None or message.sender == ctx.id:
+            ctx.count("dropped.invalid_message")
+            return
+        ctx.heard_at[message.sender] = ctx.now
+        self._handle(message)
+        self._run_loopback()
+
+    def _handle(self, message: Message) -> None:
+        ctx = self._ctx
+        if message.view > ctx.view and not isinstance(message, _VIEW_INDEPENDENT):
+            self._election.on_newer_view(message.view)
+        self._handlers[type(message)](message)
+
+    def _run_loopback(self) -> None:
+        while messages := self._ctx.outbox.take_loopback_now():
+            for message in messages:
+                self._handle(message)
+
+    def propose(self, payload: bytes) -> int:
+        """Queue a client command; returns its tag (raises ProposalDropped when full)."""
+        return self._leader.propose(payload)
+
+    def read(self, read_id: int) -> None:
+        self._reads.read(read_id)
+
+    def cancel_read(self, read_id: int) -> None:
+        self._reads.cancel(read_id)
+
+    def tick(self) -> None:
+        ctx = self._ctx
+        ctx.now += 1
+        self._sequencer.on_tick()
+        self._leader.on_tick()
+        self._election.on_tick()
+        self._recovery.on_tick()
+        self._reads.on_tick()
+        self._repair()
+        self._retake_if_stuck()
+        self._run_loopback()
+
+    # --- outputs ------------------------------------------------------------------------------
+
+    def ready(self) -> Ready:
+        self._leader.flush()
+        self._run_loopback()
+        self._sequencer.flush()
+        self._executor.run()
+        if self._executor.executed_tags:
+            self._leader.on_executed_own(self._executor.executed_tags)
+            self._executor.executed_tags = []
+        self._leader.check_ready()
+        self._reads.serve()
+        self._learner.flush()
+        return self._ctx.outbox.drain()
+
+    def advance(self) -> None:
+        """The last Ready is handled: its records are durable; count own acceptances."""
+        for message in self._ctx.outbox.take_persisted_loopback():
+            self._handle(message)
+        self._run_loopback()
+
+    def compact(self, state: bytes, executed_slots: int) -> None:
+        """Fold the executed prefix into a state-machine snapshot taken after exactly
+        `executed_slots` slots were applied; both logs are truncated below it."""
+        if executed_slots != self._executor.exec_slot:
+            raise ValueError(f"snapshot taken at {executed_slots} slots, but "
+                             f"{self._executor.exec_slot} are executed")
+        self._catchup.compact(state)
+
+    # --- role glue ----------------------------------------------------------------------------
+
+    def _on_c_ack(self, message: CAck) -> None:
+        if message.space == self._ctx.id and self._leader.owns(message.index, message.ballot):
+            self._leader.on_c_ack(message)
+        else:
+            self._recovery.on_ack(message)
+
+    def _on_c_nack(self, message: CNack) -> None:
+        ctx = self._ctx
+        if self._recovery.on_nack(message):
+            return
+        if message.space == ctx.id and message.promised > self._leader.ballot and \
+                not self._leader.retaking:
+            self._leader.retaking = True
+            ctx.count("leader.retake")
+            self._recovery.start(ctx.id, self._leader.lowest_unfinished())
+
+    def _on_c_request(self, message: CRequest) -> None:
+        if self._acceptor.serving(message.view):
+            self._sequencer.request(message.space, message.index)
+
+    def _on_o_ack(self, message: OAck) -> None:
+        if message.start == message.end:
+            if message.view == self._ctx.view:
+                self._sequencer.on_ack_gap(message.sender, message.start)
+            return
+        self._learner.on_ack(message)
+
+    def _on_heartbeat(self, message: Heartbeat) -> None:
+        ctx = self._ctx
+        if message.view == ctx.view and message.sender == ctx.sequencer:
+            self._catchup.commit_hint = max(self._catchup.commit_hint, message.commit_prefix)
+            if ctx.status is Status.NORMAL:
+                self._learner.commit_prefix_of_view(message.commit_prefix)
+        self._election.on_heartbeat(message)
+
+    def _on_read_index_request(self, message: ReadIndexRequest) -> None:
+        if message.view == self._ctx.view:
+            self._sequencer.read_index(message.sender, message.read_id)
+
+    def _on_forward(self, message: Forward) -> None:
+        if self._ctx.is_sequencer and self.config.mode is Mode.MULTIPAXOS:
+            self._leader.enqueue_forwarded(message.commands)
+
+    def _on_snapshot_installed(self) -> None:
+        self._leader.forget_below(self._ctx.clog[self._ctx.id].base)
+        self._leader.recount()
+
+    def _on_own_commit(self, slot: int) -> None:
+        self._leader.on_own_o_committed(slot)
+        self._election.on_own_ordered()
+
+    def _retake_if_stuck(self) -> None:
+        """An own-space retake that gave up (this replica was behind) starts over."""
+        ctx, leader = self._ctx, self._leader
+        if leader.retaking and ctx.id not in self._recovery.rounds and \
+                ctx.now % ctx.config.resend_ticks == 0:
+            leader.forget_below(ctx.clog[ctx.id].base)
+            self._recovery.start(ctx.id, leader.lowest_unfinished())
+
+    def _repair(self) -> None:
+        """Execution stalled: fetch what is missing, fill own slots, recover silent leaders."""
+        ctx, executor = self._ctx, self._executor
+        if not self._catchup.behind():
+            executor.stalled_since = ctx.now
+            return
+        waited = ctx.now - executor.stalled_since
+        if waited < ctx.config.repair_ticks:
+            return
+        self._catchup.maybe_ask()
+        stall = executor.stall()
+        if stall is None or stall.space == NO_CL:
+            return
+        if stall.space == ctx.id:
+            if stall.index >= self._leader.next_index:
+                self._leader.fill_to(stall.index)
+            return
+        turn = (ctx.id - stall.space - 1) % ctx.replica_count
+        if waited >= ctx.config.recovery_ticks * (2 + turn) // 2:
+            self._recovery.start(stall.space, stall.index)
+
+    # --- introspection and restart -------------------------------------------------------------
+
+    def status(self) -> ReplicaStatus:
+        ctx = self._ctx
+        return ReplicaStatus(
+            replica_id=ctx.id, view=ctx.view, status=ctx.status.value,
+            sequencer=ctx.sequencer, is_sequencer=ctx.is_sequencer,
+            executed_slots=self._executor.exec_slot, commit_prefix=ctx.olog.commit_prefix,
+            log_base=ctx.olog.base, pending_proposals=self._leader.pending_count(),
+            counters=tuple(sorted(ctx.stats.items())),
+        )
+
+    @property
+    def executed_slots(self) -> int:
+        return self._executor.exec_slot
+
+    @classmethod
+    def restore(cls, config: ReplicaConfig, prng: Prng, records: Iterable[Record]) -> Replica:
+        """Rebuild a replica from everything it persisted before a crash."""
+        replica = cls(config, prng)
+        replica._replay(records)
+        replica._rejoin()
+        return replica
+
+    def _replay(self, records: Iterable[Record]) -> None:
+        ctx = self._ctx
+        for record in records:
+            if isinstance(record, EpochRecord):
+                ctx.epoch = max(ctx.epoch, record.epoch)
+            elif isinstance(record, ViewRecord):
+                ctx.view = max(ctx.view, record.view)
+            elif isinstance(record, SnapshotRecord):
+                self._catchup.install(record.meta, record.state, from_peer=False)
+            else:
+                self._replay_log_record(record)
+
+    def _replay_log_record(self, record: Record) -> None:
+        ctx = self._ctx
+        if isinstance(record, CPromiseRecord):
+            ctx.clog[record.space].promise(record.ballot)
+        elif isinstance(record, CAcceptRecord):
+            ctx.clog[record.space].restore_accepted(record.index, record.ballot, record.batch)
+        elif isinstance(record, CCommitRecord):
+            ctx.clog[record.space].commit(record.index, record.ballot, record.batch)
+        elif isinstance(record, OAcceptRecord):
+            for offset, value in enumerate(record.values):
+                ctx.olog.accept(record.start + offset, value, record.view)
+            ctx.olog.mark_durable(record.start, record.start + len(record.values), record.view)
+        elif isinstance(record, OCommitRecord):
+            for slot, value in zip(record.slots, record.values, strict=True):
+                ctx.olog.commit(slot, value)
+
+    def _rejoin(self) -> None:
+        ctx, leader = self._ctx, self._leader
+        ctx.epoch += 1
+        ctx.persist(EpochRecord(ctx.epoch))
+        ctx.status = Status.AWAITING if ctx.sequencer == ctx.id else Status.NORMAL
+        ctx.lease_until = ctx.config.lease_ticks  # it may have granted a lease before
+        self._election.highest_view_seen = ctx.view
+        self._learner.reset_view()
+        own = ctx.clog[ctx.id]
+        leader.next_index = own.max_index + 1
+        if ballot_owner(own.promised) == ctx.id:
+            leader.ballot = own.promised
+        for index in sorted(own.slots):
+            slot = own.slots[index]
+            if not slot.committed and slot.ballot == leader.ballot:
+                leader.resume(index, slot.ballot, slot.batch)
+        leader.recount()

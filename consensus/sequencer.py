@@ -1,0 +1,164 @@
+"""The sequencer role: it orders C-instances by proposing replica ids in the O-log.
+
+A C-accept from a command leader, or its C-request, names C(n, i). The de-duplication guard
+(paper Fig. 5 l.13, in its robust form) allocates O-instances for n only while n's count is not
+past i, so duplicated, resent or reordered triggers never add surplus slots for n (a surplus
+slot would later carry a newer command ahead of older, answered ones).
+
+Allocations are batched: at each flush one O-accept goes to each destination, carrying every
+slot that destination was not yet sent (the paper's piggybacking, which the 5-replica ready
+rule needs). Thrifty: destinations are the command leaders named in the new slots plus the
+sequencer's nearest majority. The sequencer persists its own acceptance first, so an O-accept
+leaving it means the sequencer has accepted (learners count it implicitly).
+
+It also sends heartbeats, holds the read lease (granted by followers in answer to heartbeats,
+counted from when each heartbeat was sent), and answers read-index requests.
+"""
+
+from __future__ import annotations
+
+from consensus.config import Defect
+from consensus.context import Context, Status
+from consensus.messages import NO_INDEX, Heartbeat, LeaseGrant, OAccept, ReadIndexReply
+from consensus.records import OAcceptRecord
+
+
+class Sequencer:
+    __slots__ = ("_ctx", "_flushed_upto", "_grants", "_lease_round", "_next_heartbeat",
+                 "_progress_tick", "_progress_upto", "_round_sent_at", "_waiting", "counts",
+                 "next_slot", "sent_upto")
+
+    def __init__(self, ctx: Context) -> None:
+        self._ctx = ctx
+        self.next_slot = 0
+        self.counts = [0] * ctx.replica_count
+        self.sent_upto = [0] * ctx.replica_count
+        self._flushed_upto = 0
+        self._lease_round = 0
+        self._round_sent_at: dict[int, int] = {}
+        self._grants = [-1] * ctx.replica_count
+        self._next_heartbeat = 0
+        self._progress_upto = 0
+        self._progress_tick = 0
+        self._waiting: dict[int, int] = {}  # requests that came while establishing
+
+    def start_view(self, end: int, accepted: tuple[int, ...]) -> None:
+        """Begin serving: the O-log is established up to `end` in the current view.
+        `accepted` holds, per replica, the highest C-index the voters accepted; those
+        C-instances are ordered at once, and so are requests that came while establishing."""
+        ctx = self._ctx
+        self.next_slot = self._flushed_upto = self._progress_upto = end
+        self.counts = [ctx.olog.count(replica, end) for replica in range(ctx.replica_count)]
+        self.sent_upto = [end] * ctx.replica_count
+        self._grants = [-1] * ctx.replica_count
+        self._round_sent_at.clear()
+        self._next_heartbeat = ctx.now
+        self._progress_tick = ctx.now
+        waiting, self._waiting = self._waiting, {}
+        for space in range(ctx.replica_count):
+            highest = max(accepted[space], waiting.get(space, -1))
+            if highest >= 0:
+                self.request(space, highest)
+
+    # --- allocation -------------------------------------------------------------------------
+
+    def request(self, space: int, index: int) -> None:
+        """C(space, 0..index) exist: give each an O-instance, at most once."""
+        ctx = self._ctx
+        if not ctx.is_sequencer:
+            if ctx.status is Status.ESTABLISHING and len(self._waiting) < ctx.replica_count:
+                self._waiting[space] = max(index, self._waiting.get(space, -1))
+            return
+        if Defect.NO_DEDUP_GUARD in ctx.config.defects:
+            self._allocate(space)
+            return
+        while self.counts[space] <= index:
+            self._allocate(space)
+
+    def _allocate(self, space: int) -> None:
+        slot = self.next_slot
+        self.next_slot += 1
+        self.counts[space] += 1
+        self._ctx.olog.accept(slot, space, self._ctx.view)
+        self._ctx.count("sequencer.allocated")
+
+    def flush(self) -> None:
+        """Persist this step's allocations and send the O-accepts they need."""
+        ctx = self._ctx
+        start, end = self._flushed_upto, self.next_slot
+        if start == end or not ctx.is_sequencer:
+            return
+        values = tuple(ctx.olog.slots[slot].value for slot in range(start, end))
+        ctx.persist(OAcceptRecord(ctx.view, start, values))
+        self._flushed_upto = end
+        ctx.send(ctx.id, OAccept(ctx.id, ctx.view, start, values), after_persist=True)
+        destinations = set(ctx.nearest_peers(ctx.config.faults_tolerated))
+        destinations.update(value for value in values if value >= 0)
+        destinations.discard(ctx.id)
+        for peer in sorted(destinations):
+            self._send_run(peer)
+
+    def _send_run(self, peer: int) -> None:
+        ctx = self._ctx
+        start = max(self.sent_upto[peer], ctx.olog.base)  # below: committed, truncated
+        end = min(self.next_slot, start + ctx.config.o_entries_per_message_max)
+        if start >= end:
+            return
+        values = tuple(ctx.olog.slots[slot].value for slot in range(start, end))
+        ctx.send(peer, OAccept(ctx.id, ctx.view, start, values), after_persist=True)
+        self.sent_upto[peer] = end
+
+    def on_ack_gap(self, peer: int, accepted_upto: int) -> None:
+        """The peer lacks slots from `accepted_upto` on: resend from there."""
+        if self._ctx.is_sequencer and accepted_upto < self.sent_upto[peer]:
+            self.sent_upto[peer] = accepted_upto
+            self._send_run(peer)
+
+    # --- heartbeats, resends, the read lease ---------------------------------------------------
+
+    def on_tick(self) -> None:
+        ctx = self._ctx
+        if not ctx.is_sequencer:
+            return
+        if ctx.now >= self._next_heartbeat:
+            self._heartbeat()
+        prefix = ctx.olog.commit_prefix
+        if prefix != self._progress_upto:
+            self._progress_upto, self._progress_tick = prefix, ctx.now
+        elif prefix < self.next_slot and ctx.now - self._progress_tick >= ctx.config.resend_ticks:
+            ctx.count("sequencer.resend")
+            self._progress_tick = ctx.now
+            for peer in ctx.peers():
+                self.sent_upto[peer] = min(self.sent_upto[peer], prefix)
+                self._send_run(peer)
+
+    def _heartbeat(self) -> None:
+        ctx = self._ctx
+        self._lease_round += 1
+        self._round_sent_at[self._lease_round] = ctx.now
+        self._round_sent_at.pop(self._lease_round - 64, None)
+        self._grants[ctx.id] = self._lease_round
+        self._next_heartbeat = ctx.now + ctx.config.heartbeat_ticks
+        ctx.broadcast(Heartbeat(ctx.id, ctx.view, ctx.olog.commit_prefix, self._lease_round))
+
+    def on_lease_grant(self, message: LeaseGrant) -> None:
+        if self._ctx.is_sequencer and message.lease_round <= self._lease_round:
+            self._grants[message.sender] = max(self._grants[message.sender],
+                                               message.lease_round)
+
+    def lease_valid(self) -> bool:
+        """A majority promised, in answer to a heartbeat sent at tick t, to vote for no one
+        else until t + lease_ticks (by their clocks); keep a margin for drift."""
+        ctx = self._ctx
+        granted = sorted(self._grants, reverse=True)[ctx.majority - 1]
+        sent_at = self._round_sent_at.get(granted)
+        if not ctx.is_sequencer or sent_at is None:
+            return False
+        return ctx.now < sent_at + ctx.config.lease_ticks - ctx.config.lease_drift_ticks
+
+    def read_index(self, requester: int, read_id: int) -> None:
+        ctx = self._ctx
+        upto = self.next_slot if self.lease_valid() else NO_INDEX
+        if upto == NO_INDEX:
+            ctx.count("reads.refused_no_lease")
+        ctx.send(requester, ReadIndexReply(ctx.id, ctx.view, read_id, upto))

@@ -1,0 +1,375 @@
+"""The simulated cluster: replicas of the SDPaxos core driven through one event queue.
+
+Each replica's driver follows the `Ready` contract as the runtime does: write the records,
+send what may leave at once, sync (taking `sync_us`), then send what had to wait, install a
+snapshot, apply the executed commands to the replica's own key-value state machine, serve
+reads, and `advance`. Inputs arriving meanwhile queue in the core and leave in the next Ready:
+batching comes for free under load, as in the runtime.
+
+Time is simulated in microseconds. A replica counts ticks from its own clock (period
+`tick_us`, off by up to `drift_ppm`); like the runtime's ticker it catches up on missed ticks
+before it handles anything else after a pause. A crash loses unsynced records (a torn prefix
+may survive); a restart rebuilds the replica from its disk.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import heapq
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from consensus.codec import encode_messages
+from consensus.config import ReplicaConfig
+from consensus.leader import ProposalDropped
+from consensus.messages import Message
+from consensus.prng import Prng
+from consensus.ready import Ready
+from consensus.replica import Replica
+from jepsen.sim.clients import History, Operation, Workload
+from jepsen.sim.disk import Disk
+from jepsen.sim.kv import KvStateMachine
+from jepsen.sim.kv_codec import decode_reply, encode_get
+from jepsen.sim.monitor import SafetyMonitor
+from jepsen.sim.network import Network
+from jepsen.sim.options import SimOptions
+
+DELIVER, TICK, FLUSH, SYNCED, CLIENT, TIMEOUT, CALL = range(7)
+
+
+@dataclass(order=True, slots=True)
+class Event:
+    at_us: int
+    sequence: int
+    kind: int
+    node: int
+    payload: Any = dataclasses.field(compare=False, default=None)
+
+
+class SimNode:
+    """One replica and what its driver keeps: disk, state machine, clients' waiting ops."""
+
+    __slots__ = ("busy", "config", "cpu_free_at", "disk", "flush_pending", "id",
+                 "incarnation", "last_snapshot", "last_view", "paused_until", "pending_reads",
+                 "pending_tags", "proposed_at", "replica", "sm", "tick_period_us",
+                 "ticks_done", "ticks_origin_us")
+
+    def __init__(self, config: ReplicaConfig, tick_period_us: int) -> None:
+        self.id = config.replica_id
+        self.config = config
+        self.replica: Replica | None = None
+        self.sm = KvStateMachine()
+        self.disk = Disk()
+        self.busy = False
+        self.flush_pending = False
+        self.incarnation = 0
+        self.paused_until = 0
+        self.cpu_free_at = 0
+        self.tick_period_us = tick_period_us
+        self.ticks_origin_us = 0
+        self.ticks_done = 0
+        self.last_snapshot = 0
+        self.last_view = -1
+        self.pending_tags: dict[int, Operation] = {}
+        self.pending_reads: dict[int, Operation] = {}
+        self.proposed_at: dict[int, int] = {}
+
+
+class Cluster:
+    def __init__(self, options: SimOptions, configs: list[ReplicaConfig], network: Network,
+                 prng: Prng) -> None:
+        self.options = options
+        self.now_us = 0
+        self._prng = prng
+        self._events: list[Event] = []
+        self._sequence = 0
+        self.network = network
+        self.monitor = SafetyMonitor(options.replica_count)
+        self.history = History()
+        self.workload = Workload(options, prng.fork(7))
+        self.nodes = [SimNode(config, self._tick_period(config.replica_id, options))
+                      for config in configs]
+        self._trace = hashlib.blake2b(digest_size=16)
+        self.ready_latency_us: list[list[int]] = [[] for _ in configs]
+        self.issuing = True
+        self.client_processes: list[int] = []
+        self.client_ops: dict[int, Operation] = {}
+        self._op_ids = 0
+        self.completed_after: list[tuple[int, str]] = []  # (invoked at, outcome) per op
+        self.invoked_at: dict[int, int] = {}
+
+    def _tick_period(self, replica: int, options: SimOptions) -> int:
+        drift = self._prng.fork(100 + replica).int_inclusive(-options.drift_ppm,
+                                                             options.drift_ppm)
+        return options.tick_us * (1_000_000 + drift) // 1_000_000
+
+    # --- the event queue ----------------------------------------------------------------------
+
+    def schedule(self, at_us: int, kind: int, node: int, payload: Any = None) -> None:
+        self._sequence += 1
+        heapq.heappush(self._events, Event(at_us, self._sequence, kind, node, payload))
+
+    def run_until(self, end_us: int) -> None:
+        handlers = (self._deliver, self._tick, self._flush, self._synced, self._client,
+                    self._timeout, self._call)
+        while self._events and self._events[0].at_us <= end_us:
+            event = heapq.heappop(self._events)
+            self.now_us = self.monitor.now_us = event.at_us
+            self._trace.update(b"%d:%d:%d;" % (event.at_us, event.kind, event.node))
+            handlers[event.kind](event)
+        self.now_us = self.monitor.now_us = end_us
+
+    @property
+    def trace_digest(self) -> str:
+        return self._trace.hexdigest()
+
+    # --- replicas -------------------------------------------------------------------------------
+
+    def start(self, node: SimNode, replica: Replica) -> None:
+        node.replica = replica
+        node.sm = KvStateMachine()
+        node.busy = node.flush_pending = False
+        node.incarnation += 1
+        node.ticks_origin_us, node.ticks_done = self.now_us, 0
+        node.last_snapshot = replica.inspect.log_base
+        node.last_view = -1
+        self.monitor.started(node.id, replica.inspect)
+        self.schedule(self.now_us + node.tick_period_us, TICK, node.id, node.incarnation)
+        self._request_flush(node)
+
+    def crash(self, node: SimNode, *, torn: bool) -> None:
+        if node.replica is None:
+            return
+        node.replica = None
+        node.disk.crash(self._prng, torn=torn)
+        for operation in [*node.pending_tags.values(), *node.pending_reads.values()]:
+            self.finish_unknown(operation)
+        node.pending_tags.clear()
+        node.pending_reads.clear()
+        node.proposed_at.clear()
+
+    def _request_flush(self, node: SimNode) -> None:
+        if not node.flush_pending and node.replica is not None:
+            node.flush_pending = True
+            self.schedule(max(self.now_us, node.paused_until), FLUSH, node.id,
+                          node.incarnation)
+
+    def _available(self, node: SimNode, event: Event) -> bool:
+        """Defer the event while the node is paused; False if it must not run now."""
+        if node.replica is None:
+            return False
+        if self.now_us < node.paused_until:
+            self.schedule(node.paused_until, event.kind, event.node, event.payload)
+            return False
+        self._catch_up_ticks(node)
+        return True
+
+    def _catch_up_ticks(self, node: SimNode) -> None:
+        assert node.replica is not None
+        due = (self.now_us - node.ticks_origin_us) // node.tick_period_us
+        while node.ticks_done < due:
+            node.ticks_done += 1
+            node.replica.tick()
+
+    def _tick(self, event: Event) -> None:
+        node = self.nodes[event.node]
+        if event.payload != node.incarnation or not self._available(node, event):
+            return
+        next_at = node.ticks_origin_us + (node.ticks_done + 1) * node.tick_period_us
+        self.schedule(next_at, TICK, node.id, node.incarnation)
+        self._request_flush(node)
+
+    def _deliver(self, event: Event) -> None:
+        node = self.nodes[event.node]
+        if not self._available(node, event):
+            return
+        cost = self.options.straggler_cpu_us if node.id == self.options.straggler else 0
+        if cost:
+            if node.cpu_free_at > self.now_us:
+                self.schedule(node.cpu_free_at, DELIVER, node.id, event.payload)
+                return
+            node.cpu_free_at = self.now_us + cost
+        assert node.replica is not None
+        node.replica.receive(event.payload)
+        self._request_flush(node)
+
+    def send(self, node: SimNode, messages: list[tuple[int, Message]]) -> None:
+        by_target: dict[int, list[Message]] = {}
+        for target, message in messages:
+            by_target.setdefault(target, []).append(message)
+        for target in sorted(by_target):
+            frame = encode_messages(by_target[target])
+            for arrival in self.network.arrivals(self.now_us, node.id, target):
+                self.schedule(arrival, DELIVER, target, frame)
+
+    # --- the driver: one Ready at a time --------------------------------------------------------
+
+    def _flush(self, event: Event) -> None:
+        node = self.nodes[event.node]
+        if event.payload != node.incarnation:
+            return
+        node.flush_pending = False
+        if node.busy or not self._available(node, event):
+            return
+        assert node.replica is not None
+        ready = node.replica.ready()
+        if ready.is_empty():
+            return
+        node.disk.write(ready.records)
+        self.send(node, ready.messages)
+        node.busy = True
+        if ready.must_sync:
+            self.schedule(self.now_us + self.options.sync_us, SYNCED, node.id,
+                          (node.incarnation, ready))
+        else:
+            self._persisted(node, ready)
+
+    def _synced(self, event: Event) -> None:
+        node = self.nodes[event.node]
+        incarnation, ready = event.payload
+        if incarnation != node.incarnation or node.replica is None:
+            return
+        node.disk.sync()
+        self._persisted(node, ready)
+
+    def _persisted(self, node: SimNode, ready: Ready) -> None:
+        replica = node.replica
+        assert replica is not None
+        self.send(node, ready.messages_after_persist)
+        if ready.snapshot_to_install is not None:
+            node.sm.restore(ready.snapshot_to_install.state)
+            node.last_snapshot = ready.snapshot_to_install.meta.slot
+            self.monitor.started(node.id, replica.inspect)
+        self._apply(node, ready)
+        replica.advance()
+        node.busy = False
+        executed = replica.executed_slots
+        if executed - node.last_snapshot >= self.options.snapshot_every_slots:
+            replica.compact(node.sm.snapshot(), executed)
+            node.last_snapshot = executed
+        inspect = replica.inspect
+        if inspect.is_sequencer and inspect.view != node.last_view:
+            node.last_view = inspect.view
+            self.monitor.view_established(node.id, inspect)
+        self._request_flush(node)
+
+    def _apply(self, node: SimNode, ready: Ready) -> None:
+        replica = node.replica
+        assert replica is not None
+        for item in ready.executed:
+            self.monitor.executed(node.id, replica.inspect, item)
+            for command in item.commands:
+                reply = node.sm.apply(command.payload)
+                if command.origin == node.id:
+                    self._command_done(node, command.tag, reply)
+        if ready.executed:
+            self.monitor.digest(node.id, replica.executed_slots, node.sm.digest())
+        for index in ready.readied_instances:
+            self.monitor.ready(node.id, replica.inspect, index)
+        for tag in ready.readied:
+            proposed = node.proposed_at.pop(tag, None)
+            if proposed is not None:
+                self.ready_latency_us[node.id].append(self.now_us - proposed)
+        for read_id in ready.reads:
+            self._read_done(node, read_id)
+        for read_id in ready.reads_refused:
+            operation = node.pending_reads.pop(read_id, None)
+            if operation is not None:
+                self.finish(operation, "fail", None)
+
+    # --- clients --------------------------------------------------------------------------------
+
+    def add_client(self, client: int, start_us: int) -> None:
+        self.client_processes.append(client)
+        self.schedule(start_us, CLIENT, client % self.options.replica_count, client)
+
+    def _client(self, event: Event) -> None:
+        client = event.payload
+        if not self.issuing:
+            return
+        node = self.nodes[event.node]
+        if node.replica is None or self.now_us < node.paused_until:
+            self.schedule(self.now_us + self.options.think_us * 5, CLIENT, node.id, client)
+            return
+        self._op_ids += 1
+        deadline = self.now_us + self.options.client_timeout_ms * 1000
+        operation = self.workload.next_operation(self._op_ids, client,
+                                                 self.client_processes[client], node.id,
+                                                 deadline)
+        self._invoke(node, operation)
+
+    def _invoke(self, node: SimNode, operation: Operation) -> None:
+        replica = node.replica
+        assert replica is not None
+        self.history.record(operation.process, "invoke", operation.f, operation.key,
+                            operation.value)
+        self.client_ops[operation.op_id] = operation
+        self.invoked_at[operation.op_id] = self.now_us
+        self.schedule(operation.deadline_us, TIMEOUT, node.id, operation.op_id)
+        if operation.f == "read":
+            node.pending_reads[operation.op_id] = operation
+            replica.read(operation.op_id)
+        else:
+            try:
+                tag = replica.propose(operation.payload)
+            except ProposalDropped:
+                self.finish(operation, "fail", operation.value)
+                return
+            node.pending_tags[tag] = operation
+            node.proposed_at[tag] = self.now_us
+        self._request_flush(node)
+
+    def _command_done(self, node: SimNode, tag: int, reply: bytes) -> None:
+        operation = node.pending_tags.pop(tag, None)
+        if operation is None:
+            return
+        applied, _ = decode_reply(reply)
+        if operation.f == "write":
+            self.finish(operation, "ok", operation.value)
+        elif applied:
+            self.finish(operation, "ok", operation.value)
+            self.workload.observed(operation.key, operation.value[1])  # type: ignore[index]
+        else:
+            self.finish(operation, "fail", operation.value)
+
+    def _read_done(self, node: SimNode, read_id: int) -> None:
+        operation = node.pending_reads.pop(read_id, None)
+        if operation is None:
+            return
+        _, value = decode_reply(node.sm.query(encode_get(operation.key)))
+        self.finish(operation, "ok", value)
+
+    def _timeout(self, event: Event) -> None:
+        operation = self.client_ops.get(event.payload)
+        if operation is None:
+            return
+        node = self.nodes[operation.replica]
+        node.pending_reads.pop(operation.op_id, None)
+        for tag in [tag for tag, pending in node.pending_tags.items() if pending is operation]:
+            del node.pending_tags[tag]
+        if node.replica is not None and operation.f == "read":
+            node.replica.cancel_read(operation.op_id)
+        self.finish_unknown(operation)
+
+    def finish_unknown(self, operation: Operation) -> None:
+        self.finish(operation, "fail" if operation.f == "read" else "info", operation.value)
+
+    def finish(self, operation: Operation, outcome: str, value: object) -> None:
+        if self.client_ops.pop(operation.op_id, None) is None:
+            return
+        self.history.record(operation.process, outcome, operation.f, operation.key, value)
+        self.completed_after.append((self.invoked_at.pop(operation.op_id), outcome))
+        if outcome == "info":
+            self.client_processes[operation.client] += len(self.client_processes)
+        self.schedule(self.now_us + self._prng.int_inclusive(0, self.options.think_us),
+                      CLIENT, operation.client % self.options.replica_count, operation.client)
+
+    # --- faults and phases (scheduled by the runner) ------------------------------------------
+
+    def call_at(self, at_us: int, action: Callable[[Cluster], None]) -> None:
+        self.schedule(at_us, CALL, 0, action)
+
+    def _call(self, event: Event) -> None:
+        event.payload(self)

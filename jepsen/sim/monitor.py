@@ -1,0 +1,145 @@
+"""Safety checks, run as the simulation goes, on everything the replicas execute.
+
+- O-agreement: every replica executes the same replica id (or NO_CL) at each slot.
+- C-agreement: every replica executes the same batch for each C-instance (n, k).
+- Executed prefixes agree: slot j runs the same C-instance everywhere, slots strictly increase.
+- Positional mapping: the slot that runs C(n, k) is the (k+1)-th slot for n, counted afresh
+  from the replica's own O-log.
+- Exactly once: no C-instance and no command tag runs twice in one replica's lifetime.
+- Equal state digests at equal executed prefixes.
+- Ready commands keep their position: a command reported ready runs with the batch it was
+  ready with, and every sequencer that establishes a view has at least k+1 slots for n in its
+  log for every ready C(n, k) (invariant 8 of the reference).
+A violation is recorded with the time and the details; the run reports them all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from consensus.messages import NO_CL, Batch
+from consensus.ready import Executed
+from consensus.replica import Inspection
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    at_us: int
+    invariant: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"[{self.at_us} us] {self.invariant}: {self.detail}"
+
+
+class _ReplicaCursor:
+    __slots__ = ("counts", "executed", "slot", "tags")
+
+    def __init__(self, slot: int, counts: list[int]) -> None:
+        self.slot = slot  # next slot to account for
+        self.counts = counts  # per replica id: slots for it in [0, slot)
+        self.executed: set[tuple[int, int]] = set()
+        self.tags: set[tuple[int, int]] = set()
+
+
+class SafetyMonitor:
+    def __init__(self, replica_count: int) -> None:
+        self._replica_count = replica_count
+        self._slot_values: dict[int, int] = {}
+        self._slot_instances: dict[int, tuple[int, int]] = {}
+        self._instances: dict[tuple[int, int], Batch] = {}
+        self._digests: dict[int, bytes] = {}
+        self._ready: dict[tuple[int, int], Batch] = {}
+        self._max_ready = [-1] * replica_count
+        self._cursors: dict[int, _ReplicaCursor] = {}
+        self.violations: list[Violation] = []
+        self.now_us = 0
+
+    def _violate(self, invariant: str, detail: str) -> None:
+        self.violations.append(Violation(self.now_us, invariant, detail))
+
+    def started(self, replica: int, inspection: Inspection) -> None:
+        """A replica (re)started: its execution restarts at its snapshot."""
+        base = inspection.log_base
+        counts = [inspection.o_count(space, base) for space in range(self._replica_count)]
+        self._cursors[replica] = _ReplicaCursor(base, counts)
+
+    def executed(self, replica: int, inspection: Inspection, item: Executed) -> None:
+        cursor = self._cursors[replica]
+        if item.slot < cursor.slot:
+            self._violate("executed prefixes", f"replica {replica} ran slot {item.slot} "
+                          f"after slot {cursor.slot - 1}")
+            return
+        for slot in range(cursor.slot, item.slot):
+            value = inspection.committed_o(slot)
+            if value != NO_CL:
+                self._violate("no gaps", f"replica {replica} skipped slot {slot} holding "
+                              f"{value}")
+            self._agree_on_slot(replica, slot, NO_CL)
+        self._agree_on_slot(replica, item.slot, item.space)
+        self._check_instance(replica, inspection, cursor, item)
+        cursor.counts[item.space] += 1
+        cursor.slot = item.slot + 1
+
+    def _agree_on_slot(self, replica: int, slot: int, value: int) -> None:
+        known = self._slot_values.setdefault(slot, value)
+        if known != value:
+            self._violate("O-agreement", f"slot {slot}: replica {replica} ran {value}, "
+                          f"another ran {known}")
+
+    def _check_instance(self, replica: int, inspection: Inspection, cursor: _ReplicaCursor,
+                        item: Executed) -> None:
+        instance = (item.space, item.index)
+        if cursor.counts[item.space] != item.index:
+            self._violate("positional mapping", f"replica {replica} ran C{instance} at slot "
+                          f"{item.slot}, the slot for C({item.space}, "
+                          f"{cursor.counts[item.space]})")
+        known_instance = self._slot_instances.setdefault(item.slot, instance)
+        if known_instance != instance:
+            self._violate("executed prefixes", f"slot {item.slot}: C{instance} at replica "
+                          f"{replica}, C{known_instance} elsewhere")
+        if instance in cursor.executed:
+            self._violate("exactly once", f"replica {replica} ran C{instance} twice")
+        cursor.executed.add(instance)
+        for command in item.commands:
+            if (command.origin, command.tag) in cursor.tags:
+                self._violate("exactly once", f"replica {replica} ran command "
+                              f"{command.origin}/{command.tag} twice")
+            cursor.tags.add((command.origin, command.tag))
+        committed = inspection.committed_c(item.space, item.index)
+        known_batch = self._instances.setdefault(instance, item.commands)
+        if known_batch != item.commands:
+            self._violate("C-agreement", f"C{instance} ran different batches")
+        ready = self._ready.get(instance)
+        if ready is not None and committed is not None and ready != committed:
+            self._violate("ready position", f"C{instance} was ready with another batch")
+
+    def digest(self, replica: int, executed_slots: int, digest: bytes) -> None:
+        known = self._digests.setdefault(executed_slots, digest)
+        if known != digest:
+            self._violate("state digests", f"replica {replica} after {executed_slots} slots "
+                          f"has digest {digest.hex()}, another {known.hex()}")
+
+    def ready(self, replica: int, inspection: Inspection, index: int) -> None:
+        batch = inspection.committed_c(replica, index)
+        if batch is None and inspection.exec_count(replica) > index:
+            batch = self._instances.get((replica, index))  # already run and truncated
+        if batch is None:
+            self._violate("ready position", f"C({replica}, {index}) ready but not committed")
+            return
+        self._ready[(replica, index)] = batch
+        self._max_ready[replica] = max(self._max_ready[replica], index)
+
+    def view_established(self, replica: int, inspection: Inspection) -> None:
+        end = inspection.log_end
+        for space, highest in enumerate(self._max_ready):
+            if highest < 0:
+                continue
+            count = inspection.o_count(space, end)
+            if count < highest + 1:
+                self._violate("ready position", f"view {inspection.view} at replica "
+                              f"{replica} has {count} slots for {space}, but C({space}, "
+                              f"{highest}) was ready")
+
+    def ready_instances(self) -> dict[tuple[int, int], Batch]:
+        return self._ready

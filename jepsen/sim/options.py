@@ -1,0 +1,84 @@
+"""What one simulator run does: the group, the workload, the fault mix, the phases' lengths.
+
+`swarm(seed)` draws the fault mix from the seed (swarm testing: each seed enables its own
+subset of faults at its own rates), so a sweep over seeds covers many combinations; `describe`
+prints every option, so a run can be reproduced from its printout alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from consensus.config import Defect, Mode
+from consensus.prng import Prng
+
+
+@dataclass(frozen=True, slots=True)
+class SimOptions:
+    seed: int
+    replica_count: int = 3
+    mode: Mode = Mode.SDPAXOS
+    clients: int = 4
+    keys: int = 3
+    safety_ms: int = 2000
+    liveness_ms: int = 3000
+    tick_us: int = 1000
+    latency_us_min: int = 200
+    latency_us_max: int = 2000
+    jitter_us: int = 0
+    loss_ppm: int = 0
+    duplicate_ppm: int = 0
+    sync_us: int = 200
+    torn_writes: bool = False
+    drift_ppm: int = 0  # each replica's tick period differs by up to this much
+    partition_every_ms: int = 0
+    crash_every_ms: int = 0
+    pause_every_ms: int = 0
+    clog_every_ms: int = 0
+    fault_duration_ms: int = 300
+    snapshot_every_slots: int = 200
+    client_timeout_ms: int = 1500
+    think_us: int = 2000
+    read_ppm: int = 400_000
+    cas_ppm: int = 200_000
+    batch_commands_max: int = 64
+    thrifty: bool = True
+    straggler: int = -1  # a replica that needs straggler_cpu_us per message, or -1
+    straggler_cpu_us: int = 0
+    defects: frozenset[Defect] = field(default_factory=frozenset)
+
+    def describe(self) -> str:
+        parts = []
+        for item in dataclasses.fields(self):
+            value = getattr(self, item.name)
+            if isinstance(value, frozenset):
+                value = ",".join(sorted(str(defect) for defect in value)) or "-"
+            parts.append(f"{item.name}={value}")
+        return " ".join(parts)
+
+
+def swarm(seed: int, base: SimOptions | None = None) -> SimOptions:
+    """Options for `seed` with a fault mix drawn from it."""
+    prng = Prng(seed ^ 0x5157A4)
+    options = base if base is not None else SimOptions(seed=seed)
+
+    def maybe(low: int, high: int) -> int:
+        return prng.int_inclusive(low, high) if prng.chance_ppm(500_000) else 0
+
+    return dataclasses.replace(
+        options, seed=seed,
+        jitter_us=maybe(100, 3000),
+        loss_ppm=maybe(1_000, 50_000),
+        duplicate_ppm=maybe(1_000, 50_000),
+        torn_writes=prng.chance_ppm(500_000),
+        drift_ppm=maybe(100, 5_000),
+        partition_every_ms=maybe(150, 800),
+        crash_every_ms=maybe(200, 1000),
+        pause_every_ms=maybe(200, 1000),
+        clog_every_ms=maybe(200, 1000),
+        fault_duration_ms=prng.int_inclusive(50, 600),
+        snapshot_every_slots=prng.choice([20, 50, 200, 1000]),
+        batch_commands_max=prng.choice([1, 4, 64]),
+        thrifty=prng.chance_ppm(750_000),
+    )

@@ -1,0 +1,204 @@
+"""One simulator run: build the cluster from the options, then two phases.
+
+1. Safety: clients run while the nemesis injects its faults; the monitor checks every
+   execution as it happens.
+2. Liveness: every fault heals (crashed replicas restart, partitions and pauses end, loss and
+   duplication stop); clients keep going, then stop, and the run waits for quiet. Every
+   operation invoked after the heal must complete (none may time out), every replica must
+   reach the same executed prefix and state digest, and every command reported ready must have
+   run.
+
+The result carries the violations, the history and the trace digest (same seed and options,
+same digest).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from consensus.config import ReplicaConfig
+from consensus.prng import Prng
+from consensus.replica import Replica
+from jepsen.sim.clients import HistoryEvent
+from jepsen.sim.cluster import Cluster
+from jepsen.sim.monitor import Violation
+from jepsen.sim.nemesis import Fault, NemesisEvent, draw_schedule, partition_groups
+from jepsen.sim.network import LinkFaults, Network
+from jepsen.sim.options import SimOptions
+
+QUIESCE_MS = 3000
+
+
+@dataclass(frozen=True, slots=True)
+class SimResult:
+    options: SimOptions
+    schedule: tuple[NemesisEvent, ...]
+    violations: tuple[Violation, ...]
+    trace_digest: str
+    history: tuple[HistoryEvent, ...]
+    operations: int
+    executed_slots: int
+    views: int
+    ready_latency_ms: tuple[float, ...]  # median per replica
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+
+def replica_configs(options: SimOptions, latency_us: list[list[int]],
+                    **overrides: object) -> list[ReplicaConfig]:
+    configs = []
+    for replica in range(options.replica_count):
+        peers = sorted((other for other in range(options.replica_count) if other != replica),
+                       key=lambda other: (latency_us[replica][other], other))
+        configs.append(ReplicaConfig(
+            replica_id=replica, replica_count=options.replica_count, mode=options.mode,
+            peer_order=tuple(peers), thrifty=options.thrifty,
+            batch_commands_max=options.batch_commands_max, defects=options.defects,
+            **overrides,  # type: ignore[arg-type]
+        ).validate())
+    return configs
+
+
+def latency_matrix(options: SimOptions, prng: Prng) -> list[list[int]]:
+    count = options.replica_count
+    matrix = [[0] * count for _ in range(count)]
+    for source in range(count):
+        for target in range(source + 1, count):
+            one_way = prng.int_inclusive(options.latency_us_min, options.latency_us_max)
+            matrix[source][target] = matrix[target][source] = one_way
+    return matrix
+
+
+def build(options: SimOptions, latency_us: list[list[int]] | None = None,
+          **overrides: object) -> Cluster:
+    prng = Prng(options.seed)
+    matrix = latency_us if latency_us is not None else latency_matrix(options, prng.fork(1))
+    faults = LinkFaults(options.loss_ppm, options.duplicate_ppm, options.jitter_us)
+    network = Network(matrix, prng.fork(2), faults)
+    configs = replica_configs(options, matrix, **overrides)
+    cluster = Cluster(options, configs, network, prng.fork(3))
+    for config in configs:
+        cluster.start(cluster.nodes[config.replica_id],
+                      Replica(config, prng.fork(10 + config.replica_id)))
+    return cluster
+
+
+def run(options: SimOptions, schedule: tuple[NemesisEvent, ...] | None = None) -> SimResult:
+    cluster = build(options)
+    if schedule is None:
+        schedule = draw_schedule(options, Prng(options.seed).fork(4))
+    for client in range(options.clients):
+        cluster.add_client(client, client * 137)
+    for event in schedule:
+        cluster.call_at(event.at_ms * 1000, _inject(event))
+    safety_end = options.safety_ms * 1000
+    cluster.run_until(safety_end)
+    heal(cluster)
+    liveness_end = safety_end + options.liveness_ms * 1000
+    cluster.run_until(liveness_end)
+    cluster.issuing = False
+    cluster.run_until(liveness_end + max(QUIESCE_MS, options.client_timeout_ms * 2) * 1000)
+    violations = [*cluster.monitor.violations, *_liveness_violations(cluster, safety_end)]
+    return _result(cluster, schedule, violations)
+
+
+def _inject(event: NemesisEvent) -> Callable[[Cluster], None]:
+    def apply(cluster: Cluster) -> None:
+        end_us = cluster.now_us + event.duration_ms * 1000
+        node = cluster.nodes[event.target]
+        if event.fault is Fault.CRASH:
+            cluster.crash(node, torn=cluster.options.torn_writes)
+            cluster.call_at(end_us, lambda later: _restart(later, event.target))
+            return
+        if event.fault is Fault.PAUSE:
+            node.paused_until = max(node.paused_until, end_us)
+            return
+        _disturb_network(cluster, event)
+        cluster.call_at(end_us, lambda later: later.network.heal())
+    return apply
+
+
+def _disturb_network(cluster: Cluster, event: NemesisEvent) -> None:
+    count = cluster.options.replica_count
+    if event.fault is Fault.CLOG:
+        for source in range(count):
+            if source != event.target:
+                cluster.network.clog(source, event.target, 20 * cluster.options.latency_us_max)
+    elif event.fault is Fault.ONE_WAY:
+        for source in range(count):
+            if source != event.target:
+                cluster.network.cut_one_way(source, event.target)
+    else:
+        sequencer = max(range(count), key=lambda replica: _view_of(cluster, replica))
+        sequencer = _view_of(cluster, sequencer) % count
+        cluster.network.partition(partition_groups(event.fault, event.target, count, sequencer))
+
+
+def _view_of(cluster: Cluster, replica: int) -> int:
+    node = cluster.nodes[replica].replica
+    return node.inspect.view if node is not None else -1
+
+
+def _restart(cluster: Cluster, replica: int) -> None:
+    node = cluster.nodes[replica]
+    if node.replica is not None:
+        return
+    prng = Prng(cluster.options.seed).fork(1000 * node.incarnation + replica)
+    cluster.start(node, Replica.restore(node.config, prng, node.disk.records()))
+
+
+def heal(cluster: Cluster) -> None:
+    cluster.network.heal()
+    cluster.network.faults = LinkFaults(jitter_us=cluster.network.faults.jitter_us)
+    for node in cluster.nodes:
+        node.paused_until = min(node.paused_until, cluster.now_us)
+        _restart(cluster, node.id)
+
+
+def _liveness_violations(cluster: Cluster, heal_us: int) -> list[Violation]:
+    now, found = cluster.now_us, []
+    if cluster.client_ops:
+        found.append(Violation(now, "liveness", f"{len(cluster.client_ops)} operations never "
+                               "completed"))
+    timed_out = sum(1 for invoked, outcome in cluster.completed_after
+                    if invoked >= heal_us and outcome == "info")
+    if timed_out:
+        found.append(Violation(now, "liveness", f"{timed_out} operations invoked after the "
+                               "heal timed out"))
+    replicas = [node.replica for node in cluster.nodes if node.replica is not None]
+    executed = {replica.executed_slots for replica in replicas}
+    digests = {node.sm.digest() for node in cluster.nodes}
+    if len(replicas) != len(cluster.nodes) or len(executed) != 1 or len(digests) != 1:
+        found.append(Violation(now, "convergence", f"executed slots {sorted(executed)}, "
+                               f"{len(digests)} distinct digests"))
+    reference = cluster.nodes[0].replica
+    if reference is not None:
+        for (space, index) in sorted(cluster.monitor.ready_instances()):
+            if reference.inspect.exec_count(space) <= index:
+                found.append(Violation(now, "liveness", f"ready C({space}, {index}) never ran"))
+                break
+    return found
+
+
+def _result(cluster: Cluster, schedule: tuple[NemesisEvent, ...],
+            violations: list[Violation]) -> SimResult:
+    latencies = tuple(statistics.median(samples) / 1000 if samples else 0.0
+                      for samples in cluster.ready_latency_us)
+    replicas = [node.replica for node in cluster.nodes if node.replica is not None]
+    return SimResult(
+        options=cluster.options, schedule=schedule, violations=tuple(violations),
+        trace_digest=cluster.trace_digest, history=tuple(cluster.history.events),
+        operations=len(cluster.completed_after),
+        executed_slots=max((replica.executed_slots for replica in replicas), default=0),
+        views=max((replica.inspect.view for replica in replicas), default=0),
+        ready_latency_ms=latencies,
+    )
+
+
+def with_options(options: SimOptions, **changes: object) -> SimOptions:
+    return dataclasses.replace(options, **changes)  # type: ignore[arg-type]
