@@ -11,6 +11,7 @@ import enum
 from dataclasses import dataclass, field
 
 from consensus.errors import ConsensusError
+from consensus.quorum import majority
 
 # Ballots pack (round, replica) into one int: round * BALLOT_REPLICAS + replica.
 BALLOT_REPLICAS = 16
@@ -70,7 +71,7 @@ class ReplicaConfig:
 
     @property
     def majority(self) -> int:
-        return self.replica_count // 2 + 1
+        return majority(self.replica_count)
 
     @property
     def faults_tolerated(self) -> int:

@@ -88,6 +88,9 @@ class Learner:
             self._announce.append(slot)
             self.on_own_commit(slot)
 
+    def has_pending(self) -> bool:
+        return bool(self._committed or self._announce)
+
     def flush(self) -> None:
         """Persist this step's commits and announce the ones that name this replica."""
         ctx = self._ctx

@@ -64,6 +64,10 @@ class Reads:
         self._pending[read_id] = executed_upto
         self._asked_at.pop(read_id, None)
 
+    def has_servable(self) -> bool:
+        exec_slot = self._executor.exec_slot
+        return any(upto != _UNKNOWN and upto <= exec_slot for upto in self._pending.values())
+
     def serve(self) -> None:
         """Hand out the reads whose index is executed here."""
         exec_slot = self._executor.exec_slot

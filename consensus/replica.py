@@ -249,6 +249,16 @@ class Replica:
         self._learner.flush()
         return self._ctx.outbox.drain()
 
+    def has_ready(self) -> bool:
+        """Whether `ready()` would hand out anything (cheap; drivers poll it after ticks)."""
+        ctx = self._ctx
+        if not ctx.outbox.pending.is_empty() or self._learner.has_pending():
+            return True
+        if self._leader.pending_count() and ctx.status is Status.NORMAL:
+            return True
+        entry = ctx.olog.slots.get(self._executor.exec_slot)
+        return (entry is not None and entry.committed) or self._reads.has_servable()
+
     def advance(self) -> None:
         """The last Ready is handled: its records are durable; count own acceptances."""
         for message in self._ctx.outbox.take_persisted_loopback():

@@ -20,6 +20,7 @@ from __future__ import annotations
 from consensus.config import Defect
 from consensus.context import Context, Status
 from consensus.messages import NO_INDEX, Heartbeat, LeaseGrant, OAccept, ReadIndexReply
+from consensus.quorum import majority_floor
 from consensus.records import OAcceptRecord
 
 
@@ -150,7 +151,7 @@ class Sequencer:
         """A majority promised, in answer to a heartbeat sent at tick t, to vote for no one
         else until t + lease_ticks (by their clocks); keep a margin for drift."""
         ctx = self._ctx
-        granted = sorted(self._grants, reverse=True)[ctx.majority - 1]
+        granted = majority_floor(self._grants)
         sent_at = self._round_sent_at.get(granted)
         if not ctx.is_sequencer or sent_at is None:
             return False

@@ -14,12 +14,10 @@ may survive); a restart rebuilds the replica from its disk.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import heapq
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from consensus.codec import encode_messages
 from consensus.config import ReplicaConfig
@@ -39,13 +37,14 @@ from jepsen.sim.options import SimOptions
 DELIVER, TICK, FLUSH, SYNCED, CLIENT, TIMEOUT, CALL = range(7)
 
 
-@dataclass(order=True, slots=True)
-class Event:
+class Event(NamedTuple):
+    """Heap entries compare as tuples (time, then a unique sequence number), in C."""
+
     at_us: int
     sequence: int
     kind: int
     node: int
-    payload: Any = dataclasses.field(compare=False, default=None)
+    payload: Any
 
 
 class SimNode:
@@ -179,7 +178,9 @@ class Cluster:
             return
         next_at = node.ticks_origin_us + (node.ticks_done + 1) * node.tick_period_us
         self.schedule(next_at, TICK, node.id, node.incarnation)
-        self._request_flush(node)
+        assert node.replica is not None
+        if node.replica.has_ready():
+            self._request_flush(node)
 
     def _deliver(self, event: Event) -> None:
         node = self.nodes[event.node]
@@ -269,6 +270,7 @@ class Cluster:
         for index in ready.readied_instances:
             self.monitor.ready(node.id, replica.inspect, index)
         for tag in ready.readied:
+            self.monitor.readied(node.id, tag)
             proposed = node.proposed_at.pop(tag, None)
             if proposed is not None:
                 self.ready_latency_us[node.id].append(self.now_us - proposed)
@@ -319,6 +321,7 @@ class Cluster:
                 return
             node.pending_tags[tag] = operation
             node.proposed_at[tag] = self.now_us
+            self.monitor.proposed(node.id, tag)
         self._request_flush(node)
 
     def _command_done(self, node: SimNode, tag: int, reply: bytes) -> None:

@@ -10,6 +10,9 @@
 - Ready commands keep their position: a command reported ready runs with the batch it was
   ready with, and every sequencer that establishes a view has at least k+1 slots for n in its
   log for every ready C(n, k) (invariant 8 of the reference).
+- Ready order (invariant 7, the paper's linearizability): if command a was ready before
+  command b was proposed, a runs before b. This is what the de-duplication guard and the
+  5-replica prefix condition protect; clients answered only after execution would not see it.
 A violation is recorded with the time and the details; the run reports them all.
 """
 
@@ -52,6 +55,9 @@ class SafetyMonitor:
         self._ready: dict[tuple[int, int], Batch] = {}
         self._max_ready = [-1] * replica_count
         self._cursors: dict[int, _ReplicaCursor] = {}
+        self._proposed_us: dict[tuple[int, int], int] = {}
+        self._ready_us: dict[tuple[int, int], int] = {}
+        self._command_slots: dict[tuple[int, int], int] = {}
         self.violations: list[Violation] = []
         self.now_us = 0
 
@@ -102,10 +108,12 @@ class SafetyMonitor:
             self._violate("exactly once", f"replica {replica} ran C{instance} twice")
         cursor.executed.add(instance)
         for command in item.commands:
-            if (command.origin, command.tag) in cursor.tags:
+            key = (command.origin, command.tag)
+            if key in cursor.tags:
                 self._violate("exactly once", f"replica {replica} ran command "
                               f"{command.origin}/{command.tag} twice")
-            cursor.tags.add((command.origin, command.tag))
+            cursor.tags.add(key)
+            self._command_slots.setdefault(key, item.slot)
         committed = inspection.committed_c(item.space, item.index)
         known_batch = self._instances.setdefault(instance, item.commands)
         if known_batch != item.commands:
@@ -143,3 +151,24 @@ class SafetyMonitor:
 
     def ready_instances(self) -> dict[tuple[int, int], Batch]:
         return self._ready
+
+    def proposed(self, origin: int, tag: int) -> None:
+        self._proposed_us[(origin, tag)] = self.now_us
+
+    def readied(self, origin: int, tag: int) -> None:
+        self._ready_us.setdefault((origin, tag), self.now_us)
+
+    def check_ready_order(self) -> None:
+        """Invariant 7: walking the executed commands in slot order, no command may have been
+        ready before a command that runs ahead of it was even proposed."""
+        latest_proposal, latest_key = -1, (0, 0)
+        for slot, key in sorted((slot, key) for key, slot in self._command_slots.items()):
+            ready = self._ready_us.get(key)
+            if ready is not None and ready < latest_proposal:
+                self._violate("ready order", f"command {key} at slot {slot} was ready at "
+                              f"{ready} us, before command {latest_key} that runs ahead of "
+                              f"it was proposed at {latest_proposal} us")
+                return
+            proposed = self._proposed_us.get(key, -1)
+            if proposed > latest_proposal:
+                latest_proposal, latest_key = proposed, key

@@ -19,7 +19,7 @@ class Fault(enum.StrEnum):
     ISOLATE_SEQUENCER = "isolate-sequencer"
     ISOLATE = "isolate"
     ONE_WAY = "one-way"  # target hears nobody, but everybody hears it
-    CLOG = "clog"  # links into target slowed by 20x their latency
+    CLOG = "clog"  # links to and from target slowed to a crawl: late, not lost
     CRASH = "crash"  # target crashes, restarts after the duration
     PAUSE = "pause"  # target stops (as under SIGSTOP) for the duration
 

@@ -30,6 +30,7 @@ from jepsen.sim.network import LinkFaults, Network
 from jepsen.sim.options import SimOptions
 
 QUIESCE_MS = 3000
+CLOG_US_MAX = 250_000  # long enough for the others to elect a new sequencer meanwhile
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +104,7 @@ def run(options: SimOptions, schedule: tuple[NemesisEvent, ...] | None = None) -
     cluster.run_until(liveness_end)
     cluster.issuing = False
     cluster.run_until(liveness_end + max(QUIESCE_MS, options.client_timeout_ms * 2) * 1000)
+    cluster.monitor.check_ready_order()
     violations = [*cluster.monitor.violations, *_liveness_violations(cluster, safety_end)]
     return _result(cluster, schedule, violations)
 
@@ -126,9 +128,11 @@ def _inject(event: NemesisEvent) -> Callable[[Cluster], None]:
 def _disturb_network(cluster: Cluster, event: NemesisEvent) -> None:
     count = cluster.options.replica_count
     if event.fault is Fault.CLOG:
-        for source in range(count):
-            if source != event.target:
-                cluster.network.clog(source, event.target, 20 * cluster.options.latency_us_max)
+        delay_us = min(CLOG_US_MAX, 100 * cluster.options.latency_us_max)
+        for other in range(count):
+            if other != event.target:
+                cluster.network.clog(other, event.target, delay_us)
+                cluster.network.clog(event.target, other, delay_us)
     elif event.fault is Fault.ONE_WAY:
         for source in range(count):
             if source != event.target:

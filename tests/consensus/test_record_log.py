@@ -1,0 +1,90 @@
+"""Compacting the record log keeps every promise: replaying the compacted records rebuilds
+exactly the replica that replaying all of them does."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from consensus.messages import SnapshotMeta
+from consensus.prng import Prng
+from consensus.record_log import compact_records
+from consensus.records import (
+    CAcceptRecord,
+    CPromiseRecord,
+    EpochRecord,
+    OAcceptRecord,
+    OCommitRecord,
+    Record,
+    SnapshotRecord,
+    ViewRecord,
+)
+from consensus.replica import Replica
+from jepsen.sim import disk
+from jepsen.sim.options import SimOptions, swarm
+from jepsen.sim.runner import build, heal
+
+
+def state_of(replica: Replica) -> Any:
+    ctx = replica._ctx  # white-box: the test compares whole replica states
+    spaces = [(space.promised, space.base, space.max_index,
+               sorted((index, slot.ballot, slot.batch, slot.committed)
+                      for index, slot in space.slots.items()))
+              for space in ctx.clog.spaces]
+    olog = ctx.olog
+    slots = sorted((slot, entry.value, entry.view, entry.committed)
+                   for slot, entry in olog.slots.items())
+    return ctx.view, ctx.epoch, spaces, slots, olog.base, olog.count_base, \
+        replica.executed_slots
+
+
+def raw_records(seed: int, monkeypatch: pytest.MonkeyPatch) -> list[list[Record]]:
+    monkeypatch.setattr(disk, "compact_records", list)
+    options = swarm(seed, SimOptions(seed=seed, safety_ms=600, liveness_ms=600))
+    options = dataclasses.replace(options, snapshot_every_slots=25)
+    cluster = build(options)
+    for client in range(options.clients):
+        cluster.add_client(client, client * 137)
+    cluster.run_until(options.safety_ms * 1000)
+    heal(cluster)
+    cluster.run_until((options.safety_ms + options.liveness_ms) * 1000)
+    return [node.disk.records() for node in cluster.nodes]
+
+
+@pytest.mark.parametrize("seed", [3, 8])
+def test_compacted_records_replay_to_the_same_replica(seed: int,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    for replica_id, records in enumerate(raw_records(seed, monkeypatch)):
+        assert any(isinstance(record, SnapshotRecord) for record in records)
+        compacted = compact_records(records)
+        assert len(compacted) < len(records)
+        config = build(SimOptions(seed=seed)).nodes[replica_id].config
+        whole = Replica.restore(config, Prng(1), records)
+        short = Replica.restore(config, Prng(1), compacted)
+        assert state_of(short) == state_of(whole)
+
+
+def meta(slot: int, exec_counts: tuple[int, ...]) -> SnapshotMeta:
+    return SnapshotMeta(slot, exec_counts, (slot, 0, 0), (0, 0, 0), ((), (), ()))
+
+
+def test_promises_and_uncovered_acceptances_survive_compaction() -> None:
+    records: list[Record] = [
+        EpochRecord(1), ViewRecord(3), CPromiseRecord(1, 17),
+        CAcceptRecord(0, 4, 0, ()), CAcceptRecord(0, 9, 0, ()),
+        OAcceptRecord(3, 0, (0, 0, 0, 0, 0, 0)), OCommitRecord((2, 5), (0, 0)),
+        SnapshotRecord(meta(5, (5, 0, 0)), b"state"), ViewRecord(4),
+    ]
+    assert compact_records(records) == [
+        EpochRecord(1), ViewRecord(3), CPromiseRecord(1, 17),
+        SnapshotRecord(meta(5, (5, 0, 0)), b"state"),
+        CAcceptRecord(0, 9, 0, ()), OAcceptRecord(3, 5, (0,)), OCommitRecord((5,), (0,)),
+        ViewRecord(4),
+    ]
+
+
+def test_without_a_snapshot_nothing_is_dropped() -> None:
+    records: list[Record] = [ViewRecord(1), CAcceptRecord(0, 0, 0, ())]
+    assert compact_records(records) == records

@@ -1,0 +1,173 @@
+"""Rule-by-rule tests of the replica, each citing the part of the protocol it checks."""
+
+from __future__ import annotations
+
+import pytest
+
+from consensus.codec import encode_messages, pack
+from consensus.config import ConfigError, Defect, Mode, ReplicaConfig
+from consensus.leader import ProposalDropped
+from consensus.messages import CAccept, CAck, Command, CRequest, OAccept
+from consensus.prng import Prng
+from consensus.replica import Replica
+from tests.consensus.interaction import Harness, run_command
+
+
+def harness(*commands: str) -> Harness:
+    state = Harness()
+    for command in commands:
+        run_command(state, command)
+    return state
+
+
+def counter(state: Harness, replica: int, name: str) -> int:
+    return dict(state.node(replica).status().counters).get(name, 0)
+
+
+def test_acknowledgements_wait_for_persistence() -> None:
+    """An acceptor acknowledges only what is on disk (§2.1; the Ready contract)."""
+    replica = Replica(ReplicaConfig(replica_id=2, replica_count=3), Prng(2))
+    replica.step(CAccept(1, 0, 1, 0, 1, (Command(1, 1, b"a"),)))
+    ready = replica.ready()
+    assert ready.must_sync and ready.records
+    assert not any(isinstance(message, CAck) for _, message in ready.messages)
+    assert any(isinstance(message, CAck) for _, message in ready.messages_after_persist)
+
+
+def test_a_leader_counts_itself_only_once_persisted() -> None:
+    """With its own acceptance not yet durable, one peer's ack is not a majority of 3."""
+    leader = Replica(ReplicaConfig(replica_id=1, replica_count=3), Prng(1))
+    leader.propose(b"a")
+    leader.ready()  # persist pending: the driver has not called advance()
+    leader.step(CAck(2, 0, 1, 0, 1))
+    assert leader.ready().readied == []
+    assert leader.inspect.committed_c(1, 0) is None
+    leader.advance()
+    leader.ready()
+    assert leader.inspect.committed_c(1, 0) is not None
+
+
+def test_the_dedup_guard_gives_one_slot_per_instance() -> None:
+    """Fig. 5 l.13: duplicated triggers must not add O-instances."""
+    state = harness("cluster 3", "propose 1 a", "process 1", "duplicate", "duplicate",
+                    "deliver", "process")
+    sequencer = state.node(0)
+    assert sequencer.inspect.o_value(0) == 1 and sequencer.inspect.o_value(1) is None
+
+
+def test_without_the_guard_duplicates_make_surplus_slots() -> None:
+    config = ReplicaConfig(replica_id=0, replica_count=3,
+                           defects=frozenset({Defect.NO_DEDUP_GUARD}))
+    sequencer = Replica(config, Prng(0))
+    for _ in range(3):
+        sequencer.step(CRequest(1, 0, 1, 0))
+    sequencer.ready()
+    assert [sequencer.inspect.o_value(slot) for slot in range(3)] == [1, 1, 1]
+
+
+def test_o_accepts_from_an_older_view_are_dropped() -> None:
+    """§3.2: every message carries a view; older views are ignored (Thm A.7)."""
+    state = harness("cluster 3", "partition 0 | 1 2", "run n=200")
+    replica = state.node(1)
+    assert replica.inspect.view > 0
+    replica.step(OAccept(0, 0, 0, (0,)))
+    assert counter(state, 1, "dropped.o_accept_view") >= 1
+    assert replica.inspect.o_value(0) is None
+
+
+def test_five_replicas_ready_on_the_sequencers_o_accept() -> None:
+    """§2.2: with 5 replicas a non-sequencer leader is ready with its C-instance committed
+    and the O-prefix accepted by itself and the sequencer, no third O-acceptance."""
+    state = harness("cluster 5", "propose 2 x", "process 2", "deliver", "process",
+                    "drop 0->3 0->4 0->1", "deliver", "process")
+    assert "2 ready C(2,0)" in state.output
+
+
+def test_the_prefix_condition_holds_back_a_leader_with_a_gap() -> None:
+    """§2.2: the leader must have accepted every O-instance before its own."""
+    for defect, ready in ((frozenset(), False), ({Defect.NO_PREFIX_CONDITION}, True)):
+        leader = Replica(ReplicaConfig(replica_id=2, replica_count=5,
+                                       defects=frozenset(defect)), Prng(2))
+        leader.propose(b"x")
+        leader.ready()
+        leader.advance()
+        for peer in (3, 4):
+            leader.step(CAck(peer, 0, 2, 0, 2))
+        leader.step(OAccept(0, 0, 1, (2,)))  # slot 1, with slot 0 never seen
+        leader.ready()
+        leader.advance()
+        assert bool(leader.ready().readied) is ready
+
+
+def test_reads_wait_for_a_lease() -> None:
+    """§3.5: the sequencer answers read-index requests only under a majority lease."""
+    state = harness("cluster 3", "read 1 7", "stabilize")
+    assert "1 may read 7" not in state.output
+    state = harness("cluster 3", "run n=15", "read 1 7", "run n=3")
+    assert "1 may read 7" in state.output
+
+
+def test_garbage_and_impossible_messages_are_dropped_and_counted() -> None:
+    replica = Replica(ReplicaConfig(replica_id=0, replica_count=3), Prng(0))
+    replica.receive(b"\xc1garbage")
+    replica.receive(pack([[999]]))
+    replica.receive(encode_messages([CAccept(9, 0, 1, 0, 1, ())]))
+    replica.receive(encode_messages([CAccept(0, 0, 0, 0, 0, ())]))  # claims to be us
+    counters = dict(replica.status().counters)
+    assert counters["dropped.invalid_frame"] == 2
+    assert counters["dropped.invalid_message"] == 2
+
+
+def test_a_restarted_replica_keeps_its_promises() -> None:
+    """A crash forgets nothing persisted: view, promises, acceptances (§4.1)."""
+    state = harness("cluster 3", "propose 1 a", "stabilize", "partition 0 | 1 2",
+                    "run n=200", "crash 2", "restart 2")
+    restarted = state.node(2)
+    assert restarted.inspect.view > 0
+    assert restarted.inspect.committed_c(1, 0) is not None
+    restarted.step(OAccept(0, 0, 1, (0,)))
+    assert counter(state, 2, "dropped.o_accept_view") == 1
+
+
+def test_the_proposal_queue_is_bounded() -> None:
+    config = ReplicaConfig(replica_id=0, replica_count=3, pending_proposals_max=2)
+    replica = Replica(config, Prng(0))
+    replica.propose(b"a")
+    replica.propose(b"b")
+    with pytest.raises(ProposalDropped):
+        replica.propose(b"c")
+
+
+def test_compact_must_match_what_was_executed() -> None:
+    replica = Replica(ReplicaConfig(replica_id=0, replica_count=3), Prng(0))
+    with pytest.raises(ValueError, match="executed"):
+        replica.compact(b"state", 5)
+
+
+def test_multipaxos_forwards_every_command_to_the_sequencer() -> None:
+    state = harness("cluster 3 mode=multipaxos", "propose 1 a", "propose 2 b", "stabilize")
+    executed = [line for line in state.output if line.startswith("1 executes")]
+    assert executed == ["1 executes slot 0 = C(0,0) [a b]"]
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"replica_count": 4}, "must be odd"),
+        ({"replica_id": 3}, "replica_id"),
+        ({"peer_order": (1, 1)}, "peer_order"),
+        ({"lease_ticks": 70}, "lease_ticks"),
+        ({"heartbeat_ticks": 50}, "heartbeat_ticks"),
+        ({"batch_bytes_max": 0}, "batch_bytes_max"),
+        ({"recovery_ticks": 10}, "recovery_ticks"),
+    ],
+)
+def test_bad_configuration_is_refused_with_the_field(changes: dict[str, object],
+                                                      message: str) -> None:
+    fields: dict[str, object] = {"replica_id": 0, "replica_count": 3, **changes}
+    with pytest.raises(ConfigError, match=message):
+        ReplicaConfig(**fields).validate()  # type: ignore[arg-type]
+
+
+def test_modes_are_named() -> None:
+    assert Mode("multipaxos") is Mode.MULTIPAXOS
