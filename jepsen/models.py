@@ -218,7 +218,8 @@ class KvModel(Model):
 
     Every key starts at `initial` (None: absent; the Porcupine key-value logs start each key at
     the empty string). Partitioned by key unless `partitioned=False`, in which case the state is
-    the whole map, as sorted (key, value) pairs, and the search is far slower.
+    the whole map and the search is far slower: a tuple of values, one slot per key in the
+    order compiling met them (a key past the end of the tuple still holds `initial`).
     """
 
     name = "kv"
@@ -226,27 +227,25 @@ class KvModel(Model):
     def __init__(self, initial: Value = None, *, partitioned: bool = True) -> None:
         self.initial = initial
         self.partitioned = partitioned
+        self._slots: dict[Value, int] = {}
 
     def initial_state(self) -> State:
         return ()
 
     def compile(self, operation: Operation) -> Stepper:
         inner = _value_stepper(operation, KV_FUNCTIONS, self.name)
-        key, initial = operation.key, self.initial
+        slot = self._slots.setdefault(operation.key, len(self._slots))
+        initial = self.initial
 
         def step(state: State) -> State | Illegal:
             assert isinstance(state, tuple)
-            values = dict(state)
-            current = values.get(key, initial)
+            current = state[slot] if slot < len(state) else initial
             new = inner(current)
-            if new is ILLEGAL:
-                return ILLEGAL
-            if new == current:
-                return state
-            values[key] = new
-            if new == initial:
-                del values[key]
-            return tuple(sorted(values.items(), key=lambda item: _key_order(item[0])))
+            if new is ILLEGAL or new == current:
+                return state if new is not ILLEGAL else ILLEGAL
+            if slot < len(state):
+                return state[:slot] + (new,) + state[slot + 1:]
+            return state + (initial,) * (slot - len(state)) + (new,)
 
         return step
 
@@ -264,7 +263,10 @@ class KvModel(Model):
 
     def describe_state(self, state: State) -> str:
         assert isinstance(state, tuple)
-        return "{" + ", ".join(f"{show(key)} {show(value)}" for key, value in state) + "}"
+        keys = sorted(self._slots, key=_key_order)
+        values = {key: state[self._slots[key]] for key in keys if self._slots[key] < len(state)}
+        return "{" + ", ".join(f"{show(key)} {show(value)}" for key, value in values.items()
+                               if value != self.initial) + "}"
 
     def describe_initial(self) -> str:
         return f"{show(self.initial)} for every key"

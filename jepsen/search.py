@@ -27,14 +27,13 @@ round-robin partitions and give up on time without threads.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from jepsen.models import ILLEGAL, State, Stepper
 from jepsen.verdict import Step, Verdict
 
 
-@dataclass(frozen=True, slots=True)
-class Item:
+class Item(NamedTuple):
     """One operation as the search sees it: its id, real-time interval and compiled step.
 
     `ret` is None for an operation that may or may not take effect (it returns at infinity).

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from jepsen.models import Model, State
 
@@ -21,8 +22,7 @@ class Verdict(enum.StrEnum):
     UNKNOWN = "unknown"
 
 
-@dataclass(frozen=True, slots=True)
-class Step:
+class Step(NamedTuple):
     """One operation of a linearization (by its id in the history) and the state after it."""
 
     operation: int
