@@ -241,11 +241,13 @@ class KvModel(Model):
             assert isinstance(state, tuple)
             current = state[slot] if slot < len(state) else initial
             new = inner(current)
-            if new is ILLEGAL or new == current:
-                return state if new is not ILLEGAL else ILLEGAL
+            if new is ILLEGAL:
+                return ILLEGAL
+            if new == current:
+                return state
             if slot < len(state):
-                return state[:slot] + (new,) + state[slot + 1:]
-            return state + (initial,) * (slot - len(state)) + (new,)
+                return (*state[:slot], new, *state[slot + 1:])
+            return (*state, *(initial,) * (slot - len(state)), new)
 
         return step
 
