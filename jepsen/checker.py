@@ -12,7 +12,8 @@ that explains every result?
    others. The first refutation wins. When the time or step budget runs out before every part
    is settled, the verdict is `unknown`.
 4. Explain a refutation (`jepsen.diagnosis`): the longest linearizable prefix and the smallest
-   window found, under a budget of their own; the verdict never waits on them.
+   window found, under a budget of their own (steps, and what is left of the time budget). The
+   verdict is settled before they start and never depends on them.
 
 Deterministic: the same history and model give the same verdict, witness and window, unless the
 time budget (the only use of the clock) runs out.
@@ -33,6 +34,7 @@ from jepsen.verdict import CheckResult, PartitionResult, Verdict
 SLICE_STEPS_FIRST = 1_024
 SLICE_STEPS_MAX = 65_536  # about 0.1 s of search: how late a time budget can be noticed
 EXPLAIN_STEPS = 1_000_000
+EXPLAIN_S_MIN = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +127,14 @@ def _unknown_reason(timeout_s: float | None, max_steps: int | None, budget: _Bud
     return f"the time budget of {timeout_s} s ran out"
 
 
+def _explain_deadline(started: float, timeout_s: float | None, clock: Callable[[], float]
+                      ) -> float | None:
+    """The explanation may use what is left of the time budget, and at least a second."""
+    if timeout_s is None:
+        return None
+    return max(started + timeout_s, clock() + EXPLAIN_S_MIN)
+
+
 def check(model: Model, history: History, *, timeout_s: float | None = None,
           max_steps: int | None = None, explain: bool = True,
           explain_steps: int = EXPLAIN_STEPS,
@@ -132,7 +142,8 @@ def check(model: Model, history: History, *, timeout_s: float | None = None,
     """Check `history` against `model`.
 
     `timeout_s` and `max_steps` bound the search (None: no bound); when either runs out first
-    the verdict is `unknown`. `explain` narrows down a refutation, within `explain_steps`.
+    the verdict is `unknown`. `explain` narrows down a refutation, within `explain_steps` and
+    what is left of `timeout_s` (at least `EXPLAIN_S_MIN`).
     """
     started = clock()
     prepared = prepare(model, history)
@@ -144,7 +155,8 @@ def check(model: Model, history: History, *, timeout_s: float | None = None,
         part = prepared[refuting].part
         failure = diagnose(part.model, part.operations, part.label,
                            budget_steps=explain_steps,
-                           trial_steps=4 * searches[refuting].steps)
+                           trial_steps=4 * searches[refuting].steps,
+                           deadline=_explain_deadline(started, timeout_s, clock), clock=clock)
     return CheckResult(
         verdict=verdict, model=model, operations=len(history.operations),
         checked=sum(len(part.items) for part in prepared),

@@ -20,7 +20,8 @@ keeps every reported window a proven one, and marks the failure as not exact.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+import time
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
 from jepsen.history import Operation
@@ -39,6 +40,8 @@ class _Trials:
     operations: tuple[Operation, ...]
     budget_steps: int
     trial_steps: int
+    deadline: float | None = None
+    clock: Callable[[], float] = time.monotonic
     exact: bool = True
     _unknown_steps: dict[int, Stepper | None] = field(default_factory=dict)
     _known_steps: dict[int, Stepper] = field(default_factory=dict)
@@ -70,10 +73,15 @@ class _Trials:
                 items.append(Item(operation.id, operation.call, None, step))
         return items
 
+    def exhausted(self) -> bool:
+        """True once the step budget is spent or the deadline has passed."""
+        return self.budget_steps <= 0 or (self.deadline is not None
+                                          and self.clock() >= self.deadline)
+
     def run(self, cut: int, relaxed: Collection[int] = (), dropped: Collection[int] = ()
             ) -> Search | None:
         """The finished search on the relaxed prefix, or None if the budget ran out."""
-        budget = min(self.trial_steps, self.budget_steps)
+        budget = 0 if self.exhausted() else min(self.trial_steps, self.budget_steps)
         if budget <= 0:
             self.exact = False
             return None
@@ -120,7 +128,7 @@ def _relax_pass(trials: _Trials, cut: int, candidates: list[Operation], relaxed:
     """Relax the candidates in chunks that halve, keeping each relaxation under which the
     prefix stays illegal; returns the candidates that could not be relaxed."""
     size = max(1, len(candidates) // 2)
-    while candidates and trials.budget_steps > 0:
+    while candidates and not trials.exhausted():
         kept: list[Operation] = []
         for start in range(0, len(candidates), size):
             chunk = candidates[start:start + size]
@@ -156,11 +164,13 @@ def _narrow_window(trials: _Trials, cut: int, blamed: Operation) -> set[int]:
 
 
 def diagnose(model: Model, operations: Sequence[Operation], label: str, *,
-             budget_steps: int, trial_steps: int) -> Failure:
+             budget_steps: int, trial_steps: int, deadline: float | None = None,
+             clock: Callable[[], float] = time.monotonic) -> Failure:
     """Explain why one partition's operations (fail ops and unknown reads already removed)
-    cannot be linearized. `budget_steps` bounds all trials together."""
+    cannot be linearized. `budget_steps` bounds all trials together, `deadline` (by `clock`)
+    the time they may start in."""
     trials = _Trials(model, tuple(operations), budget_steps,
-                     max(TRIAL_STEPS_MIN, trial_steps))
+                     max(TRIAL_STEPS_MIN, trial_steps), deadline, clock)
     completed = sorted((operation for operation in trials.operations
                         if operation.is_ok and operation.ret is not None),
                        key=lambda operation: operation.ret or 0)

@@ -301,3 +301,21 @@ def test_the_verdict_is_deterministic() -> None:
 
 def test_check_result_knows_if_linearizable() -> None:
     assert check(REGISTER, History([])).is_linearizable
+
+
+def test_the_explanation_stops_at_the_deadline_but_the_verdict_stands() -> None:
+    hist = history("""
+        0 invoke write 1
+        0 ok write 1
+        0 invoke write 2
+        0 ok write 2
+        2 invoke read
+        2 ok read 2
+        1 invoke read
+        1 ok read 1""")
+    ticks = itertools.count()
+    result = check(REGISTER, hist, timeout_s=2.0, clock=lambda: float(next(ticks)))
+    assert result.verdict is Verdict.NOT_LINEARIZABLE
+    assert result.failure is not None
+    assert not result.failure.exact
+    assert check(REGISTER, hist).failure.exact  # type: ignore[union-attr]
