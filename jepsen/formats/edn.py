@@ -22,9 +22,27 @@ from jepsen.history import Value
 DEPTH_MAX = 64
 
 
-@dataclass(frozen=True, slots=True)
 class Keyword:
+    """An EDN keyword. Interned: one object per name, so equality and hashing are identity's
+    (fast, as map keys are keywords nearly always)."""
+
+    __slots__ = ("name",)
+    _interned: dict[str, Keyword] = {}  # a cache shared by the class, on purpose
     name: str
+
+    def __new__(cls, name: str) -> Keyword:
+        keyword = cls._interned.get(name)
+        if keyword is None:
+            keyword = super().__new__(cls)
+            object.__setattr__(keyword, "name", name)
+            cls._interned[name] = keyword
+        return keyword
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("keywords are immutable")
+
+    def __repr__(self) -> str:
+        return f"Keyword({self.name!r})"
 
     def __str__(self) -> str:
         return ":" + self.name
@@ -45,16 +63,19 @@ class Tagged:
 
 
 _TOKEN = re.compile(r"""
-    (?P<space>[\s,]+)
-  | (?P<comment>;[^\n]*)
-  | (?P<string>"(?:[^"\\]|\\.)*")
-  | (?P<open>\#\{|[\[({])
-  | (?P<close>[\])}])
-  | (?P<discard>\#_)
-  | (?P<tag>\#[A-Za-z][^\s,\[\](){}"]*)
-  | (?P<char>\\(?:newline|space|tab|return|u[0-9A-Fa-f]{4}|\S))
-  | (?P<atom>[^\s,\[\](){}"\\\#;][^\s,\[\](){}"\\;]*)
+    (?:[\s,]|;[^\n]*)*+  # whitespace, commas and comments, never backtracked into
+    (?:
+      (?P<string>"(?:[^"\\]|\\.)*")
+    | (?P<open>\#\{|[\[({])
+    | (?P<close>[\])}])
+    | (?P<discard>\#_)
+    | (?P<tag>\#[A-Za-z][^\s,\[\](){}"]*)
+    | (?P<char>\\(?:newline|space|tab|return|u[0-9A-Fa-f]{4}|\S))
+    | (?P<atom>[^\s,\[\](){}"\\\#;][^\s,\[\](){}"\\;]*)
+    | (?P<end>\Z)
+    )
 """, re.VERBOSE | re.DOTALL)
+_SPACE = re.compile(r"(?:[\s,]|;[^\n]*)*+")
 _INTEGER = re.compile(r"[+-]?\d+N?")
 _FLOAT = re.compile(r"[+-]?\d+(?:\.\d*)?(?:[eE][+-]?\d+)?M?")
 _ESCAPES = {'"': '"', "\\": "\\", "n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f",
@@ -87,20 +108,21 @@ def _unescape(body: str) -> str:
 
 
 def _atom(text: str) -> object:
+    first = text[0]
+    if first == ":":
+        if len(text) == 1 or text[1] == ":":
+            raise ValueError(f"malformed keyword {text}")
+        return Keyword(text[1:])
+    if first.isdigit() or (first in "+-" and len(text) > 1 and text[1].isdigit()):
+        if _INTEGER.fullmatch(text):
+            return int(text.rstrip("N"))
+        if _FLOAT.fullmatch(text):
+            return float(text.rstrip("M"))
+        raise ValueError(f"malformed number {text}")
     if text == "nil":
         return None
     if text in ("true", "false"):
         return text == "true"
-    if _INTEGER.fullmatch(text):
-        return int(text.rstrip("N"))
-    if _FLOAT.fullmatch(text):
-        return float(text.rstrip("M"))
-    if text.startswith(":"):
-        if len(text) == 1 or text.startswith("::"):
-            raise ValueError(f"malformed keyword {text}")
-        return Keyword(text[1:])
-    if text[0].isdigit():
-        raise ValueError(f"malformed number {text}")
     return Symbol(text)
 
 
@@ -127,20 +149,15 @@ class Reader:
 
     def _token(self) -> tuple[str, str, int]:
         """The next meaningful token: (kind, text, start); kind "end" at the end."""
-        text = self.text
-        while True:
-            start = self.position
-            if start >= len(text):
-                return "end", "", start
-            match = _TOKEN.match(text, start)
-            if match is None:
-                found = text[start:start + 12].split("\n")[0]
-                raise self.error("an EDN form", start, found=repr(found))
-            self.position = match.end()
-            kind = match.lastgroup
-            assert kind is not None
-            if kind not in ("space", "comment"):
-                return kind, match.group(), start
+        match = _TOKEN.match(self.text, self.position)
+        if match is None:
+            start = _SPACE.match(self.text, self.position).end()  # type: ignore[union-attr]
+            found = self.text[start:start + 12].split("\n")[0]
+            raise self.error("an EDN form", start, found=repr(found))
+        kind = match.lastgroup
+        assert kind is not None
+        self.position = match.end()
+        return kind, match.group(kind), match.start(kind)
 
     def at_end(self) -> bool:
         kind, _, start = self._token()
