@@ -128,8 +128,7 @@ def as_unknown_outcome(operation: Operation) -> Operation:
     return replace(operation, status=EventType.INFO, output=None)
 
 
-def _cas_arguments(operation: Operation) -> tuple[Value, Value]:
-    arguments = operation.input
+def _cas_arguments(operation: Operation, arguments: Value) -> tuple[Value, Value]:
     if not isinstance(arguments, tuple) or len(arguments) != 2:
         raise ModelError(f"operation {operation.id}: cas takes [expected new], got "
                          f"{show(arguments)}", operation=operation.id)
@@ -143,22 +142,25 @@ def _value_stepper(operation: Operation, functions: frozenset[str], model: str) 
         raise ModelError(f"operation {operation.id}: the {model} model has no function {f!r} "
                          f"(it knows {', '.join(sorted(functions))})", operation=operation.id)
     known = operation.status is EventType.OK
+    argument = operation.input
+    if argument is None and known and f not in ("read", "get"):
+        argument = operation.output  # Knossos fills an invocation's value from its completion
     if f in ("read", "get"):
         if not known:
             return _same
         seen = operation.output
         return lambda state: state if state == seen else ILLEGAL
     if f in ("write", "put"):
-        written = operation.input
+        written = argument
         return lambda state: written
     if f == "append":
-        suffix = operation.input
+        suffix = argument
         if not isinstance(suffix, str):
             raise ModelError(f"operation {operation.id}: append takes a string, got "
                              f"{show(suffix)}", operation=operation.id)
         return lambda state: suffix if state is None else (
             state + suffix if isinstance(state, str) else ILLEGAL)
-    expected, new = _cas_arguments(operation)
+    expected, new = _cas_arguments(operation, argument)
     if known and operation.output is False:
         return lambda state: state if state != expected else ILLEGAL
     return lambda state: new if state == expected else ILLEGAL

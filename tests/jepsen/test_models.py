@@ -34,6 +34,7 @@ def op(f: str, input: Value = None, output: Value = None, *, status: str = "ok",
     (op("read", status="info"), 7, 7),  # an unknown read constrains nothing
     (op("write", 5, 5), 0, 5),
     (op("write", 5, status="info"), 0, 5),
+    (op("write", None, 5), 0, 5),  # an invocation without its value: the completion's
     (op("cas", (1, 2), (1, 2)), 1, 2),
     (op("cas", (1, 2), (1, 2)), 3, ILLEGAL),
     (op("cas", (1, 2), False), 3, 3),  # the compare failed: nothing changed

@@ -21,23 +21,26 @@ from jepsen.verdict import Verdict
 from tests.jepsen.helpers import brute_force, witness_is_valid
 
 VALUES = (0, 1, 2)
+STRINGS = ("", "x", "y", "xy", "yx")
 OPERATIONS_MAX = 6
 
 
-def _invocation(draw: st.DrawFn, functions: Sequence[str], keys: Sequence[str | None]
-                ) -> tuple[str, object, str | None]:
+def _invocation(draw: st.DrawFn, functions: Sequence[str], keys: Sequence[str | None],
+                values: Sequence[object]) -> tuple[str, object, str | None]:
     f = draw(st.sampled_from(functions))
     key = draw(st.sampled_from(keys))
     if f in ("read", "get"):
         return f, None, key
     if f == "cas":
-        return f, [draw(st.sampled_from(VALUES)), draw(st.sampled_from(VALUES))], key
-    return f, draw(st.sampled_from(VALUES)), key
+        return f, [draw(st.sampled_from(values)), draw(st.sampled_from(values))], key
+    if f == "append":
+        return f, draw(st.sampled_from(["x", "y"])), key
+    return f, draw(st.sampled_from(values)), key
 
 
-def _output(draw: st.DrawFn, f: str, argument: object) -> object:
+def _output(draw: st.DrawFn, f: str, argument: object, values: Sequence[object]) -> object:
     if f in ("read", "get"):
-        return draw(st.sampled_from(VALUES))
+        return draw(st.sampled_from(values))
     if f == "cas":
         return draw(st.sampled_from([argument, False]))
     return argument
@@ -45,7 +48,8 @@ def _output(draw: st.DrawFn, f: str, argument: object) -> object:
 
 @st.composite
 def histories(draw: st.DrawFn, functions: Sequence[str],
-              keys: Sequence[str | None] = (None,)) -> History:
+              keys: Sequence[str | None] = (None,),
+              values: Sequence[object] = VALUES) -> History:
     recorder = HistoryRecorder()
     pending: dict[int, tuple[object, str, object]] = {}
     invoked = 0
@@ -54,10 +58,10 @@ def histories(draw: st.DrawFn, functions: Sequence[str],
         if process in pending:
             handle, f, argument = pending.pop(process)
             kind = draw(st.sampled_from(["ok", "ok", "ok", "info", "fail"]))
-            output = _output(draw, f, argument) if kind == "ok" else None
+            output = _output(draw, f, argument, values) if kind == "ok" else None
             recorder.complete(handle, kind, output)  # type: ignore[arg-type]
         elif invoked < OPERATIONS_MAX:
-            f, argument, key = _invocation(draw, functions, keys)
+            f, argument, key = _invocation(draw, functions, keys, values)
             pending[process] = (recorder.invoke(process, f, argument, key=key), f, argument)
             invoked += 1
     return recorder.history()
@@ -109,6 +113,12 @@ def test_cas_register_agrees_with_brute_force(hist: History) -> None:
 def test_kv_agrees_with_brute_force_partitioned_or_not(hist: History) -> None:
     verdict = _agrees_with_brute_force(KvModel(0), hist)
     assert check(KvModel(0, partitioned=False), hist).verdict is verdict
+
+
+@settings(max_examples=150)
+@given(histories(["get", "put", "append"], keys=("a", "b"), values=STRINGS))
+def test_kv_with_appends_agrees_with_brute_force(hist: History) -> None:
+    _agrees_with_brute_force(KvModel(""), hist)
 
 
 @settings(max_examples=200)
