@@ -107,14 +107,15 @@ class Model(abc.ABC):
 
 
 def describe_operation(operation: Operation) -> str:
-    """`write 3`, `read -> 3`, `cas [1 2] -> false`, `get "k" -> "x"`; `?` when unknown."""
+    """`write 3`, `read -> 3`, `read -> nil`, `cas [1 2] -> false`, `get "k" -> "x"`; `-> ?`
+    when the outcome is unknown."""
     words = [operation.f]
     if operation.key is not None:
         words.append(show(operation.key))
     if operation.input is not None:
         words.append(show(operation.input))
-    if operation.status is EventType.OK and operation.output is not None and (
-            operation.output != operation.input):
+    if operation.status is EventType.OK and (operation.input is None or (
+            operation.output is not None and operation.output != operation.input)):
         words.append("-> " + show(operation.output))
     elif operation.status is EventType.INFO:
         words.append("-> ?")

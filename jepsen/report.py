@@ -301,7 +301,10 @@ function draw(selected) {
   }
   const part = data.partitions[selected] || null;
   const failure = data.failure;
-  const order = new Map((part ? part.steps : []).map(([id, state], i) => [id, [i, state]]));
+  const order = new Map();  // op id -> [position, state after, partition index]
+  for (const p of part ? [part] : data.partitions) {
+    p.steps.forEach(([id, state], i) => order.set(id, [i, state, p.index]));
+  }
   const windowIds = new Set(failure && (!part || failure.partition === selected) ?
     failure.window : []);
   for (const op of data.operations) drawOp(svg, op, part, order, windowIds, selected);
@@ -334,8 +337,9 @@ function drawOp(svg, op, part, order, windowIds, selected) {
     lines.push("partition " + data.partitions[op.partition].label);
   }
   if (order.has(op.id)) {
-    const [i, state] = order.get(op.id);
-    const before = i === 0 ? part.initial : part.steps[i - 1][1];
+    const [i, state, p] = order.get(op.id);
+    const steps = data.partitions[p].steps;
+    const before = i === 0 ? data.partitions[p].initial : steps[i - 1][1];
     lines.push("linearized #" + (i + 1) + ": state " + before + " -> " + state);
   } else if (data.failure && data.failure.operation === op.id) {
     lines.push("no order explains this completion");

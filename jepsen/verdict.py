@@ -10,7 +10,7 @@ that cannot be linearized together. `unknown` means a budget ran out first; it i
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from jepsen.models import Model, State
@@ -74,7 +74,6 @@ class CheckResult:
     elapsed_s: float
     failure: Failure | None = None
     reason: str = ""  # why the verdict is unknown
-    notes: tuple[str, ...] = field(default=())
 
     @property
     def is_linearizable(self) -> bool:

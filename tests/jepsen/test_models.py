@@ -96,6 +96,7 @@ def test_append_needs_a_string() -> None:
 
 def test_operations_are_described_the_jepsen_way() -> None:
     assert describe_operation(op("read", output=3)) == "read -> 3"
+    assert describe_operation(op("read", output=None)) == "read -> nil"
     assert describe_operation(op("write", 3, 3)) == "write 3"
     assert describe_operation(op("cas", (1, 2), False)) == "cas [1 2] -> false"
     assert describe_operation(op("put", "v", key="k", status="info")) == 'put "k" "v" -> ?'
