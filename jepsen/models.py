@@ -185,6 +185,10 @@ class RegisterModel(Model):
         return self.initial
 
     def compile(self, operation: Operation) -> Stepper:
+        if operation.key is not None:
+            raise ModelError(f"operation {operation.id}: the {self.name} model holds one value, "
+                             f"but this operation names key {show(operation.key)} (use kv)",
+                             operation=operation.id)
         return _value_stepper(operation, self.functions, self.name)
 
     def is_read_only(self, operation: Operation) -> bool:

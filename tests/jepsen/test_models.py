@@ -46,6 +46,11 @@ def test_cas_register_steps(operation: Operation, state: Value, after: object) -
     assert RegisterModel(0, cas=True).step(state, operation) == after
 
 
+def test_a_register_has_no_keys() -> None:
+    with pytest.raises(ModelError, match="names key"):
+        RegisterModel(0).compile(op("write", 1, key="k"))
+
+
 def test_a_plain_register_has_no_cas() -> None:
     with pytest.raises(ModelError, match="no function 'cas'"):
         RegisterModel(0).compile(op("cas", (1, 2)))
