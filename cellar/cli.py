@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("cellar.demo", "show the GPU-allocation state machine at work on a large cluster"),
     "bench": ("cellar.bench", "benchmarks that print figures (medians of several runs)"),
+    "check": ("jepsen.check_cli", "check a recorded history for linearizability"),
 }
 
 Handler = Callable[[argparse.Namespace], int]

@@ -15,6 +15,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "cellar.bench.statemachine",
         "apply rate, allocation latency and snapshot cost on an 8,192-GPU cluster",
     ),
+    "checker": ("cellar.bench.checker", "linearizability checks per second on large histories"),
 }
 
 

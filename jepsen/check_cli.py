@@ -1,0 +1,91 @@
+"""`cellar check FILE --model MODEL`: is this history linearizable?
+
+Reads a history in any format `jepsen.formats` knows (detected from the file unless `--format`
+names one), checks it against the model, prints a short summary (or, with `--json`, one JSON
+object) and optionally writes the HTML report. Each format has its customary initial value
+(nil for Jepsen etcd logs, 0 for Knossos histories, "" for Porcupine's key-value logs);
+`--initial` overrides it, read as JSON (`0`, `null`, `"x"`) or else as a plain string.
+
+Exit status: 0 linearizable, 1 not linearizable, 2 unknown (the time budget ran out), 3 nothing
+was checked (a file that cannot be read, a model that does not fit the history or is not
+available, bad arguments).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import sys
+from typing import NoReturn
+
+from jepsen.checker import check
+from jepsen.errors import JepsenError, ModelError
+from jepsen.formats import FORMAT_NAMES, UNSET, load
+from jepsen.history import freeze
+from jepsen.models import MODEL_NAMES, model_named
+from jepsen.report import html_report, result_json, text_summary
+from jepsen.verdict import Verdict
+
+EXIT_LINEARIZABLE, EXIT_NOT_LINEARIZABLE, EXIT_UNKNOWN, EXIT_UNREADABLE = 0, 1, 2, 3
+TIMEOUT_S_DEFAULT = 60.0
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", metavar="FILE", help="the history to check")
+    parser.add_argument("--model", required=True, metavar="MODEL",
+                        help=f"the sequential specification: {', '.join(MODEL_NAMES)}")
+    parser.add_argument("--initial", metavar="VALUE",
+                        help="initial value (JSON, else a string); default: the format's own")
+    parser.add_argument("--format", metavar="FORMAT",
+                        help=f"{', '.join(FORMAT_NAMES)}; default: detected from the file")
+    parser.add_argument("--timeout", type=float, default=TIMEOUT_S_DEFAULT, metavar="SECONDS",
+                        help=f"time budget; past it the verdict is unknown (default "
+                             f"{TIMEOUT_S_DEFAULT:g}; 0: none)")
+    parser.add_argument("--html", metavar="OUT", help="write the HTML report to OUT")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+    def error(message: str) -> NoReturn:
+        parser.print_usage(sys.stderr)
+        parser.exit(EXIT_UNREADABLE, f"{parser.prog}: error: {message}\n")
+
+    parser.error = error  # type: ignore[method-assign]  # usage errors exit 3, not 2 (unknown)
+    parser.set_defaults(handler=run)
+
+
+def parse_initial(text: str) -> object:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def run(args: argparse.Namespace) -> int:
+    history = None
+    try:
+        loaded = load(args.file, args.format)
+        history = loaded.history
+        initial = loaded.initial if args.initial is None else parse_initial(args.initial)
+        model = model_named(args.model, None if initial is UNSET else freeze(initial))
+        result = check(model, history, timeout_s=args.timeout or None)
+    except ModelError as error:
+        where = "" if history is None or error.operation is None else (
+            history.where(history.operations[error.operation].call) + ": ")
+        return _unreadable(f"{where}{error.message}")
+    except (JepsenError, OSError, TypeError) as error:
+        return _unreadable(str(error))
+    if args.html:
+        pathlib.Path(args.html).write_text(html_report(history, result, format=loaded.format),
+                                           encoding="utf-8")
+    if args.json:
+        print(json.dumps(result_json(history, result, format=loaded.format)))
+    else:
+        print(text_summary(history, result, format=loaded.format))
+    return {Verdict.LINEARIZABLE: EXIT_LINEARIZABLE,
+            Verdict.NOT_LINEARIZABLE: EXIT_NOT_LINEARIZABLE,
+            Verdict.UNKNOWN: EXIT_UNKNOWN}[result.verdict]
+
+
+def _unreadable(message: str) -> int:
+    print(f"cellar check: {message}", file=sys.stderr)
+    return EXIT_UNREADABLE

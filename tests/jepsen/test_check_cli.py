@@ -1,0 +1,131 @@
+"""`cellar check`: exit statuses, the JSON object, format detection, initial values, the HTML
+report, and files it cannot read (exit 3, never a verdict)."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import re
+
+import pytest
+
+from cellar.cli import main
+from jepsen.formats import save
+from jepsen.history import HistoryRecorder
+from tests.jepsen.helpers import history
+
+PUBLISHED = pathlib.Path(__file__).resolve().parent / "data" / "published"
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    status = main(["check", *argv])
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+@pytest.mark.parametrize(("name", "model", "status", "verdict"), [
+    ("jepsen-etcd/etcd_002.log", "cas-register", 0, "linearizable"),
+    ("jepsen-etcd/etcd_000.log", "cas-register", 1, "not-linearizable"),
+    ("porcupine-kv/c01-ok.txt", "kv", 0, "linearizable"),
+    ("porcupine-kv/c01-bad.txt", "kv", 1, "not-linearizable"),
+    ("knossos/memstress3-0.edn", "cas-register", 0, "linearizable"),
+    ("knossos/rethink-fail-minimal.edn", "cas-register", 1, "not-linearizable"),
+])
+def test_json_verdicts_and_exit_statuses(capsys: pytest.CaptureFixture[str], name: str,
+                                         model: str, status: int, verdict: str) -> None:
+    code, out, err = run(capsys, str(PUBLISHED / name), "--model", model, "--json")
+    assert (code, err) == (status, "")
+    document = json.loads(out)
+    assert document["verdict"] == verdict
+    assert document["operations"] > 0
+    assert document["elapsed_ms"] >= 0
+    assert ("failure" in document) == (status == 1)
+
+
+def test_the_text_summary_points_at_the_failure(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, str(PUBLISHED / "jepsen-etcd" / "etcd_000.log"),
+                       "--model", "cas-register")
+    assert code == 1
+    assert "verdict: NOT linearizable" in out
+    assert re.search(r"etcd_000\.log:85-86\): read -> 2", out)
+    assert "smallest window found" in out
+
+
+def test_unknown_is_exit_2(capsys: pytest.CaptureFixture[str],
+                           tmp_path: pathlib.Path) -> None:
+    recorder = HistoryRecorder()
+    for value in range(1, 19):
+        recorder.invoke(100 + value, "write", value)
+    for value in range(18, 0, -1):
+        recorder.ok(recorder.invoke(1, "read"), value)
+    recorder.ok(recorder.invoke(1, "read"), -1)
+    save(recorder.history(), tmp_path / "hard.jsonl")
+    code, out, _ = run(capsys, str(tmp_path / "hard.jsonl"), "--model", "register",
+                       "--timeout", "0.05", "--json")
+    assert code == 2
+    document = json.loads(out)
+    assert document["verdict"] == "unknown"
+    assert "time budget" in document["reason"]
+
+
+def test_initial_values_follow_the_format_unless_overridden(
+        capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path) -> None:
+    hist = history("""
+        0 invoke read
+        0 ok read 0""")
+    save(hist, tmp_path / "plain.jsonl")  # no initial in the header: the model's nil
+    assert run(capsys, str(tmp_path / "plain.jsonl"), "--model", "register")[0] == 1
+    assert run(capsys, str(tmp_path / "plain.jsonl"), "--model", "register",
+               "--initial", "0")[0] == 0
+    save(hist, tmp_path / "zero.jsonl", initial=0)
+    assert run(capsys, str(tmp_path / "zero.jsonl"), "--model", "register")[0] == 0
+    assert run(capsys, str(tmp_path / "zero.jsonl"), "--model", "register",
+               "--initial", "null")[0] == 1
+    # Knossos histories start at 0: the same file read as EDN is linearizable
+    knossos = tmp_path / "h.edn"
+    knossos.write_text("[{:process 0 :type :invoke :f :read :value nil}\n"
+                       " {:process 0 :type :ok :f :read :value 0}]\n")
+    assert run(capsys, str(knossos), "--model", "register")[0] == 0
+    assert run(capsys, str(knossos), "--model", "register", "--format", "knossos",
+               "--initial", "5")[0] == 1
+
+
+@pytest.mark.parametrize(("content", "argv", "message"), [
+    (None, ["--model", "register"], "No such file"),
+    ("[{:process 0 :type :invoke}", ["--model", "register"], ":1: expected"),
+    ("hello\n", ["--model", "register"], "--format"),
+    ('{"process": 0, "type": "invoke", "f": "append", "value": "x"}', ["--model", "register"],
+     ":1: operation 0: the register model has no function 'append'"),
+    ("", ["--model", "gpu"], "not available yet"),
+    ("", ["--model", "queue"], "no model named"),
+    ("", ["--model", "register", "--format", "csv"], "a format among"),
+])
+def test_what_cannot_be_checked_exits_3(capsys: pytest.CaptureFixture[str],
+                                        tmp_path: pathlib.Path, content: str | None,
+                                        argv: list[str], message: str) -> None:
+    path = tmp_path / "history.txt"
+    if content is not None:
+        path.write_text(content)
+    code, out, err = run(capsys, str(path), *argv)
+    assert code == 3
+    assert out == ""
+    assert message in err
+
+
+def test_usage_errors_exit_3(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        main(["check", "file", "--model", "register", "--timeout", "soon"])
+    assert caught.value.code == 3
+    assert "invalid float value" in capsys.readouterr().err
+
+
+def test_html_report_is_written(capsys: pytest.CaptureFixture[str],
+                                tmp_path: pathlib.Path) -> None:
+    out_path = tmp_path / "report.html"
+    code, out, _ = run(capsys, str(PUBLISHED / "porcupine-kv" / "c01-bad.txt"), "--model",
+                       "kv", "--html", str(out_path))
+    assert code == 1
+    page = out_path.read_text()
+    assert page.startswith("<!DOCTYPE html>")
+    assert "not-linearizable" in page
+    assert "verdict: NOT linearizable" in out

@@ -1,0 +1,178 @@
+"""The models' steps, their refusals, partitions, and a state machine as a model."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from jepsen.checker import check
+from jepsen.errors import ModelError, ModelUnavailable
+from jepsen.history import EventType, HistoryRecorder, Operation, Value
+from jepsen.models import (
+    ILLEGAL,
+    KvModel,
+    RegisterModel,
+    StateMachineModel,
+    describe_operation,
+    model_named,
+)
+from jepsen.verdict import Verdict
+
+
+def op(f: str, input: Value = None, output: Value = None, *, status: str = "ok",
+       key: Value = None, number: int = 0) -> Operation:
+    return Operation(id=number, process=0, f=f, key=key, input=input, output=output,
+                     status=EventType(status), call=0, ret=1)
+
+
+@pytest.mark.parametrize(("operation", "state", "after"), [
+    (op("read", output=3), 3, 3),
+    (op("read", output=3), 4, ILLEGAL),
+    (op("read", output=None), None, None),  # nil is a value: the key is absent
+    (op("read", output=None), 0, ILLEGAL),
+    (op("read", status="info"), 7, 7),  # an unknown read constrains nothing
+    (op("write", 5, 5), 0, 5),
+    (op("write", 5, status="info"), 0, 5),
+    (op("write", None, 5), 0, 5),  # an invocation without its value: the completion's
+    (op("cas", (1, 2), (1, 2)), 1, 2),
+    (op("cas", (1, 2), (1, 2)), 3, ILLEGAL),
+    (op("cas", (1, 2), False), 3, 3),  # the compare failed: nothing changed
+    (op("cas", (1, 2), False), 1, ILLEGAL),
+    (op("cas", (1, 2), status="info"), 1, 2),
+    (op("cas", (1, 2), status="info"), 0, ILLEGAL),
+])
+def test_cas_register_steps(operation: Operation, state: Value, after: object) -> None:
+    assert RegisterModel(0, cas=True).step(state, operation) == after
+
+
+def test_a_register_has_no_keys() -> None:
+    with pytest.raises(ModelError, match="names key"):
+        RegisterModel(0).compile(op("write", 1, key="k"))
+
+
+def test_a_plain_register_has_no_cas() -> None:
+    with pytest.raises(ModelError, match="no function 'cas'"):
+        RegisterModel(0).compile(op("cas", (1, 2)))
+
+
+@pytest.mark.parametrize("arguments", [3, (1,), (1, 2, 3), None])
+def test_cas_needs_two_arguments(arguments: Value) -> None:
+    with pytest.raises(ModelError, match="expected new"):
+        RegisterModel(0, cas=True).compile(op("cas", arguments))
+
+
+@pytest.mark.parametrize(("operation", "state", "after"), [
+    (op("get", output="", key="k"), "", ""),
+    (op("put", "x", key="k"), "", "x"),
+    (op("append", "y", key="k"), "x", "xy"),
+    (op("append", "y", key="k"), None, "y"),  # appending to an absent key
+    (op("cas", ("x", "z"), None, key="k"), "x", "z"),
+    (op("get", output="x", key="k"), "xy", ILLEGAL),
+])
+def test_kv_steps_on_one_key(operation: Operation, state: Value, after: object) -> None:
+    (part,) = KvModel("").partition([operation]) or []
+    assert part.model.step(state, operation) == after
+
+
+def test_kv_unpartitioned_keeps_the_whole_map() -> None:
+    model = KvModel(None, partitioned=False)
+    state = model.initial_state()
+    for operation in (op("put", 1, key="a"), op("append", "s", key="b"),
+                      op("get", output=1, key="a")):
+        state = model.step(state, operation)
+    assert model.step(state, op("get", output=2, key="a")) is ILLEGAL
+    assert model.describe_state(state) == '{"a" 1, "b" "s"}'
+
+
+def test_kv_partitions_are_sorted_by_key() -> None:
+    operations = [op("put", 1, key=key, number=index)
+                  for index, key in enumerate(["b", "a", "c", "a"])]
+    parts = KvModel().partition(operations)
+    assert parts is not None
+    assert [part.label for part in parts] == ['key "a"', 'key "b"', 'key "c"']
+    assert [len(part.operations) for part in parts] == [2, 1, 1]
+
+
+def test_append_needs_a_string() -> None:
+    with pytest.raises(ModelError, match="append takes a string"):
+        KvModel().compile(op("append", 3, key="k"))
+
+
+def test_operations_are_described_the_jepsen_way() -> None:
+    assert describe_operation(op("read", output=3)) == "read -> 3"
+    assert describe_operation(op("read", output=None)) == "read -> nil"
+    assert describe_operation(op("write", 3, 3)) == "write 3"
+    assert describe_operation(op("cas", (1, 2), False)) == "cas [1 2] -> false"
+    assert describe_operation(op("put", "v", key="k", status="info")) == 'put "k" "v" -> ?'
+
+
+def test_model_names() -> None:
+    assert model_named("register", 0).name == "register"
+    assert model_named("cas-register").name == "cas-register"
+    assert isinstance(model_named("kv", ""), KvModel)
+    with pytest.raises(ModelUnavailable, match="not available yet"):
+        model_named("gpu")
+    with pytest.raises(ModelUnavailable, match="no model named"):
+        model_named("queue")
+
+
+class Counter:
+    """A toy deterministic state machine behind consensus's StateMachine protocol."""
+
+    def __init__(self) -> None:
+        self.value = 0
+
+    def apply(self, command: bytes) -> bytes:
+        if command == b"inc":
+            self.value += 1
+        return self.value.to_bytes(8, "big")
+
+    def query(self, query: bytes) -> bytes:
+        return self.value.to_bytes(8, "big")
+
+    def snapshot(self) -> bytes:
+        return self.value.to_bytes(8, "big")
+
+    def restore(self, snapshot: bytes) -> None:
+        self.value = int.from_bytes(snapshot, "big")
+
+    def digest(self) -> bytes:
+        return hashlib.blake2b(self.snapshot(), digest_size=16).digest()
+
+
+def counter_history(replies: list[int], *, concurrent: bool) -> HistoryRecorder:
+    recorder = HistoryRecorder()
+    handles = []
+    for process in range(len(replies)):
+        handles.append(recorder.invoke(process, "apply", b"inc".hex()))
+        if not concurrent:
+            recorder.ok(handles[-1], replies[process].to_bytes(8, "big").hex())
+    if concurrent:
+        for process, handle in enumerate(handles):
+            recorder.ok(handle, replies[process].to_bytes(8, "big").hex())
+    return recorder
+
+
+@pytest.mark.parametrize(("replies", "concurrent", "verdict"), [
+    ([1, 2, 3], False, Verdict.LINEARIZABLE),
+    ([3, 1, 2], True, Verdict.LINEARIZABLE),  # overlapping increments in any order
+    ([1, 1, 2], True, Verdict.NOT_LINEARIZABLE),  # two increments saw the same count
+    ([2, 1, 3], False, Verdict.NOT_LINEARIZABLE),
+])
+def test_a_state_machine_as_a_model(replies: list[int], concurrent: bool,
+                                    verdict: Verdict) -> None:
+    recorder = counter_history(replies, concurrent=concurrent)
+    query = recorder.invoke(9, "query", b"".hex())
+    recorder.ok(query, (3 if verdict is Verdict.LINEARIZABLE else 2).to_bytes(8, "big").hex())
+    result = check(StateMachineModel(Counter, name="counter"), recorder.history())
+    assert result.verdict is verdict
+    assert len(result.partitions) == 1
+
+
+def test_a_state_machine_model_wants_hex() -> None:
+    model = StateMachineModel(Counter)
+    with pytest.raises(ModelError, match="not hex"):
+        model.compile(op("apply", "zz"))
+    with pytest.raises(ModelError, match="no function"):
+        model.compile(op("write", "00"))
