@@ -17,6 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("cellar.demo", "show the GPU-allocation state machine at work on a large cluster"),
     "bench": ("cellar.bench", "benchmarks that print figures (medians of several runs)"),
     "check": ("jepsen.check_cli", "check a recorded history for linearizability"),
+    "sim": ("jepsen.sim.cli", "the deterministic cluster simulator: run, sweep, latency"),
 }
 
 Handler = Callable[[argparse.Namespace], int]

@@ -35,6 +35,7 @@ class Defect(enum.StrEnum):
     NO_DEDUP_GUARD = "no-dedup-guard"  # allocate an O-instance for every trigger (Fig. 5 l.13)
     NO_PREFIX_CONDITION = "no-prefix-condition"  # 5 replicas: ready without the O prefix
     NO_VIEW_GATING = "no-view-gating"  # accept O-accepts from deposed sequencers
+    LOCAL_READS = "local-reads"  # serve reads from local state, without a read index
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -63,8 +64,9 @@ class ReplicaConfig:
     resend_ticks: int = 25
     repair_ticks: int = 30  # execution stalled this long: ask peers for what is missing
     recovery_ticks: int = 120  # still stalled: recover the command leader's C-instances
-    straggler_window_ticks: int = 100
+    straggler_window_ticks: int = 250
     straggler_rounds: int = 3
+    straggler_margin_ticks: int = 5  # ordering must lag replication by this much on average
     straggler_cooldown_ticks: int = 2000
     straggler_enabled: bool = True
     defects: frozenset[Defect] = field(default_factory=frozenset)
@@ -112,7 +114,7 @@ def _problems(config: ReplicaConfig) -> list[str]:
                 "reads_pending_max", "dedup_window_per_origin", "snapshot_chunk_bytes",
                 "heartbeat_ticks", "election_ticks", "lease_ticks", "resend_ticks",
                 "repair_ticks", "recovery_ticks", "straggler_window_ticks",
-                "straggler_rounds", "straggler_cooldown_ticks")
+                "straggler_rounds", "straggler_margin_ticks", "straggler_cooldown_ticks")
     problems.extend(f"{name}: must be positive, got {getattr(config, name)}"
                     for name in positive if getattr(config, name) <= 0)
     if config.lease_ticks + config.lease_drift_ticks >= config.election_ticks:

@@ -28,8 +28,9 @@ class Status(enum.Enum):
 
 
 class Context:
-    __slots__ = ("clog", "config", "epoch", "heard_at", "id", "lease_until", "majority", "now",
-                 "olog", "outbox", "prng", "replica_count", "stats", "status", "view")
+    __slots__ = ("_delay8", "clog", "config", "epoch", "heard_at", "id", "lease_until",
+                 "majority", "now", "olog", "outbox", "prng", "replica_count", "stats", "status",
+                 "view")
 
     def __init__(self, config: ReplicaConfig, prng: Prng) -> None:
         self.config = config
@@ -48,6 +49,7 @@ class Context:
         self.lease_until = 0
         self.stats: Counter[str] = Counter()
         self.heard_at = [0] * config.replica_count  # tick of the last message from each
+        self._delay8 = [0] * config.replica_count  # acknowledgement delay per peer, ticks * 8
 
     @property
     def sequencer(self) -> int:
@@ -60,17 +62,27 @@ class Context:
     def peers(self) -> tuple[int, ...]:
         return self.config.peers
 
+    def note_delay(self, peer: int, ticks: int) -> None:
+        """An acknowledgement from `peer` took `ticks`: update its moving average (1/8)."""
+        self._delay8[peer] += ticks - self._delay8[peer] // 8
+
     def nearest_peers(self, count: int) -> tuple[int, ...]:
         """The first `count` peers in preference order (thrifty fan-out), passing over peers
-        silent for an election timeout while others answer."""
+        silent for an election timeout and peers that answer far slower than the fastest
+        (the paper's prototype likewise reorders peers by measured latency)."""
         peers = self.config.peers
         if not self.config.thrifty:
             return peers
         silent_after = self.now - self.config.election_ticks
-        if all(self.heard_at[peer] >= silent_after for peer in peers[:count]):
+        fastest8 = min(self._delay8[peer] for peer in peers)
+        slow8 = 2 * fastest8 + 16  # twice the fastest, plus two ticks
+
+        def demoted(peer: int) -> bool:
+            return self.heard_at[peer] < silent_after or self._delay8[peer] > slow8
+
+        if not any(demoted(peer) for peer in peers[:count]):
             return peers[:count]
-        ranked = sorted(peers, key=lambda peer: self.heard_at[peer] < silent_after)
-        return tuple(ranked[:count])
+        return tuple(sorted(peers, key=demoted)[:count])
 
     def send(self, to: int, message: Message, *, after_persist: bool = False) -> None:
         self.outbox.send(to, message, after_persist=after_persist)

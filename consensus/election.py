@@ -12,10 +12,13 @@ Replicas that missed the new view get the rebuilt log again until they acknowled
 A follower also grants the sequencer a read lease with every heartbeat it answers: until the
 lease runs out it votes for no one, so a deposed sequencer cannot answer reads.
 
-Straggler detection (paper §4): a replica counts, per window, the C-instances it proposed and
-the O-instances it received; when fewer than half are ordered for `straggler_rounds` windows in
-a row it tells the others, and once a majority agree, they stop renewing the lease and elect a
-new sequencer, at most once per `straggler_cooldown_ticks`.
+Straggler detection (paper §4): a replica measures, per window, how long its C-instances wait
+to be replicated (C committed) and to be ordered (own O-instance committed). The paper compares
+the count ordered with the demand, but under closed-loop clients demand shrinks to what a slow
+sequencer serves and that measure never fires; the delays do not adapt. When ordering takes
+more than twice as long as replication (and `straggler_margin_ticks` more) for
+`straggler_rounds` windows in a row, the replica tells the others; once a majority agree, they
+stop renewing the lease and elect a new sequencer, at most once per `straggler_cooldown_ticks`.
 """
 
 from __future__ import annotations
@@ -40,11 +43,30 @@ from consensus.view_change import rebuild_log
 
 
 class Election:
-    __slots__ = ("_ctx", "_deadline", "_demand", "_established", "_last_change",
-                 "_last_heard", "_leader", "_learner", "_new_view", "_new_view_acks",
-                 "_new_view_sent_at", "_pre_vote_view", "_pre_votes", "_sequencer", "_served",
-                 "_slow_rounds", "_suspecting", "_suspicions", "_votes", "_window_start",
-                 "highest_view_seen")
+    __slots__ = (
+        "_ctx",
+        "_deadline",
+        "_demand",
+        "_established",
+        "_last_change",
+        "_last_heard",
+        "_leader",
+        "_learner",
+        "_new_view",
+        "_new_view_acks",
+        "_new_view_sent_at",
+        "_pre_vote_view",
+        "_pre_votes",
+        "_samples",
+        "_sequencer",
+        "_served",
+        "_slow_rounds",
+        "_suspecting",
+        "_suspicions",
+        "_votes",
+        "_window_start",
+        "highest_view_seen",
+    )
 
     def __init__(self, ctx: Context, sequencer: Sequencer, learner: Learner,
                  leader: Leader) -> None:
@@ -64,7 +86,7 @@ class Election:
         self._last_change = 0
         self.highest_view_seen = 0
         self._window_start = 0
-        self._demand = self._served = self._slow_rounds = 0
+        self._demand = self._served = self._slow_rounds = self._samples = 0
         self._suspicions: set[int] = set()
         self._suspecting = False
         self.heard_from_sequencer()
@@ -280,20 +302,23 @@ class Election:
 
     # --- straggler detection ------------------------------------------------------------------
 
-    def on_instance(self) -> None:
-        self._demand += 1
+    def on_replicated(self, waited_ticks: int) -> None:
+        self._demand += waited_ticks  # total replication delay this window
+        self._samples += 1
 
-    def on_own_ordered(self) -> None:
-        self._served += 1
+    def on_ordered(self, waited_ticks: int) -> None:
+        self._served += waited_ticks  # total ordering delay this window
 
     def _straggler_window(self) -> None:
         ctx = self._ctx
         config = ctx.config
         if ctx.now - self._window_start < config.straggler_window_ticks:
             return
-        slow = self._demand > 0 and 2 * self._served < self._demand
+        replicated, ordered, samples = self._demand, self._served, self._samples
+        slow = samples >= 2 and ordered > 2 * replicated and \
+            ordered - replicated >= config.straggler_margin_ticks * samples
         self._slow_rounds = self._slow_rounds + 1 if slow else 0
-        self._window_start, self._demand, self._served = ctx.now, 0, 0
+        self._window_start, self._demand, self._served, self._samples = ctx.now, 0, 0, 0
         if (config.straggler_enabled and self._slow_rounds >= config.straggler_rounds
                 and not ctx.is_sequencer and ctx.status is Status.NORMAL
                 and ctx.now - self._last_change >= config.straggler_cooldown_ticks):

@@ -60,9 +60,10 @@ class Inflight:
 
 
 class Leader:
-    __slots__ = ("_counter", "_ctx", "_forwarded", "_forwarded_at",
+    __slots__ = ("_counter", "_created_at", "_ctx", "_forwarded", "_forwarded_at",
                  "_inflight", "_order_asked_at", "_own_committed", "_pending", "_prefix",
-                 "_sequencer", "_unready", "ballot", "next_index", "on_instance", "retaking")
+                 "_sequencer", "_unready", "ballot", "next_index", "on_ordered", "on_replicated",
+                 "retaking")
 
     def __init__(self, ctx: Context, sequencer: Sequencer) -> None:
         self._ctx = ctx
@@ -79,7 +80,9 @@ class Leader:
         self._order_asked_at = 0
         self._own_committed = 0  # O-instances for this replica known committed
         self._prefix = _PrefixCounter(ctx)
-        self.on_instance: Callable[[], None] = lambda: None  # straggler demand
+        self._created_at: dict[int, int] = {}  # own index -> tick proposed (straggler delays)
+        self.on_replicated: Callable[[int], None] = lambda ticks: None
+        self.on_ordered: Callable[[int], None] = lambda ticks: None
 
     # --- proposing -------------------------------------------------------------------------
 
@@ -137,7 +140,8 @@ class Leader:
             ctx.send(peer, accept)
         self._inflight[index] = Inflight(self.ballot, batch, ctx.now)
         self._unready[index] = batch
-        self.on_instance()
+        if len(self._created_at) < ctx.config.inflight_instances_max * 4:
+            self._created_at[index] = ctx.now
         return index
 
     def resume(self, index: int, ballot: int, batch: Batch) -> None:
@@ -183,6 +187,8 @@ class Leader:
         inflight = self._inflight.get(message.index)
         if inflight is None or message.ballot != inflight.ballot or message.view != ctx.view:
             return
+        if message.sender not in inflight.acks and message.sender != ctx.id:
+            ctx.note_delay(message.sender, ctx.now - inflight.sent_at)
         inflight.acks.add(message.sender)
         if len(inflight.acks) >= ctx.majority:
             self._commit(message.index, inflight)
@@ -196,8 +202,15 @@ class Leader:
         for peer in ctx.peers():
             ctx.send(peer, short if peer in inflight.acks else full)
         del self._inflight[index]
+        created = self._created_at.get(index)
+        if created is not None:
+            self.on_replicated(ctx.now - created)
 
     def on_own_o_committed(self, slot: int) -> None:
+        """The own_committed-th own O-instance orders C(self, own_committed) (positional)."""
+        created = self._created_at.pop(self._own_committed, None)
+        if created is not None:
+            self.on_ordered(self._ctx.now - created)
         self._own_committed += 1
 
     def recount(self) -> None:

@@ -12,6 +12,7 @@ given up on. Pending reads are bounded.
 
 from __future__ import annotations
 
+from consensus.config import Defect
 from consensus.context import Context
 from consensus.executor import Executor
 from consensus.messages import NO_INDEX, ReadIndexReply, ReadIndexRequest
@@ -36,6 +37,9 @@ class Reads:
             return
         if len(self._pending) >= ctx.config.reads_pending_max:
             ctx.outbox.pending.reads_refused.append(read_id)
+            return
+        if Defect.LOCAL_READS in ctx.config.defects:
+            self._pending[read_id] = 0
             return
         self._pending[read_id] = _UNKNOWN
         self._ask(read_id)

@@ -155,7 +155,8 @@ class Replica:
         self._reads = Reads(ctx, self._executor, self._sequencer)
         self._learner.on_own_commit = self._on_own_commit
         self._catchup.on_install = self._on_snapshot_installed
-        self._leader.on_instance = self._election.on_instance
+        self._leader.on_replicated = self._election.on_replicated
+        self._leader.on_ordered = self._election.on_ordered
         self._handlers = self._handler_table()
         self.inspect = Inspection(ctx, self._executor)
 
@@ -324,7 +325,6 @@ class Replica:
 
     def _on_own_commit(self, slot: int) -> None:
         self._leader.on_own_o_committed(slot)
-        self._election.on_own_ordered()
 
     def _retake_if_stuck(self) -> None:
         """An own-space retake that gave up (this replica was behind) starts over."""

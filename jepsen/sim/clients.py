@@ -5,8 +5,9 @@ Each client talks to one replica and has one operation outstanding. Writes and c
 consensus (`propose`); reads through the linearizable read path (`read`). An operation that
 times out, or whose replica crashes under it, completes as `info` (its outcome is unknown) for
 writes and cas, and as `fail` for reads (a read changes nothing); after an `info` the client
-continues as a new process, as Jepsen's clients do. The history's event order is the
-simulator's real-time order.
+continues as a new process, as Jepsen's clients do. The history (`jepsen.history`) records
+operations as the key-value model names them (get, put, cas); a cas whose compare failed
+completes `ok` with output false. Its event order is the simulator's real-time order.
 """
 
 from __future__ import annotations
@@ -14,18 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from consensus.prng import Prng
+from jepsen.history import Handle
 from jepsen.sim.kv_codec import Value, encode_cas, encode_put
 from jepsen.sim.options import SimOptions
-
-
-@dataclass(frozen=True, slots=True)
-class HistoryEvent:
-    index: int
-    process: int
-    type: str  # invoke | ok | fail | info
-    f: str  # read | write | cas
-    key: str
-    value: object  # read: the value; write: the value; cas: [expected, new]
 
 
 @dataclass(slots=True)
@@ -33,22 +25,13 @@ class Operation:
     op_id: int
     client: int
     process: int
-    f: str
+    f: str  # get | put | cas
     key: str
-    value: object
+    value: object  # put: the value; cas: [expected, new]
     replica: int
     deadline_us: int
     payload: bytes = b""
-
-
-class History:
-    __slots__ = ("events",)
-
-    def __init__(self) -> None:
-        self.events: list[HistoryEvent] = []
-
-    def record(self, process: int, type_: str, f: str, key: str, value: object) -> None:
-        self.events.append(HistoryEvent(len(self.events), process, type_, f, key, value))
+    handle: Handle | None = None
 
 
 class Workload:
@@ -68,7 +51,7 @@ class Workload:
         key = f"k{prng.below(options.keys)}"
         draw = prng.below(1_000_000)
         if draw < options.read_ppm:
-            return Operation(op_id, client, process, "read", key, None, replica, deadline_us)
+            return Operation(op_id, client, process, "get", key, None, replica, deadline_us)
         value = self._next_value
         self._next_value += 1
         if draw < options.read_ppm + options.cas_ppm:
@@ -77,7 +60,7 @@ class Workload:
             return Operation(op_id, client, process, "cas", key, [expected, value], replica,
                              deadline_us, encode_cas(key, expected, value))
         self._written.setdefault(key, []).append(value)
-        return Operation(op_id, client, process, "write", key, value, replica, deadline_us,
+        return Operation(op_id, client, process, "put", key, value, replica, deadline_us,
                          encode_put(key, value))
 
     def observed(self, key: str, value: int) -> None:

@@ -26,7 +26,8 @@ from consensus.messages import Message
 from consensus.prng import Prng
 from consensus.ready import Ready
 from consensus.replica import Replica
-from jepsen.sim.clients import History, Operation, Workload
+from jepsen.history import HistoryRecorder
+from jepsen.sim.clients import Operation, Workload
 from jepsen.sim.disk import Disk
 from jepsen.sim.kv import KvStateMachine
 from jepsen.sim.kv_codec import decode_reply, encode_get
@@ -86,7 +87,7 @@ class Cluster:
         self._sequence = 0
         self.network = network
         self.monitor = SafetyMonitor(options.replica_count)
-        self.history = History()
+        self.history = HistoryRecorder()
         self.workload = Workload(options, prng.fork(7))
         self.nodes = [SimNode(config, self._tick_period(config.replica_id, options))
                       for config in configs]
@@ -305,12 +306,12 @@ class Cluster:
     def _invoke(self, node: SimNode, operation: Operation) -> None:
         replica = node.replica
         assert replica is not None
-        self.history.record(operation.process, "invoke", operation.f, operation.key,
-                            operation.value)
+        operation.handle = self.history.invoke(operation.process, operation.f, operation.value,
+                                               key=operation.key)
         self.client_ops[operation.op_id] = operation
         self.invoked_at[operation.op_id] = self.now_us
         self.schedule(operation.deadline_us, TIMEOUT, node.id, operation.op_id)
-        if operation.f == "read":
+        if operation.f == "get":
             node.pending_reads[operation.op_id] = operation
             replica.read(operation.op_id)
         else:
@@ -324,18 +325,26 @@ class Cluster:
             self.monitor.proposed(node.id, tag)
         self._request_flush(node)
 
+    def propose_at(self, replica: int, payload: bytes) -> None:
+        """An open-loop proposal (no client waits for it): only its latency is measured."""
+        node = self.nodes[replica]
+        if node.replica is None:
+            return
+        tag = node.replica.propose(payload)
+        node.proposed_at[tag] = self.now_us
+        self._request_flush(node)
+
     def _command_done(self, node: SimNode, tag: int, reply: bytes) -> None:
         operation = node.pending_tags.pop(tag, None)
         if operation is None:
             return
         applied, _ = decode_reply(reply)
-        if operation.f == "write":
+        if operation.f == "put":
             self.finish(operation, "ok", operation.value)
-        elif applied:
-            self.finish(operation, "ok", operation.value)
+            return
+        self.finish(operation, "ok", applied)  # cas: false when the compare failed
+        if applied:
             self.workload.observed(operation.key, operation.value[1])  # type: ignore[index]
-        else:
-            self.finish(operation, "fail", operation.value)
 
     def _read_done(self, node: SimNode, read_id: int) -> None:
         operation = node.pending_reads.pop(read_id, None)
@@ -352,17 +361,18 @@ class Cluster:
         node.pending_reads.pop(operation.op_id, None)
         for tag in [tag for tag, pending in node.pending_tags.items() if pending is operation]:
             del node.pending_tags[tag]
-        if node.replica is not None and operation.f == "read":
+        if node.replica is not None and operation.f == "get":
             node.replica.cancel_read(operation.op_id)
         self.finish_unknown(operation)
 
     def finish_unknown(self, operation: Operation) -> None:
-        self.finish(operation, "fail" if operation.f == "read" else "info", operation.value)
+        self.finish(operation, "fail" if operation.f == "get" else "info", None)
 
     def finish(self, operation: Operation, outcome: str, value: object) -> None:
         if self.client_ops.pop(operation.op_id, None) is None:
             return
-        self.history.record(operation.process, outcome, operation.f, operation.key, value)
+        assert operation.handle is not None
+        self.history.complete(operation.handle, outcome, value)
         self.completed_after.append((self.invoked_at.pop(operation.op_id), outcome))
         if outcome == "info":
             self.client_processes[operation.client] += len(self.client_processes)

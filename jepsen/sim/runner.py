@@ -8,8 +8,10 @@
    reach the same executed prefix and state digest, and every command reported ready must have
    run.
 
-The result carries the violations, the history and the trace digest (same seed and options,
-same digest).
+Then the clients' history must be linearizable for the key-value model (checked per key,
+within a step budget, so the verdict never depends on the machine's speed). The result carries
+the violations, the history, the verdict and the trace digest (same seed and options, same
+digest).
 """
 
 from __future__ import annotations
@@ -22,14 +24,18 @@ from dataclasses import dataclass
 from consensus.config import ReplicaConfig
 from consensus.prng import Prng
 from consensus.replica import Replica
-from jepsen.sim.clients import HistoryEvent
+from jepsen.checker import check
+from jepsen.history import History
+from jepsen.models import KvModel
 from jepsen.sim.cluster import Cluster
 from jepsen.sim.monitor import Violation
 from jepsen.sim.nemesis import Fault, NemesisEvent, draw_schedule, partition_groups
 from jepsen.sim.network import LinkFaults, Network
 from jepsen.sim.options import SimOptions
+from jepsen.verdict import Verdict
 
 QUIESCE_MS = 3000
+CHECK_STEPS_MAX = 2_000_000
 CLOG_US_MAX = 250_000  # long enough for the others to elect a new sequencer meanwhile
 
 
@@ -39,7 +45,8 @@ class SimResult:
     schedule: tuple[NemesisEvent, ...]
     violations: tuple[Violation, ...]
     trace_digest: str
-    history: tuple[HistoryEvent, ...]
+    history: History
+    linearizability: Verdict
     operations: int
     executed_slots: int
     views: int
@@ -106,7 +113,12 @@ def run(options: SimOptions, schedule: tuple[NemesisEvent, ...] | None = None) -
     cluster.run_until(liveness_end + max(QUIESCE_MS, options.client_timeout_ms * 2) * 1000)
     cluster.monitor.check_ready_order()
     violations = [*cluster.monitor.violations, *_liveness_violations(cluster, safety_end)]
-    return _result(cluster, schedule, violations)
+    history = cluster.history.history()
+    verdict = check(KvModel(), history, max_steps=CHECK_STEPS_MAX, explain=False).verdict
+    if verdict is Verdict.NOT_LINEARIZABLE:
+        violations.append(Violation(cluster.now_us, "linearizability",
+                                    "the clients' history has no linearization"))
+    return _result(cluster, schedule, violations, history, verdict)
 
 
 def _inject(event: NemesisEvent) -> Callable[[Cluster], None]:
@@ -190,13 +202,13 @@ def _liveness_violations(cluster: Cluster, heal_us: int) -> list[Violation]:
 
 
 def _result(cluster: Cluster, schedule: tuple[NemesisEvent, ...],
-            violations: list[Violation]) -> SimResult:
+            violations: list[Violation], history: History, verdict: Verdict) -> SimResult:
     latencies = tuple(statistics.median(samples) / 1000 if samples else 0.0
                       for samples in cluster.ready_latency_us)
     replicas = [node.replica for node in cluster.nodes if node.replica is not None]
     return SimResult(
         options=cluster.options, schedule=schedule, violations=tuple(violations),
-        trace_digest=cluster.trace_digest, history=tuple(cluster.history.events),
+        trace_digest=cluster.trace_digest, history=history, linearizability=verdict,
         operations=len(cluster.completed_after),
         executed_slots=max((replica.executed_slots for replica in replicas), default=0),
         views=max((replica.inspect.view for replica in replicas), default=0),

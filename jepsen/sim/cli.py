@@ -1,0 +1,202 @@
+"""`cellar sim`: run the simulator from the command line.
+
+- `run --seed N`: one seed (swarm faults unless --no-swarm); prints the seed and every option
+  first; on a violation, shrinks the fault schedule to the fewest events that still fail and
+  prints the command that reproduces it.
+- `sweep --replicas N --seeds FIRST-LAST`: many seeds; exit status 1 on any violation.
+- `latency --replicas N --protocol sdpaxos|multipaxos|both`: the paper's WAN table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from consensus.config import Mode
+from consensus.prng import Prng
+from jepsen.sim.latency import SiteLatency, model_ms, paper_ms, run_latency
+from jepsen.sim.nemesis import Fault, NemesisEvent, draw_schedule
+from jepsen.sim.options import SimOptions, swarm
+from jepsen.sim.runner import SimResult, run
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    commands = parser.add_subparsers(dest="sim_command", metavar="COMMAND", required=True)
+    one = commands.add_parser("run", help="run one seed")
+    one.add_argument("--seed", type=int, required=True)
+    _common(one)
+    one.add_argument("--no-swarm", action="store_true", help="no faults drawn from the seed")
+    one.add_argument("--schedule", help="explicit faults: AT_MS:FAULT:TARGET:DURATION_MS,...")
+    one.set_defaults(handler=run_one)
+    many = commands.add_parser("sweep", help="run a range of seeds with swarm faults")
+    many.add_argument("--seeds", required=True, help="FIRST-LAST, inclusive")
+    _common(many)
+    many.set_defaults(handler=run_sweep)
+    table = commands.add_parser("latency", help="the paper's WAN latency table")
+    table.add_argument("--replicas", type=int, choices=(3, 5), default=3)
+    table.add_argument("--protocol", choices=("sdpaxos", "multipaxos", "both"),
+                       default="both")
+    table.add_argument("--seconds", type=int, default=4, help="simulated seconds measured")
+    table.add_argument("--json", action="store_true", help="print one JSON object")
+    table.set_defaults(handler=run_table)
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--replicas", type=int, choices=(3, 5, 7), default=3)
+    parser.add_argument("--mode", choices=[mode.value for mode in Mode], default="sdpaxos")
+    parser.add_argument("--safety-ms", type=int, default=2000)
+    parser.add_argument("--liveness-ms", type=int, default=3000)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _options(args: argparse.Namespace, seed: int, *, faults: bool) -> SimOptions:
+    base = SimOptions(seed=seed, replica_count=args.replicas, mode=Mode(args.mode),
+                      safety_ms=args.safety_ms, liveness_ms=args.liveness_ms)
+    return swarm(seed, base) if faults else base
+
+
+def parse_schedule(text: str) -> tuple[NemesisEvent, ...]:
+    events = []
+    for item in filter(None, text.split(",")):
+        try:
+            at, fault, target, duration = item.split(":")
+            events.append(NemesisEvent(int(at), Fault(fault), int(target), int(duration)))
+        except ValueError as error:
+            raise SystemExit(f"--schedule: {item!r} is not AT_MS:FAULT:TARGET:DURATION_MS "
+                             f"with FAULT one of {', '.join(fault.value for fault in Fault)}"
+                             ) from error
+    return tuple(events)
+
+
+def format_schedule(schedule: tuple[NemesisEvent, ...]) -> str:
+    return ",".join(f"{event.at_ms}:{event.fault.value}:{event.target}:{event.duration_ms}"
+                    for event in schedule)
+
+
+def run_one(args: argparse.Namespace) -> int:
+    options = _options(args, args.seed, faults=not args.no_swarm)
+    schedule = parse_schedule(args.schedule) if args.schedule is not None else \
+        draw_schedule(options, Prng(options.seed).fork(4))
+    if not args.json:
+        print(f"seed {args.seed}: {options.describe()}")
+        print(f"faults: {format_schedule(schedule) or 'none'}", flush=True)
+    started = time.perf_counter()
+    result = run(options, schedule)
+    elapsed = time.perf_counter() - started
+    minimal = _shrink(options, schedule) if not result.ok else schedule
+    if args.json:
+        print(json.dumps({**_summary(result), "elapsed_s": round(elapsed, 3),
+                          "minimal_schedule": format_schedule(minimal)}))
+    else:
+        _print_result(result, elapsed, args, minimal)
+    return 0 if result.ok else 1
+
+
+def _summary(result: SimResult) -> dict[str, object]:
+    return {"seed": result.options.seed, "ok": result.ok, "operations": result.operations,
+            "executed_slots": result.executed_slots, "views": result.views,
+            "linearizability": result.linearizability.value,
+            "trace_digest": result.trace_digest,
+            "violations": [str(violation) for violation in result.violations]}
+
+
+def _print_result(result: SimResult, elapsed: float, args: argparse.Namespace,
+                  minimal: tuple[NemesisEvent, ...]) -> None:
+    print(f"{'ok' if result.ok else 'VIOLATION'}: {result.operations} operations, "
+          f"{result.executed_slots} slots, view {result.views}, history "
+          f"{result.linearizability.value}, trace {result.trace_digest} ({elapsed:.1f} s)")
+    for violation in result.violations:
+        print(f"  {violation}")
+    if not result.ok:
+        print(f"smallest failing schedule: {format_schedule(minimal) or 'none'}")
+        print(f"reproduce: cellar sim run --seed {result.options.seed} --replicas "
+              f"{args.replicas} --mode {args.mode} --safety-ms {args.safety_ms} "
+              f"--liveness-ms {args.liveness_ms} --schedule '{format_schedule(minimal)}'")
+
+
+def _shrink(options: SimOptions, schedule: tuple[NemesisEvent, ...]) -> tuple[NemesisEvent, ...]:
+    """Drop fault events one at a time while the run still fails (greedy delta debugging)."""
+    current = schedule
+    changed = True
+    while changed:
+        changed = False
+        for position in range(len(current)):
+            candidate = current[:position] + current[position + 1:]
+            if not _passes(options, candidate):
+                current, changed = candidate, True
+                break
+    return current
+
+
+def _passes(options: SimOptions, schedule: tuple[NemesisEvent, ...]) -> bool:
+    try:
+        return run(options, schedule).ok
+    except AssertionError:
+        return False
+
+
+def run_sweep(args: argparse.Namespace) -> int:
+    first, _, last = args.seeds.partition("-")
+    seeds = range(int(first), int(last or first) + 1)
+    failed: list[int] = []
+    violations = 0
+    started = time.perf_counter()
+    for seed in seeds:
+        options = _options(args, seed, faults=True)
+        try:
+            result = run(options)
+            found = [str(violation) for violation in result.violations]
+        except AssertionError as error:
+            found = [f"assertion: {error}"]
+        violations += len(found)
+        if found:
+            failed.append(seed)
+        if not args.json:
+            print(f"seed {seed}: {'ok' if not found else 'VIOLATION'}", *found, sep="\n  "
+                  if found else " ", flush=True)
+    elapsed = time.perf_counter() - started
+    if args.json:
+        print(json.dumps({"replicas": args.replicas, "mode": args.mode, "seeds": len(seeds),
+                          "violations": violations, "failed_seeds": failed,
+                          "elapsed_s": round(elapsed, 1)}))
+    else:
+        print(f"{len(seeds)} seeds, {len(failed)} failed{': ' if failed else ''}"
+              f"{' '.join(map(str, failed))} ({elapsed:.0f} s)")
+    return 1 if failed else 0
+
+
+def run_table(args: argparse.Namespace) -> int:
+    protocols = [Mode.SDPAXOS, Mode.MULTIPAXOS] if args.protocol == "both" else \
+        [Mode(args.protocol)]
+    results = {protocol: run_latency(args.replicas, protocol, seconds=args.seconds)
+               for protocol in protocols}
+    if args.json:
+        first = results[protocols[0]]
+        print(json.dumps({
+            "replicas": args.replicas, "protocol": protocols[0].value, "sequencer": "CA",
+            "sites": {item.site: item.median_ms for item in first},
+            "model_ms": {item.site: item.model_ms for item in first},
+            "protocols": {protocol.value: {item.site: item.median_ms for item in items}
+                          for protocol, items in results.items()},
+        }))
+        return 0
+    _print_table(args.replicas, results)
+    return 0
+
+
+def _print_table(replicas: int, results: dict[Mode, list[SiteLatency]]) -> None:
+    protocols = list(results)
+    header = ["site", *(f"{protocol.value} ms" for protocol in protocols),
+              "SDPaxos model", "paper (Fig. 12)"]
+    print(f"median ready latency, {replicas} replicas, sequencer in CA (Table 1 RTTs)")
+    print("  ".join(f"{column:>15}" for column in header))
+    sites = [item.site for item in results[protocols[0]]]
+    for index, site in enumerate(sites):
+        paper = paper_ms(replicas, site)
+        row = [site, *(f"{results[protocol][index].median_ms:.1f}" for protocol in protocols),
+               f"{model_ms(tuple(sites), site, Mode.SDPAXOS):.0f}",
+               "-" if paper is None else f"{paper:.0f}"]
+        print("  ".join(f"{cell:>15}" for cell in row))
+    sys.stdout.flush()

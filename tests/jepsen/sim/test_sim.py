@@ -1,0 +1,137 @@
+"""The simulator: fixed seeds pass at 3 and 5 replicas, a seed replays to the same trace, and
+it fails when the protocol is broken on purpose (each deliberate defect is caught)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from consensus.config import Defect, Mode
+from jepsen.sim.latency import run_latency
+from jepsen.sim.nemesis import Fault, NemesisEvent
+from jepsen.sim.options import SimOptions, swarm
+from jepsen.sim.runner import SimResult, build, heal, run
+from jepsen.verdict import Verdict
+
+SHORT = {"safety_ms": 1000, "liveness_ms": 1200}
+
+
+def swarm_run(seed: int, replicas: int, **changes: object) -> SimResult:
+    options = swarm(seed, SimOptions(seed=seed, replica_count=replicas, **SHORT))  # type: ignore[arg-type]
+    return run(dataclasses.replace(options, **changes))  # type: ignore[arg-type]
+
+
+def explain(result: SimResult) -> str:
+    return f"{result.options.describe()}\n" + "\n".join(str(v) for v in result.violations)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5, 6])
+def test_swarm_seeds_pass_with_three_replicas(seed: int) -> None:
+    result = swarm_run(seed, 3)
+    assert result.ok, explain(result)
+    assert result.linearizability is Verdict.LINEARIZABLE
+    assert result.operations > 100
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_swarm_seeds_pass_with_five_replicas(seed: int) -> None:
+    result = swarm_run(seed, 5)
+    assert result.ok, explain(result)
+    assert result.linearizability is Verdict.LINEARIZABLE
+
+
+def test_the_multipaxos_baseline_passes_too() -> None:
+    result = swarm_run(2, 3, mode=Mode.MULTIPAXOS)
+    assert result.ok, explain(result)
+
+
+def test_the_same_seed_gives_the_same_trace() -> None:
+    first, second, other = swarm_run(9, 3), swarm_run(9, 3), swarm_run(10, 3)
+    assert first.trace_digest == second.trace_digest
+    assert first.history.events == second.history.events
+    assert other.trace_digest != first.trace_digest
+
+
+def test_a_partition_forces_a_view_change_and_the_cluster_recovers() -> None:
+    options = SimOptions(seed=4, **SHORT)  # type: ignore[arg-type]
+    result = run(options, (NemesisEvent(200, Fault.ISOLATE_SEQUENCER, 0, 500),))
+    assert result.ok, explain(result)
+    assert result.views > 0
+
+
+def test_a_straggling_sequencer_is_replaced() -> None:
+    options = SimOptions(seed=1, safety_ms=3000, liveness_ms=1000, clients=9, think_us=200,
+                         straggler=0, straggler_cpu_us=1500)
+    result = run(options, ())
+    assert result.ok, explain(result)
+    assert result.views > 0
+    assert max(result.ready_latency_ms[1:]) < result.ready_latency_ms[0]
+
+
+# --- the simulator must catch a broken protocol ---------------------------------------------
+
+
+def caught(result: SimResult) -> bool:
+    return not result.ok
+
+
+@pytest.mark.parametrize("seed", [1, 3])
+def test_it_catches_a_missing_dedup_guard(seed: int) -> None:
+    result = swarm_run(seed, 3, defects=frozenset({Defect.NO_DEDUP_GUARD}))
+    assert any(violation.invariant == "ready order" for violation in result.violations)
+
+
+def test_it_catches_missing_view_gating() -> None:
+    options = SimOptions(seed=1, defects=frozenset({Defect.NO_VIEW_GATING}), **SHORT)  # type: ignore[arg-type]
+    with pytest.raises(AssertionError, match="O-agreement"):
+        run(options, (NemesisEvent(300, Fault.CLOG, 0, 500),))
+
+
+def test_the_checker_catches_stale_local_reads() -> None:
+    options = SimOptions(seed=1, read_ppm=600_000, defects=frozenset({Defect.LOCAL_READS}),
+                         **SHORT)  # type: ignore[arg-type]
+    result = run(options, (NemesisEvent(200, Fault.ISOLATE, 1, 600),))
+    assert result.linearizability is Verdict.NOT_LINEARIZABLE
+    assert any(violation.invariant == "linearizability" for violation in result.violations)
+
+
+def test_the_same_schedule_passes_without_the_defect() -> None:
+    options = SimOptions(seed=1, read_ppm=600_000, **SHORT)  # type: ignore[arg-type]
+    assert run(options, (NemesisEvent(200, Fault.ISOLATE, 1, 600),)).ok
+    assert run(dataclasses.replace(options, read_ppm=400_000),
+               (NemesisEvent(300, Fault.CLOG, 0, 500),)).ok
+
+
+def test_a_replica_behind_the_truncation_point_catches_up_from_a_snapshot() -> None:
+    options = SimOptions(seed=2, snapshot_every_slots=20, **SHORT)  # type: ignore[arg-type]
+    cluster_result = run(options, (NemesisEvent(50, Fault.CRASH, 2, 900),))
+    assert cluster_result.ok, explain(cluster_result)
+    cluster = build(options)
+    for client in range(options.clients):
+        cluster.add_client(client, client * 137)
+    cluster.crash(cluster.nodes[2], torn=False)
+    cluster.run_until(900_000)
+    heal(cluster)
+    cluster.run_until(1_800_000)
+    restarted = cluster.nodes[2].replica
+    assert restarted is not None
+    counters = dict(restarted.status().counters)
+    assert counters.get("catchup.snapshot_installed", 0) >= 1
+    assert restarted.executed_slots == cluster.nodes[0].replica.executed_slots  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(("replicas", "expected"), [
+    (3, {"CA": 20, "OR": 20, "OH": 52}),
+    (5, {"CA": 52, "OR": 68, "OH": 68, "IRE": 139, "SEL": 146}),
+])
+def test_wan_latency_matches_the_papers_model(replicas: int, expected: dict[str, int]) -> None:
+    measured = {item.site: item.median_ms for item in run_latency(replicas, Mode.SDPAXOS,
+                                                                   seconds=1, interval_ms=25)}
+    assert measured == pytest.approx(expected, abs=1.0)
+
+
+def test_multipaxos_pays_the_round_trip_to_the_leader() -> None:
+    measured = {item.site: item.median_ms for item in run_latency(3, Mode.MULTIPAXOS,
+                                                                   seconds=1, interval_ms=25)}
+    assert measured == pytest.approx({"CA": 20, "OR": 40, "OH": 72}, abs=1.0)
