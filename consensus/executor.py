@@ -89,6 +89,14 @@ class Executor:
             kept.append(command)
         return tuple(kept) if len(kept) != len(batch) else batch
 
+    def runnable(self) -> bool:
+        """Whether the next slot can execute now."""
+        entry = self._ctx.olog.slots.get(self.exec_slot)
+        if entry is None or not entry.committed:
+            return False
+        return entry.value == NO_CL or self._ctx.clog[entry.value].is_committed(
+            self.exec_counts[entry.value])
+
     def stall(self) -> Stall | None:
         """What the next slot waits for, or None when nothing is known to wait."""
         ctx = self._ctx

@@ -257,8 +257,7 @@ class Replica:
             return True
         if self._leader.pending_count() and ctx.status is Status.NORMAL:
             return True
-        entry = ctx.olog.slots.get(self._executor.exec_slot)
-        return (entry is not None and entry.committed) or self._reads.has_servable()
+        return self._executor.runnable() or self._reads.has_servable()
 
     def advance(self) -> None:
         """The last Ready is handled: its records are durable; count own acceptances."""

@@ -1,0 +1,259 @@
+"""The client library: talk to any replica, survive replica failures, never lie about outcomes.
+
+Every command travels in an exactly-once session: (session id, sequence number). A command is
+retried, with the same session and sequence, on the next replica when the connection breaks or
+the replica answers "unknown"; the state machine applies a sequence once and answers repeats
+from its reply cache, so a retry never applies a command twice. A session carries one command
+at a time, so the client keeps a pool of sessions for concurrent commands. When the deadline
+passes with the outcome still open the client raises `OutcomeUnknown` (the command may yet be
+applied) rather than guess; `Unavailable` means no replica ever took it.
+
+Reads are linearizable (the replica runs them at the sequencer's read index) and are simply
+retried. Watches long-poll a query on one replica's state and resume from the executed slot
+after a reconnect. Async on anyio; `SyncClient` wraps it for scripts.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
+
+from consensus.errors import ConsensusError, InvalidMessage
+from consensus.runtime.client_codec import (
+    Code,
+    Propose,
+    Read,
+    Request,
+    Response,
+    Status,
+    Watch,
+    decode_response,
+    decode_status,
+    encode_request,
+)
+from consensus.runtime.streams import FrameStream
+
+Connect = Callable[[str], Awaitable[FrameStream]]
+_BROKEN = (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError,
+           InvalidMessage)
+
+
+class _NotSent(Exception):
+    """A request that never left this process."""
+
+
+class ClientError(ConsensusError):
+    """Base of the client's errors."""
+
+
+class OutcomeUnknown(ClientError):
+    """The deadline passed while the command may have been applied: it may yet take effect."""
+
+
+class Unavailable(ClientError):
+    """No replica took the request before the deadline; a command was certainly not applied."""
+
+
+class Rejected(ClientError):
+    """The replica refused the request as malformed."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClientConfig:
+    attempt_timeout_s: float = 2.0  # one try at one replica
+    deadline_s: float = 15.0  # the whole command, across replicas
+    sessions: int = 64  # commands in flight at once
+    retry_backoff_s: float = 0.05
+
+
+class _Connection:
+    """One connection to one replica: requests multiplexed by id, a reader task dispatching."""
+
+    def __init__(self, endpoint: str, stream: FrameStream) -> None:
+        self.endpoint = endpoint
+        self._stream = stream
+        self._waiting: dict[int, tuple[anyio.Event, list[Response]]] = {}
+        self._ids = 0
+        self._lock = anyio.Lock()
+        self.broken = False
+
+    async def read_responses(self) -> None:
+        try:
+            while True:
+                response = decode_response(await self._stream.receive_frame())
+                waiting = self._waiting.pop(response.request_id, None)
+                if waiting is not None:
+                    waiting[1].append(response)
+                    waiting[0].set()
+        except _BROKEN:
+            pass
+        finally:
+            self.broken = True
+            for event, _ in self._waiting.values():
+                event.set()
+            self._waiting.clear()
+
+    async def request(self, build: Callable[[int], Request], timeout_s: float) -> Response:
+        if self.broken:
+            raise anyio.BrokenResourceError
+        self._ids += 1
+        request_id, event = self._ids, anyio.Event()
+        box: list[Response] = []
+        self._waiting[request_id] = (event, box)
+        async with self._lock:
+            await self._stream.send_frame(encode_request(build(request_id)))
+        with anyio.move_on_after(timeout_s):
+            await event.wait()
+        self._waiting.pop(request_id, None)
+        if not box:
+            if self.broken:
+                raise anyio.BrokenResourceError
+            raise TimeoutError
+        return box[0]
+
+    async def close(self) -> None:
+        self.broken = True
+        await self._stream.aclose()
+
+
+class CellarClient:
+    def __init__(self, endpoints: Sequence[str], connect: Connect,
+                 config: ClientConfig = ClientConfig()) -> None:
+        if not endpoints:
+            raise ValueError("a client needs at least one replica endpoint")
+        self._endpoints = list(endpoints)
+        self._connect = connect
+        self.config = config
+        self._preferred = 0
+        self._connections: dict[str, _Connection] = {}
+        self._sessions: list[list[Any]] = [[secrets.token_hex(8), 0]
+                                           for _ in range(config.sessions)]
+        self._free = anyio.Semaphore(config.sessions)
+        self._stack = AsyncExitStack()
+        self._tasks: TaskGroup | None = None
+
+    async def __aenter__(self) -> CellarClient:
+        self._tasks = await self._stack.enter_async_context(anyio.create_task_group())
+        return self
+
+    async def __aexit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                        traceback: TracebackType | None) -> None:
+        for connection in list(self._connections.values()):
+            await connection.close()
+        assert self._tasks is not None
+        self._tasks.cancel_scope.cancel()
+        await self._stack.__aexit__(kind, error, traceback)
+
+    async def _connection(self, endpoint: str) -> _Connection:
+        connection = self._connections.get(endpoint)
+        if connection is None or connection.broken:
+            assert self._tasks is not None, "use the client in `async with`"
+            connection = _Connection(endpoint, await self._connect(endpoint))
+            self._connections[endpoint] = connection
+            self._tasks.start_soon(connection.read_responses)
+        return connection
+
+    def _rotation(self) -> list[str]:
+        first = self._preferred % len(self._endpoints)
+        return self._endpoints[first:] + self._endpoints[:first]
+
+    # --- commands --------------------------------------------------------------------------
+
+    async def propose(self, body: bytes, *, deadline_s: float | None = None) -> bytes:
+        """Apply `body` exactly once and return the state machine's reply."""
+        async with self._free:
+            session = self._sessions.pop()
+            try:
+                session[1] += 1
+                return await self._propose(session[0], session[1], body,
+                                           deadline_s or self.config.deadline_s)
+            finally:
+                self._sessions.append(session)
+
+    async def _propose(self, session: str, sequence: int, body: bytes, deadline_s: float) -> bytes:
+        handed_over = False
+        timeout_ms = int(self.config.attempt_timeout_s * 1000)
+        with anyio.move_on_after(deadline_s):
+            while True:
+                for endpoint in self._rotation():
+                    try:
+                        response = await self._attempt(endpoint, lambda request_id: Propose(
+                            request_id, session, sequence, body, timeout_ms))
+                    except _NotSent:
+                        continue
+                    if response is None:
+                        handed_over = True  # the request may have reached the replica
+                        continue
+                    if response.code is Code.OK:
+                        return response.payload
+                    if response.code is Code.BAD_REQUEST:
+                        raise Rejected(response.message)
+                    handed_over |= response.code is Code.UNKNOWN
+                    await anyio.sleep(self.config.retry_backoff_s)
+                await anyio.sleep(self.config.retry_backoff_s)
+        if handed_over:
+            raise OutcomeUnknown(f"no result within {deadline_s:.1f} s; the command (session "
+                                 f"{session}, sequence {sequence}) may still be applied")
+        raise Unavailable(f"no replica took the command within {deadline_s:.1f} s")
+
+    async def _attempt(self, endpoint: str, build: Callable[[int], Request]) -> Response | None:
+        """One try at one replica; None when the request went out but no reply came back;
+        raises _NotSent when it could not even be sent."""
+        try:
+            connection = await self._connection(endpoint)
+        except _BROKEN as error:
+            self._preferred += 1
+            raise _NotSent from error
+        try:
+            response = await connection.request(build, self.config.attempt_timeout_s + 1.0)
+        except (*_BROKEN, TimeoutError):
+            self._preferred += 1
+            return None
+        if response.code in (Code.UNAVAILABLE, Code.UNKNOWN):
+            self._preferred += 1
+        return response
+
+    async def _try(self, endpoint: str, build: Callable[[int], Request]) -> Response | None:
+        try:
+            return await self._attempt(endpoint, build)
+        except _NotSent:
+            return None
+
+    async def read(self, query: bytes, *, deadline_s: float | None = None) -> bytes:
+        """A linearizable read of `query`."""
+        timeout_ms = int(self.config.attempt_timeout_s * 1000)
+        with anyio.move_on_after(deadline_s or self.config.deadline_s):
+            while True:
+                for endpoint in self._rotation():
+                    response = await self._try(endpoint, lambda request_id: Read(
+                        request_id, query, timeout_ms))
+                    if response is not None and response.code is Code.OK:
+                        return response.payload
+                    if response is not None and response.code is Code.BAD_REQUEST:
+                        raise Rejected(response.message)
+                await anyio.sleep(self.config.retry_backoff_s)
+        raise Unavailable("no replica answered the read in time")
+
+    async def watch(self, query: bytes, after_slot: int, *, wait_s: float = 10.0
+                    ) -> tuple[bytes, int]:
+        """Run `query` once some replica executed past `after_slot` (or `wait_s` passed):
+        returns the result and that replica's executed slot, to resume from."""
+        for endpoint in self._rotation():
+            response = await self._try(endpoint, lambda request_id: Watch(
+                request_id, query, after_slot, int(wait_s * 1000)))
+            if response is not None and response.code is Code.OK:
+                return response.payload, response.slot
+        raise Unavailable("no replica answered the watch")
+
+    async def status(self, endpoint: str) -> dict[str, Any]:
+        response = await self._try(endpoint, Status)
+        if response is None or response.code is not Code.OK:
+            raise Unavailable(f"{endpoint} did not answer")
+        return decode_status(response.payload)

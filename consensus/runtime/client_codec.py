@@ -1,0 +1,156 @@
+"""The client protocol on the wire: requests and responses as msgpack arrays, size-capped and
+validated field by field like every other decoder.
+
+Requests carry an id the client picks (responses may come back in any order):
+- propose: the client's exactly-once session and sequence, and the state machine's command;
+- read: a linearizable query (through the sequencer's read index);
+- watch: a query run on the replica's own state once it executed past `after_slot` (long
+  polling: the reply comes when there is news or `wait_ms` passed);
+- status: the replica's role, view, sequencer, progress and counters.
+Response codes say exactly what the client may conclude: OK, UNKNOWN (handed to consensus,
+no result in time: it may still be applied), OVERLOADED (not proposed: retrying is safe),
+BAD_REQUEST, UNAVAILABLE (the replica is stopping).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+from consensus.codec import pack, unpack
+from consensus.envelope import BODY_BYTES_MAX, SESSION_LENGTH_MAX
+from consensus.errors import InvalidMessage
+from consensus.validation import (
+    expect_bytes,
+    expect_fields,
+    expect_int,
+    expect_list,
+    expect_map,
+    expect_str,
+)
+
+REQUEST_BYTES_MAX = BODY_BYTES_MAX + 4096
+RESPONSE_BYTES_MAX = 64 << 20
+TIMEOUT_MS_MAX = 600_000
+
+
+class RequestKind(enum.IntEnum):
+    PROPOSE = 1
+    READ = 2
+    WATCH = 3
+    STATUS = 4
+
+
+class Code(enum.IntEnum):
+    OK = 0
+    UNKNOWN = 1
+    OVERLOADED = 2
+    BAD_REQUEST = 3
+    UNAVAILABLE = 4
+
+
+@dataclass(frozen=True, slots=True)
+class Propose:
+    request_id: int
+    session: str
+    sequence: int
+    body: bytes
+    timeout_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Read:
+    request_id: int
+    query: bytes
+    timeout_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Watch:
+    request_id: int
+    query: bytes
+    after_slot: int
+    wait_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    request_id: int
+
+
+Request = Propose | Read | Watch | Status
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    request_id: int
+    code: Code
+    payload: bytes = b""
+    slot: int = 0  # executed slots at the replica (watch), 0 otherwise
+    message: str = ""
+
+
+def encode_request(request: Request) -> bytes:
+    if isinstance(request, Propose):
+        return pack([RequestKind.PROPOSE, request.request_id, request.session,
+                     request.sequence, request.body, request.timeout_ms])
+    if isinstance(request, Read):
+        return pack([RequestKind.READ, request.request_id, request.query, request.timeout_ms])
+    if isinstance(request, Watch):
+        return pack([RequestKind.WATCH, request.request_id, request.query, request.after_slot,
+                     request.wait_ms])
+    return pack([RequestKind.STATUS, request.request_id])
+
+
+def decode_request(data: bytes) -> Request:
+    raw = expect_list(unpack(data, bytes_max=REQUEST_BYTES_MAX, what="request"), "request",
+                      length_max=6)
+    if len(raw) < 2:
+        raise InvalidMessage("request: expected a kind and an id")
+    kind = expect_int(raw[0], "request.kind", low=1, high=max(RequestKind))
+    request_id = expect_int(raw[1], "request.id")
+    if kind == RequestKind.PROPOSE:
+        _, _, session, sequence, body, timeout_ms = expect_fields(raw, "propose", 6)
+        return Propose(request_id,
+                       expect_str(session, "propose.session", length_max=SESSION_LENGTH_MAX,
+                                  allow_empty=True),
+                       expect_int(sequence, "propose.sequence"),
+                       expect_bytes(body, "propose.body", length_max=BODY_BYTES_MAX),
+                       expect_int(timeout_ms, "propose.timeout_ms", high=TIMEOUT_MS_MAX))
+    if kind == RequestKind.READ:
+        _, _, query, timeout_ms = expect_fields(raw, "read", 4)
+        return Read(request_id, expect_bytes(query, "read.query", length_max=BODY_BYTES_MAX),
+                    expect_int(timeout_ms, "read.timeout_ms", high=TIMEOUT_MS_MAX))
+    if kind == RequestKind.WATCH:
+        _, _, query, after_slot, wait_ms = expect_fields(raw, "watch", 5)
+        return Watch(request_id, expect_bytes(query, "watch.query", length_max=BODY_BYTES_MAX),
+                     expect_int(after_slot, "watch.after_slot", low=-1),
+                     expect_int(wait_ms, "watch.wait_ms", high=TIMEOUT_MS_MAX))
+    expect_fields(raw, "status", 2)
+    return Status(request_id)
+
+
+def encode_response(response: Response) -> bytes:
+    return pack([response.request_id, int(response.code), response.payload, response.slot,
+                 response.message])
+
+
+def decode_response(data: bytes) -> Response:
+    raw = expect_list(unpack(data, bytes_max=RESPONSE_BYTES_MAX, what="response"),
+                      "response", length_max=5)
+    request_id, code, payload, slot, message = expect_fields(raw, "response", 5)
+    return Response(expect_int(request_id, "response.id"),
+                    Code(expect_int(code, "response.code", high=max(Code))),
+                    expect_bytes(payload, "response.payload", length_max=RESPONSE_BYTES_MAX),
+                    expect_int(slot, "response.slot"),
+                    expect_str(message, "response.message", length_max=4096, allow_empty=True))
+
+
+def encode_status(status: dict[str, Any]) -> bytes:
+    return pack(status)
+
+
+def decode_status(data: bytes) -> dict[str, Any]:
+    return dict(expect_map(unpack(data, bytes_max=RESPONSE_BYTES_MAX, what="status"),
+                           "status", length_max=4096))

@@ -1,0 +1,306 @@
+"""The driver: one task owns a replica and carries out each Ready in the order it demands.
+
+Peer frames, client proposals and reads reach it through one bounded channel; time reaches it
+as ticks counted from the monotonic clock (after a pause it catches up on every missed tick
+before it handles anything else, so a lease is never judged on stale time). Each Ready is
+handled as `consensus.ready` prescribes: messages that may leave at once go out, the records
+are appended and synced in a worker thread (the only blocking call), then the messages that
+promised them leave, a snapshot is installed, the executed commands are applied to the state
+machine and their results handed to the waiting clients, and `advance()` lets the core count
+its own acceptance.
+
+Group commit comes for free: while one sync runs, inputs queue in the channel, and the next
+Ready carries all of them in one batch of records and one sync.
+
+A failure to persist stops the driver (and so the replica): after a failed fsync the state of
+the page cache is unknown, and continuing could lose what was acknowledged.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import anyio
+import anyio.to_thread
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from consensus.codec import MESSAGE_BYTES_MAX, encode_messages
+from consensus.errors import ConsensusError
+from consensus.leader import ProposalDropped
+from consensus.messages import Message
+from consensus.ready import Ready
+from consensus.records import Record
+from consensus.replica import Replica
+from consensus.runtime.metrics import Metrics
+from consensus.state_machine import StateMachine
+
+
+class RecordStore(Protocol):
+    def append(self, records: Sequence[Record]) -> None: ...
+
+    def sync(self) -> None: ...
+
+
+class OutcomeUnknown(ConsensusError):
+    """The command was handed to consensus but no result came in time: it may still run."""
+
+
+class Overloaded(ConsensusError):
+    """The replica's input queue is full; nothing was proposed, so retrying is safe."""
+
+
+@dataclass(frozen=True, slots=True)
+class DriverConfig:
+    tick_ms: int = 10
+    inputs_max: int = 65_536
+    drain_max: int = 8192  # inputs handled before the next Ready
+    snapshot_every_slots: int = 20_000
+    frame_bytes_max: int = MESSAGE_BYTES_MAX // 4
+
+
+class _Waiter:
+    """A result a client task awaits while the driver task fills it in."""
+
+    __slots__ = ("error", "event", "value")
+
+    def __init__(self) -> None:
+        self.event = anyio.Event()
+        self.value: bytes = b""
+        self.error: Exception | None = None
+
+    def resolve(self, value: bytes) -> None:
+        self.value = value
+        self.event.set()
+
+    def fail(self, error: Exception) -> None:
+        self.error = error
+        self.event.set()
+
+    async def wait(self, timeout_s: float, on_timeout: Callable[[], Exception]) -> bytes:
+        with anyio.move_on_after(timeout_s):
+            await self.event.wait()
+        if not self.event.is_set():
+            raise on_timeout()
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+class Driver:
+    def __init__(self, replica: Replica, store: RecordStore, machine: StateMachine,
+                 send: Callable[[int, bytes], bool], metrics: Metrics, *,
+                 config: DriverConfig = DriverConfig(),
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.replica = replica
+        self._store = store
+        self._machine = machine
+        self._send = send
+        self.metrics = metrics
+        self.config = config
+        self._clock = clock
+        self._inputs: MemoryObjectSendStream[tuple[Any, ...]]
+        self._outputs: MemoryObjectReceiveStream[tuple[Any, ...]]
+        self._inputs, self._outputs = anyio.create_memory_object_stream[tuple[Any, ...]](
+            config.inputs_max)
+        self._proposals: dict[int, _Waiter] = {}
+        self._reads: dict[int, tuple[bytes, _Waiter]] = {}
+        self._read_ids = 0
+        self._ticks_done = 0
+        self._origin = clock()
+        self._last_snapshot = replica.executed_slots
+        self._applied = anyio.Event()
+        self.running = False
+
+    # --- inputs, from other tasks -----------------------------------------------------------------
+
+    def deliver(self, sender: int, frame: bytes) -> None:
+        """A frame from a peer (transport callback); dropped and counted when the queue is full:
+        the protocol resends what matters."""
+        self._offer(("frame", sender, frame), "driver.frames_dropped_queue_full")
+
+    def _offer(self, item: tuple[Any, ...], dropped: str) -> bool:
+        try:
+            self._inputs.send_nowait(item)
+        except anyio.WouldBlock:
+            self.metrics.count(dropped)
+            return False
+        return True
+
+    async def propose(self, command: bytes, timeout_s: float) -> bytes:
+        """Replicate `command` and return the state machine's reply to it."""
+        waiter = _Waiter()
+        if not self._offer(("propose", command, waiter), "driver.proposals_refused"):
+            raise Overloaded("the replica's input queue is full")
+        started = self._clock()
+        reply = await waiter.wait(timeout_s, lambda: OutcomeUnknown(
+            f"no result within {timeout_s:.3f} s; the command may still be applied"))
+        self.metrics.observe("command_latency_seconds", self._clock() - started)
+        return reply
+
+    async def read(self, query: bytes, timeout_s: float) -> bytes:
+        """A linearizable read: the query runs once this replica executed every slot the
+        sequencer had allocated when asked (its read index, under its lease)."""
+        waiter = _Waiter()
+        if not self._offer(("read", query, waiter), "driver.reads_refused"):
+            raise Overloaded("the replica's input queue is full")
+        return await waiter.wait(timeout_s, lambda: OutcomeUnknown(
+            f"no read index within {timeout_s:.3f} s (no sequencer lease?)"))
+
+    async def local_read(self, query: bytes, after_slot: int, wait_s: float) -> tuple[bytes, int]:
+        """Run `query` on this replica's state, once it has executed past `after_slot` or after
+        `wait_s` (long polling for watches); returns the result and the executed slot count."""
+        with anyio.move_on_after(wait_s):
+            while self.replica.executed_slots <= after_slot:
+                await self._applied.wait()
+        return self._machine.query(query), self.replica.executed_slots
+
+    def status(self) -> dict[str, Any]:
+        status = self.replica.status()
+        return {
+            "replica_id": status.replica_id, "view": status.view, "status": status.status,
+            "sequencer": status.sequencer, "is_sequencer": status.is_sequencer,
+            "executed_slots": status.executed_slots, "commit_prefix": status.commit_prefix,
+            "log_base": status.log_base, "pending_proposals": status.pending_proposals,
+            "running": self.running, "counters": dict(status.counters),
+            "metrics": self.metrics.snapshot(),
+        }
+
+    # --- the loop -------------------------------------------------------------------------------
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+                  ) -> None:
+        self.running = True
+        self._origin = self._clock()
+        task_status.started()
+        try:
+            while True:
+                await self._next_inputs()
+                self._catch_up_ticks()
+                while self.replica.has_ready():
+                    ready = self.replica.ready()
+                    if ready.is_empty():
+                        break
+                    await self._handle(ready)
+        finally:
+            self.running = False
+            self._fail_all(OutcomeUnknown("the replica stopped"))
+
+    async def _next_inputs(self) -> None:
+        tick_s = self.config.tick_ms / 1000
+        wait_s = max(0.0, self._origin + (self._ticks_done + 1) * tick_s - self._clock())
+        with anyio.move_on_after(wait_s):
+            self._take(await self._outputs.receive())
+        for _ in range(self.config.drain_max):
+            try:
+                self._take(self._outputs.receive_nowait())
+            except anyio.WouldBlock:
+                break
+
+    def _catch_up_ticks(self) -> None:
+        due = int((self._clock() - self._origin) * 1000 // self.config.tick_ms)
+        while self._ticks_done < due:
+            self._ticks_done += 1
+            self.replica.tick()
+
+    def _take(self, item: tuple[Any, ...]) -> None:
+        kind = item[0]
+        if kind == "frame":
+            self.metrics.count("driver.frames_received")
+            self.replica.receive(item[2])
+        elif kind == "propose":
+            self._take_proposal(item[1], item[2])
+        elif kind == "read":
+            self._read_ids += 1
+            self._reads[self._read_ids] = (item[1], item[2])
+            self.replica.read(self._read_ids)
+
+    def _take_proposal(self, command: bytes, waiter: _Waiter) -> None:
+        try:
+            tag = self.replica.propose(command)
+        except ProposalDropped as error:
+            self.metrics.count("driver.proposals_dropped")
+            waiter.fail(Overloaded(str(error)))
+            return
+        self._proposals[tag] = waiter
+        self.metrics.count("driver.proposals")
+
+    # --- one Ready ----------------------------------------------------------------------------
+
+    async def _handle(self, ready: Ready) -> None:
+        self._send_messages(ready.messages)
+        if ready.records:
+            started = self._clock()
+            await anyio.to_thread.run_sync(self._persist, ready.records, ready.must_sync)
+            self.metrics.observe("storage_persist_seconds", self._clock() - started)
+        self._send_messages(ready.messages_after_persist)
+        if ready.snapshot_to_install is not None:
+            self._machine.restore(ready.snapshot_to_install.state)
+            self._last_snapshot = ready.snapshot_to_install.meta.slot
+            self.metrics.count("driver.snapshots_installed")
+        self._apply(ready)
+        self.replica.advance()
+        self._maybe_compact()
+
+    def _persist(self, records: list[Record], must_sync: bool) -> None:
+        self._store.append(records)
+        if must_sync:
+            self._store.sync()
+            self.metrics.count("storage.syncs")
+        self.metrics.count("storage.records", len(records))
+
+    def _send_messages(self, messages: list[tuple[int, Message]]) -> None:
+        by_peer: dict[int, list[Message]] = {}
+        for peer, message in messages:
+            by_peer.setdefault(peer, []).append(message)
+        for peer in sorted(by_peer):
+            for frame in self._frames(by_peer[peer]):
+                if not self._send(peer, frame):
+                    self.metrics.count("driver.frames_dropped_send_queue")
+                self.metrics.count("driver.frames_sent")
+
+    def _frames(self, messages: list[Message]) -> list[bytes]:
+        """One frame for the lot (message merging), split while it is too big."""
+        frame = encode_messages(messages)
+        if len(frame) <= self.config.frame_bytes_max or len(messages) == 1:
+            return [frame]
+        half = len(messages) // 2
+        return self._frames(messages[:half]) + self._frames(messages[half:])
+
+    def _apply(self, ready: Ready) -> None:
+        for item in ready.executed:
+            for command in item.commands:
+                reply = self._machine.apply(command.payload)
+                if command.origin == self.replica.config.replica_id:
+                    waiter = self._proposals.pop(command.tag, None)
+                    if waiter is not None:
+                        waiter.resolve(reply)
+        if ready.executed:
+            self.metrics.count("driver.commands_applied",
+                               sum(len(item.commands) for item in ready.executed))
+            self._applied.set()
+            self._applied = anyio.Event()
+        for read_id in ready.reads:
+            query, waiter = self._reads.pop(read_id)
+            waiter.resolve(self._machine.query(query))
+        for read_id in ready.reads_refused:
+            _, waiter = self._reads.pop(read_id)
+            waiter.fail(Overloaded("too many reads pending"))
+        self.metrics.count("driver.readied", len(ready.readied))
+
+    def _maybe_compact(self) -> None:
+        executed = self.replica.executed_slots
+        if executed - self._last_snapshot >= self.config.snapshot_every_slots:
+            self.replica.compact(self._machine.snapshot(), executed)
+            self._last_snapshot = executed
+            self.metrics.count("driver.snapshots_taken")
+
+    def _fail_all(self, error: Exception) -> None:
+        for waiter in self._proposals.values():
+            waiter.fail(error)
+        for _, waiter in self._reads.values():
+            waiter.fail(error)
+        self._proposals.clear()
+        self._reads.clear()
