@@ -1,0 +1,54 @@
+"""A minimal HTTP endpoint serving `GET /metrics` in Prometheus text format.
+
+Just enough HTTP/1.1 for a scraper: one request per connection, a bounded request head, a
+response with Content-Length, then close. Anything else gets 404 or 400. Metrics are rendered
+fresh for each scrape by the `render` callable (a string, or bytes already encoded).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+
+import anyio
+from anyio.abc import SocketStream
+
+REQUEST_HEAD_BYTES_MAX = 8192
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+async def serve_metrics(host: str, port: int, render: Callable[[], str], *,
+                        task_status: anyio.abc.TaskStatus[int] = anyio.TASK_STATUS_IGNORED
+                        ) -> None:
+    """Serve until cancelled; reports the bound port through task_status (port 0: any)."""
+    listener = await anyio.create_tcp_listener(local_host=host, local_port=port)
+    async with listener:
+        bound = listener.extra(anyio.abc.SocketAttribute.local_port)
+        task_status.started(bound)
+        await listener.serve(lambda stream: _answer(stream, render))
+
+
+async def _answer(stream: SocketStream, render: Callable[[], str]) -> None:
+    async with stream:
+        head = b""
+        with anyio.move_on_after(5):
+            while b"\r\n\r\n" not in head and len(head) < REQUEST_HEAD_BYTES_MAX:
+                try:
+                    head += await stream.receive(4096)
+                except (anyio.EndOfStream, anyio.BrokenResourceError):
+                    return
+        request_line = head.split(b"\r\n", 1)[0].split()
+        if len(request_line) != 3 or not request_line[2].startswith(b"HTTP/"):
+            await _reply(stream, 400, "Bad Request", "bad request\n")
+        elif request_line[0] != b"GET" or request_line[1].split(b"?")[0] != b"/metrics":
+            await _reply(stream, 404, "Not Found", "try GET /metrics\n")
+        else:
+            await _reply(stream, 200, "OK", render())
+
+
+async def _reply(stream: SocketStream, status: int, reason: str, body: str) -> None:
+    payload = body.encode()
+    head = (f"HTTP/1.1 {status} {reason}\r\nContent-Type: {CONTENT_TYPE}\r\n"
+            f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n").encode()
+    with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+        await stream.send(head + payload)

@@ -1,0 +1,63 @@
+"""Metrics: histograms, the Prometheus text, and the HTTP endpoint, on both backends."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from consensus.runtime.metrics import Histogram, Metrics
+from consensus.runtime.metrics_http import serve_metrics
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def test_histogram_quantiles_are_bucket_bounds() -> None:
+    histogram = Histogram((0.001, 0.01, 0.1))
+    for value in (0.0005, 0.002, 0.003, 0.05, 5.0):
+        histogram.observe(value)
+    assert histogram.count == 5
+    assert histogram.quantile(0.2) == 0.001
+    assert histogram.quantile(0.6) == 0.01
+    assert histogram.quantile(1.0) == float("inf")
+
+
+def test_prometheus_text() -> None:
+    metrics = Metrics()
+    metrics.describe("commits", "commands committed")
+    metrics.count("commits", 3)
+    metrics.set("view", 2)
+    metrics.observe("latency.seconds", 0.003)
+    text = metrics.render()
+    assert "# HELP cellar_commits commands committed\n# TYPE cellar_commits counter\n" \
+           "cellar_commits 3\n" in text
+    assert "cellar_view 2\n" in text
+    assert 'cellar_latency_seconds_bucket{le="0.005"} 1\n' in text
+    assert "cellar_latency_seconds_count 1\n" in text
+
+
+async def _get(port: int, request: bytes) -> bytes:
+    async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+        await stream.send(request)
+        data = b""
+        try:
+            while True:
+                data += await stream.receive()
+        except anyio.EndOfStream:
+            return data
+
+
+@pytest.mark.anyio
+async def test_the_endpoint_serves_metrics() -> None:
+    metrics = Metrics()
+    metrics.count("commits", 7)
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tasks:
+            port = await tasks.start(serve_metrics, "127.0.0.1", 0, metrics.render)
+            answer = await _get(port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert answer.startswith(b"HTTP/1.1 200 OK") and b"cellar_commits 7" in answer
+            assert (await _get(port, b"GET / HTTP/1.1\r\n\r\n")).startswith(b"HTTP/1.1 404")
+            assert (await _get(port, b"garbage\r\n\r\n")).startswith(b"HTTP/1.1 400")
+            tasks.cancel_scope.cancel()

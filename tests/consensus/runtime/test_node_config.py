@@ -1,0 +1,87 @@
+"""The replica configuration file: a good one loads; every bad one names the key and why."""
+
+from __future__ import annotations
+
+import pathlib
+import tomllib
+from typing import Any
+
+import pytest
+
+from consensus.runtime.node_config import NodeConfigError, load_node_config, parse_node_config
+
+GOOD = """
+replica_id = 1
+data_dir = "data/r1"
+insecure = true
+loop = "trio"
+metrics = "127.0.0.1:9401"
+[[peers]]
+id = 0
+peer = "127.0.0.1:7000"
+client = "127.0.0.1:7100"
+[[peers]]
+id = 1
+peer = "127.0.0.1:7001"
+client = "127.0.0.1:7101"
+[[peers]]
+id = 2
+peer = "127.0.0.1:7002"
+client = "127.0.0.1:7102"
+[limits]
+inputs_max = 100
+"""
+
+
+def test_a_good_file_loads(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "replica.toml"
+    path.write_text(GOOD)
+    config = load_node_config(path)
+    assert config.replica_id == 1 and config.loop == "trio" and config.insecure
+    assert str(config.me.client) == "127.0.0.1:7101"
+    assert config.data_dir == tmp_path / "data/r1"
+    assert config.limits["inputs_max"] == 100 and config.limits["snapshot_every_slots"] > 0
+    assert str(config.metrics) == "127.0.0.1:9401"
+
+
+def base() -> dict[str, Any]:
+    return tomllib.loads(GOOD)
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda raw: raw.pop("data_dir"), "data_dir: required"),
+    (lambda raw: raw.update(replica_id=7), "replica_id: 7 is not among"),
+    (lambda raw: raw.update(replica_id="one"), "replica_id: required, an integer"),
+    (lambda raw: raw["peers"][1].update(client="localhost"), r"peers\[1\].client"),
+    (lambda raw: raw["peers"][2].update(peer="h:99999"), r"peers\[2\].peer"),
+    (lambda raw: raw["peers"].pop(), "odd number"),
+    (lambda raw: raw["peers"][2].update(id=0), "each once"),
+    (lambda raw: raw.update(loop="gevent"), "loop: 'gevent'"),
+    (lambda raw: raw.update(colour="blue"), "colour: unknown key"),
+    (lambda raw: raw.update(insecure=False), "tls: required unless insecure"),
+    (lambda raw: raw["limits"].update(inputs_max=0), "limits.inputs_max"),
+    (lambda raw: raw["limits"].update(speed=3), "limits.speed: unknown"),
+    (lambda raw: raw.update(tick_ms=0), r"tick_ms: 0 is outside"),
+])
+def test_bad_files_name_the_key(change: Any, message: str) -> None:
+    raw = base()
+    change(raw)
+    with pytest.raises(NodeConfigError, match=message):
+        parse_node_config(raw, base=pathlib.Path("."))
+
+
+def test_missing_tls_files_are_named(tmp_path: pathlib.Path) -> None:
+    raw = base()
+    raw["insecure"] = False
+    raw["tls"] = {"ca": "ca.pem", "cert": "c.pem", "key": "k.pem"}
+    with pytest.raises(NodeConfigError, match=r"tls\.ca: .*ca\.pem does not exist"):
+        parse_node_config(raw, base=tmp_path)
+
+
+def test_unreadable_and_invalid_files(tmp_path: pathlib.Path) -> None:
+    with pytest.raises(NodeConfigError, match="cannot read"):
+        load_node_config(tmp_path / "absent.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("replica_id = = 1")
+    with pytest.raises(NodeConfigError, match="not valid TOML"):
+        load_node_config(bad)
