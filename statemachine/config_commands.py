@@ -101,6 +101,7 @@ def _reattach(state: State, old: Topology | None, config: Configured, group: Gro
     vc_exists = group.vc in config.topology.quota
     if group.phase is GroupPhase.PENDING:
         state.set(group, "attempt_epoch", -1)
+        state.set(group, "preempt_epoch", -1)
         if not vc_exists and group.guaranteed:
             release(state, group, f"the configuration no longer has VC {group.vc}")
             return "released"
@@ -114,6 +115,7 @@ def _reattach(state: State, old: Topology | None, config: Configured, group: Gro
         state.set(group, "chain", -1)
         state.set(group, "victims", ())
         state.set(group, "attempt_epoch", -1)
+        state.set(group, "preempt_epoch", -1)
         state.enqueue(group)
         return "requeued"
     leaves = _remap(state, old, config.topology, group)

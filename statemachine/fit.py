@@ -32,34 +32,39 @@ class FreeView:
         self._cells = cells
         self._parent = cells.topology.parent
         self._delta: dict[int, int] = {}
-        self._log: list[int] = []
+        self._log: list[tuple[int, ...]] = []
 
     def base(self, cell: int) -> int:
         return self._cells.free[cell]
 
     def count(self, cell: int) -> int:
-        return self.base(cell) - self._delta.get(cell, 0)
+        return self._cells.free[cell] - self._delta.get(cell, 0)
 
     def take(self, leaves: Sequence[int]) -> None:
-        parent, delta = self._parent, self._delta
         for leaf in leaves:
             assert self.count(leaf) == 1, f"GPU {leaf} is not available"
-            cell = leaf
-            while cell >= 0:
-                delta[cell] = delta.get(cell, 0) + 1
-                cell = parent[cell]
-            self._log.append(leaf)
+        self._add(leaves, 1)
+        self._log.append(tuple(leaves))
 
     def checkpoint(self) -> int:
         return len(self._log)
 
     def restore(self, checkpoint: int) -> None:
-        parent, delta = self._parent, self._delta
         while len(self._log) > checkpoint:
-            cell = self._log.pop()
-            while cell >= 0:
-                delta[cell] -= 1
-                cell = parent[cell]
+            self._add(self._log.pop(), -1)
+
+    def _add(self, leaves: Sequence[int], step: int) -> None:
+        """Add `step` per leaf to the delta of each leaf and ancestor, a level at a time."""
+        parent, delta = self._parent, self._delta
+        level: dict[int, int] = dict.fromkeys(leaves, step)
+        while level:
+            above: dict[int, int] = {}
+            for cell, change in level.items():
+                delta[cell] = delta.get(cell, 0) + change
+                up = parent[cell]
+                if up >= 0:
+                    above[up] = above.get(up, 0) + change
+            level = above
 
 
 class PreemptView(FreeView):
@@ -72,17 +77,18 @@ class PreemptView(FreeView):
         self._priority = priority
         self._cache: dict[int, int] = {}
 
-    def leaf_ok(self, leaf: int) -> bool:
-        cells = self._cells
-        return (cells.usable[leaf] and cells.holder_priority[leaf] < self._priority
-                and cells.reserver_priority[leaf] < self._priority)
-
     def base(self, cell: int) -> int:
         found = self._cache.get(cell)
         if found is None:
-            found = sum(1 for leaf in self._cells.topology.leaves(cell) if self.leaf_ok(leaf))
+            cells, priority = self._cells, self._priority
+            usable, held, reserved = cells.usable, cells.holder_priority, cells.reserver_priority
+            found = sum(1 for leaf in cells.topology.leaves(cell)
+                        if usable[leaf] and held[leaf] < priority and reserved[leaf] < priority)
             self._cache[cell] = found
         return found
+
+    def count(self, cell: int) -> int:
+        return self.base(cell) - self._delta.get(cell, 0)
 
 
 def fit_in_cell(topology: Topology, view: FreeView, cell: int,
@@ -140,9 +146,13 @@ def pick_leaves(topology: Topology, view: FreeView, cell: int, need: int,
     """Append `need` available GPUs under `cell` to `out`: descend into the child with the
     fewest available GPUs that still holds them all; if none does, span the children with the
     most available first. Depth is the number of levels below the node, at most LEVELS_MAX."""
-    assert 0 < need <= view.count(cell)
+    available = view.count(cell)
+    assert 0 < need <= available
     if topology.level[cell] == 1:
         out.append(cell)
+        return
+    if need == available:  # all of them: no choice to make below
+        out.extend(leaf for leaf in topology.leaves(cell) if view.count(leaf))
         return
     children = topology.children(cell)
     best, best_count = -1, 0

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from statemachine import limits
 from statemachine.commands import BindPod, Member, ReleaseGroup, SubmitGroup
+from statemachine.effects import EffectKind
 from statemachine.errors import Code, refuse
 from statemachine.groups import Group, make_pods
 from statemachine.lifecycle import pod_env, pod_uuids, release
-from statemachine.outbox import EffectKind
 from statemachine.results import Done, GroupPhase, GroupStatus, PodBound, PodPhase
 from statemachine.scheduler import schedule, try_place
 from statemachine.state import Configured, State
@@ -41,7 +41,7 @@ def submit_group(state: State, command: SubmitGroup) -> GroupStatus:
     state.set(state, "next_submit", state.next_submit + 1)
     state.journal.set_item(state.groups, group.group, group)
     state.enqueue(group)
-    try_place(state, group)
+    try_place(state, group, preempt=True)
     return group_status(state, group)
 
 

@@ -58,6 +58,7 @@ class Group:
     failures: tuple[str, ...] = ()  # "uuid: reason" for failed hardware under it, sorted
     why_pending: str = ""
     attempt_epoch: int = -1  # the capacity epoch of its last failed placement attempt
+    preempt_epoch: int = -1  # the change epoch of its last failed attempt with preemption
 
     @property
     def guaranteed(self) -> bool:

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from statemachine.effects import EffectKind
 from statemachine.groups import Group
 from statemachine.limits import OPPORTUNISTIC_PRIORITY
-from statemachine.outbox import EffectKind
 from statemachine.results import GroupPhase, PodPhase
 from statemachine.search import Plan
 from statemachine.spec import FailurePolicy
@@ -70,6 +70,7 @@ def allocate(state: State, group: Group, plan: Plan) -> None:
     state.dequeue(group)
     config.cells.hold(leaves, group.group, group.effective_priority)
     state.set(group, "phase", GroupPhase.ALLOCATED)
+    state.bump_change()
     state.outbox.emit(EffectKind.GANG_ALLOCATED, node="", group=group.group,
                       reason=f"{len(leaves)} GPUs on {config.topology.chains[plan.chain].name}")
 
@@ -94,6 +95,7 @@ def start_preemption(state: State, group: Group, plan: Plan) -> None:
     config.cells.reserve(leaves, group.group, group.effective_priority)
     release_unused_bindings(state, freed)
     state.set(group, "phase", GroupPhase.PREEMPTING)
+    state.bump_change()
     state.set(group, "victims", tuple(plan.victims))
     state.set(group, "deadline_ms", state.now_ms + state.policy.preemption_grace_ms)
     state.outbox.emit(EffectKind.GANG_PREEMPTING, node="", group=group.group,
@@ -150,6 +152,7 @@ def requeue(state: State, group: Group, reason: str, *, unbind: bool = True) -> 
     state.set(group, "phase", GroupPhase.PENDING)
     state.set(group, "why_pending", reason)
     state.set(group, "attempt_epoch", -1)
+    state.set(group, "preempt_epoch", -1)
     state.enqueue(group)
     state.outbox.emit(EffectKind.GANG_REQUEUED, node="", group=group.group, reason=reason)
     if unbind:

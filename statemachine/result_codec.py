@@ -12,8 +12,8 @@ from typing import Any
 
 from consensus.codec import pack
 from statemachine import limits
+from statemachine.effects import Effect
 from statemachine.errors import Code, Rejection
-from statemachine.outbox import Effect
 from statemachine.record_codec import Record, unpack_body
 from statemachine.results import (
     ConfigApplied,

@@ -7,9 +7,13 @@ preemption, it first tries downgrading them to opportunistic instead (they keep 
 placing the gang without preemption; if that fails the downgrade is rolled back and the victims
 are preempted normally. Opportunistic gangs never preempt.
 
-The pass walks the queue in order and tries at most `schedule_attempts_max` gangs, skipping
-those whose last attempt saw the current capacity epoch (nothing was freed since, so the answer
-would be the same). A failed attempt leaves a deterministic "why pending".
+The pass walks the queue in order and tries at most `schedule_attempts_max` gangs. After most
+commands it only looks for free GPUs, skipping gangs whose last attempt saw the current capacity
+epoch (nothing was freed since, so the answer would be the same); on Tick it also preempts,
+skipping gangs whose last such attempt saw the current change epoch (nothing freed and nobody
+newly placed who could be a victim). Preemption searches scan GPUs, so they run at the pace of
+Ticks, not of every release. A failed attempt with preemption (at submission and on Tick)
+leaves a deterministic "why pending", as of that attempt.
 """
 
 from __future__ import annotations
@@ -43,6 +47,8 @@ def _request(group: Group) -> Request:
 def _plan(config: Configured, group: Group, view: FreeView) -> Plan | None:
     request = _request(group)
     for chain in eligible_chains(config, group):
+        if type(view) is FreeView and not _may_fit(config, group, chain, request.gpus):
+            continue
         if group.guaranteed:
             plan = plan_guaranteed(config.topology, config.buddy, view, chain, request)
         else:
@@ -52,6 +58,19 @@ def _plan(config: Configured, group: Group, view: FreeView) -> Plan | None:
     return None
 
 
+def _may_fit(config: Configured, group: Group, chain: Chain, need: int) -> bool:
+    """A cheap necessary condition for a plan without preemption: enough free GPUs in the
+    VC's bound cells plus its unbound quota (guaranteed), or on the chain (opportunistic)."""
+    cells = config.cells
+    if group.guaranteed:
+        buddy = config.buddy
+        unbound = buddy.unbound[group.vc][chain.index]
+        room = sum(count * chain.size[level] for level, count in enumerate(unbound))
+        return room + sum(cells.free[cell] for cell in buddy.bound_cells[group.vc][chain.index]
+                          ) >= need
+    return sum(cells.free[cell] for cell in chain.cells_at(chain.top_level)) >= need
+
+
 def _add_victims(config: Configured, plan: Plan) -> None:
     cells = config.cells
     leaves = [leaf for pod in plan.pods for leaf in pod]
@@ -59,16 +78,16 @@ def _add_victims(config: Configured, plan: Plan) -> None:
     plan.cancelled = sorted({cells.reserver[leaf] for leaf in leaves if cells.reserver[leaf]})
 
 
-def try_place(state: State, group: Group) -> bool:
-    """One placement attempt for a pending gang; True when it was allocated or started
-    preempting."""
+def try_place(state: State, group: Group, *, preempt: bool) -> bool:
+    """One placement attempt for a pending gang, with preemption if `preempt`; True when it
+    was allocated or started preempting."""
     assert group.phase is GroupPhase.PENDING
     config = state.configured()
     plan = _plan(config, group, FreeView(config.cells))
     if plan is not None:
         allocate(state, group, plan)
         return True
-    if group.guaranteed:
+    if preempt and group.guaranteed:
         plan = _plan(config, group, PreemptView(config.cells, group.priority))
         if plan is not None:
             _add_victims(config, plan)
@@ -79,8 +98,10 @@ def try_place(state: State, group: Group) -> bool:
                 return True
             start_preemption(state, group, plan)
             return True
-    state.set(group, "why_pending", explain(config, group))
     state.set(group, "attempt_epoch", state.capacity_epoch)
+    if preempt:
+        state.set(group, "preempt_epoch", state.change_epoch)
+        state.set(group, "why_pending", explain(config, group))
     return False
 
 
@@ -107,8 +128,9 @@ def _lazily_preemptible(victim: Group, preemptor: Group) -> bool:
             and victim.effective_priority < preemptor.priority and not victim.evicting)
 
 
-def schedule(state: State) -> None:
-    """One bounded pass over the pending queue."""
+def schedule(state: State, *, preempt: bool = False) -> None:
+    """One bounded pass over the pending queue; with `preempt` (on Tick) guaranteed gangs may
+    preempt."""
     if state.config is None:
         return
     budget = state.policy.schedule_attempts_max
@@ -118,10 +140,13 @@ def schedule(state: State) -> None:
         group = state.groups.get(key[2])
         if group is None or group.phase is not GroupPhase.PENDING:
             continue
-        if group.attempt_epoch == state.capacity_epoch:
+        full = preempt and group.guaranteed
+        if full and group.preempt_epoch == state.change_epoch:
+            continue
+        if not full and group.attempt_epoch == state.capacity_epoch:
             continue
         budget -= 1
-        try_place(state, group)
+        try_place(state, group, preempt=full)
 
 
 def explain(config: Configured, group: Group) -> str:

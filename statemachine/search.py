@@ -14,6 +14,7 @@ All loops are bounded: at most `BUDDY_CANDIDATES_MAX` binding candidates and
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import islice
@@ -52,30 +53,27 @@ def plan_guaranteed(topology: Topology, buddy: Buddy, view: FreeView, chain: Cha
     return plan
 
 
-def _containers(buddy: Buddy, chain: Chain, vc: str) -> list[tuple[int, int]]:
-    """(level, cell) for the VC's bound cells, and (level, -1) for each level where it may
-    bind one more: ascending level, bound cells before a new binding at the same level."""
-    found = [(buddy.topology.level[cell], cell) for cell in buddy.bound_cells[vc][chain.index]]
-    unbound = buddy.unbound[vc][chain.index]
-    found += [(level, -1) for level in range(1, chain.top_level + 1) if unbound[level] > 0]
-    found.sort(key=lambda entry: (entry[0], entry[1] < 0, entry[1]))
-    return found
-
-
 def _one_cell(topology: Topology, buddy: Buddy, view: FreeView, chain: Chain,
               request: Request) -> Plan | None:
+    """The whole gang in one cell: levels ascending; at each, the VC's bound cells by fewest
+    available GPUs, then a new binding if the VC may bind one there."""
     need = request.gpus
-    containers = _containers(buddy, chain, request.vc)
-    levels = sorted({level for level, _ in containers if chain.size[level] >= need})
+    unbound = buddy.unbound[request.vc][chain.index]
+    bound: dict[int, list[int]] = {}
+    for cell in buddy.bound_cells[request.vc][chain.index]:
+        level = topology.level[cell]
+        if chain.size[level] >= need:
+            bound.setdefault(level, []).append(cell)
+    levels = sorted({*bound, *(level for level in range(1, chain.top_level + 1)
+                               if unbound[level] > 0 and chain.size[level] >= need)})
     for level in levels:
-        bound = sorted((view.count(cell), cell) for cell_level, cell in containers
-                       if cell_level == level and cell >= 0)
-        for available, cell in bound:
-            if available >= need:
-                pods = fit_in_cell(topology, view, cell, request.pods)
-                if pods is not None:
-                    return Plan(chain=chain.index, pods=pods)
-        if buddy.unbound[request.vc][chain.index][level] > 0:
+        ranked = sorted((available, cell) for cell in bound.get(level, ())
+                        if (available := view.count(cell)) >= need)
+        for _, cell in ranked:
+            pods = fit_in_cell(topology, view, cell, request.pods)
+            if pods is not None:
+                return Plan(chain=chain.index, pods=pods)
+        if unbound[level] > 0:
             for cell in _binding_candidates(buddy, view, chain, level, need=need, planned=[]):
                 pods = fit_in_cell(topology, view, cell, request.pods)
                 if pods is not None:
@@ -108,39 +106,51 @@ def _nested(topology: Topology, first: int, second: int) -> bool:
 def _spread(topology: Topology, buddy: Buddy, view: FreeView, chain: Chain,
             request: Request) -> Plan | None:
     """Pod by pod, largest first: into a bound (or newly bound) cell with the fewest GPUs
-    available that fit it, else into a new binding at the lowest level that can hold it."""
+    available that fit it, else into a new binding at the lowest level that can hold it. The
+    cells are ranked once by (level, available GPUs, id) and re-ranked as pods land."""
     checkpoint = view.checkpoint()
-    vc = request.vc
-    bound = list(buddy.bound_cells[vc][chain.index])
+    level = topology.level
+    ranked = sorted((level[cell], view.count(cell), cell)
+                    for cell in buddy.bound_cells[request.vc][chain.index])
     planned: list[int] = []
-    unbound = list(buddy.unbound[vc][chain.index])
+    unbound = list(buddy.unbound[request.vc][chain.index])
     placed: list[list[int]] = [[] for _ in request.pods]
     order = sorted(range(len(request.pods)), key=lambda index: (-request.pods[index], index))
     for position in order:
         need = request.pods[position]
-        leaves = _into_bound(topology, view, [*bound, *planned], need)
+        cell, leaves = _into_ranked(topology, view, ranked, need)
         if leaves is None:
-            leaves = _into_new(buddy, view, chain, need=need, unbound=unbound, planned=planned)
-        if leaves is None:
-            view.restore(checkpoint)
-            return None
+            cell, leaves = _into_new(buddy, view, chain, need=need, unbound=unbound,
+                                     planned=planned)
+            if leaves is None:
+                view.restore(checkpoint)
+                return None
+            bisect.insort(ranked, (level[cell], view.count(cell), cell))
+        else:
+            entry = bisect.bisect_left(ranked, (level[cell], view.count(cell) + need, cell))
+            del ranked[entry]
+            bisect.insort(ranked, (level[cell], view.count(cell), cell))
         placed[position] = leaves
     return Plan(chain=chain.index, pods=placed, bindings=planned)
 
 
-def _into_bound(topology: Topology, view: FreeView, cells: list[int],
-                need: int) -> list[int] | None:
-    ranked = sorted((topology.level[cell], view.count(cell), cell) for cell in cells)
-    for _, available, cell in ranked:
-        if available >= need:
-            pods = fit_in_cell(topology, view, cell, (need,))
+def _into_ranked(topology: Topology, view: FreeView, ranked: list[tuple[int, int, int]],
+                 need: int) -> tuple[int, list[int] | None]:
+    """The first ranked cell, level by level, with `need` GPUs available that fits the pod."""
+    levels = sorted({entry[0] for entry in ranked})
+    for level in levels:
+        start = bisect.bisect_left(ranked, (level, need, -1))
+        for entry in ranked[start:]:
+            if entry[0] != level:
+                break
+            pods = fit_in_cell(topology, view, entry[2], (need,))
             if pods is not None:
-                return pods[0]
-    return None
+                return entry[2], pods[0]
+    return -1, None
 
 
 def _into_new(buddy: Buddy, view: FreeView, chain: Chain, *, need: int, unbound: list[int],
-              planned: list[int]) -> list[int] | None:
+              planned: list[int]) -> tuple[int, list[int] | None]:
     topology = buddy.topology
     for level in range(1, chain.top_level + 1):
         if unbound[level] <= 0 or chain.size[level] < need:
@@ -151,8 +161,8 @@ def _into_new(buddy: Buddy, view: FreeView, chain: Chain, *, need: int, unbound:
             if pods is not None:
                 planned.append(cell)
                 unbound[level] -= 1
-                return pods[0]
-    return None
+                return cell, pods[0]
+    return -1, None
 
 
 def plan_opportunistic(topology: Topology, cells: Cells, view: FreeView, chain: Chain,

@@ -18,7 +18,6 @@ from statemachine.commands import GpuInventory, HealthStatus, Member
 from statemachine.config_check import check_spec
 from statemachine.groups import Group, Pod
 from statemachine.nodes import GpuHealth, Liveness, NodeRecord
-from statemachine.outbox import Effect, EffectKind
 from statemachine.record_codec import Record
 from statemachine.results import GroupPhase, PodPhase
 from statemachine.sessions import Session, Sessions
@@ -41,12 +40,12 @@ def encode_snapshot(state: State, sessions: Sessions, applied_index: int) -> byt
     config = state.config
     return pack([
         SNAPSHOT_TAG, SNAPSHOT_FORMAT, applied_index, state.now_ms, state.next_submit,
-        state.capacity_epoch,
+        state.capacity_epoch, state.change_epoch,
         None if config is None else [config.version, encode_spec(config.spec)],
         [_node(state.nodes[name]) for name in sorted(state.nodes)],
         [] if config is None else [[cell, vc] for cell, vc in bindings_of(config.buddy)],
         [_group(state.groups[name]) for name in sorted(state.groups)],
-        [state.outbox.first_index, [_effect(effect) for effect in state.outbox.effects]],
+        [state.outbox.first_index, state.outbox.nodes, state.outbox.packed],
         [[key, session.last_sequence, session.expires_ms, session.reply]
          for key, session in sorted(sessions.table.items())],
     ])
@@ -73,26 +72,22 @@ def _group(group: Group) -> list[Any]:
             group.submit_index, group.submitted_ms, group.phase.value, group.chain,
             list(group.victims), group.deadline_ms, list(group.preempted_by), group.evicting,
             group.downgraded, list(group.failures), group.why_pending, group.attempt_epoch,
+            group.preempt_epoch,
             [[pod.member, pod.index, pod.gpus, pod.node, list(pod.leaves), pod.pod_uid,
               pod.phase.value, pod.exit_code] for pod in group.pods]]
-
-
-def _effect(effect: Effect) -> list[Any]:
-    return [effect.index, effect.kind.value, effect.node, effect.group, effect.pod_uid,
-            list(effect.gpu_uuids), [[name, value] for name, value in effect.env],
-            effect.reason]
 
 
 def decode_snapshot(data: bytes) -> tuple[State, Sessions, int]:
     """Bytes from `encode_snapshot` to a state with its derived parts rebuilt. Snapshots come
     from replicas, not clients: a malformed one is a corrupt data directory, and fails loudly."""
     raw = unpack(data, bytes_max=SNAPSHOT_BYTES_MAX, what="snapshot")
-    (tag, version, applied_index, now_ms, next_submit, capacity_epoch, config, nodes,
-     bindings, groups, outbox, sessions) = raw
+    (tag, version, applied_index, now_ms, next_submit, capacity_epoch, change_epoch, config,
+     nodes, bindings, groups, outbox, sessions) = raw
     if tag != SNAPSHOT_TAG or version != SNAPSHOT_FORMAT:
         raise ValueError(f"not a format-{SNAPSHOT_FORMAT} Cellar snapshot: {tag!r} {version!r}")
     state = State()
-    state.now_ms, state.next_submit, state.capacity_epoch = now_ms, next_submit, capacity_epoch
+    state.now_ms, state.next_submit = now_ms, next_submit
+    state.capacity_epoch, state.change_epoch = capacity_epoch, change_epoch
     state.nodes = {fields[0]: _load_node(fields) for fields in nodes}
     state.groups = {fields[0]: _load_group(fields) for fields in groups}
     if config is not None:
@@ -104,8 +99,8 @@ def decode_snapshot(data: bytes) -> tuple[State, Sessions, int]:
     state.queue.keys = derive_queue(state.groups)
     state.uuid_owner = derive_uuid_owner(state.nodes)
     state.outbox.first_index = outbox[0]
-    for fields in outbox[1]:
-        state.outbox.load(_load_effect(fields))
+    for node, packed in zip(outbox[1], outbox[2], strict=True):
+        state.outbox.load(node, packed)
     table = Sessions()
     for key, last_sequence, expires_ms, reply in sessions:
         table.table[key] = Session(last_sequence=last_sequence, reply=reply,
@@ -131,7 +126,7 @@ def _load_node(fields: list[Any]) -> NodeRecord:
 def _load_group(fields: list[Any]) -> Group:
     (group, vc, priority, effective, lazy, model, members, submit_index, submitted_ms, phase,
      chain, victims, deadline, preempted_by, evicting, downgraded, failures, why_pending,
-     attempt_epoch, pods) = fields
+     attempt_epoch, preempt_epoch, pods) = fields
     return Group(
         group=group, vc=vc, priority=priority, effective_priority=effective,
         lazy_preemption=lazy, gpu_model=model,
@@ -140,13 +135,7 @@ def _load_group(fields: list[Any]) -> Group:
         chain=chain, victims=tuple(victims), deadline_ms=deadline,
         preempted_by=tuple(preempted_by), evicting=evicting, downgraded=downgraded,
         failures=tuple(failures), why_pending=why_pending, attempt_epoch=attempt_epoch,
+        preempt_epoch=preempt_epoch,
         pods=tuple(Pod(member=member, index=index, gpus=gpus, node=node, leaves=tuple(leaves),
                        pod_uid=uid, phase=PodPhase(pod_phase), exit_code=exit_code)
                    for member, index, gpus, node, leaves, uid, pod_phase, exit_code in pods))
-
-
-def _load_effect(fields: list[Any]) -> Effect:
-    index, kind, node, group, pod_uid, uuids, env, reason = fields
-    return Effect(index=index, kind=EffectKind(kind), node=node, group=group, pod_uid=pod_uid,
-                  gpu_uuids=tuple(uuids), env=tuple((name, value) for name, value in env),
-                  reason=reason)

@@ -41,8 +41,8 @@ class Configured:
 
 
 class State:
-    __slots__ = ("capacity_epoch", "config", "groups", "journal", "next_submit", "nodes",
-                 "now_ms", "outbox", "queue", "uuid_owner")
+    __slots__ = ("capacity_epoch", "change_epoch", "config", "groups", "journal", "next_submit",
+                 "nodes", "now_ms", "outbox", "queue", "uuid_owner")
 
     def __init__(self) -> None:
         self.journal = Journal()
@@ -55,6 +55,7 @@ class State:
         self.outbox = Outbox(self.journal)
         self.next_submit = 1
         self.capacity_epoch = 0  # bumped whenever GPUs may have become available
+        self.change_epoch = 0  # bumped on capacity changes and on new holders (new victims)
 
     # Lookups that refuse with the right code.
 
@@ -86,6 +87,10 @@ class State:
 
     def bump_capacity(self) -> None:
         self.set(self, "capacity_epoch", self.capacity_epoch + 1)
+        self.bump_change()
+
+    def bump_change(self) -> None:
+        self.set(self, "change_epoch", self.change_epoch + 1)
 
     def enqueue(self, group: Group) -> None:
         assert group.phase is GroupPhase.PENDING

@@ -5,7 +5,7 @@
    and released where their tenant's policy says so).
 2. Preemption deadlines, by gang id: victims that have not left get their kills re-sent, or
    are released outright when every node they run on is Down.
-3. One bounded scheduling pass.
+3. One bounded scheduling pass, the only one besides submission that may preempt.
 
 Session expiry is the machine's, right after (sessions live beside the state).
 """
@@ -26,7 +26,7 @@ def tick(state: State, command: Tick) -> Done:
         return Done(note=f"now {state.now_ms}; no configuration")
     suspect, down = _expire_leases(state)
     resent = _preemption_deadlines(state)
-    schedule(state)
+    schedule(state, preempt=True)
     return Done(note=f"now {state.now_ms}; {suspect} suspect, {down} down, "
                      f"{resent} kills resent")
 
