@@ -40,6 +40,10 @@ class FreeView:
     def count(self, cell: int) -> int:
         return self._cells.free[cell] - self._delta.get(cell, 0)
 
+    def unbound_count(self, cell: int) -> int:
+        """`count` for a cell outside every tenant's binding (a buddy candidate)."""
+        return self.count(cell)
+
     def take(self, leaves: Sequence[int]) -> None:
         for leaf in leaves:
             assert self.count(leaf) == 1, f"GPU {leaf} is not available"
@@ -89,6 +93,12 @@ class PreemptView(FreeView):
 
     def count(self, cell: int) -> int:
         return self.base(cell) - self._delta.get(cell, 0)
+
+    def unbound_count(self, cell: int) -> int:
+        """Outside every tenant's binding all holders are opportunistic (priority -1, below any
+        preemptor) and nothing is reserved, so every usable GPU is available: no scan."""
+        topology = self._cells.topology
+        return topology.size_of(cell) - self._cells.bad[cell] - self._delta.get(cell, 0)
 
 
 def fit_in_cell(topology: Topology, view: FreeView, cell: int,

@@ -41,7 +41,8 @@ OPPORTUNISTIC_PRIORITY = -1
 FREE_PRIORITY = -2  # the priority of a leaf nobody holds
 
 # Search budgets: deterministic step counts, never time.
-BUDDY_CANDIDATES_MAX = 32  # physical cells tried per level when binding a new VC cell
+BUDDY_SCAN_MAX = 4096  # free-list cells looked at (one counter read each) per level and binding
+BUDDY_CANDIDATES_MAX = 32  # of those with room, cells checked for safety and fit
 FIT_CANDIDATES_MAX = 64  # cells tried per level when looking for the smallest cell that fits
 SCHEDULE_ATTEMPTS_MAX = 1024  # the most pending gangs one scheduling pass may try
 DURATION_MS_MAX = 1 << 40  # about 35 years; bounds every duration and count in the policy
@@ -54,4 +55,5 @@ assert COMMAND_BYTES_MAX <= ENVELOPE_BODY_BYTES_MAX, "a command must fit in an e
 assert PODS_PER_MEMBER_MAX <= PODS_PER_GANG_MAX
 assert GPUS_PER_NODE_MAX * PODS_PER_GANG_MAX >= GPUS_PER_GANG_MAX
 assert OPPORTUNISTIC_PRIORITY > FREE_PRIORITY
+assert BUDDY_SCAN_MAX >= BUDDY_CANDIDATES_MAX
 assert HEALTH_REPORTS_MAX >= GPUS_PER_NODE_MAX, "one report can cover a whole node"

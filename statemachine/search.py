@@ -8,8 +8,9 @@ cells before new bindings, fewest free GPUs first); only a gang too big for any 
 spread pod by pod over several. Opportunistic gangs (-1) take free GPUs anywhere on the chain,
 in the smallest cell that fits, found through the best-fit index.
 
-All loops are bounded: at most `BUDDY_CANDIDATES_MAX` binding candidates and
-`FIT_CANDIDATES_MAX` cells per level are tried.
+All loops are bounded: per level at most `BUDDY_SCAN_MAX` free cells are looked at and
+`BUDDY_CANDIDATES_MAX` of them tried for a binding, and `FIT_CANDIDATES_MAX` cells tried for
+the smallest cell that fits.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from itertools import islice
 from statemachine.buddy import Buddy
 from statemachine.cells import Cells
 from statemachine.fit import FreeView, fit_in_cell, fit_on_roots
-from statemachine.limits import BUDDY_CANDIDATES_MAX, FIT_CANDIDATES_MAX
+from statemachine.limits import BUDDY_CANDIDATES_MAX, BUDDY_SCAN_MAX, FIT_CANDIDATES_MAX
 from statemachine.topology import Chain, Topology
 
 
@@ -84,13 +85,18 @@ def _one_cell(topology: Topology, buddy: Buddy, view: FreeView, chain: Chain,
 def _binding_candidates(buddy: Buddy, view: FreeView, chain: Chain, level: int, *, need: int,
                         planned: list[int]) -> Iterator[int]:
     """Cells buddy allocation may bind at `level` with `need` GPUs available, keeping safety
-    with the bindings already `planned`; at most BUDDY_CANDIDATES_MAX are looked at."""
+    with the bindings already `planned`, in buddy order. Looks at most BUDDY_SCAN_MAX cells
+    (a counter read each) and checks at most BUDDY_CANDIDATES_MAX of those with room."""
     topology = buddy.topology
-    for cell in islice(buddy.candidates(chain.index, level), BUDDY_CANDIDATES_MAX):
-        if view.count(cell) < need:
+    checked = 0
+    for cell in islice(buddy.candidates(chain.index, level), BUDDY_SCAN_MAX):
+        if view.unbound_count(cell) < need:
             continue
         if any(_nested(topology, cell, other) for other in planned):
             continue
+        checked += 1
+        if checked > BUDDY_CANDIDATES_MAX:
+            return
         if buddy.feasible_after(chain.index, [*planned, cell]):
             yield cell
 
