@@ -97,9 +97,9 @@ def _check_path(cell_type: CellTypeSpec, types: dict[str, CellTypeSpec], index: 
 
 
 def _check_chains(spec: ClusterSpec, types: dict[str, CellTypeSpec],
-                  models: set[str]) -> dict[str, tuple[int, int]]:
-    """Per top type: (nodes per physical cell, GPUs per node)."""
-    shapes: dict[str, tuple[int, int]] = {}
+                  models: set[str]) -> dict[str, tuple[int, int, int]]:
+    """Per top type: (nodes per physical cell, GPUs per node, cells per physical cell)."""
+    shapes: dict[str, tuple[int, int, int]] = {}
     for index, cell in enumerate(spec.physical_cells):
         path = f"physical_cells[{index}].cell_type"
         if cell.cell_type in shapes:
@@ -109,8 +109,11 @@ def _check_chains(spec: ClusterSpec, types: dict[str, CellTypeSpec],
         if cell.cell_type not in types:
             raise _invalid(path, f"unknown cell type {cell.cell_type!r}")
         nodes, gpus, found = 1, 1, False
+        width, cells = 1, 1
         current: CellTypeSpec | None = types[cell.cell_type]
         while current is not None:
+            width *= current.child_count
+            cells += width
             if found:
                 gpus *= current.child_count
             else:
@@ -123,20 +126,20 @@ def _check_chains(spec: ClusterSpec, types: dict[str, CellTypeSpec],
             raise _invalid(path, f"no node-level type on chain {cell.cell_type!r}")
         if gpus > limits.GPUS_PER_NODE_MAX:
             raise _invalid(path, f"{gpus} GPUs per node, more than {limits.GPUS_PER_NODE_MAX}")
-        shapes[cell.cell_type] = (nodes, gpus)
+        shapes[cell.cell_type] = (nodes, gpus, cells)
     return shapes
 
 
-def _check_physical_cells(spec: ClusterSpec, shapes: dict[str, tuple[int, int]]) -> None:
+def _check_physical_cells(spec: ClusterSpec, shapes: dict[str, tuple[int, int, int]]) -> None:
     if not spec.physical_cells:
         raise _invalid("physical_cells", "at least one physical cell is needed")
     if len(spec.physical_cells) > limits.PHYSICAL_CELLS_MAX:
         raise _invalid("physical_cells", f"more than {limits.PHYSICAL_CELLS_MAX} cells")
     seen: dict[str, str] = {}
-    gpus_total = 0
+    cells_total = 0
     for index, cell in enumerate(spec.physical_cells):
         path = f"physical_cells[{index}]"
-        nodes, gpus = shapes[cell.cell_type]
+        nodes, _, cells = shapes[cell.cell_type]
         if len(cell.nodes) != nodes:
             raise _invalid(f"{path}.nodes",
                            f"a {cell.cell_type} holds {nodes} nodes, {len(cell.nodes)} listed")
@@ -146,15 +149,15 @@ def _check_physical_cells(spec: ClusterSpec, shapes: dict[str, tuple[int, int]])
                 raise _invalid(f"{path}.nodes[{position}]",
                                f"node {node!r} already listed at {seen[node]}")
             seen[node] = f"{path}.nodes[{position}]"
-        gpus_total += nodes * gpus
+        cells_total += cells
+        if cells_total > limits.CELLS_MAX:
+            raise _invalid(path, f"more than {limits.CELLS_MAX} cells in all")
     if len(seen) > limits.NODES_MAX:
         raise _invalid("physical_cells", f"more than {limits.NODES_MAX} nodes")
-    if gpus_total * 2 > limits.CELLS_MAX:
-        raise _invalid("physical_cells", f"{gpus_total} GPUs, too many cells to keep")
 
 
 def _check_virtual_clusters(spec: ClusterSpec, types: dict[str, CellTypeSpec],
-                            shapes: dict[str, tuple[int, int]]) -> None:
+                            shapes: dict[str, tuple[int, int, int]]) -> None:
     names: set[str] = set()
     for index, vc in enumerate(spec.virtual_clusters):
         path = f"virtual_clusters[{index}]"
@@ -166,7 +169,7 @@ def _check_virtual_clusters(spec: ClusterSpec, types: dict[str, CellTypeSpec],
 
 
 def _check_quota(vc: VirtualClusterSpec, path: str, types: dict[str, CellTypeSpec],
-                 shapes: dict[str, tuple[int, int]]) -> None:
+                 shapes: dict[str, tuple[int, int, int]]) -> None:
     seen: set[tuple[str, str]] = set()
     for position, entry in enumerate(vc.quota):
         where = f"{path}.quota[{position}]"

@@ -76,6 +76,15 @@ def refused(spec: ClusterSpec, code: Code = Code.CONFIG_INVALID) -> str:
         (replace(BASE, virtual_clusters=(vc("a", ("A100-RACK", "A100-NODE", 0)),)),
          "virtual_clusters[0].quota[0].count: must be positive"),
         (replace(BASE, policy=PolicySpec(lease_ms=0)), "policy.lease_ms: must lie in"),
+        (replace(BASE, cell_types=(
+            CellTypeSpec(name="L0", child="A100", child_count=64, node_level=True),
+            *(CellTypeSpec(name=f"L{level}", child=f"L{level - 1}", child_count=1)
+              for level in range(1, 14)),
+            CellTypeSpec(name="TOP", child="L13", child_count=4096)),
+            physical_cells=tuple(PhysicalCellSpec(cell_type="TOP", nodes=tuple(
+                f"x{cell}-{node}" for node in range(4096))) for cell in range(4)),
+            virtual_clusters=()),
+         "physical_cells[3]: more than 1048576 cells in all"),
     ],
 )
 def test_invalid_configurations_name_the_path(spec: ClusterSpec, message: str) -> None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from statemachine.commands import BindPod, Member, ReleaseGroup, SubmitGroup
+from statemachine.effects import EffectKind
 from statemachine.errors import Code
-from statemachine.outbox import EffectKind
 from statemachine.results import Done, GroupPhase, PodBound
 from statemachine.sessions import Sessions
 from statemachine.snapshot_codec import encode_snapshot

@@ -122,6 +122,15 @@ def test_no_body_makes_apply_raise_or_change_the_state(body: bytes, principal: P
     assert encode_snapshot(machine.state, machine.sessions, 0) == before
 
 
+@settings(max_examples=60)
+@given(st.binary(max_size=200))
+def test_no_envelope_makes_apply_raise(data: bytes) -> None:
+    machine = Machine()
+    reply = decode_result(machine.apply(data))
+    assert isinstance(reply, Rejection) and reply.code is Code.MALFORMED
+    assert machine.state.groups == {} and machine.applied_index == 1
+
+
 def query(machine: Machine, kind: str, **fields: Any) -> dict[str, Any]:
     answer: dict[str, Any] = unpack(machine.query(encode_query(kind, **fields)),
                                     bytes_max=1 << 24, what="answer")

@@ -26,8 +26,8 @@ from statemachine.commands import (
     ReportPodExit,
     Uncordon,
 )
+from statemachine.effects import EffectKind
 from statemachine.errors import Code
-from statemachine.outbox import EffectKind
 from statemachine.results import Done, GroupPhase, NodeRegistered, PodBound
 from statemachine.sessions import Sessions
 from statemachine.snapshot_codec import encode_snapshot

@@ -21,7 +21,7 @@ from statemachine.commands import (
     ReportHealth,
     ReportPodExit,
 )
-from statemachine.outbox import EffectKind
+from statemachine.effects import EffectKind
 from statemachine.queries import ClusterQuery, GroupQuery, answer
 from statemachine.results import GroupPhase, PodBound
 from statemachine.spec import FailurePolicy, PolicySpec
