@@ -1,7 +1,8 @@
 """The replicated state: one object holding everything `apply` reads and changes.
 
 Primary state, which snapshots store: the configuration (spec and version), logical time, the
-nodes, the gangs (with their placements), the VC bindings, the outbox and two counters.
+nodes, the gangs (with their placements), the VC bindings, the outbox, the submission counter
+and two epochs that tell the scheduler what changed since a gang's last attempt.
 Derived state, rebuilt from the primary on restore and recomputed by the invariant checker:
 the per-GPU holder arrays and counters (`cells`), the free lists (`buddy`, from the bindings),
 the pending queue and the UUID registry.
