@@ -1,0 +1,57 @@
+"""Who may issue which command, decided from the principal the runtime vouches for.
+
+- role node: only the node commands, and only for the node named in its certificate;
+- role admin: configuration, health marks, cordon, drain, deregister, and gang commands;
+- role scheduler: gang commands (submit, bind, release);
+- role system: Tick, which nobody else may send.
+
+A violation is a rejection (UNAUTHORIZED), replicated like any other.
+"""
+
+from __future__ import annotations
+
+from consensus.envelope import Principal, Role
+from statemachine.commands import (
+    AckPodStarted,
+    ApplyConfig,
+    BindPod,
+    ClearBad,
+    Command,
+    Cordon,
+    Deregister,
+    Drain,
+    Heartbeat,
+    MarkBad,
+    RegisterNode,
+    ReleaseGroup,
+    ReportHealth,
+    ReportPodExit,
+    SubmitGroup,
+    Tick,
+    Uncordon,
+)
+from statemachine.errors import Code, refuse
+
+NODE_COMMANDS = (RegisterNode, Heartbeat, ReportHealth, AckPodStarted, ReportPodExit)
+ADMIN_COMMANDS = (ApplyConfig, MarkBad, ClearBad, Cordon, Uncordon, Drain, Deregister)
+GANG_COMMANDS = (SubmitGroup, BindPod, ReleaseGroup)
+
+
+def authorize(command: Command, principal: Principal) -> None:
+    """Refuse (UNAUTHORIZED) unless `principal` may issue `command`."""
+    role = principal.role
+    name = type(command).__name__
+    if isinstance(command, Tick):
+        allowed = role is Role.SYSTEM
+    elif isinstance(command, NODE_COMMANDS):
+        allowed = role is Role.NODE and principal.name == command.node
+        if role is Role.NODE and not allowed:
+            raise refuse(Code.UNAUTHORIZED,
+                         f"{principal} may not send {name} for node {command.node!r}")
+    elif isinstance(command, ADMIN_COMMANDS):
+        allowed = role is Role.ADMIN
+    else:
+        assert isinstance(command, GANG_COMMANDS)
+        allowed = role in (Role.ADMIN, Role.SCHEDULER)
+    if not allowed:
+        raise refuse(Code.UNAUTHORIZED, f"{principal} may not send {name}")

@@ -1,0 +1,217 @@
+"""Command bodies as bytes: msgpack maps with a schema version, checked field by field.
+
+A command body is a msgpack map `{"v": 1, "type": "submit_group", ...fields}`. Decoding refuses
+with a code and a message naming the field (see `record_codec`): TOO_LARGE for a body over the
+cap, MALFORMED for anything that is not a valid command, UNKNOWN_COMMAND for an unknown type,
+UNSUPPORTED_VERSION for another schema version.
+Unknown fields are refused, not ignored, so a newer client cannot be half understood.
+
+msgpack itself is reached through `consensus.codec` (pack with bin types, unpack with size caps,
+string keys only); this module and the other `*_codec` modules only shape values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from consensus.codec import pack
+from consensus.validation import expect_str
+from statemachine import limits
+from statemachine.commands import (
+    AckPodStarted,
+    ApplyConfig,
+    BindPod,
+    ClearBad,
+    Command,
+    Cordon,
+    Deregister,
+    Drain,
+    GpuInventory,
+    HealthReport,
+    HealthStatus,
+    Heartbeat,
+    MarkBad,
+    Member,
+    RegisterNode,
+    ReleaseGroup,
+    ReportHealth,
+    ReportPodExit,
+    SubmitGroup,
+    Tick,
+    Uncordon,
+)
+from statemachine.record_codec import Record, checked, open_body
+from statemachine.spec_codec import SPEC_FIELDS, decode_spec, encode_spec
+
+
+def decode_command(data: bytes) -> Command:
+    """Bytes to a command, or `DecodeError` with the rejection to reply with."""
+    kind, raw = open_body(data, bytes_max=limits.COMMAND_BYTES_MAX, what="command",
+                          types=tuple(COMMANDS))
+    fields, decode, _ = COMMANDS[kind]
+    command: Command = decode(Record(raw, kind, ("v", "type", *fields)))
+    return command
+
+
+def encode_command(command: Command) -> bytes:
+    kind = NAMES[type(command)]
+    _, _, encode = COMMANDS[kind]
+    return pack({"v": limits.SCHEMA_VERSION, "type": kind, **encode(command)})
+
+
+# One entry per command: fields, decoder, encoder.
+
+_NODE_FIELDS = ("node", "incarnation")
+
+
+def _inventory(record: Record) -> GpuInventory:
+    return GpuInventory(uuid=record.text("uuid", length_max=limits.UUID_LENGTH_MAX),
+                        index=record.integer("index", high=limits.GPUS_PER_NODE_MAX - 1),
+                        pci_bus_id=record.text("pci_bus_id",
+                                               length_max=limits.PCI_BUS_ID_LENGTH_MAX),
+                        model=record.text("model"),
+                        memory_mib=record.integer("memory_mib"))
+
+
+def _register(record: Record) -> RegisterNode:
+    gpus = record.records("gpus", ("uuid", "index", "pci_bus_id", "model", "memory_mib"),
+                          length_max=limits.GPUS_PER_NODE_MAX)
+    return RegisterNode(node=record.text("node"), boot_id=record.text("boot_id"),
+                        gpus=tuple(_inventory(gpu) for gpu in gpus))
+
+
+def _report(record: Record) -> HealthReport:
+    return HealthReport(uuid=record.text("uuid", length_max=limits.UUID_LENGTH_MAX),
+                        status=HealthStatus(record.choice("status", tuple(HealthStatus))),
+                        reason=record.text("reason", length_max=limits.REASON_LENGTH_MAX,
+                                           allow_empty=True))
+
+
+def _health(record: Record) -> ReportHealth:
+    reports = record.records("reports", ("uuid", "status", "reason"),
+                             length_max=limits.HEALTH_REPORTS_MAX)
+    return ReportHealth(node=record.text("node"), incarnation=record.integer("incarnation"),
+                        reports=tuple(_report(report) for report in reports))
+
+
+def _submit(record: Record) -> SubmitGroup:
+    members = record.records("members", ("pods", "gpus"), length_max=limits.MEMBERS_MAX)
+    return SubmitGroup(
+        group=record.text("group"), vc=record.text("vc"),
+        priority=record.integer("priority", low=limits.OPPORTUNISTIC_PRIORITY,
+                                high=limits.PRIORITY_MAX),
+        members=tuple(Member(pods=member.integer("pods", low=1,
+                                                 high=limits.PODS_PER_MEMBER_MAX),
+                             gpus=member.integer("gpus", low=1, high=limits.GPUS_PER_NODE_MAX))
+                      for member in members),
+        gpu_model=record.text("gpu_model", allow_empty=True),
+        lazy_preemption=record.flag("lazy_preemption"))
+
+
+def _apply_config(record: Record) -> ApplyConfig:
+    return ApplyConfig(expected_version=record.integer("expected_version"),
+                       spec=decode_spec(record.record("spec", SPEC_FIELDS)))
+
+
+def _encode_apply_config(command: ApplyConfig) -> dict[str, Any]:
+    return {"expected_version": command.expected_version, "spec": encode_spec(command.spec)}
+
+
+def _reason(record: Record) -> str:
+    return record.text("reason", length_max=limits.REASON_LENGTH_MAX, allow_empty=True)
+
+
+COMMANDS: dict[str, tuple[tuple[str, ...], Callable[[Record], Any], Callable[[Any],
+                                                                             dict[str, Any]]]] = {
+    "apply_config": (("expected_version", "spec"), _apply_config, _encode_apply_config),
+    "register_node": (
+        ("node", "boot_id", "gpus"), _register,
+        lambda command: {"node": command.node, "boot_id": command.boot_id, "gpus": [
+            {"uuid": gpu.uuid, "index": gpu.index, "pci_bus_id": gpu.pci_bus_id,
+             "model": gpu.model, "memory_mib": gpu.memory_mib} for gpu in command.gpus]}),
+    "heartbeat": (
+        _NODE_FIELDS,
+        lambda record: Heartbeat(node=record.text("node"),
+                                 incarnation=record.integer("incarnation")),
+        lambda command: {"node": command.node, "incarnation": command.incarnation}),
+    "report_health": (
+        (*_NODE_FIELDS, "reports"), _health,
+        lambda command: {"node": command.node, "incarnation": command.incarnation, "reports": [
+            {"uuid": report.uuid, "status": report.status.value, "reason": report.reason}
+            for report in command.reports]}),
+    "ack_pod_started": (
+        (*_NODE_FIELDS, "group", "pod_uid", "gpu_uuids"),
+        lambda record: AckPodStarted(
+            node=record.text("node"), incarnation=record.integer("incarnation"),
+            group=record.text("group"), pod_uid=record.text("pod_uid"),
+            gpu_uuids=tuple(checked(expect_str, uuid, f"{record.path}.gpu_uuids[{index}]",
+                                     length_max=limits.UUID_LENGTH_MAX, allow_empty=False)
+                            for index, uuid in enumerate(record.items(
+                                "gpu_uuids", length_max=limits.GPUS_PER_NODE_MAX)))),
+        lambda command: {"node": command.node, "incarnation": command.incarnation,
+                         "group": command.group, "pod_uid": command.pod_uid,
+                         "gpu_uuids": list(command.gpu_uuids)}),
+    "report_pod_exit": (
+        (*_NODE_FIELDS, "group", "pod_uid", "exit_code"),
+        lambda record: ReportPodExit(
+            node=record.text("node"), incarnation=record.integer("incarnation"),
+            group=record.text("group"), pod_uid=record.text("pod_uid"),
+            exit_code=record.integer("exit_code", low=-(1 << 31), high=(1 << 31) - 1)),
+        lambda command: {"node": command.node, "incarnation": command.incarnation,
+                         "group": command.group, "pod_uid": command.pod_uid,
+                         "exit_code": command.exit_code}),
+    "mark_bad": (
+        ("node", "gpu", "reason"),
+        lambda record: MarkBad(node=record.text("node"),
+                               gpu=record.text("gpu", length_max=limits.UUID_LENGTH_MAX,
+                                               allow_empty=True),
+                               reason=record.text("reason", length_max=limits.REASON_LENGTH_MAX)),
+        lambda command: {"node": command.node, "gpu": command.gpu, "reason": command.reason}),
+    "clear_bad": (
+        ("node", "gpu"),
+        lambda record: ClearBad(node=record.text("node"),
+                                gpu=record.text("gpu", length_max=limits.UUID_LENGTH_MAX,
+                                                allow_empty=True)),
+        lambda command: {"node": command.node, "gpu": command.gpu}),
+    "cordon": (("node",), lambda record: Cordon(node=record.text("node")),
+               lambda command: {"node": command.node}),
+    "uncordon": (("node",), lambda record: Uncordon(node=record.text("node")),
+                 lambda command: {"node": command.node}),
+    "drain": (("node",), lambda record: Drain(node=record.text("node")),
+              lambda command: {"node": command.node}),
+    "deregister": (
+        ("node", "force"),
+        lambda record: Deregister(node=record.text("node"), force=record.flag("force")),
+        lambda command: {"node": command.node, "force": command.force}),
+    "submit_group": (
+        ("group", "vc", "priority", "members", "gpu_model", "lazy_preemption"), _submit,
+        lambda command: {"group": command.group, "vc": command.vc,
+                         "priority": command.priority,
+                         "members": [{"pods": member.pods, "gpus": member.gpus}
+                                     for member in command.members],
+                         "gpu_model": command.gpu_model,
+                         "lazy_preemption": command.lazy_preemption}),
+    "bind_pod": (
+        ("group", "member", "pod_uid"),
+        lambda record: BindPod(group=record.text("group"),
+                               member=record.integer("member", high=limits.MEMBERS_MAX - 1),
+                               pod_uid=record.text("pod_uid")),
+        lambda command: {"group": command.group, "member": command.member,
+                         "pod_uid": command.pod_uid}),
+    "release_group": (
+        ("group", "reason"),
+        lambda record: ReleaseGroup(group=record.text("group"), reason=_reason(record)),
+        lambda command: {"group": command.group, "reason": command.reason}),
+    "tick": ((), lambda record: Tick(), lambda command: {}),
+}
+
+NAMES: dict[type[Any], str] = {
+    ApplyConfig: "apply_config", RegisterNode: "register_node", Heartbeat: "heartbeat",
+    ReportHealth: "report_health", AckPodStarted: "ack_pod_started",
+    ReportPodExit: "report_pod_exit", MarkBad: "mark_bad", ClearBad: "clear_bad",
+    Cordon: "cordon", Uncordon: "uncordon", Drain: "drain", Deregister: "deregister",
+    SubmitGroup: "submit_group", BindPod: "bind_pod", ReleaseGroup: "release_group",
+    Tick: "tick",
+}
+assert sorted(NAMES.values()) == sorted(COMMANDS)

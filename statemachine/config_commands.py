@@ -1,0 +1,169 @@
+"""ApplyConfig: replace the cluster configuration through the log, without a restart.
+
+The new spec is validated (errors name the path), then installed as a whole: a new cell tree,
+nodes carried over where their shape is unchanged, and every gang re-attached in submission
+order (HiveD's work-preserving reconfiguration, reference/hived.md 1.12): allocated gangs keep
+their GPUs (found again by node and GPU index) and, if guaranteed, have their tenant's cells
+bound again around them; a gang that no longer fits its tenant is downgraded to opportunistic
+and listed in the reply. Preempting gangs go back to the queue. A configuration that would
+remove or reshape a node under a live gang is refused (CONFIG_CONFLICT): drain it first.
+"""
+
+from __future__ import annotations
+
+from statemachine.commands import ApplyConfig
+from statemachine.config_check import check_spec
+from statemachine.errors import Code, refuse
+from statemachine.groups import Group
+from statemachine.lifecycle import release
+from statemachine.limits import OPPORTUNISTIC_PRIORITY
+from statemachine.node_commands import carry_over
+from statemachine.nodes import NodeRecord
+from statemachine.results import ConfigApplied, GroupPhase
+from statemachine.scheduler import schedule
+from statemachine.state import Configured, State, derive_uuid_owner, leaf_usable
+from statemachine.topology import Topology
+
+
+def apply_config(state: State, command: ApplyConfig) -> ConfigApplied:
+    current = state.config.version if state.config is not None else 0
+    if command.expected_version != current:
+        raise refuse(Code.VERSION_MISMATCH,
+                     f"expected version {command.expected_version}, current is {current}")
+    topology = check_spec(command.spec)
+    old = state.config.topology if state.config is not None else None
+    if old is not None:
+        _check_conflicts(state, old, topology)
+    config = Configured(command.spec, current + 1, topology, state.journal)
+    nodes = _carry_nodes(state, topology)
+    usable = [leaf for chain in topology.chains for leaf in chain.cells_at(1)
+              if leaf_usable(config, nodes, leaf)]
+    if usable:
+        config.cells._set_usable(usable, True)  # a fresh object: dropped whole on rollback
+    state.set(state, "config", config)
+    state.set(state, "nodes", nodes)
+    state.set(state, "uuid_owner", derive_uuid_owner(nodes))
+    downgraded, requeued = [], []
+    for group in sorted(state.groups.values(), key=lambda group: group.submit_index):
+        outcome = _reattach(state, old, config, group)
+        if outcome == "downgraded":
+            downgraded.append(group.group)
+        elif outcome == "requeued":
+            requeued.append(group.group)
+    state.bump_capacity()
+    schedule(state)
+    return ConfigApplied(version=config.version, downgraded=tuple(sorted(downgraded)),
+                         requeued=tuple(sorted(requeued)))
+
+
+def _check_conflicts(state: State, old: Topology, new: Topology) -> None:
+    for name in sorted(state.groups):
+        group = state.groups[name]
+        if group.phase is not GroupPhase.ALLOCATED:
+            continue
+        chains = set()
+        for pod in group.pods:
+            node = old.node_ids[pod.node]
+            index = new.node_index.get(node)
+            if index is None:
+                raise refuse(Code.CONFIG_CONFLICT,
+                             f"node {node} holds gang {name}; drain it before removing it")
+            same_shape = (new.node_gpu_count(index) == old.node_gpu_count(pod.node) and
+                          new.chains[new.node_chain[index]].gpu_model ==
+                          old.chains[old.node_chain[pod.node]].gpu_model)
+            if not same_shape:
+                raise refuse(Code.CONFIG_CONFLICT,
+                             f"node {node} holds gang {name}; its GPUs would change")
+            chains.add(new.node_chain[index])
+        if len(chains) > 1:
+            raise refuse(Code.CONFIG_CONFLICT,
+                         f"gang {name} would span chains "
+                         f"{', '.join(sorted(new.chains[chain].name for chain in chains))}")
+
+
+def _carry_nodes(state: State, topology: Topology) -> dict[str, NodeRecord]:
+    nodes = {}
+    for index, node in enumerate(topology.node_ids):
+        old = state.nodes.get(node)
+        model = topology.chains[topology.node_chain[index]].gpu_model
+        if old is None:
+            nodes[node] = NodeRecord(node=node, index=index)
+        elif not old.gpus or (len(old.gpus) == topology.node_gpu_count(index)
+                              and all(gpu.model == model for gpu in old.gpus)):
+            nodes[node] = carry_over(old, index)
+        else:
+            nodes[node] = NodeRecord(node=node, index=index, incarnation=old.incarnation,
+                                     cordoned=old.cordoned, admin_bad=old.admin_bad)
+    return nodes
+
+
+def _reattach(state: State, old: Topology | None, config: Configured, group: Group) -> str:
+    vc_exists = group.vc in config.topology.quota
+    if group.phase is GroupPhase.PENDING:
+        state.set(group, "attempt_epoch", -1)
+        state.set(group, "preempt_epoch", -1)
+        if not vc_exists and group.guaranteed:
+            release(state, group, f"the configuration no longer has VC {group.vc}")
+            return "released"
+        return "kept"
+    assert old is not None
+    if group.phase is GroupPhase.PREEMPTING:
+        for pod in group.pods:
+            state.set(pod, "node", -1)
+            state.set(pod, "leaves", ())
+        state.set(group, "phase", GroupPhase.PENDING)
+        state.set(group, "chain", -1)
+        state.set(group, "victims", ())
+        state.set(group, "attempt_epoch", -1)
+        state.set(group, "preempt_epoch", -1)
+        state.enqueue(group)
+        return "requeued"
+    leaves = _remap(state, old, config.topology, group)
+    outcome = "kept"
+    if group.guaranteed:
+        mark = state.journal.mark()
+        if not (vc_exists and _rebind(config, group.vc, leaves)):
+            state.journal.rollback(mark)
+            state.set(group, "effective_priority", OPPORTUNISTIC_PRIORITY)
+            state.set(group, "downgraded", "no longer fits its VC after reconfiguration")
+            outcome = "downgraded"
+    config.cells.hold(leaves, group.group, group.effective_priority)
+    return outcome
+
+
+def _remap(state: State, old: Topology, new: Topology, group: Group) -> list[int]:
+    leaves: list[int] = []
+    for pod in group.pods:
+        node = new.node_index[old.node_ids[pod.node]]
+        pod_leaves = tuple(new.leaf_of(node, old.gpu_index(leaf)) for leaf in pod.leaves)
+        state.set(pod, "node", node)
+        state.set(pod, "leaves", pod_leaves)
+        leaves.extend(pod_leaves)
+    state.set(group, "chain", new.node_chain[group.pods[0].node])
+    state.set(group, "preempted_by", ())  # preemptors are all requeued
+    return leaves
+
+
+def _rebind(config: Configured, vc: str, leaves: list[int]) -> bool:
+    """Bind, around each GPU of a guaranteed gang, the lowest cell the VC may still bind."""
+    topology, buddy = config.topology, config.buddy
+    for leaf in leaves:
+        root = buddy.bound_root[leaf]
+        if root >= 0:
+            if buddy.bound_vc[root] != vc:
+                return False
+            continue
+        chain = topology.chain_for(leaf)
+        cell, bound = leaf, False
+        for level in range(1, chain.top_level + 1):
+            if level > 1:
+                cell = topology.parent[cell]
+            if buddy.unbound[vc][chain.index][level] <= 0 or not buddy.bindable(cell):
+                continue
+            if buddy.feasible_after(chain.index, [cell]):
+                buddy.bind(cell, vc)
+                bound = True
+                break
+        if not bound:
+            return False
+    return True

@@ -1,0 +1,183 @@
+"""Fitting pods into a cell: which nodes, and which GPUs inside each node.
+
+A *view* says which GPUs a placement may use and counts them per cell, and records the GPUs a
+plan has tentatively taken so that later pods of the same gang see them as gone:
+
+- `FreeView`: only free GPUs (usable, neither held nor reserved); counts come from the
+  maintained `free` counters, so it is cheap. Used for every first attempt.
+- `PreemptView(priority)`: also GPUs whose holder and reserver both have a lower priority;
+  counts are computed by scanning and cached. Used only when a guaranteed gang must preempt.
+
+`fit_in_cell` places a gang's pods inside one cell: largest pod first, each on the node with
+the fewest usable GPUs that still fit it (packing), ties by id; inside a node, the GPUs come
+from the lowest sub-cell that holds them all (best affinity: same PCIe switch, then socket).
+Every choice is a deterministic function of the counts and ids.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Sequence
+
+from statemachine.cells import Cells
+from statemachine.topology import Topology
+
+
+class FreeView:
+    """Free GPUs only, minus what the plan has taken."""
+
+    __slots__ = ("_cells", "_delta", "_log", "_parent")
+
+    def __init__(self, cells: Cells) -> None:
+        self._cells = cells
+        self._parent = cells.topology.parent
+        self._delta: dict[int, int] = {}
+        self._log: list[tuple[int, ...]] = []
+
+    def base(self, cell: int) -> int:
+        return self._cells.free[cell]
+
+    def count(self, cell: int) -> int:
+        return self._cells.free[cell] - self._delta.get(cell, 0)
+
+    def unbound_count(self, cell: int) -> int:
+        """`count` for a cell outside every tenant's binding (a buddy candidate)."""
+        return self.count(cell)
+
+    def take(self, leaves: Sequence[int]) -> None:
+        for leaf in leaves:
+            assert self.count(leaf) == 1, f"GPU {leaf} is not available"
+        self._add(leaves, 1)
+        self._log.append(tuple(leaves))
+
+    def checkpoint(self) -> int:
+        return len(self._log)
+
+    def restore(self, checkpoint: int) -> None:
+        while len(self._log) > checkpoint:
+            self._add(self._log.pop(), -1)
+
+    def _add(self, leaves: Sequence[int], step: int) -> None:
+        """Add `step` per leaf to the delta of each leaf and ancestor, a level at a time."""
+        parent, delta = self._parent, self._delta
+        level: dict[int, int] = dict.fromkeys(leaves, step)
+        while level:
+            above: dict[int, int] = {}
+            for cell, change in level.items():
+                delta[cell] = delta.get(cell, 0) + change
+                up = parent[cell]
+                if up >= 0:
+                    above[up] = above.get(up, 0) + change
+            level = above
+
+
+class PreemptView(FreeView):
+    """GPUs a gang of `priority` may take: free, or held and reserved only below it."""
+
+    __slots__ = ("_cache", "_priority")
+
+    def __init__(self, cells: Cells, priority: int) -> None:
+        super().__init__(cells)
+        self._priority = priority
+        self._cache: dict[int, int] = {}
+
+    def base(self, cell: int) -> int:
+        found = self._cache.get(cell)
+        if found is None:
+            cells, priority = self._cells, self._priority
+            usable, held, reserved = cells.usable, cells.holder_priority, cells.reserver_priority
+            found = sum(1 for leaf in cells.topology.leaves(cell)
+                        if usable[leaf] and held[leaf] < priority and reserved[leaf] < priority)
+            self._cache[cell] = found
+        return found
+
+    def count(self, cell: int) -> int:
+        return self.base(cell) - self._delta.get(cell, 0)
+
+    def unbound_count(self, cell: int) -> int:
+        """Outside every tenant's binding all holders are opportunistic (priority -1, below any
+        preemptor) and nothing is reserved, so every usable GPU is available: no scan."""
+        topology = self._cells.topology
+        return topology.size_of(cell) - self._cells.bad[cell] - self._delta.get(cell, 0)
+
+
+def fit_in_cell(topology: Topology, view: FreeView, cell: int,
+                pods: Sequence[int]) -> list[list[int]] | None:
+    """GPUs for each pod (in the order given) inside `cell`, taken in `view`; or None, with
+    `view` unchanged."""
+    if view.count(cell) < sum(pods):
+        return None
+    chain = topology.chain_for(cell)
+    level = topology.level[cell]
+    if level <= chain.node_level:
+        roots: Iterable[int] = (cell,)
+    else:
+        roots = topology.descendants_at(cell, chain.node_level)
+    return fit_on_roots(topology, view, roots, pods)
+
+
+def fit_on_roots(topology: Topology, view: FreeView, roots: Iterable[int],
+                 pods: Sequence[int]) -> list[list[int]] | None:
+    """Place each pod inside one of `roots` (nodes, or one sub-node cell), best fit first."""
+    checkpoint = view.checkpoint()
+    buckets: dict[int, list[int]] = {}
+    for root in roots:
+        available = view.count(root)
+        if available > 0:
+            buckets.setdefault(available, []).append(root)
+    counts = sorted(buckets)
+    placed: list[list[int]] = [[] for _ in pods]
+    for position in sorted(range(len(pods)), key=lambda index: (-pods[index], index)):
+        need = pods[position]
+        slot = bisect.bisect_left(counts, need)
+        if slot == len(counts):
+            view.restore(checkpoint)
+            return None
+        available = counts[slot]
+        root = buckets[available].pop(0)
+        if not buckets[available]:
+            del buckets[available]
+            del counts[slot]
+        leaves: list[int] = []
+        pick_leaves(topology, view, root, need, leaves)
+        view.take(leaves)
+        placed[position] = leaves
+        left = available - need
+        if left > 0:
+            if left not in buckets:
+                buckets[left] = []
+                bisect.insort(counts, left)
+            bisect.insort(buckets[left], root)
+    return placed
+
+
+def pick_leaves(topology: Topology, view: FreeView, cell: int, need: int,
+                out: list[int]) -> None:
+    """Append `need` available GPUs under `cell` to `out`: descend into the child with the
+    fewest available GPUs that still holds them all; if none does, span the children with the
+    most available first. Depth is the number of levels below the node, at most LEVELS_MAX."""
+    available = view.count(cell)
+    assert 0 < need <= available
+    if topology.level[cell] == 1:
+        out.append(cell)
+        return
+    if need == available:  # all of them: no choice to make below
+        out.extend(leaf for leaf in topology.leaves(cell) if view.count(leaf))
+        return
+    children = topology.children(cell)
+    best, best_count = -1, 0
+    for child in children:
+        available = view.count(child)
+        if available >= need and (best < 0 or available < best_count):
+            best, best_count = child, available
+    if best >= 0:
+        pick_leaves(topology, view, best, need, out)
+        return
+    for child in sorted(children, key=lambda child: (-view.count(child), child)):
+        available = view.count(child)
+        if need == 0 or available == 0:
+            break
+        share = min(available, need)
+        pick_leaves(topology, view, child, share, out)
+        need -= share
+    assert need == 0

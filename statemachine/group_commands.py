@@ -1,0 +1,149 @@
+"""Gang commands: SubmitGroup, BindPod, ReleaseGroup.
+
+A submission is validated against the configuration (tenant, GPU model, shapes that can never
+fit are refused up front, pai#4029 style), queued, and tried at once. Resubmitting the same id
+with the same spec returns the gang's current status (idempotent); a different spec is a
+conflict. Binding claims the lowest free slot of a member for a pod and puts the start effect,
+with the GPUs' UUIDs and the environment to inject, in the outbox.
+"""
+
+from __future__ import annotations
+
+from statemachine import limits
+from statemachine.commands import BindPod, Member, ReleaseGroup, SubmitGroup
+from statemachine.effects import EffectKind
+from statemachine.errors import Code, refuse
+from statemachine.groups import Group, make_pods
+from statemachine.lifecycle import pod_env, pod_uuids, release
+from statemachine.results import Done, GroupPhase, GroupStatus, PodBound, PodPhase
+from statemachine.scheduler import schedule, try_place
+from statemachine.state import Configured, State
+from statemachine.views import group_status
+
+
+def submit_group(state: State, command: SubmitGroup) -> GroupStatus:
+    config = state.configured()
+    _check_shape(command)
+    existing = state.groups.get(command.group)
+    if existing is not None:
+        if (existing.vc, existing.priority, existing.members, existing.gpu_model,
+                existing.lazy_preemption) != (command.vc, command.priority, command.members,
+                                              command.gpu_model, command.lazy_preemption):
+            raise refuse(Code.GROUP_CONFLICT,
+                         f"gang {command.group!r} exists with a different spec")
+        return group_status(state, existing)
+    _check_against_config(config, command)
+    group = Group(group=command.group, vc=command.vc, priority=command.priority,
+                  effective_priority=command.priority, lazy_preemption=command.lazy_preemption,
+                  gpu_model=command.gpu_model, members=command.members,
+                  submit_index=state.next_submit, submitted_ms=state.now_ms,
+                  pods=make_pods(command.members))
+    state.set(state, "next_submit", state.next_submit + 1)
+    state.journal.set_item(state.groups, group.group, group)
+    state.enqueue(group)
+    try_place(state, group, preempt=True)
+    return group_status(state, group)
+
+
+def _check_shape(command: SubmitGroup) -> None:
+    def malformed(reason: str) -> Exception:
+        return refuse(Code.MALFORMED, f"SubmitGroup.{reason}")
+
+    if not limits.OPPORTUNISTIC_PRIORITY <= command.priority <= limits.PRIORITY_MAX:
+        raise malformed(f"priority: {command.priority} is outside "
+                        f"[{limits.OPPORTUNISTIC_PRIORITY}, {limits.PRIORITY_MAX}]")
+    if not command.members or len(command.members) > limits.MEMBERS_MAX:
+        raise malformed(f"members: between 1 and {limits.MEMBERS_MAX} needed")
+    for index, member in enumerate(command.members):
+        if not 1 <= member.pods <= limits.PODS_PER_MEMBER_MAX:
+            raise malformed(f"members[{index}].pods: outside [1, {limits.PODS_PER_MEMBER_MAX}]")
+        if not 1 <= member.gpus <= limits.GPUS_PER_NODE_MAX:
+            raise malformed(f"members[{index}].gpus: outside [1, {limits.GPUS_PER_NODE_MAX}]")
+    if sum(member.pods for member in command.members) > limits.PODS_PER_GANG_MAX:
+        raise malformed(f"members: more than {limits.PODS_PER_GANG_MAX} pods")
+    if _gpus(command.members) > limits.GPUS_PER_GANG_MAX:
+        raise malformed(f"members: more than {limits.GPUS_PER_GANG_MAX} GPUs")
+
+
+def _gpus(members: tuple[Member, ...]) -> int:
+    return sum(member.pods * member.gpus for member in members)
+
+
+def _check_against_config(config: Configured, command: SubmitGroup) -> None:
+    topology = config.topology
+    if command.vc not in topology.quota:
+        raise refuse(Code.UNKNOWN_VC, f"no virtual cluster {command.vc!r}")
+    chains = [chain for chain in topology.chains
+              if not command.gpu_model or chain.gpu_model == command.gpu_model]
+    if not chains:
+        raise refuse(Code.UNKNOWN_MODEL, f"no chain has GPUs of model {command.gpu_model!r}")
+    guaranteed = command.priority > limits.OPPORTUNISTIC_PRIORITY
+    if guaranteed:
+        chains = [chain for chain in chains if any(topology.quota[command.vc][chain.index])]
+        if not chains:
+            raise refuse(Code.MODEL_NOT_IN_VC,
+                         f"VC {command.vc} has no guaranteed cells of model "
+                         f"{command.gpu_model or 'any'}")
+    largest_pod = max(member.gpus for member in command.members)
+    total = _gpus(command.members)
+    reasons = []
+    for chain in chains:
+        if guaranteed:
+            quota = topology.quota[command.vc][chain.index]
+            cell = max(chain.size[level] for level in range(1, chain.top_level + 1)
+                       if quota[level])
+            room = sum(quota[level] * chain.size[level] for level in range(len(quota)))
+        else:
+            cell = chain.size[chain.node_level]
+            room = chain.size[chain.top_level] * chain.level_count[chain.top_level]
+        pod_room = min(cell, chain.size[chain.node_level])
+        if largest_pod <= pod_room and total <= room:
+            return
+        reasons.append(f"{chain.name}: pods of at most {pod_room} GPUs, {room} GPUs in all")
+    raise refuse(Code.NEVER_SATISFIABLE,
+                 f"{total} GPUs in pods of up to {largest_pod} can never fit: "
+                 + "; ".join(reasons))
+
+
+def bind_pod(state: State, command: BindPod) -> PodBound:
+    group = state.group(command.group)
+    if group.phase is not GroupPhase.ALLOCATED or group.evicting:
+        why = group.evicting or group.phase.value
+        raise refuse(Code.GROUP_NOT_ALLOCATED, f"gang {group.group} is {why}")
+    if not 0 <= command.member < len(group.members):
+        raise refuse(Code.UNKNOWN_POD, f"gang {group.group} has no member {command.member}")
+    slot = -1
+    for position, pod in enumerate(group.pods):
+        if pod.pod_uid == command.pod_uid:
+            if pod.member != command.member:
+                raise refuse(Code.POD_MISMATCH, f"pod {command.pod_uid!r} is bound to member "
+                                                f"{pod.member}, not {command.member}")
+            return _bound(state, group, position)
+        if slot < 0 and pod.member == command.member and pod.phase is PodPhase.UNBOUND:
+            slot = position
+    if slot < 0:
+        raise refuse(Code.NO_FREE_SLOT,
+                     f"member {command.member} of gang {group.group} has no free slot")
+    pod = group.pods[slot]
+    state.set(pod, "pod_uid", command.pod_uid)
+    state.set(pod, "phase", PodPhase.BOUND)
+    reply = _bound(state, group, slot)
+    state.outbox.emit(EffectKind.START_POD, node=reply.node, group=group.group,
+                      pod_uid=command.pod_uid, gpu_uuids=reply.gpu_uuids, env=reply.env)
+    return reply
+
+
+def _bound(state: State, group: Group, position: int) -> PodBound:
+    pod = group.pods[position]
+    uuids = pod_uuids(state, group, position)
+    return PodBound(group=group.group, member=pod.member, index=pod.index,
+                    pod_uid=pod.pod_uid, node=state.configured().topology.node_ids[pod.node],
+                    gpu_uuids=uuids, env=pod_env(uuids))
+
+
+def release_group(state: State, command: ReleaseGroup) -> Done:
+    group = state.group(command.group)
+    phase = group.phase.value
+    release(state, group, command.reason or "released by client")
+    schedule(state)
+    return Done(note=f"released {command.group} ({phase})")

@@ -1,0 +1,59 @@
+"""Every size the state machine accepts or keeps, in one place, with the relations between them.
+
+A limit on everything: command bodies, names, lists, gangs, the outbox and the session table
+all have a fixed upper bound, so a single command can neither exhaust memory nor make `apply`
+run for long. Decoders reject anything over these limits and name the field; the search loops
+count steps against the budgets below, never time.
+"""
+
+from __future__ import annotations
+
+from consensus.envelope import BODY_BYTES_MAX as ENVELOPE_BODY_BYTES_MAX
+
+SCHEMA_VERSION = 1  # the `v` field every command and query carries
+
+COMMAND_BYTES_MAX = 1 << 20  # one command body, the cluster configuration included
+QUERY_BYTES_MAX = 4096
+NAME_LENGTH_MAX = 128  # node ids, group ids, VC names, cell type names, pod uids
+REASON_LENGTH_MAX = 256  # free text in health reports and admin marks
+UUID_LENGTH_MAX = 96  # "GPU-" + 36, with room for MIG instance ids
+PCI_BUS_ID_LENGTH_MAX = 32
+
+GPU_MODELS_MAX = 64
+CELL_TYPES_MAX = 256
+PHYSICAL_CELLS_MAX = 16_384
+NODES_PER_CELL_MAX = 4096
+NODES_MAX = 16_384
+VIRTUAL_CLUSTERS_MAX = 256
+QUOTA_ENTRIES_MAX = 64
+CELLS_MAX = 1 << 20  # all physical cells of a configuration, every level counted
+LEVELS_MAX = 16
+GPUS_PER_NODE_MAX = 64
+FANOUT_MAX = 4096
+
+MEMBERS_MAX = 16  # member kinds in one gang
+PODS_PER_MEMBER_MAX = 1024
+PODS_PER_GANG_MAX = 1024
+GPUS_PER_GANG_MAX = 8192
+HEALTH_REPORTS_MAX = GPUS_PER_NODE_MAX
+PRIORITY_MAX = 1000
+OPPORTUNISTIC_PRIORITY = -1
+FREE_PRIORITY = -2  # the priority of a leaf nobody holds
+
+# Search budgets: deterministic step counts, never time.
+BUDDY_SCAN_MAX = 4096  # free-list cells looked at (one counter read each) per level and binding
+BUDDY_CANDIDATES_MAX = 32  # of those with room, cells checked for safety and fit
+FIT_CANDIDATES_MAX = 64  # cells tried per level when looking for the smallest cell that fits
+SCHEDULE_ATTEMPTS_MAX = 1024  # the most pending gangs one scheduling pass may try
+DURATION_MS_MAX = 1 << 40  # about 35 years; bounds every duration and count in the policy
+
+OUTBOX_RETAINED_MAX = 65_536  # effects kept; older ones are dropped, oldest first
+SESSIONS_MAX = 65_536
+QUERY_LIMIT_MAX = 4096  # items one query may return
+
+assert COMMAND_BYTES_MAX <= ENVELOPE_BODY_BYTES_MAX, "a command must fit in an envelope"
+assert PODS_PER_MEMBER_MAX <= PODS_PER_GANG_MAX
+assert GPUS_PER_NODE_MAX * PODS_PER_GANG_MAX >= GPUS_PER_GANG_MAX
+assert OPPORTUNISTIC_PRIORITY > FREE_PRIORITY
+assert BUDDY_SCAN_MAX >= BUDDY_CANDIDATES_MAX
+assert HEALTH_REPORTS_MAX >= GPUS_PER_NODE_MAX, "one report can cover a whole node"

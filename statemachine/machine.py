@@ -1,0 +1,87 @@
+"""`Machine`: the state machine as consensus sees it, bytes in and bytes out.
+
+It implements `consensus.state_machine.StateMachine`. For each log entry, `apply` decodes the
+envelope (the runtime vouches for the principal and stamped the time), answers a session retry
+from the cache, decodes the body, hands the typed command to `statemachine.apply` (which
+authorizes, clamps time and applies atomically), expires sessions after a Tick, caches the
+reply and returns it. Nothing a client sends can make it raise: every bad input is a rejection
+reply. `query` answers read-only queries; `snapshot`, `restore` and `digest` cover the whole
+replicated state, sessions and applied index included.
+"""
+
+from __future__ import annotations
+
+from consensus.codec import decode_envelope
+from consensus.envelope import Envelope, Role
+from consensus.errors import InvalidMessage
+from statemachine.apply import apply
+from statemachine.codec import decode_command
+from statemachine.commands import Tick
+from statemachine.context import Context
+from statemachine.errors import Code, Rejection
+from statemachine.queries import answer
+from statemachine.query_codec import decode_query, encode_answer
+from statemachine.record_codec import DecodeError
+from statemachine.result_codec import encode_result
+from statemachine.results import Result
+from statemachine.sessions import Sessions, session_key
+from statemachine.snapshot_codec import decode_snapshot, digest_of, encode_snapshot
+from statemachine.state import State
+
+
+class Machine:
+    __slots__ = ("applied_index", "sessions", "state")
+
+    def __init__(self) -> None:
+        self.state = State()
+        self.sessions = Sessions()
+        self.applied_index = 0
+
+    def apply(self, command: bytes) -> bytes:
+        self.applied_index += 1
+        try:
+            envelope = decode_envelope(command)
+        except InvalidMessage as error:
+            return encode_result(Rejection(code=Code.MALFORMED, message=error.reason))
+        key = session_key(envelope.principal, envelope.session)
+        if envelope.sequence > 0:
+            verdict, cached = self.sessions.lookup(key, envelope.sequence)
+            if verdict == "retry":
+                return cached
+            if verdict == "stale":
+                return encode_result(Rejection(
+                    code=Code.STALE_SEQUENCE,
+                    message=f"sequence {envelope.sequence} is older than the last one applied"))
+        reply = encode_result(self._run(envelope))
+        if envelope.sequence > 0:
+            now_ms = max(self.state.now_ms, envelope.now_ms)
+            self.sessions.record(key, envelope.sequence, reply,
+                                 now_ms + self.state.policy.session_ttl_ms)
+        return reply
+
+    def _run(self, envelope: Envelope) -> Result:
+        try:
+            command = decode_command(envelope.body)
+        except DecodeError as error:
+            return error.rejection
+        result = apply(self.state, command,
+                       Context(principal=envelope.principal, now_ms=envelope.now_ms))
+        if isinstance(command, Tick) and envelope.principal.role is Role.SYSTEM:
+            self.sessions.expire(self.state.now_ms)
+        return result
+
+    def query(self, query: bytes) -> bytes:
+        try:
+            decoded = decode_query(query)
+        except DecodeError as error:
+            return encode_answer(error.rejection)
+        return encode_answer(answer(self.state, decoded))
+
+    def snapshot(self) -> bytes:
+        return encode_snapshot(self.state, self.sessions, self.applied_index)
+
+    def restore(self, snapshot: bytes) -> None:
+        self.state, self.sessions, self.applied_index = decode_snapshot(snapshot)
+
+    def digest(self) -> bytes:
+        return digest_of(self.snapshot())

@@ -1,0 +1,100 @@
+"""The outbox: numbered effects that node agents and schedulers watch, in log order.
+
+Side effects never happen inside `apply`; they are recorded here for a dispatcher or an agent to
+carry out: start a pod on a node, kill a pod, and gang events a scheduler follows (allocated,
+preempting, released, downgraded, failing hardware). Effects are numbered from 1 without gaps;
+each is idempotent by (kind, group, pod uid), so a new leader may resend them. A node agent asks
+for the effects after the last index it has seen, filtered to its node. Only the newest
+`OUTBOX_RETAINED_MAX` effects are kept, packed (see `effect_codec`), with the node of each
+beside it so the per-node index can be rebuilt on restore.
+"""
+
+from __future__ import annotations
+
+import bisect
+
+from statemachine.effect_codec import pack_effect, unpack_effect
+from statemachine.effects import Effect, EffectKind
+from statemachine.journal import Journal
+from statemachine.limits import OUTBOX_RETAINED_MAX
+
+TRIM_CHUNK = 4096
+
+
+class Outbox:
+    __slots__ = ("_journal", "by_node", "first_index", "nodes", "packed")
+
+    def __init__(self, journal: Journal) -> None:
+        self._journal = journal
+        self.packed: list[bytes] = []  # the effects, oldest first
+        self.nodes: list[str] = []  # the node of each
+        self.first_index = 1  # the index of packed[0]
+        self.by_node: dict[str, list[int]] = {}  # node -> indices of its effects, ascending
+
+    @property
+    def next_index(self) -> int:
+        return self.first_index + len(self.packed)
+
+    @property
+    def effects(self) -> list[Effect]:
+        """Every retained effect, unpacked (for tests and small outboxes)."""
+        return [unpack_effect(data) for data in self.packed]
+
+    def emit(self, kind: EffectKind, *, node: str, group: str, pod_uid: str = "",
+             gpu_uuids: tuple[str, ...] = (), env: tuple[tuple[str, str], ...] = (),
+             reason: str = "") -> None:
+        effect = Effect(index=self.next_index, kind=kind, node=node, group=group,
+                        pod_uid=pod_uid, gpu_uuids=gpu_uuids, env=env, reason=reason)
+        self.load(node, pack_effect(effect))
+        self._journal.record(self._unload)
+        if len(self.packed) > OUTBOX_RETAINED_MAX + TRIM_CHUNK:
+            self._trim()
+
+    def load(self, node: str, data: bytes) -> None:
+        """Append a packed effect (used by `emit` and by snapshot restore)."""
+        self.by_node.setdefault(node, []).append(self.next_index)
+        self.packed.append(data)
+        self.nodes.append(node)
+
+    def since(self, after: int, node: str | None, limit: int) -> list[Effect]:
+        """Effects with index > `after`, only those of `node` unless it is None."""
+        if node is None:
+            start = max(0, after + 1 - self.first_index)
+            return [unpack_effect(data) for data in self.packed[start:start + limit]]
+        indices = self.by_node.get(node, [])
+        start = bisect.bisect_right(indices, after)
+        return [unpack_effect(self.packed[index - self.first_index])
+                for index in indices[start:start + limit]]
+
+    def _unload(self) -> None:
+        self.packed.pop()
+        node = self.nodes.pop()
+        indices = self.by_node[node]
+        indices.pop()
+        if not indices:
+            del self.by_node[node]
+
+    def _trim(self) -> None:
+        dropped = (self.packed[:TRIM_CHUNK], self.nodes[:TRIM_CHUNK])
+        self._drop(len(dropped[0]))
+        self._journal.record(lambda: self._undrop(*dropped))
+
+    def _drop(self, count: int) -> None:
+        gone = sorted(set(self.nodes[:count]))
+        del self.packed[:count]
+        del self.nodes[:count]
+        self.first_index += count
+        for node in gone:
+            indices = self.by_node[node]
+            del indices[:bisect.bisect_left(indices, self.first_index)]
+            if not indices:
+                del self.by_node[node]
+
+    def _undrop(self, packed: list[bytes], nodes: list[str]) -> None:
+        self.packed[:0] = packed
+        self.nodes[:0] = nodes
+        self.first_index -= len(packed)
+        for node in sorted(set(nodes)):
+            restored = [self.first_index + position for position, name in enumerate(nodes)
+                        if name == node]
+            self.by_node[node] = restored + self.by_node.get(node, [])

@@ -1,0 +1,66 @@
+"""Queries as bytes: `{"v": 1, "type": "group", ...}` maps in, plain maps out.
+
+Decoding checks every field like command decoding does (sizes capped, path named); `limit` is
+capped at `QUERY_LIMIT_MAX`. The answer is `{"ok": true, "type": ..., ...}` or a rejection.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from consensus.codec import pack
+from statemachine import limits
+from statemachine.errors import Rejection
+from statemachine.queries import (
+    ClusterQuery,
+    EffectsQuery,
+    GroupQuery,
+    GroupsQuery,
+    NodeQuery,
+    NodesQuery,
+    Query,
+    StatsQuery,
+)
+from statemachine.record_codec import Record, open_body
+
+_LIMIT = {"low": 1, "high": limits.QUERY_LIMIT_MAX}
+QUERIES: dict[str, tuple[str, ...]] = {
+    "group": ("group",), "groups": ("vc", "phase", "after", "limit"),
+    "nodes": ("after", "limit"), "node": ("node",), "cluster": (),
+    "effects": ("after", "node", "limit"), "stats": (),
+}
+
+
+def decode_query(data: bytes) -> Query:
+    kind, raw = open_body(data, bytes_max=limits.QUERY_BYTES_MAX, what="query",
+                          types=tuple(QUERIES))
+    record = Record(raw, kind, ("v", "type", *QUERIES[kind]))
+    if kind == "group":
+        return GroupQuery(group=record.text("group"))
+    if kind == "groups":
+        return GroupsQuery(vc=record.text("vc", allow_empty=True),
+                           phase=record.text("phase", allow_empty=True),
+                           after=record.text("after", allow_empty=True),
+                           limit=record.integer("limit", **_LIMIT))
+    if kind == "nodes":
+        return NodesQuery(after=record.text("after", allow_empty=True),
+                          limit=record.integer("limit", **_LIMIT))
+    if kind == "node":
+        return NodeQuery(node=record.text("node"))
+    if kind == "effects":
+        node = None if record.raw.get("node") is None else record.text("node", allow_empty=True)
+        return EffectsQuery(after=record.integer("after"), node=node,
+                            limit=record.integer("limit", **_LIMIT))
+    if kind == "cluster":
+        return ClusterQuery()
+    return StatsQuery()
+
+
+def encode_query(kind: str, **fields: Any) -> bytes:
+    return pack({"v": limits.SCHEMA_VERSION, "type": kind, **fields})
+
+
+def encode_answer(answer: dict[str, Any] | Rejection) -> bytes:
+    if isinstance(answer, Rejection):
+        return pack({"ok": False, "code": answer.code.value, "message": answer.message})
+    return pack({"ok": True, **answer})

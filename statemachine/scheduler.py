@@ -1,0 +1,182 @@
+"""Scheduling decisions: one placement attempt for a gang, and the bounded pass over the queue.
+
+An attempt for a guaranteed gang tries, chain by chain in configuration order, a plan that
+needs nobody to leave; then a plan that preempts lower-priority gangs (HiveD's two passes,
+reference/hived.md 1.4). When the victims include gangs of the same tenant that allow lazy
+preemption, it first tries downgrading them to opportunistic instead (they keep running) and
+placing the gang without preemption; if that fails the downgrade is rolled back and the victims
+are preempted normally. Opportunistic gangs never preempt.
+
+The pass walks the queue in order and tries at most `schedule_attempts_max` gangs. After most
+commands it only looks for free GPUs, skipping gangs whose last attempt saw the current capacity
+epoch (nothing was freed since, so the answer would be the same); on Tick it also preempts,
+skipping gangs whose last such attempt saw the current change epoch (nothing freed and nobody
+newly placed who could be a victim). Preemption searches scan GPUs, so they run at the pace of
+Ticks, not of every release. A failed attempt with preemption (at submission and on Tick)
+leaves a deterministic "why pending", as of that attempt.
+"""
+
+from __future__ import annotations
+
+from statemachine.fit import FreeView, PreemptView
+from statemachine.groups import Group
+from statemachine.lifecycle import allocate, downgrade, start_preemption
+from statemachine.results import GroupPhase
+from statemachine.search import Plan, Request, plan_guaranteed, plan_opportunistic
+from statemachine.state import Configured, State
+from statemachine.topology import Chain
+
+
+def eligible_chains(config: Configured, group: Group) -> list[Chain]:
+    """The chains a gang may use, in configuration order: its GPU model (any when empty),
+    and for a guaranteed gang only chains where its VC has guaranteed cells."""
+    chains = []
+    for chain in config.topology.chains:
+        if group.gpu_model and chain.gpu_model != group.gpu_model:
+            continue
+        if group.guaranteed and not any(config.topology.quota[group.vc][chain.index]):
+            continue
+        chains.append(chain)
+    return chains
+
+
+def _request(group: Group) -> Request:
+    return Request(vc=group.vc, pods=tuple(pod.gpus for pod in group.pods))
+
+
+def _plan(config: Configured, group: Group, view: FreeView) -> Plan | None:
+    request = _request(group)
+    for chain in eligible_chains(config, group):
+        if type(view) is FreeView and not _may_fit(config, group, chain, request.gpus):
+            continue
+        if group.guaranteed:
+            plan = plan_guaranteed(config.topology, config.buddy, view, chain, request)
+        else:
+            plan = plan_opportunistic(config.topology, config.cells, view, chain, request)
+        if plan is not None:
+            return plan
+    return None
+
+
+def _may_fit(config: Configured, group: Group, chain: Chain, need: int) -> bool:
+    """A cheap necessary condition for a plan without preemption: enough free GPUs in the
+    VC's bound cells plus its unbound quota (guaranteed), or on the chain (opportunistic)."""
+    cells = config.cells
+    if group.guaranteed:
+        buddy = config.buddy
+        unbound = buddy.unbound[group.vc][chain.index]
+        room = sum(count * chain.size[level] for level, count in enumerate(unbound))
+        return room + sum(cells.free[cell] for cell in buddy.bound_cells[group.vc][chain.index]
+                          ) >= need
+    return sum(cells.free[cell] for cell in chain.cells_at(chain.top_level)) >= need
+
+
+def _add_victims(config: Configured, plan: Plan) -> None:
+    cells = config.cells
+    leaves = [leaf for pod in plan.pods for leaf in pod]
+    plan.victims = sorted({cells.holder[leaf] for leaf in leaves if cells.holder[leaf]})
+    plan.cancelled = sorted({cells.reserver[leaf] for leaf in leaves if cells.reserver[leaf]})
+
+
+def try_place(state: State, group: Group, *, preempt: bool) -> bool:
+    """One placement attempt for a pending gang, with preemption if `preempt`; True when it
+    was allocated or started preempting."""
+    assert group.phase is GroupPhase.PENDING
+    config = state.configured()
+    plan = _plan(config, group, FreeView(config.cells))
+    if plan is not None:
+        allocate(state, group, plan)
+        return True
+    if preempt and group.guaranteed:
+        plan = _plan(config, group, PreemptView(config.cells, group.priority))
+        if plan is not None:
+            _add_victims(config, plan)
+            if not plan.victims and not plan.cancelled:
+                allocate(state, group, plan)
+                return True
+            if _try_lazy(state, group, plan):
+                return True
+            start_preemption(state, group, plan)
+            return True
+    state.set(group, "attempt_epoch", state.capacity_epoch)
+    if preempt:
+        state.set(group, "preempt_epoch", state.change_epoch)
+        state.set(group, "why_pending", explain(config, group))
+    return False
+
+
+def _try_lazy(state: State, group: Group, plan: Plan) -> bool:
+    """Downgrade the lazily preemptible victims and place the gang without preemption; on
+    failure undo the downgrades (the journal makes that exact)."""
+    lazy = [name for name in plan.victims if _lazily_preemptible(state.groups[name], group)]
+    if not lazy:
+        return False
+    mark = state.journal.mark()
+    for name in lazy:
+        downgrade(state, state.groups[name], group.group)
+    config = state.configured()
+    retry = _plan(config, group, FreeView(config.cells))
+    if retry is None:
+        state.journal.rollback(mark)
+        return False
+    allocate(state, group, retry)
+    return True
+
+
+def _lazily_preemptible(victim: Group, preemptor: Group) -> bool:
+    return (victim.lazy_preemption and victim.guaranteed and victim.vc == preemptor.vc
+            and victim.effective_priority < preemptor.priority and not victim.evicting)
+
+
+def schedule(state: State, *, preempt: bool = False) -> None:
+    """One bounded pass over the pending queue; with `preempt` (on Tick) guaranteed gangs may
+    preempt."""
+    if state.config is None:
+        return
+    budget = state.policy.schedule_attempts_max
+    for key in list(state.queue.keys):
+        if budget <= 0:
+            break
+        group = state.groups.get(key[2])
+        if group is None or group.phase is not GroupPhase.PENDING:
+            continue
+        full = preempt and group.guaranteed
+        if full and group.preempt_epoch == state.change_epoch:
+            continue
+        if not full and group.attempt_epoch == state.capacity_epoch:
+            continue
+        budget -= 1
+        try_place(state, group, preempt=full)
+
+
+def explain(config: Configured, group: Group) -> str:
+    """Why a gang is pending, per eligible chain, from counters only (cheap, deterministic)."""
+    pods = [pod.gpus for pod in group.pods]
+    need = f"needs {sum(pods)} GPUs as {len(pods)} pods of up to {max(pods)}"
+    parts = []
+    for chain in eligible_chains(config, group):
+        if group.guaranteed:
+            parts.append(_explain_guaranteed(config, group, chain))
+        else:
+            parts.append(_explain_opportunistic(config, chain))
+    tail = "" if not group.guaranteed else (
+        f"; no gangs below priority {group.priority} to preempt in the way")
+    return f"{need}; " + "; ".join(parts) + tail
+
+
+def _explain_guaranteed(config: Configured, group: Group, chain: Chain) -> str:
+    buddy, cells = config.buddy, config.cells
+    bound = buddy.bound_cells[group.vc][chain.index]
+    free = sum(cells.free[cell] for cell in bound)
+    unbound = buddy.unbound[group.vc][chain.index]
+    spare = ", ".join(f"{unbound[level]} {chain.type_names[level]}"
+                      for level in range(chain.top_level, 0, -1) if unbound[level])
+    return (f"{chain.name}: VC {group.vc} has {free} free GPUs in {len(bound)} bound cells"
+            f" and {spare or 'no'} unbound cells")
+
+
+def _explain_opportunistic(config: Configured, chain: Chain) -> str:
+    cells = config.cells
+    free = sum(cells.free[cell] for cell in chain.cells_at(chain.top_level))
+    largest = max((cells.free[cell] for cell in chain.cells_at(chain.node_level)), default=0)
+    return f"{chain.name}: {free} free GPUs, at most {largest} on one node"

@@ -1,0 +1,191 @@
+"""Placement search: a plan (which GPUs for each pod, which cells to bind, whom to evict) for one
+gang on one chain, computed on a read-only state.
+
+Guaranteed gangs (priority 0..1000) run inside their tenant's cells: cells already bound to the
+VC, or new ones bound by buddy allocation from the VC's unbound quota, each binding checked for
+safety first. The search tries to pack the whole gang into one cell, smallest level first (bound
+cells before new bindings, fewest free GPUs first); only a gang too big for any one cell is
+spread pod by pod over several. Opportunistic gangs (-1) take free GPUs anywhere on the chain,
+in the smallest cell that fits, found through the best-fit index.
+
+All loops are bounded: per level at most `BUDDY_SCAN_MAX` free cells are looked at and
+`BUDDY_CANDIDATES_MAX` of them tried for a binding, and `FIT_CANDIDATES_MAX` cells tried for
+the smallest cell that fits.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from itertools import islice
+
+from statemachine.buddy import Buddy
+from statemachine.cells import Cells
+from statemachine.fit import FreeView, fit_in_cell, fit_on_roots
+from statemachine.limits import BUDDY_CANDIDATES_MAX, BUDDY_SCAN_MAX, FIT_CANDIDATES_MAX
+from statemachine.topology import Chain, Topology
+
+
+@dataclass(slots=True)
+class Plan:
+    chain: int
+    pods: list[list[int]]  # GPUs (leaf ids) per pod, in the gang's pod order
+    bindings: list[int] = field(default_factory=list)  # cells to bind to the gang's VC
+    victims: list[str] = field(default_factory=list)  # holders to evict, sorted
+    cancelled: list[str] = field(default_factory=list)  # preemptors whose GPUs it takes, sorted
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    vc: str
+    pods: tuple[int, ...]  # GPUs per pod, in pod order
+
+    @property
+    def gpus(self) -> int:
+        return sum(self.pods)
+
+
+def plan_guaranteed(topology: Topology, buddy: Buddy, view: FreeView, chain: Chain,
+                    request: Request) -> Plan | None:
+    plan = _one_cell(topology, buddy, view, chain, request)
+    if plan is None:
+        plan = _spread(topology, buddy, view, chain, request)
+    return plan
+
+
+def _one_cell(topology: Topology, buddy: Buddy, view: FreeView, chain: Chain,
+              request: Request) -> Plan | None:
+    """The whole gang in one cell: levels ascending; at each, the VC's bound cells by fewest
+    available GPUs, then a new binding if the VC may bind one there."""
+    need = request.gpus
+    unbound = buddy.unbound[request.vc][chain.index]
+    bound: dict[int, list[int]] = {}
+    for cell in buddy.bound_cells[request.vc][chain.index]:
+        level = topology.level[cell]
+        if chain.size[level] >= need:
+            bound.setdefault(level, []).append(cell)
+    levels = sorted({*bound, *(level for level in range(1, chain.top_level + 1)
+                               if unbound[level] > 0 and chain.size[level] >= need)})
+    for level in levels:
+        ranked = sorted((available, cell) for cell in bound.get(level, ())
+                        if (available := view.count(cell)) >= need)
+        for _, cell in ranked:
+            pods = fit_in_cell(topology, view, cell, request.pods)
+            if pods is not None:
+                return Plan(chain=chain.index, pods=pods)
+        if unbound[level] > 0:
+            for cell in _binding_candidates(buddy, view, chain, level, need=need, planned=[]):
+                pods = fit_in_cell(topology, view, cell, request.pods)
+                if pods is not None:
+                    return Plan(chain=chain.index, pods=pods, bindings=[cell])
+    return None
+
+
+def _binding_candidates(buddy: Buddy, view: FreeView, chain: Chain, level: int, *, need: int,
+                        planned: list[int]) -> Iterator[int]:
+    """Cells buddy allocation may bind at `level` with `need` GPUs available, keeping safety
+    with the bindings already `planned`, in buddy order. Looks at most BUDDY_SCAN_MAX cells
+    (a counter read each) and checks at most BUDDY_CANDIDATES_MAX of those with room."""
+    topology = buddy.topology
+    checked = 0
+    for cell in islice(buddy.candidates(chain.index, level), BUDDY_SCAN_MAX):
+        if view.unbound_count(cell) < need:
+            continue
+        if any(_nested(topology, cell, other) for other in planned):
+            continue
+        checked += 1
+        if checked > BUDDY_CANDIDATES_MAX:
+            return
+        if buddy.feasible_after(chain.index, [*planned, cell]):
+            yield cell
+
+
+def _nested(topology: Topology, first: int, second: int) -> bool:
+    """Whether one of the two cells contains the other (or they are the same)."""
+    if topology.level[first] < topology.level[second]:
+        first, second = second, first
+    leaves = topology.leaves(first)
+    return topology.first_leaf[second] in leaves
+
+
+def _spread(topology: Topology, buddy: Buddy, view: FreeView, chain: Chain,
+            request: Request) -> Plan | None:
+    """Pod by pod, largest first: into a bound (or newly bound) cell with the fewest GPUs
+    available that fit it, else into a new binding at the lowest level that can hold it. The
+    cells are ranked once by (level, available GPUs, id) and re-ranked as pods land."""
+    checkpoint = view.checkpoint()
+    level = topology.level
+    ranked = sorted((level[cell], view.count(cell), cell)
+                    for cell in buddy.bound_cells[request.vc][chain.index])
+    planned: list[int] = []
+    unbound = list(buddy.unbound[request.vc][chain.index])
+    placed: list[list[int]] = [[] for _ in request.pods]
+    order = sorted(range(len(request.pods)), key=lambda index: (-request.pods[index], index))
+    for position in order:
+        need = request.pods[position]
+        cell, leaves = _into_ranked(topology, view, ranked, need)
+        if leaves is None:
+            cell, leaves = _into_new(buddy, view, chain, need=need, unbound=unbound,
+                                     planned=planned)
+            if leaves is None:
+                view.restore(checkpoint)
+                return None
+            bisect.insort(ranked, (level[cell], view.count(cell), cell))
+        else:
+            entry = bisect.bisect_left(ranked, (level[cell], view.count(cell) + need, cell))
+            del ranked[entry]
+            bisect.insort(ranked, (level[cell], view.count(cell), cell))
+        placed[position] = leaves
+    return Plan(chain=chain.index, pods=placed, bindings=planned)
+
+
+def _into_ranked(topology: Topology, view: FreeView, ranked: list[tuple[int, int, int]],
+                 need: int) -> tuple[int, list[int] | None]:
+    """The first ranked cell, level by level, with `need` GPUs available that fits the pod."""
+    levels = sorted({entry[0] for entry in ranked})
+    for level in levels:
+        start = bisect.bisect_left(ranked, (level, need, -1))
+        for entry in ranked[start:]:
+            if entry[0] != level:
+                break
+            pods = fit_in_cell(topology, view, entry[2], (need,))
+            if pods is not None:
+                return entry[2], pods[0]
+    return -1, None
+
+
+def _into_new(buddy: Buddy, view: FreeView, chain: Chain, *, need: int, unbound: list[int],
+              planned: list[int]) -> tuple[int, list[int] | None]:
+    topology = buddy.topology
+    for level in range(1, chain.top_level + 1):
+        if unbound[level] <= 0 or chain.size[level] < need:
+            continue
+        for cell in _binding_candidates(buddy, view, chain, level, need=need,
+                                        planned=planned):
+            pods = fit_in_cell(topology, view, cell, (need,))
+            if pods is not None:
+                planned.append(cell)
+                unbound[level] -= 1
+                return cell, pods[0]
+    return -1, None
+
+
+def plan_opportunistic(topology: Topology, cells: Cells, view: FreeView, chain: Chain,
+                       request: Request) -> Plan | None:
+    """The smallest cell (node level or above) that fits the whole gang, fewest free GPUs
+    first; failing that, the gang spread over the chain's nodes."""
+    need = request.gpus
+    index = cells.indexes[chain.index]
+    for level in range(chain.node_level, chain.top_level + 1):
+        if chain.size[level] < need:
+            continue
+        for cell in islice(index.at_least(level, need), FIT_CANDIDATES_MAX):
+            pods = fit_in_cell(topology, view, cell, request.pods)
+            if pods is not None:
+                return Plan(chain=chain.index, pods=pods)
+    if len(request.pods) == 1:
+        return None
+    roots = list(index.at_least(chain.node_level, min(request.pods)))
+    pods = fit_on_roots(topology, view, sorted(roots), request.pods)
+    return None if pods is None else Plan(chain=chain.index, pods=pods)

@@ -1,0 +1,63 @@
+"""Exactly-once client sessions (reference/hived.md 3.7), keyed by principal and session id.
+
+Per session: the highest sequence applied, the reply bytes to it, and an expiry in logical
+time. A command whose sequence equals the last one gets the cached reply and changes nothing
+(a retry); an older sequence is refused (STALE_SEQUENCE: its reply is gone); a newer one is
+applied and its reply cached. Sessions are keyed by the principal as well, so no client can
+read or replay another's replies. A session idle for `session_ttl_ms` is forgotten on the next
+Tick; when the table is full the session that expires first makes room. Sequence 0 means no
+session (the runtime's own Ticks).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from consensus.envelope import Principal
+from statemachine.limits import SESSIONS_MAX
+
+
+@dataclass(slots=True, kw_only=True)
+class Session:
+    last_sequence: int
+    reply: bytes
+    expires_ms: int
+
+
+def session_key(principal: Principal, session: str) -> str:
+    return f"{principal}/{session}"
+
+
+class Sessions:
+    __slots__ = ("table",)
+
+    def __init__(self) -> None:
+        self.table: dict[str, Session] = {}
+
+    def lookup(self, key: str, sequence: int) -> tuple[str, bytes]:
+        """("new", b"") to apply; ("retry", reply) to answer from cache; ("stale", b"")."""
+        session = self.table.get(key)
+        if session is None or sequence > session.last_sequence:
+            return "new", b""
+        if sequence == session.last_sequence:
+            return "retry", session.reply
+        return "stale", b""
+
+    def record(self, key: str, sequence: int, reply: bytes, expires_ms: int) -> None:
+        session = self.table.get(key)
+        if session is None:
+            if len(self.table) >= SESSIONS_MAX:
+                oldest = min(self.table, key=lambda name: (self.table[name].expires_ms, name))
+                del self.table[oldest]
+            self.table[key] = Session(last_sequence=sequence, reply=reply, expires_ms=expires_ms)
+            return
+        assert sequence > session.last_sequence
+        session.last_sequence = sequence
+        session.reply = reply
+        session.expires_ms = expires_ms
+
+    def expire(self, now_ms: int) -> int:
+        gone = sorted(name for name, session in self.table.items() if session.expires_ms < now_ms)
+        for name in gone:
+            del self.table[name]
+        return len(gone)

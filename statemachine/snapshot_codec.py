@@ -1,0 +1,141 @@
+"""Snapshots: the whole replicated state as canonical bytes, and back.
+
+Only primary state is written (see `state`): the configuration, logical time and counters, the
+nodes, the VC bindings, the gangs, the outbox and the sessions, every collection sorted by its
+key and every record a fixed-order array. Equal states therefore give equal bytes, in any
+process and under any PYTHONHASHSEED, and the digest is the SHA-256 of those bytes. Restoring
+decodes the primary state and recomputes the derived state (cell counters, free lists, queue)
+exactly as the invariant checker does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from consensus.codec import pack, unpack
+from statemachine.commands import GpuInventory, HealthStatus, Member
+from statemachine.config_check import check_spec
+from statemachine.groups import Group, Pod
+from statemachine.nodes import GpuHealth, Liveness, NodeRecord
+from statemachine.record_codec import Record
+from statemachine.results import GroupPhase, PodPhase
+from statemachine.sessions import Session, Sessions
+from statemachine.spec_codec import SPEC_FIELDS, decode_spec, encode_spec
+from statemachine.state import (
+    Configured,
+    State,
+    bindings_of,
+    derive,
+    derive_queue,
+    derive_uuid_owner,
+)
+
+SNAPSHOT_TAG = "cellar-statemachine-snapshot"
+SNAPSHOT_FORMAT = 1
+SNAPSHOT_BYTES_MAX = 1 << 30
+
+
+def encode_snapshot(state: State, sessions: Sessions, applied_index: int) -> bytes:
+    config = state.config
+    return pack([
+        SNAPSHOT_TAG, SNAPSHOT_FORMAT, applied_index, state.now_ms, state.next_submit,
+        state.capacity_epoch, state.change_epoch,
+        None if config is None else [config.version, encode_spec(config.spec)],
+        [_node(state.nodes[name]) for name in sorted(state.nodes)],
+        [] if config is None else [[cell, vc] for cell, vc in bindings_of(config.buddy)],
+        [_group(state.groups[name]) for name in sorted(state.groups)],
+        [state.outbox.first_index, state.outbox.nodes, state.outbox.packed],
+        [[key, session.last_sequence, session.expires_ms, session.reply]
+         for key, session in sorted(sessions.table.items())],
+    ])
+
+
+def digest_of(snapshot: bytes) -> bytes:
+    return hashlib.sha256(snapshot).digest()
+
+
+def _node(record: NodeRecord) -> list[Any]:
+    return [record.node, record.index, record.liveness.value, record.boot_id,
+            record.incarnation, record.lease_expires_ms, record.cordoned, record.draining,
+            record.admin_bad,
+            [[gpu.uuid, gpu.index, gpu.pci_bus_id, gpu.model, gpu.memory_mib]
+             for gpu in record.gpus],
+            [[health.status.value, health.reason, health.since_ms, health.failed,
+              health.passes, health.admin_bad] for health in record.health]]
+
+
+def _group(group: Group) -> list[Any]:
+    return [group.group, group.vc, group.priority, group.effective_priority,
+            group.lazy_preemption, group.gpu_model,
+            [[member.pods, member.gpus] for member in group.members],
+            group.submit_index, group.submitted_ms, group.phase.value, group.chain,
+            list(group.victims), group.deadline_ms, list(group.preempted_by), group.evicting,
+            group.downgraded, list(group.failures), group.why_pending, group.attempt_epoch,
+            group.preempt_epoch,
+            [[pod.member, pod.index, pod.gpus, pod.node, list(pod.leaves), pod.pod_uid,
+              pod.phase.value, pod.exit_code] for pod in group.pods]]
+
+
+def decode_snapshot(data: bytes) -> tuple[State, Sessions, int]:
+    """Bytes from `encode_snapshot` to a state with its derived parts rebuilt. Snapshots come
+    from replicas, not clients: a malformed one is a corrupt data directory, and fails loudly."""
+    raw = unpack(data, bytes_max=SNAPSHOT_BYTES_MAX, what="snapshot")
+    (tag, version, applied_index, now_ms, next_submit, capacity_epoch, change_epoch, config,
+     nodes, bindings, groups, outbox, sessions) = raw
+    if tag != SNAPSHOT_TAG or version != SNAPSHOT_FORMAT:
+        raise ValueError(f"not a format-{SNAPSHOT_FORMAT} Cellar snapshot: {tag!r} {version!r}")
+    state = State()
+    state.now_ms, state.next_submit = now_ms, next_submit
+    state.capacity_epoch, state.change_epoch = capacity_epoch, change_epoch
+    state.nodes = {fields[0]: _load_node(fields) for fields in nodes}
+    state.groups = {fields[0]: _load_group(fields) for fields in groups}
+    if config is not None:
+        spec = decode_spec(Record(config[1], "snapshot.spec", SPEC_FIELDS))
+        state.config = Configured(spec, config[0], check_spec(spec), state.journal)
+        state.config.cells, state.config.buddy = derive(
+            state.config, state.nodes, state.groups,
+            [(cell, vc) for cell, vc in bindings], state.journal)
+    state.queue.keys = derive_queue(state.groups)
+    state.uuid_owner = derive_uuid_owner(state.nodes)
+    state.outbox.first_index = outbox[0]
+    for node, packed in zip(outbox[1], outbox[2], strict=True):
+        state.outbox.load(node, packed)
+    table = Sessions()
+    for key, last_sequence, expires_ms, reply in sessions:
+        table.table[key] = Session(last_sequence=last_sequence, reply=reply,
+                                   expires_ms=expires_ms)
+    return state, table, applied_index
+
+
+def _load_node(fields: list[Any]) -> NodeRecord:
+    (node, index, liveness, boot_id, incarnation, lease, cordoned, draining, admin_bad,
+     gpus, health) = fields
+    return NodeRecord(
+        node=node, index=index, liveness=Liveness(liveness), boot_id=boot_id,
+        incarnation=incarnation, lease_expires_ms=lease, cordoned=cordoned, draining=draining,
+        admin_bad=admin_bad,
+        gpus=tuple(GpuInventory(uuid=uuid, index=gpu_index, pci_bus_id=pci, model=model,
+                                memory_mib=memory)
+                   for uuid, gpu_index, pci, model, memory in gpus),
+        health=tuple(GpuHealth(status=HealthStatus(status), reason=reason, since_ms=since,
+                               failed=failed, passes=passes, admin_bad=bad)
+                     for status, reason, since, failed, passes, bad in health))
+
+
+def _load_group(fields: list[Any]) -> Group:
+    (group, vc, priority, effective, lazy, model, members, submit_index, submitted_ms, phase,
+     chain, victims, deadline, preempted_by, evicting, downgraded, failures, why_pending,
+     attempt_epoch, preempt_epoch, pods) = fields
+    return Group(
+        group=group, vc=vc, priority=priority, effective_priority=effective,
+        lazy_preemption=lazy, gpu_model=model,
+        members=tuple(Member(pods=count, gpus=gpus) for count, gpus in members),
+        submit_index=submit_index, submitted_ms=submitted_ms, phase=GroupPhase(phase),
+        chain=chain, victims=tuple(victims), deadline_ms=deadline,
+        preempted_by=tuple(preempted_by), evicting=evicting, downgraded=downgraded,
+        failures=tuple(failures), why_pending=why_pending, attempt_epoch=attempt_epoch,
+        preempt_epoch=preempt_epoch,
+        pods=tuple(Pod(member=member, index=index, gpus=gpus, node=node, leaves=tuple(leaves),
+                       pod_uid=uid, phase=PodPhase(pod_phase), exit_code=exit_code)
+                   for member, index, gpus, node, leaves, uid, pod_phase, exit_code in pods))

@@ -1,0 +1,76 @@
+"""Tick: logical time moves on, and everything that depends on time happens, in a fixed order.
+
+1. Node leases, by node id: Up -> Suspect when the lease ran out (no new placements there),
+   Suspect -> Down `down_after_ms` later (its GPUs count as failed: the gangs on it are told,
+   and released where their tenant's policy says so).
+2. Preemption deadlines, by gang id: victims that have not left get their kills re-sent, or
+   are released outright when every node they run on is Down.
+3. One bounded scheduling pass, the only one besides submission that may preempt.
+
+Session expiry is the machine's, right after (sessions live beside the state).
+"""
+
+from __future__ import annotations
+
+from statemachine.commands import Tick
+from statemachine.lifecycle import hardware_failed, release, resend_kills
+from statemachine.nodes import Liveness
+from statemachine.results import Done, GroupPhase
+from statemachine.scheduler import schedule
+from statemachine.state import State, refresh_usable
+
+
+def tick(state: State, command: Tick) -> Done:
+    del command
+    if state.config is None:
+        return Done(note=f"now {state.now_ms}; no configuration")
+    suspect, down = _expire_leases(state)
+    resent = _preemption_deadlines(state)
+    schedule(state, preempt=True)
+    return Done(note=f"now {state.now_ms}; {suspect} suspect, {down} down, "
+                     f"{resent} kills resent")
+
+
+def _expire_leases(state: State) -> tuple[int, int]:
+    config = state.configured()
+    policy = config.spec.policy
+    suspect = down = 0
+    for name in sorted(state.nodes):
+        record = state.nodes[name]
+        if record.liveness is Liveness.UP and state.now_ms > record.lease_expires_ms:
+            state.set(record, "liveness", Liveness.SUSPECT)
+            refresh_usable(state, record)
+            suspect += 1
+        if (record.liveness is Liveness.SUSPECT
+                and state.now_ms > record.lease_expires_ms + policy.down_after_ms):
+            state.set(record, "liveness", Liveness.DOWN)
+            refresh_usable(state, record)
+            topology = config.topology
+            hardware_failed(state, list(topology.leaves(topology.node_cell[record.index])))
+            down += 1
+    return suspect, down
+
+
+def _preemption_deadlines(state: State) -> int:
+    topology = state.configured().topology
+    resent = 0
+    due = sorted(name for name, group in state.groups.items()
+                 if group.phase is GroupPhase.PREEMPTING and group.deadline_ms <= state.now_ms)
+    for name in due:
+        group = state.groups.get(name)
+        if group is None or group.phase is not GroupPhase.PREEMPTING:
+            continue
+        for victim_name in group.victims:
+            victim = state.groups.get(victim_name)
+            if victim is None:
+                continue
+            nodes = sorted({pod.node for pod in victim.pods if pod.node >= 0})
+            if all(state.nodes[topology.node_ids[node]].liveness is Liveness.DOWN
+                   for node in nodes):
+                release(state, victim, "preemption forced: its nodes are down")
+            else:
+                resend_kills(state, victim)
+                resent += 1
+        if group.group in state.groups and group.phase is GroupPhase.PREEMPTING:
+            state.set(group, "deadline_ms", state.now_ms + state.policy.preemption_grace_ms)
+    return resent

@@ -1,0 +1,123 @@
+"""A naive reference for the stateful test: health and liveness re-derived from the commands
+sent, and placement feasibility by plain bin packing, with none of the state machine's code.
+
+- Health: per node registration, incarnation, lease, liveness, cordon, drain and admin mark;
+  per GPU failure, pass count and admin mark; `usable` is the conjunction the design states.
+- Feasibility: pods sized 1, 2, 4 or 8 divide one another, so packing them largest first into
+  any node that still has room succeeds exactly when some packing exists (a size-s pod takes
+  s/t slots of size t from whichever node it lands on, so the count of free t-slots after each
+  size class does not depend on the choices).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from statemachine.spec import PolicySpec
+
+
+@dataclass
+class RefGpu:
+    failed: bool = False
+    passes: int = 0
+    admin_bad: bool = False
+
+
+@dataclass
+class RefNode:
+    gpus: int
+    registered: bool = False
+    boot: str = ""
+    incarnation: int = 0
+    lease_ms: int = 0
+    liveness: str = "unregistered"
+    cordoned: bool = False
+    draining: bool = False
+    admin_bad: bool = False
+    health: list[RefGpu] = field(default_factory=list)
+
+
+class Reference:
+    def __init__(self, nodes: dict[str, int], policy: PolicySpec) -> None:
+        self.nodes = {name: RefNode(gpus=count) for name, count in nodes.items()}
+        self.policy = policy
+
+    def usable(self, node: str, index: int) -> bool:
+        record = self.nodes[node]
+        if not record.registered or record.liveness != "up":
+            return False
+        if record.cordoned or record.draining or record.admin_bad:
+            return False
+        gpu = record.health[index]
+        return not gpu.failed and not gpu.admin_bad
+
+    def register(self, node: str, boot: str, now_ms: int) -> None:
+        record = self.nodes[node]
+        if not record.registered:
+            record.health = [RefGpu() for _ in range(record.gpus)]
+        if not record.registered or record.boot != boot:
+            record.incarnation += 1
+        record.registered, record.boot, record.liveness = True, boot, "up"
+        record.lease_ms = now_ms + self.policy.lease_ms
+
+    def heartbeat(self, node: str, now_ms: int) -> bool:
+        record = self.nodes[node]
+        if not record.registered:
+            return False
+        record.lease_ms = now_ms + self.policy.lease_ms
+        record.liveness = "up"
+        return True
+
+    def tick(self, now_ms: int) -> None:
+        for name in sorted(self.nodes):
+            record = self.nodes[name]
+            if record.liveness == "up" and now_ms > record.lease_ms:
+                record.liveness = "suspect"
+            if record.liveness == "suspect" and now_ms > record.lease_ms + (
+                    self.policy.down_after_ms):
+                record.liveness = "down"
+
+    def report(self, node: str, index: int, status: str) -> bool:
+        record = self.nodes[node]
+        if not record.registered:
+            return False
+        gpu = record.health[index]
+        if status == "pass":
+            gpu.passes += 1
+            if gpu.failed and gpu.passes >= self.policy.recover_reports:
+                gpu.failed = False
+        else:
+            gpu.passes = 0
+            gpu.failed = gpu.failed or status == "fail"
+        return True
+
+    def mark(self, node: str, index: int | None, bad: bool) -> bool:
+        record = self.nodes[node]
+        if index is None:
+            record.admin_bad = bad
+            return True
+        if not record.registered:
+            return False
+        record.health[index].admin_bad = bad
+        if not bad:
+            record.health[index].failed = False
+            record.health[index].passes = 0
+        return True
+
+    def deregister(self, node: str) -> None:
+        old = self.nodes[node]
+        self.nodes[node] = RefNode(gpus=old.gpus, incarnation=old.incarnation)
+
+
+def packs(pods: Sequence[int], free: Sequence[int]) -> bool:
+    """Whether pods fit into nodes with these free GPU counts, each pod on one node."""
+    room = sorted(free)
+    for pod in sorted(pods, reverse=True):
+        for position, available in enumerate(room):
+            if available >= pod:
+                room[position] -= pod
+                break
+        else:
+            return False
+    return True

@@ -1,0 +1,78 @@
+"""Who may send what: node agents only their own node's commands, admins the configuration and
+node administration, schedulers the gang commands, and only the runtime (role system) Ticks.
+Every violation is a replicated rejection, UNAUTHORIZED, with the state unchanged."""
+
+from __future__ import annotations
+
+import pytest
+
+from consensus.envelope import Principal, Role
+from statemachine.commands import (
+    AckPodStarted,
+    ApplyConfig,
+    BindPod,
+    ClearBad,
+    Command,
+    Cordon,
+    Deregister,
+    Drain,
+    Heartbeat,
+    MarkBad,
+    RegisterNode,
+    ReleaseGroup,
+    ReportHealth,
+    ReportPodExit,
+    Tick,
+    Uncordon,
+)
+from statemachine.errors import Code, Rejection
+from tests.statemachine.builders import Driver, gang, inventory, rack_spec
+
+NODE_N0 = Principal(Role.NODE, "n0")
+NODE_N1 = Principal(Role.NODE, "n1")
+ADMIN = Principal(Role.ADMIN, "ops")
+SCHEDULER = Principal(Role.SCHEDULER, "sched")
+SYSTEM = Principal(Role.SYSTEM, "cellar")
+
+COMMANDS: list[tuple[Command, set[Principal]]] = [
+    (ApplyConfig(expected_version=1, spec=rack_spec()), {ADMIN}),
+    (RegisterNode(node="n0", boot_id="b", gpus=inventory("n0")), {NODE_N0}),
+    (Heartbeat(node="n0", incarnation=1), {NODE_N0}),
+    (ReportHealth(node="n0", incarnation=1, reports=()), {NODE_N0}),
+    (AckPodStarted(node="n0", incarnation=1, group="g", pod_uid="p", gpu_uuids=()), {NODE_N0}),
+    (ReportPodExit(node="n0", incarnation=1, group="g", pod_uid="p", exit_code=0), {NODE_N0}),
+    (MarkBad(node="n0", gpu="", reason="r"), {ADMIN}),
+    (ClearBad(node="n0", gpu=""), {ADMIN}),
+    (Cordon(node="n0"), {ADMIN}),
+    (Uncordon(node="n0"), {ADMIN}),
+    (Drain(node="n0"), {ADMIN}),
+    (Deregister(node="n0", force=True), {ADMIN}),
+    (gang("g2", "a", 0, (1, 1)), {ADMIN, SCHEDULER}),
+    (BindPod(group="g", member=0, pod_uid="p"), {ADMIN, SCHEDULER}),
+    (ReleaseGroup(group="g", reason=""), {ADMIN, SCHEDULER}),
+    (Tick(), {SYSTEM}),
+]
+PRINCIPALS = [NODE_N0, NODE_N1, ADMIN, SCHEDULER, SYSTEM]
+
+
+@pytest.mark.parametrize(("command", "allowed"), COMMANDS,
+                         ids=[type(command).__name__ for command, _ in COMMANDS])
+def test_each_command_is_open_to_its_roles_only(command: Command,
+                                                allowed: set[Principal]) -> None:
+    for principal in PRINCIPALS:
+        driver = Driver()
+        driver.configure(rack_spec())
+        driver.register("n0", "n1")
+        driver.submit(gang("g", "a", 0, (1, 1)))
+        result = driver.run(command, principal)
+        unauthorized = isinstance(result, Rejection) and result.code is Code.UNAUTHORIZED
+        assert unauthorized == (principal not in allowed), (principal, result)
+
+
+def test_the_message_names_the_principal_and_the_node() -> None:
+    driver = Driver()
+    driver.configure(rack_spec())
+    result = driver.rejected(Heartbeat(node="n0", incarnation=1), NODE_N1, Code.UNAUTHORIZED)
+    assert result.message == "node:n1 may not send Heartbeat for node 'n0'"
+    result = driver.rejected(Tick(), ADMIN, Code.UNAUTHORIZED)
+    assert result.message == "admin:ops may not send Tick"

@@ -1,0 +1,132 @@
+"""Gang commands, accept and reject paths: submission checks against the configuration,
+idempotent resubmission, binding pods to slots, and release in every phase."""
+
+from __future__ import annotations
+
+import pytest
+
+from statemachine.commands import BindPod, Member, ReleaseGroup, SubmitGroup
+from statemachine.effects import EffectKind
+from statemachine.errors import Code
+from statemachine.results import Done, GroupPhase, PodBound
+from statemachine.sessions import Sessions
+from statemachine.snapshot_codec import encode_snapshot
+from tests.statemachine.builders import SCHEDULER, Driver, gang, rack_spec, vc
+from tests.statemachine.test_scenarios import started
+
+
+@pytest.fixture
+def driver() -> Driver:
+    """One rack, n0 and n1 registered; tenant a owns a node, tenant s two PCIe switches."""
+    driver = Driver()
+    driver.configure(rack_spec(racks=1, quota=(vc("a", ("A100-RACK", "A100-NODE", 1)),
+                                               vc("s", ("A100-RACK", "A100-SW", 2)))))
+    driver.register("n0", "n1")
+    return driver
+
+
+@pytest.mark.parametrize(
+    ("command", "code", "message"),
+    [
+        (gang("g", "zz", 0, (1, 1)), Code.UNKNOWN_VC, "no virtual cluster 'zz'"),
+        (gang("g", "a", 0, (1, 1), model="H100"), Code.UNKNOWN_MODEL,
+         "no chain has GPUs of model 'H100'"),
+        (gang("g", "a", 1001, (1, 1)), Code.MALFORMED,
+         "SubmitGroup.priority: 1001 is outside [-1, 1000]"),
+        (gang("g", "a", 0), Code.MALFORMED, "SubmitGroup.members: between 1 and 16 needed"),
+        (gang("g", "a", 0, (1, 0)), Code.MALFORMED,
+         "SubmitGroup.members[0].gpus: outside [1, 64]"),
+        (gang("g", "a", 0, (2, 8)), Code.NEVER_SATISFIABLE,
+         "16 GPUs in pods of up to 8 can never fit: A100-RACK: pods of at most 8 GPUs, "
+         "8 GPUs in all"),
+        (gang("g", "s", 0, (1, 4)), Code.NEVER_SATISFIABLE,
+         "4 GPUs in pods of up to 4 can never fit: A100-RACK: pods of at most 2 GPUs, "
+         "4 GPUs in all"),
+        (gang("g", "a", -1, (1, 16)), Code.NEVER_SATISFIABLE,
+         "16 GPUs in pods of up to 16 can never fit: A100-RACK: pods of at most 8 GPUs, "
+         "16 GPUs in all"),
+        (gang("g", "a", -1, (3, 8)), Code.NEVER_SATISFIABLE,
+         "24 GPUs in pods of up to 8 can never fit: A100-RACK: pods of at most 8 GPUs, "
+         "16 GPUs in all"),
+    ],
+)
+def test_submissions_are_checked(driver: Driver, command: SubmitGroup, code: Code,
+                                 message: str) -> None:
+    before = encode_snapshot(driver.state, Sessions(), 0)
+    assert driver.rejected(command, SCHEDULER, code).message == message
+    assert encode_snapshot(driver.state, Sessions(), 0) == before
+
+
+def test_a_model_the_tenant_has_no_cells_of_is_refused() -> None:
+    driver = Driver()
+    driver.configure(rack_spec(racks=1, quota=(vc("a", ("A100-RACK", "A100-NODE", 1)),
+                                               vc("none"))))
+    assert driver.rejected(gang("g", "none", 0, (1, 1)), SCHEDULER,
+                           Code.MODEL_NOT_IN_VC).message == (
+        "VC none has no guaranteed cells of model any")
+    assert driver.submit(gang("g", "none", -1, (1, 1))).phase is GroupPhase.PENDING
+
+
+def test_resubmission_is_idempotent_and_a_changed_spec_conflicts(driver: Driver) -> None:
+    first = driver.submit(gang("g", "a", 0, (1, 4)))
+    assert driver.submit(gang("g", "a", 0, (1, 4))) == first
+    assert len(driver.state.groups) == 1 and driver.state.next_submit == 2
+    driver.rejected(gang("g", "a", 1, (1, 4)), SCHEDULER, Code.GROUP_CONFLICT)
+
+
+def test_pods_bind_to_the_lowest_free_slot_of_their_member(driver: Driver) -> None:
+    driver.submit(SubmitGroup(group="g", vc="a", priority=0, gpu_model="A100",
+                              lazy_preemption=False,
+                              members=(Member(pods=2, gpus=1), Member(pods=1, gpus=4))))
+    first = driver.ok(BindPod(group="g", member=0, pod_uid="x"), SCHEDULER)
+    second = driver.ok(BindPod(group="g", member=0, pod_uid="y"), SCHEDULER)
+    assert isinstance(first, PodBound) and isinstance(second, PodBound)
+    assert (first.index, second.index) == (0, 1)
+    assert driver.ok(BindPod(group="g", member=0, pod_uid="x"), SCHEDULER) == first
+    assert dict(first.env)["CUDA_VISIBLE_DEVICES"] == ",".join(first.gpu_uuids)
+    driver.rejected(BindPod(group="g", member=0, pod_uid="z"), SCHEDULER, Code.NO_FREE_SLOT)
+    driver.rejected(BindPod(group="g", member=1, pod_uid="x"), SCHEDULER, Code.POD_MISMATCH)
+    driver.rejected(BindPod(group="g", member=5, pod_uid="w"), SCHEDULER, Code.UNKNOWN_POD)
+    starts = [(effect.pod_uid, effect.gpu_uuids) for effect in driver.state.outbox.effects
+              if effect.kind is EffectKind.START_POD]
+    assert starts == [("x", first.gpu_uuids), ("y", second.gpu_uuids)]
+
+
+def test_binding_needs_an_allocated_gang(driver: Driver) -> None:
+    driver.submit(gang("big", "a", 0, (1, 8)))
+    started(driver, "big")
+    driver.submit(gang("wait", "a", 0, (1, 8)))
+    message = driver.rejected(BindPod(group="wait", member=0, pod_uid="p"), SCHEDULER,
+                              Code.GROUP_NOT_ALLOCATED).message
+    assert message == "gang wait is pending"
+    driver.submit(gang("boss", "a", 9, (1, 8)))
+    message = driver.rejected(BindPod(group="big", member=0, pod_uid="p2"), SCHEDULER,
+                              Code.GROUP_NOT_ALLOCATED).message
+    assert message == "gang big is preempted by boss"
+
+
+def test_release_in_every_phase(driver: Driver) -> None:
+    driver.submit(gang("run", "a", 0, (1, 8)))
+    started(driver, "run")
+    driver.submit(gang("wait", "a", 0, (1, 8)))
+    driver.submit(gang("boss", "a", 5, (1, 8)))
+    assert driver.state.groups["boss"].phase is GroupPhase.PREEMPTING
+    assert driver.ok(ReleaseGroup(group="boss", reason=""), SCHEDULER) == Done(
+        note="released boss (preempting)")
+    assert driver.ok(ReleaseGroup(group="wait", reason=""), SCHEDULER) == Done(
+        note="released wait (pending)")
+    assert driver.ok(ReleaseGroup(group="run", reason="done"), SCHEDULER) == Done(
+        note="released run (allocated)")
+    assert driver.state.groups == {}
+    assert len(driver.state.queue) == 0
+    driver.rejected(ReleaseGroup(group="run", reason=""), SCHEDULER, Code.UNKNOWN_GROUP)
+    kinds = [effect.kind for effect in driver.state.outbox.effects][-4:]
+    assert kinds == [EffectKind.GANG_RELEASED, EffectKind.GANG_RELEASED, EffectKind.KILL_POD,
+                     EffectKind.GANG_RELEASED]
+
+
+def test_a_gang_spreads_over_several_tenant_cells(driver: Driver) -> None:
+    status = driver.submit(gang("two", "s", 0, (2, 2)))
+    assert status.phase is GroupPhase.ALLOCATED
+    assert [pod.gpu_indices for pod in status.pods] == [(0, 1), (2, 3)]
+    assert len(driver.state.configured().buddy.bound_cells["s"][0]) == 2

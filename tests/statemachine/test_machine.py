@@ -1,0 +1,162 @@
+"""The bytes protocol consensus drives: envelopes in, replies out, exactly-once sessions,
+queries, and no client input that can make `apply` raise or change state when refused."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from consensus.codec import encode_envelope, pack, unpack
+from consensus.envelope import Envelope, Principal, Role
+from consensus.state_machine import StateMachine
+from statemachine import Machine
+from statemachine.codec import encode_command
+from statemachine.commands import ApplyConfig, Command, RegisterNode, Tick
+from statemachine.errors import Code, Rejection
+from statemachine.query_codec import encode_query
+from statemachine.result_codec import decode_result
+from statemachine.results import GroupPhase, GroupStatus, Result
+from statemachine.snapshot_codec import encode_snapshot
+from statemachine.spec import PolicySpec
+from tests.statemachine.builders import ADMIN, SCHEDULER, SYSTEM, gang, inventory, rack_spec
+
+
+def envelope(command: Command | bytes, principal: Principal, *, session: str = "s",
+             sequence: int = 0, now_ms: int = 1_000) -> bytes:
+    body = command if isinstance(command, bytes) else encode_command(command)
+    return encode_envelope(Envelope(principal=principal, session=session, sequence=sequence,
+                                    now_ms=now_ms, body=body))
+
+
+def run(machine: Machine, command: Command | bytes, principal: Principal, **fields: Any
+        ) -> Result:
+    return decode_result(machine.apply(envelope(command, principal, **fields)))
+
+
+def ready_machine() -> Machine:
+    machine = Machine()
+    policy = PolicySpec(session_ttl_ms=10_000)
+    run(machine, ApplyConfig(expected_version=0, spec=rack_spec(policy=policy)), ADMIN)
+    for node in ("n0", "n1"):
+        run(machine, RegisterNode(node=node, boot_id="b", gpus=inventory(node)),
+            Principal(Role.NODE, node))
+    return machine
+
+
+def state_bytes(machine: Machine) -> bytes:
+    """The replicated state without the applied index (which every log entry advances)."""
+    return encode_snapshot(machine.state, machine.sessions, 0)
+
+
+def test_machine_satisfies_the_consensus_protocol() -> None:
+    machine: StateMachine = Machine()
+    assert isinstance(machine.digest(), bytes) and len(machine.digest()) == 32
+
+
+def test_a_retried_sequence_gets_the_cached_reply_and_changes_nothing() -> None:
+    machine = ready_machine()
+    first = machine.apply(envelope(gang("g", "a", 0, (1, 4)), SCHEDULER, sequence=1))
+    before = state_bytes(machine)
+    again = machine.apply(envelope(gang("g", "a", 0, (1, 4)), SCHEDULER, sequence=1,
+                                   now_ms=5_000))
+    assert again == first
+    assert state_bytes(machine) == before
+    reply = decode_result(first)
+    assert isinstance(reply, GroupStatus) and reply.phase is GroupPhase.ALLOCATED
+
+
+def test_an_older_sequence_is_stale_and_sessions_belong_to_their_principal() -> None:
+    machine = ready_machine()
+    run(machine, gang("g1", "a", 0, (1, 1)), SCHEDULER, sequence=5)
+    stale = run(machine, gang("g0", "a", 0, (1, 1)), SCHEDULER, sequence=4)
+    assert isinstance(stale, Rejection) and stale.code is Code.STALE_SEQUENCE
+    assert "g0" not in machine.state.groups
+    other = run(machine, gang("g2", "a", 0, (1, 1)), Principal(Role.SCHEDULER, "other"),
+                sequence=5)
+    assert isinstance(other, GroupStatus) and other.group == "g2"
+
+
+def test_rejections_are_cached_too() -> None:
+    machine = ready_machine()
+    first = run(machine, Tick(), SCHEDULER, sequence=1)
+    assert isinstance(first, Rejection) and first.code is Code.UNAUTHORIZED
+    assert run(machine, Tick(), SCHEDULER, sequence=1) == first
+
+
+def test_idle_sessions_expire_on_tick() -> None:
+    machine = ready_machine()
+    run(machine, gang("g", "a", 0, (1, 1)), SCHEDULER, sequence=1, now_ms=2_000)
+    assert len(machine.sessions.table) == 1
+    run(machine, Tick(), SYSTEM, now_ms=11_000)
+    assert len(machine.sessions.table) == 1
+    run(machine, Tick(), SYSTEM, now_ms=12_001)
+    assert machine.sessions.table == {}
+    fresh = run(machine, gang("g", "a", 0, (1, 1)), SCHEDULER, sequence=1, now_ms=12_002)
+    assert isinstance(fresh, GroupStatus), "after expiry the old sequence applies anew"
+
+
+def test_bad_envelopes_and_bodies_are_rejections() -> None:
+    machine = ready_machine()
+    before = state_bytes(machine)
+    garbage = decode_result(machine.apply(b"\x93\x01\x02"))
+    assert isinstance(garbage, Rejection) and garbage.code is Code.MALFORMED
+    unknown = run(machine, pack({"v": 1, "type": "format_disk"}), ADMIN, sequence=1)
+    assert isinstance(unknown, Rejection) and unknown.code is Code.UNKNOWN_COMMAND
+    assert state_bytes(machine) != before, "the session recorded its reply"
+    assert machine.state.groups == {}
+
+
+@settings(max_examples=60)
+@given(st.binary(max_size=300), st.sampled_from([ADMIN, SCHEDULER, SYSTEM]),
+       st.integers(0, 3))
+def test_no_body_makes_apply_raise_or_change_the_state(body: bytes, principal: Principal,
+                                                       sequence: int) -> None:
+    machine = ready_machine()
+    before = encode_snapshot(machine.state, machine.sessions, 0)
+    reply = decode_result(machine.apply(envelope(body, principal, session="fuzz",
+                                                 sequence=sequence)))
+    assert isinstance(reply, Rejection)
+    machine.sessions.table.pop(f"{principal}/fuzz", None)
+    assert encode_snapshot(machine.state, machine.sessions, 0) == before
+
+
+@settings(max_examples=60)
+@given(st.binary(max_size=200))
+def test_no_envelope_makes_apply_raise(data: bytes) -> None:
+    machine = Machine()
+    reply = decode_result(machine.apply(data))
+    assert isinstance(reply, Rejection) and reply.code is Code.MALFORMED
+    assert machine.state.groups == {} and machine.applied_index == 1
+
+
+def query(machine: Machine, kind: str, **fields: Any) -> dict[str, Any]:
+    answer: dict[str, Any] = unpack(machine.query(encode_query(kind, **fields)),
+                                    bytes_max=1 << 24, what="answer")
+    return answer
+
+
+def test_queries() -> None:
+    machine = ready_machine()
+    run(machine, gang("g", "a", 0, (1, 2)), SCHEDULER)
+    run(machine, gang("h", "b", -1, (2, 8)), SCHEDULER)
+    group = query(machine, "group", group="g")
+    assert group["ok"] and group["phase"] == "allocated" and group["doomed"] == {}
+    pending = query(machine, "groups", vc="", phase="pending", after="", limit=10)
+    assert [item["group"] for item in pending["groups"]] == ["h"]
+    assert "A100-RACK: 14 free GPUs" in pending["groups"][0]["why_pending"]
+    nodes = query(machine, "nodes", after="n0", limit=10)["nodes"]
+    assert [node["node"] for node in nodes] == ["n1", "n2", "n3", "n4", "n5"]
+    node = query(machine, "node", node="n0")
+    assert [gpu["holder"] for gpu in node["gpus"]][:3] == ["g", "g", ""]
+    cluster = query(machine, "cluster")
+    assert cluster["chains"][0]["free_gpus"] == 14
+    effects = query(machine, "effects", after=0, node="", limit=5)
+    assert [effect["kind"] for effect in effects["effects"]] == ["gang_allocated"]
+    stats = query(machine, "stats")
+    assert stats["groups"] == {"pending": 1, "preempting": 0, "allocated": 1}
+    missing = query(machine, "group", group="zz")
+    assert missing == {"ok": False, "code": "unknown_group", "message": "no gang 'zz'"}
+    bad = query(machine, "nodes", after="", limit=0)
+    assert bad["ok"] is False and bad["code"] == "malformed"
