@@ -96,7 +96,6 @@ def test_initial_values_follow_the_format_unless_overridden(
     ("hello\n", ["--model", "register"], "--format"),
     ('{"process": 0, "type": "invoke", "f": "append", "value": "x"}', ["--model", "register"],
      ":1: operation 0: the register model has no function 'append'"),
-    ("", ["--model", "gpu"], "not available yet"),
     ("", ["--model", "queue"], "no model named"),
     ("", ["--model", "register", "--format", "csv"], "a format among"),
 ])
