@@ -10,7 +10,7 @@ from typing import Any
 
 from consensus.codec import pack
 from statemachine import limits
-from statemachine.errors import Rejection
+from statemachine.errors import Code, Rejection
 from statemachine.queries import (
     ClusterQuery,
     EffectsQuery,
@@ -21,7 +21,7 @@ from statemachine.queries import (
     Query,
     StatsQuery,
 )
-from statemachine.record_codec import Record, open_body
+from statemachine.record_codec import Record, open_body, unpack_body
 
 _LIMIT = {"low": 1, "high": limits.QUERY_LIMIT_MAX}
 QUERIES: dict[str, tuple[str, ...]] = {
@@ -64,3 +64,18 @@ def encode_answer(answer: dict[str, Any] | Rejection) -> bytes:
     if isinstance(answer, Rejection):
         return pack({"ok": False, "code": answer.code.value, "message": answer.message})
     return pack({"ok": True, **answer})
+
+
+ANSWER_BYTES_MAX = 64 << 20
+
+
+def decode_answer(data: bytes) -> dict[str, Any] | Rejection:
+    """A query's answer as the client sees it: the plain map, or the rejection."""
+    raw = unpack_body(data, bytes_max=ANSWER_BYTES_MAX, what="answer")
+    if type(raw) is not dict or type(raw.get("ok")) is not bool:
+        raise ValueError("answer: expected a map with a boolean `ok`")
+    if raw["ok"] is False:
+        record = Record(raw, "answer", ("ok", "code", "message"))
+        return Rejection(code=Code(record.choice("code", tuple(Code))),
+                         message=record.text("message", length_max=ANSWER_BYTES_MAX))
+    return {key: value for key, value in raw.items() if key != "ok"}

@@ -27,7 +27,8 @@ import anyio
 import anyio.to_thread
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from consensus.codec import MESSAGE_BYTES_MAX, encode_messages
+from consensus.codec import MESSAGE_BYTES_MAX, encode_envelope, encode_messages
+from consensus.envelope import SYSTEM_PRINCIPAL, Envelope
 from consensus.errors import ConsensusError
 from consensus.leader import ProposalDropped
 from consensus.messages import Message
@@ -55,6 +56,7 @@ class Overloaded(ConsensusError):
 @dataclass(frozen=True, slots=True)
 class DriverConfig:
     tick_ms: int = 10
+    system_every_ms: int = 1000  # how often the sequencer proposes the system command
     inputs_max: int = 65_536
     drain_max: int = 8192  # inputs handled before the next Ready
     snapshot_every_slots: int = 20_000
@@ -93,7 +95,9 @@ class Driver:
     def __init__(self, replica: Replica, store: RecordStore, machine: StateMachine,
                  send: Callable[[int, bytes], bool], metrics: Metrics, *,
                  config: DriverConfig = DriverConfig(),
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 system_command: Callable[[int], bytes] | None = None,
+                 wall_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
         self.replica = replica
         self._store = store
         self._machine = machine
@@ -113,6 +117,9 @@ class Driver:
         self._last_snapshot = replica.executed_slots
         self._applied = anyio.Event()
         self.running = False
+        self._system_command = system_command  # e.g. the state machine's Tick(now_ms)
+        self._wall_ms = wall_ms
+        self._system_due = 0.0
 
     # --- inputs, from other tasks -----------------------------------------------------------------
 
@@ -179,6 +186,7 @@ class Driver:
             while True:
                 await self._next_inputs()
                 self._catch_up_ticks()
+                self._maybe_system_command()
                 while self.replica.has_ready():
                     ready = self.replica.ready()
                     if ready.is_empty():
@@ -204,6 +212,24 @@ class Driver:
         while self._ticks_done < due:
             self._ticks_done += 1
             self.replica.tick()
+
+    def _maybe_system_command(self) -> None:
+        """The sequencer proposes the state machine's periodic system command (time enters
+        the state machine only as data; one proposer keeps it to one command a period)."""
+        now = self._clock()
+        if self._system_command is None or now < self._system_due:
+            return
+        self._system_due = now + self.config.system_every_ms / 1000
+        if not self.replica.inspect.is_sequencer:
+            return
+        now_ms = self._wall_ms()
+        envelope = Envelope(principal=SYSTEM_PRINCIPAL, session="", sequence=0, now_ms=now_ms,
+                            body=self._system_command(now_ms))
+        try:
+            self.replica.propose(encode_envelope(envelope))
+            self.metrics.count("driver.system_commands")
+        except ProposalDropped:
+            self.metrics.count("driver.system_commands_dropped")
 
     def _take(self, item: tuple[Any, ...]) -> None:
         kind = item[0]

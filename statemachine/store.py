@@ -1,0 +1,197 @@
+"""The typed store: GPU commands and queries over the replicated store, for schedulers and
+node agents that embed Cellar.
+
+Every command goes through the client library (exactly-once sessions, retries across replicas,
+`OutcomeUnknown` when the outcome cannot be known) and comes back as the state machine's typed
+`Result` or `Rejection`: rejections are values here as they are in the state machine. Queries
+are linearizable reads; `watch_effects` follows a node's numbered effects (pods to start and
+kill) from an index, resuming from wherever it stopped after a reconnect. `SyncStore` wraps it
+all for scripts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+from anyio.from_thread import BlockingPortal, start_blocking_portal
+
+from consensus.runtime.client import CellarClient
+from statemachine.codec import encode_command
+from statemachine.commands import (
+    AckPodStarted,
+    ApplyConfig,
+    BindPod,
+    ClearBad,
+    Command,
+    Cordon,
+    Deregister,
+    Drain,
+    GpuInventory,
+    HealthReport,
+    Heartbeat,
+    MarkBad,
+    Member,
+    RegisterNode,
+    ReleaseGroup,
+    ReportHealth,
+    ReportPodExit,
+    SubmitGroup,
+    Uncordon,
+)
+from statemachine.errors import Rejection
+from statemachine.query_codec import decode_answer, encode_query
+from statemachine.result_codec import decode_result
+from statemachine.results import Result
+from statemachine.spec import ClusterSpec
+
+Answer = dict[str, Any] | Rejection
+T = TypeVar("T")
+EFFECTS_PER_WATCH = 256
+
+
+class GpuStore:
+    def __init__(self, client: CellarClient) -> None:
+        self.client = client
+
+    async def command(self, command: Command) -> Result | Rejection:
+        """Apply one command exactly once; its result, or the rejection (nothing changed)."""
+        return decode_result(await self.client.propose(encode_command(command)))
+
+    async def query(self, kind: str, **fields: Any) -> Answer:
+        """A linearizable query (see statemachine.query_codec for kinds and fields)."""
+        return decode_answer(await self.client.read(encode_query(kind, **fields)))
+
+    # --- schedulers ---------------------------------------------------------------------------
+
+    async def submit_gang(self, group: str, vc: str, priority: int,
+                          members: Sequence[tuple[int, int]], *, gpu_model: str = "",
+                          lazy_preemption: bool = False) -> Result | Rejection:
+        """Submit a gang of members, each `(pods, gpus per pod)`; all or nothing."""
+        return await self.command(SubmitGroup(
+            group=group, vc=vc, priority=priority, gpu_model=gpu_model,
+            members=tuple(Member(pods=pods, gpus=gpus) for pods, gpus in members),
+            lazy_preemption=lazy_preemption))
+
+    async def bind_pod(self, group: str, member: int, pod_uid: str) -> Result | Rejection:
+        return await self.command(BindPod(group=group, member=member, pod_uid=pod_uid))
+
+    async def release_gang(self, group: str, reason: str = "done") -> Result | Rejection:
+        return await self.command(ReleaseGroup(group=group, reason=reason))
+
+    async def gang(self, group: str) -> Answer:
+        """A gang's phase, placement and, while it waits, why it is pending."""
+        return await self.query("group", group=group)
+
+    async def gangs(self, **filters: Any) -> Answer:
+        return await self.query("groups", **filters)
+
+    async def cluster(self) -> Answer:
+        return await self.query("cluster")
+
+    async def stats(self) -> Answer:
+        return await self.query("stats")
+
+    # --- node agents (a node agent's certificate names its node) -------------------------------
+
+    async def register_node(self, node: str, boot_id: str,
+                            gpus: Sequence[GpuInventory]) -> Result | Rejection:
+        return await self.command(RegisterNode(node=node, boot_id=boot_id, gpus=tuple(gpus)))
+
+    async def heartbeat(self, node: str, incarnation: int) -> Result | Rejection:
+        return await self.command(Heartbeat(node=node, incarnation=incarnation))
+
+    async def report_health(self, node: str, incarnation: int,
+                            reports: Sequence[HealthReport]) -> Result | Rejection:
+        return await self.command(ReportHealth(node=node, incarnation=incarnation,
+                                               reports=tuple(reports)))
+
+    async def ack_pod_started(self, node: str, incarnation: int, group: str, pod_uid: str,
+                              gpu_uuids: Sequence[str]) -> Result | Rejection:
+        return await self.command(AckPodStarted(node=node, incarnation=incarnation, group=group,
+                                                pod_uid=pod_uid, gpu_uuids=tuple(gpu_uuids)))
+
+    async def report_pod_exit(self, node: str, incarnation: int, group: str, pod_uid: str,
+                              exit_code: int) -> Result | Rejection:
+        return await self.command(ReportPodExit(node=node, incarnation=incarnation,
+                                                group=group, pod_uid=pod_uid,
+                                                exit_code=exit_code))
+
+    async def watch_effects(self, node: str, after: int = 0, *, wait_s: float = 5.0
+                            ) -> AsyncIterator[dict[str, Any]]:
+        """Effects for `node` with index > `after`, forever: each as a plain map with its
+        `index`, so a caller that stops can resume from the last index it handled."""
+        slot = -1
+        while True:
+            result, slot = await self.client.watch(
+                encode_query("effects", after=after, node=node, limit=EFFECTS_PER_WATCH),
+                slot, wait_s=wait_s)
+            answer = decode_answer(result)
+            if isinstance(answer, Rejection):
+                raise RuntimeError(f"effects query refused: {answer}")
+            for effect in answer.get("effects", []):
+                after = max(after, int(effect["index"]))
+                yield effect
+
+    async def node(self, node: str) -> Answer:
+        return await self.query("node", node=node)
+
+    async def nodes(self, **filters: Any) -> Answer:
+        return await self.query("nodes", **filters)
+
+    # --- admins -------------------------------------------------------------------------------
+
+    async def apply_config(self, expected_version: int, spec: ClusterSpec
+                           ) -> Result | Rejection:
+        return await self.command(ApplyConfig(expected_version=expected_version, spec=spec))
+
+    async def mark_bad(self, node: str, gpu: str = "", reason: str = "admin"
+                       ) -> Result | Rejection:
+        return await self.command(MarkBad(node=node, gpu=gpu, reason=reason))
+
+    async def clear_bad(self, node: str, gpu: str = "") -> Result | Rejection:
+        return await self.command(ClearBad(node=node, gpu=gpu))
+
+    async def cordon(self, node: str) -> Result | Rejection:
+        return await self.command(Cordon(node=node))
+
+    async def uncordon(self, node: str) -> Result | Rejection:
+        return await self.command(Uncordon(node=node))
+
+    async def drain(self, node: str) -> Result | Rejection:
+        return await self.command(Drain(node=node))
+
+    async def deregister(self, node: str, *, force: bool = False) -> Result | Rejection:
+        return await self.command(Deregister(node=node, force=force))
+
+
+class SyncStore:
+    """The typed store for synchronous scripts: each call runs on a private event loop thread.
+
+        with SyncStore(lambda: CellarClient(endpoints, connect)) as store:
+            store.call(store.store.submit_gang, "job-1", "team-a", 10, [(1, 8)])
+    """
+
+    def __init__(self, make_client: Callable[[], CellarClient]) -> None:
+        self._make_client = make_client
+        self._portal_cm = start_blocking_portal()
+        self._portal: BlockingPortal | None = None
+        self.store: GpuStore
+
+    def __enter__(self) -> SyncStore:
+        self._portal = self._portal_cm.__enter__()
+        client = self._make_client()
+        self._client_cm = self._portal.wrap_async_context_manager(client)
+        self.store = GpuStore(self._client_cm.__enter__())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._client_cm.__exit__(None, None, None)
+        self._portal_cm.__exit__(None, None, None)
+
+    def call(self, function: Callable[..., Awaitable[T]], *args: Any) -> T:
+        assert self._portal is not None, "use SyncStore in a `with` block"
+        return self._portal.call(function, *args)
+
+
+__all__ = ["GpuStore", "SyncStore"]

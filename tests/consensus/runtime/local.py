@@ -1,0 +1,115 @@
+"""An in-process cluster for runtime tests: drivers wired by an in-memory network, clients
+talking to replicas over in-memory frame streams, each client with its own principal."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+import anyio
+
+from consensus.config import ReplicaConfig
+from consensus.envelope import Principal, Role
+from consensus.prng import Prng
+from consensus.records import Record
+from consensus.replica import Replica
+from consensus.runtime.client import CellarClient, ClientConfig
+from consensus.runtime.driver import Driver, DriverConfig
+from consensus.runtime.metrics import Metrics
+from consensus.runtime.server import ClientServer
+from consensus.state_machine import StateMachine
+
+SCHEDULER = Principal(Role.SCHEDULER, "tester")
+
+
+@dataclass
+class MemoryStore:
+    records: list[Record] = field(default_factory=list)
+    syncs: int = 0
+
+    def append(self, records: Sequence[Record]) -> None:
+        self.records.extend(records)
+
+    def sync(self) -> None:
+        self.syncs += 1
+
+
+class MemoryFrames:
+    def __init__(self, send: anyio.abc.ObjectSendStream[bytes],
+                 receive: anyio.abc.ObjectReceiveStream[bytes]) -> None:
+        self._send, self._receive = send, receive
+
+    async def send_frame(self, frame: bytes) -> None:
+        await self._send.send(frame)
+
+    async def receive_frame(self) -> bytes:
+        return await self._receive.receive()
+
+    async def aclose(self) -> None:
+        await self._send.aclose()
+        await self._receive.aclose()
+
+
+@dataclass
+class LocalCluster:
+    drivers: list[Driver]
+    machines: list[StateMachine]
+    down: set[int] = field(default_factory=set)
+    connect: Callable[[str], Awaitable[MemoryFrames]] | None = None
+
+    def client(self, principal: Principal) -> CellarClient:
+        """A client whose connections carry `principal` (use it in `async with`)."""
+        assert self.connect is not None
+        suffix = f"@{principal.role.value}:{principal.name}"
+        return CellarClient([f"{index}{suffix}" for index in range(len(self.drivers))],
+                            self.connect, ClientConfig(attempt_timeout_s=0.5, deadline_s=8.0))
+
+
+@asynccontextmanager
+async def local_cluster(make_machine: Callable[[], StateMachine], count: int = 3, *,
+                        principal: Principal = SCHEDULER,
+                        system_command: Callable[[int], bytes] | None = None,
+                        ) -> AsyncIterator[tuple[LocalCluster, CellarClient]]:
+    machines = [make_machine() for _ in range(count)]
+    drivers: list[Driver] = []
+    cluster = LocalCluster(drivers, machines)
+
+    def sender(source: int):
+        def send(target: int, frame: bytes) -> bool:
+            if source not in cluster.down and target not in cluster.down:
+                drivers[target].deliver(source, frame)
+            return True
+        return send
+
+    for replica_id in range(count):
+        replica = Replica(ReplicaConfig(replica_id=replica_id, replica_count=count),
+                          Prng(replica_id))
+        drivers.append(Driver(replica, MemoryStore(), machines[replica_id],
+                              sender(replica_id), Metrics(),
+                              config=DriverConfig(tick_ms=5, snapshot_every_slots=50,
+                                                  system_every_ms=200),
+                              system_command=system_command))
+
+    async def connect(endpoint: str) -> MemoryFrames:
+        replica, _, who = endpoint.partition("@")
+        replica_id = int(replica)
+        role, _, name = who.partition(":")
+        speaker = Principal(Role(role), name) if who else principal
+        if replica_id in cluster.down:
+            raise OSError(f"replica {replica_id} is down")
+        to_server, from_client = anyio.create_memory_object_stream[bytes](100)
+        to_client, from_server = anyio.create_memory_object_stream[bytes](100)
+        server = ClientServer(drivers[replica_id], now_ms=lambda: 1000)
+        tasks.start_soon(server.serve, speaker, MemoryFrames(to_client, from_client))
+        return MemoryFrames(to_server, from_server)
+
+    cluster.connect = connect
+    async with anyio.create_task_group() as tasks:
+        for driver in drivers:
+            await tasks.start(driver.run)
+        config = ClientConfig(attempt_timeout_s=0.5, deadline_s=8.0, sessions=8)
+        async with CellarClient([str(index) for index in range(count)], connect,
+                                config) as client:
+            yield cluster, client
+        tasks.cancel_scope.cancel()

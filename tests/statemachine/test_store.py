@@ -1,0 +1,75 @@
+"""The typed store against real replicas of the state machine (an in-process cluster on trio
+and asyncio): admins configure, node agents register and report, schedulers place gangs and
+bind pods, agents watch their effects; identities come from the connection."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from consensus.envelope import Principal, Role
+from statemachine.codec import encode_command
+from statemachine.commands import HealthReport, HealthStatus, Tick
+from statemachine.errors import Code, Rejection
+from statemachine.machine import Machine
+from statemachine.results import GroupStatus, NodeRegistered, PodBound
+from statemachine.store import GpuStore
+from tests.consensus.runtime.local import local_cluster
+from tests.statemachine.builders import inventory, rack_spec, vc
+
+pytestmark = pytest.mark.anyio
+ADMIN = Principal(Role.ADMIN, "root")
+SCHEDULER = Principal(Role.SCHEDULER, "sched")
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def node(name: str) -> Principal:
+    return Principal(Role.NODE, name)
+
+
+async def test_a_gang_is_placed_bound_and_its_start_effect_watched() -> None:
+    spec = rack_spec(1, quota=[vc("team", ("A100-RACK", "A100-NODE", 2))])
+    with anyio.fail_after(40):
+        async with local_cluster(Machine, system_command=lambda now: encode_command(Tick())
+                                 ) as (cluster, _):
+            async with cluster.client(ADMIN) as admin_client:
+                assert not isinstance(await GpuStore(admin_client).apply_config(0, spec),
+                                      Rejection)
+            async with cluster.client(node("n0")) as agent_client:
+                agent = GpuStore(agent_client)
+                registered = await agent.register_node("n0", "boot-1", inventory("n0"))
+                assert isinstance(registered, NodeRegistered)
+                async with cluster.client(SCHEDULER) as scheduler_client:
+                    scheduler = GpuStore(scheduler_client)
+                    status = await scheduler.submit_gang("job-1", "team", 10, [(1, 4)])
+                    assert isinstance(status, GroupStatus) and status.phase == "allocated"
+                    bound = await scheduler.bind_pod("job-1", 0, "pod-a")
+                    assert isinstance(bound, PodBound) and len(bound.gpu_uuids) == 4
+                    answer = await scheduler.gang("job-1")
+                    assert not isinstance(answer, Rejection) and answer["phase"] == "allocated"
+                async for effect in agent.watch_effects("n0", 0, wait_s=2):
+                    if effect["kind"] == "start_pod":
+                        assert effect["pod_uid"] == "pod-a"
+                        break
+
+
+async def test_a_node_agent_cannot_act_for_another_node() -> None:
+    spec = rack_spec(1, quota=[vc("team", ("A100-RACK", "A100-NODE", 1))])
+    with anyio.fail_after(40):
+        async with local_cluster(Machine) as (cluster, _):
+            async with cluster.client(ADMIN) as admin_client:
+                await GpuStore(admin_client).apply_config(0, spec)
+            async with cluster.client(node("n0")) as agent_client:
+                agent = GpuStore(agent_client)
+                refused = await agent.register_node("n1", "boot-1", inventory("n1"))
+                assert isinstance(refused, Rejection) and refused.code is Code.UNAUTHORIZED
+                report = await agent.report_health("n1", 1, [HealthReport(
+                    uuid="GPU-n1-0", status=HealthStatus.FAIL, reason="xid 79")])
+                assert isinstance(report, Rejection) and report.code is Code.UNAUTHORIZED
+            async with cluster.client(SCHEDULER) as scheduler_client:
+                refused = await GpuStore(scheduler_client).cordon("n0")
+                assert isinstance(refused, Rejection) and refused.code is Code.UNAUTHORIZED
