@@ -53,7 +53,7 @@ from types import TracebackType
 from consensus.codec import decode_record, encode_record
 from consensus.errors import InvalidMessage
 from consensus.record_log import compact_records
-from consensus.records import Record, SnapshotRecord
+from consensus.records import CPromiseRecord, EpochRecord, Record, SnapshotRecord, ViewRecord
 from consensus.runtime.storage_errors import (
     DataDirectoryMissing,
     LogCorrupt,
@@ -129,7 +129,7 @@ class DurableLog:
         self._compact_after_bytes = compact_after_bytes
         self._unsynced = False
         self._snapshot_unsynced = False
-        self._snapshot_durable = any(isinstance(record, SnapshotRecord) for record in records)
+        self._snapshot_durable = _compaction_would_gain(records)
         self._failed: StorageError | None = None
         self._syncs = 0
         self._compactions = 0
@@ -239,6 +239,15 @@ class DurableLog:
         self._size = self._compacted_from = self._compacted_size = len(data)
         self._snapshot_durable = False
         self._compactions += 1
+
+
+def _compaction_would_gain(records: list[Record]) -> bool:
+    """Whether a snapshot covers records that compaction would drop: a log it already
+    compacted has nothing but promises before its last snapshot."""
+    last = max((position for position, record in enumerate(records)
+                if isinstance(record, SnapshotRecord)), default=None)
+    return last is not None and not all(
+        isinstance(record, EpochRecord | ViewRecord | CPromiseRecord) for record in records[:last])
 
 
 # --- Files -----------------------------------------------------------------------------------

@@ -397,6 +397,25 @@ def test_compaction_waits_for_a_durable_snapshot_and_for_growth(tmp_path: pathli
     assert reopen(tmp_path) == [snapshot(20, 1000), *accepts(20, 100, 1000)]
 
 
+def test_a_reopened_log_compacts_only_for_a_snapshot_it_has_not_used(
+        tmp_path: pathlib.Path) -> None:
+    write(tmp_path, [*accepts(0, 10, 100), snapshot(5, 100), ViewRecord(1)],
+          compact_after_bytes=1)
+    with DurableLog.open(tmp_path, create=False, compact_after_bytes=1) as log:
+        assert log.records() == [snapshot(5, 100), *accepts(5, 5, 100), ViewRecord(1)]
+        log.append([ViewRecord(2)])
+        log.sync()
+        assert log.statistics().compactions == 0  # nothing to gain
+        log.append([snapshot(8, 100)])
+        log.sync()
+        assert log.statistics().compactions == 1
+    write(tmp_path / "uncompacted", [*accepts(0, 10, 100), snapshot(5, 100)])
+    with DurableLog.open(tmp_path / "uncompacted", create=False, compact_after_bytes=1) as log:
+        log.append([ViewRecord(2)])
+        log.sync()
+        assert log.statistics().compactions == 1  # the durable snapshot was never used
+
+
 @pytest.mark.skipif(not pathlib.Path("/proc/self/fd").is_dir(), reason="needs /proc (Linux)")
 def test_sync_is_an_fdatasync_and_compaction_fsyncs_file_then_directory(
         tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
