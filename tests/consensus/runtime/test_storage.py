@@ -69,8 +69,7 @@ def on_disk(directory: pathlib.Path) -> list[Record]:
 
 def raw_frame(payload: bytes) -> bytes:
     length = struct.pack(">I", len(payload))
-    return b"\xc1rec" + length + struct.pack(">I", zlib.crc32(payload, zlib.crc32(length))) \
-        + payload
+    return b"\xc1rec" + struct.pack(">I", zlib.crc32(length + payload)) + length + payload
 
 
 # --- Round trips -------------------------------------------------------------------------------
@@ -180,7 +179,7 @@ def assert_refused(directory: pathlib.Path, error: type[StorageError], *words: s
     DirectoryLock.acquire(directory).release()  # the refusal released the lock
 
 
-@pytest.mark.parametrize(("where", "delta"), [("marker", 0), ("length", 5), ("crc", 9),
+@pytest.mark.parametrize(("where", "delta"), [("marker", 0), ("crc", 5), ("length", 9),
                                               ("payload", FRAME_OVERHEAD + 2)])
 def test_damage_before_valid_records_is_refused(tmp_path: pathlib.Path, where: str,
                                                 delta: int) -> None:
@@ -197,7 +196,7 @@ def test_damage_before_valid_records_is_refused(tmp_path: pathlib.Path, where: s
 def test_a_length_beyond_the_cap_is_refused_even_at_the_tail(tmp_path: pathlib.Path) -> None:
     write(tmp_path, take(5, 3))
     with (tmp_path / LOG_NAME).open("ab") as file:
-        file.write(b"\xc1rec" + struct.pack(">II", RECORD_BYTES_MAX + 1, 0))
+        file.write(b"\xc1rec" + struct.pack(">II", 0, RECORD_BYTES_MAX + 1))
     assert_refused(tmp_path, LogCorrupt, "beyond the cap")
 
 
