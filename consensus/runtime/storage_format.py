@@ -10,9 +10,12 @@ find the frames that follow a damaged one with `bytes.find` instead of trying ev
 Reading tells a torn tail from corruption. A crash mid-append leaves a prefix of what was
 written: the last frame is cut short (or, after power loss, has a bad checksum), and no valid
 frame follows it. That frame was never synced, so it is cut off and reported. A bad frame with
-a valid frame anywhere after it cannot be a torn append: it is damage, and the log is refused
-with its offset, never truncated. So is a bad header, a length beyond the cap, and (in
-`consensus.runtime.storage`) a checksummed record that does not decode.
+a valid frame anywhere after it is treated as damage: the log is refused with its offset, never
+truncated. So is a bad header, a length beyond the cap, and (in `consensus.runtime.storage`) a
+checksummed record that does not decode. One crash can look like damage: after a power loss,
+a filesystem that wrote an unsynced append's later pages but not its earlier ones leaves a hole
+before valid frames. The log is refused then too: the records after the hole were never synced,
+but nothing on disk says so, and guessing wrong would drop synced records.
 
 crc32 (zlib) rather than blake2b (8-byte digest): measured by `cellar bench storage`, crc32
 takes 0.27 µs for a 128-byte record and runs at 3.6 GB/s on a 4 MiB snapshot, blake2b 0.78 µs
