@@ -16,6 +16,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "apply rate, allocation latency and snapshot cost on an 8,192-GPU cluster",
     ),
     "checker": ("cellar.bench.checker", "linearizability checks per second on large histories"),
+    "storage": ("cellar.bench.storage", "the durable record log against SQLite: syncs, recovery"),
 }
 
 

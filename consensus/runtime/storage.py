@@ -1,0 +1,371 @@
+"""A replica's durable records: a checksummed append-only log in a locked data directory.
+
+The driver hands `Ready.records` to `DurableLog.append`, calls `sync` when `Ready.must_sync` is
+set, and only then lets `Ready.messages_after_persist` leave; `DurableLog.records()` is what a
+restarted replica replays (`Replica.restore`). Every call blocks: the driver runs them in a
+worker thread, one at a time (the log is not thread-safe).
+
+The data directory holds `records.log` (format: `consensus.runtime.storage_format`) and
+`cellar.lock` (`consensus.runtime.storage_lock`). Opening takes the lock, reads and checks the
+whole log, cuts off a torn tail (reported in `Recovery.lines()` and the log), and refuses
+anything else that is wrong (`consensus.runtime.storage_errors`). A failed write or fsync makes
+the log refuse every later call: the replica must stop.
+
+Compaction: once a snapshot record is durable and the file has grown by
+`max(compact_after_bytes, size after the last compaction)` since the last compaction (or since
+it was opened), `sync` rewrites the log as `compact_records(...)` into
+`records.log.compacting`, fsyncs it, renames it over `records.log` and fsyncs the directory. A
+crash before the rename leaves the old log whole (the leftover is removed on open); after it,
+the new one, which replays to the same replica. Growth of at least the compacted size between
+compactions bounds the rewriting to about one extra write of every byte appended.
+
+Why a log and not SQLite. `cellar bench storage --runs 7` on the 2-core development VM (ext4
+on a virtio disk that other jobs share); the same records (mostly C-accepts of one 110-byte
+command) and codec for both, one fdatasync (the log) or one WAL commit with synchronous=FULL
+(SQLite) per batch; medians:
+
+| batch | log syncs/s | log records/s | SQLite syncs/s | SQLite records/s |
+| ---: | ---: | ---: | ---: | ---: |
+| 1 | 3,071 | 3,071 | 2,341 | 2,341 |
+| 16 | 2,647 | 42,346 | 2,032 | 32,505 |
+| 256 | 791 | 202,465 | 623 | 159,391 |
+
+Opening 100k records: log 0.97 s, SQLite 1.34 s, decoding them alone 0.82 s (checking the
+frames costs the log about 0.1 s). When the disk was busy (3 ms a sync) both fell to about 440
+syncs/s at batch 1, within 2% of each other. So speed never argues for SQLite; what decides is
+what each can promise when something goes wrong. The log tells a torn tail from damage and
+names the offset; it refuses a length beyond the record cap before reading it; it never drops
+a synced record. SQLite says "database disk image is malformed" without a place, and its WAL
+is valid only up to the first frame whose checksum fails, so damage there discards the
+committed transactions after it without a word: the silent truncation the design forbids.
+Compaction by rename is simple on a log; in SQLite it is a DELETE plus a VACUUM.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pathlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import TracebackType
+
+from consensus.codec import decode_record, encode_record
+from consensus.errors import InvalidMessage
+from consensus.record_log import compact_records
+from consensus.records import CPromiseRecord, EpochRecord, Record, SnapshotRecord, ViewRecord
+from consensus.runtime.storage_errors import (
+    DataDirectoryMissing,
+    LogCorrupt,
+    StorageError,
+    StorageFailed,
+)
+from consensus.runtime.storage_format import frame, header, scan
+from consensus.runtime.storage_lock import DirectoryLock
+
+LOG_NAME = "records.log"
+COMPACTING_NAME = "records.log.compacting"
+COMPACT_AFTER_BYTES = 16 << 20
+
+logger = logging.getLogger(__name__)
+logger.addHandler(logging.NullHandler())  # a library logs only where the application says
+
+
+@dataclass(frozen=True, slots=True)
+class Recovery:
+    """What opening the log found, and the little it changed."""
+
+    path: pathlib.Path
+    records: int
+    created: bool = False
+    removed_compaction: bool = False
+    torn_offset: int = 0
+    torn_bytes: int = 0
+    torn_reason: str = ""
+
+    def lines(self) -> list[str]:
+        """One line per thing an operator should know, for the caller to print."""
+        found = []
+        if self.created:
+            found.append(f"{self.path}: created a new, empty record log")
+        if self.removed_compaction:
+            found.append(f"{self.path.parent / COMPACTING_NAME}: removed an unfinished "
+                         f"compaction (a crash came before its rename; {self.path} is whole)")
+        if self.torn_bytes:
+            found.append(f"{self.path}: cut the last {self.torn_bytes} bytes off, from offset "
+                         f"{self.torn_offset} ({self.torn_reason}): an append cut short by a "
+                         "crash. It was never synced, so nothing acknowledged is lost.")
+        return found
+
+
+@dataclass(frozen=True, slots=True)
+class LogStatistics:
+    records: int  # records in the file now (after compactions)
+    size_bytes: int
+    syncs: int
+    compactions: int
+
+
+class DurableLog:
+    """The open log of one data directory; `open` is the constructor."""
+
+    __slots__ = ("_compact_after_bytes", "_compacted_from", "_compacted_size", "_compactions",
+                 "_directory", "_failed", "_fd", "_lock", "_path", "_records", "_recovered",
+                 "_size", "_snapshot_durable", "_snapshot_unsynced", "_syncs", "_unsynced",
+                 "recovery")
+
+    def __init__(self, directory: pathlib.Path, lock: DirectoryLock, fd: int, *,
+                 records: list[Record], size: int, recovery: Recovery,
+                 compact_after_bytes: int) -> None:
+        self._directory = directory
+        self._path = directory / LOG_NAME
+        self._lock = lock
+        self._fd = fd
+        self._recovered = records
+        self._records = list(records)
+        self._size = size
+        self._compacted_from = size  # growth is counted from here
+        self._compacted_size = 0  # unknown until the first compaction
+        self._compact_after_bytes = compact_after_bytes
+        self._unsynced = False
+        self._snapshot_unsynced = False
+        self._snapshot_durable = _compaction_would_gain(records)
+        self._failed: StorageError | None = None
+        self._syncs = 0
+        self._compactions = 0
+        self.recovery = recovery
+
+    @classmethod
+    def open(cls, directory: pathlib.Path, *, create: bool,
+             compact_after_bytes: int = COMPACT_AFTER_BYTES) -> DurableLog:
+        """Lock `directory`, check and load its log (creating both when `create`)."""
+        assert compact_after_bytes > 0
+        directory = pathlib.Path(directory)
+        _ensure_directory(directory, create=create)
+        lock = DirectoryLock.acquire(directory)
+        try:
+            records, size, recovery = _load(directory, create=create)
+            fd = _open_for_append(directory / LOG_NAME)
+        except BaseException:
+            lock.release()
+            raise
+        repaired = recovery.torn_bytes or recovery.removed_compaction
+        for line in recovery.lines():
+            logger.log(logging.WARNING if repaired else logging.INFO, "%s", line)
+        return cls(directory, lock, fd, records=records, size=size, recovery=recovery,
+                   compact_after_bytes=compact_after_bytes)
+
+    @property
+    def path(self) -> pathlib.Path:
+        return self._path
+
+    def records(self) -> list[Record]:
+        """Everything that was durable when the log was opened, in order."""
+        return list(self._recovered)
+
+    def append(self, records: Sequence[Record]) -> None:
+        """Write `records` after the others; they are durable only once `sync` returns."""
+        self._check_usable()
+        if not records:
+            return
+        data = b"".join([frame(encode_record(record)) for record in records])
+        try:
+            _write_all(self._fd, data)
+        except OSError as error:
+            raise self._fail(StorageFailed(self._path, "appending records", error)) from error
+        self._records.extend(records)
+        self._size += len(data)
+        self._unsynced = True
+        if any(isinstance(record, SnapshotRecord) for record in records):
+            self._snapshot_unsynced = True
+
+    def sync(self) -> None:
+        """Make every appended record durable (fdatasync), then compact if that is due."""
+        self._check_usable()
+        if not self._unsynced:
+            return
+        try:
+            _datasync(self._fd)
+        except OSError as error:
+            raise self._fail(StorageFailed(self._path, "fdatasync", error)) from error
+        self._unsynced = False
+        self._syncs += 1
+        if self._snapshot_unsynced:
+            self._snapshot_durable, self._snapshot_unsynced = True, False
+        grown = self._size - self._compacted_from
+        if self._snapshot_durable and grown >= max(self._compact_after_bytes,
+                                                   self._compacted_size):
+            self._compact()
+
+    def close(self) -> None:
+        """Release the file and the lock; unsynced records may or may not survive."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        self._lock.release()
+
+    def statistics(self) -> LogStatistics:
+        return LogStatistics(len(self._records), self._size, self._syncs, self._compactions)
+
+    def __enter__(self) -> DurableLog:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self.close()
+
+    def _check_usable(self) -> None:
+        assert self._fd >= 0, f"{self._path}: the log is used after close"
+        if self._failed is not None:
+            raise self._failed
+
+    def _fail(self, error: StorageError) -> StorageError:
+        self._failed = error
+        return error
+
+    def _compact(self) -> None:
+        """Rewrite the log as its compacted equivalent; every record in it is durable."""
+        assert not self._unsynced
+        compacted = compact_records(self._records)
+        data = header() + b"".join([frame(encode_record(record)) for record in compacted])
+        try:
+            _replace_file(self._directory, self._path, data)
+            fd = _open_for_append(self._path)
+        except StorageError as error:
+            raise self._fail(error) from error
+        os.close(self._fd)
+        self._fd = fd
+        self._records = compacted
+        self._size = self._compacted_from = self._compacted_size = len(data)
+        self._snapshot_durable = False
+        self._compactions += 1
+
+
+def _compaction_would_gain(records: list[Record]) -> bool:
+    """Whether a snapshot covers records that compaction would drop: a log it already
+    compacted has nothing but promises before its last snapshot."""
+    last = max((position for position, record in enumerate(records)
+                if isinstance(record, SnapshotRecord)), default=None)
+    return last is not None and not all(
+        isinstance(record, EpochRecord | ViewRecord | CPromiseRecord) for record in records[:last])
+
+
+# --- Files -----------------------------------------------------------------------------------
+
+
+def _ensure_directory(directory: pathlib.Path, *, create: bool) -> None:
+    if directory.is_dir():
+        return
+    if directory.exists():
+        raise DataDirectoryMissing(directory, f"{directory}: exists but is not a directory. "
+                                              "Fix: point the replica at a directory.")
+    if not create:
+        raise DataDirectoryMissing.no_directory(directory)
+    try:
+        directory.mkdir(parents=True)
+        _fsync_directory(directory.parent)
+    except OSError as error:
+        raise StorageFailed(directory, "creating the data directory", error) from error
+
+
+def _load(directory: pathlib.Path, *, create: bool) -> tuple[list[Record], int, Recovery]:
+    """Read the log (creating an empty one when asked), cutting off a torn tail."""
+    path = directory / LOG_NAME
+    leftover = directory / COMPACTING_NAME
+    removed = leftover.exists()
+    if removed:
+        _remove(leftover, directory)
+    created = not path.exists()
+    if created:
+        if not create:
+            raise DataDirectoryMissing.no_log(directory, path)
+        _replace_file(directory, path, header())
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise StorageFailed(path, "reading the log", error) from error
+    scanned = scan(data, path)
+    records = [_decode(path, offset, payload) for offset, payload in scanned.payloads]
+    if scanned.torn:
+        _truncate(path, scanned.end)
+    recovery = Recovery(path, len(records), created=created, removed_compaction=removed,
+                        torn_offset=scanned.end, torn_bytes=len(data) - scanned.end,
+                        torn_reason=scanned.torn)
+    return records, scanned.end, recovery
+
+
+def _decode(path: pathlib.Path, offset: int, payload: bytes) -> Record:
+    try:
+        return decode_record(payload)
+    except InvalidMessage as error:
+        raise LogCorrupt(path, offset, f"a record whose checksum matches but which does not "
+                                       f"decode ({error.reason})") from error
+
+
+def _replace_file(directory: pathlib.Path, path: pathlib.Path, data: bytes) -> None:
+    """Put a file holding `data` at `path` atomically and durably: write a temporary file,
+    fsync it, rename it over `path`, fsync the directory."""
+    temporary = directory / COMPACTING_NAME
+    try:
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            _write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as error:
+        temporary.unlink(missing_ok=True)  # give the space back; the old file is whole
+        raise StorageFailed(temporary, "writing the new log", error) from error
+    try:
+        os.replace(temporary, path)
+        _fsync_directory(directory)
+    except OSError as error:
+        raise StorageFailed(path, "renaming the new log into place", error) from error
+
+
+def _open_for_append(path: pathlib.Path) -> int:
+    try:
+        return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+    except OSError as error:
+        raise StorageFailed(path, "opening the log for appending", error) from error
+
+
+def _truncate(path: pathlib.Path, size: int) -> None:
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            os.ftruncate(fd, size)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as error:
+        raise StorageFailed(path, "cutting off the torn tail", error) from error
+
+
+def _remove(path: pathlib.Path, directory: pathlib.Path) -> None:
+    try:
+        path.unlink()
+        _fsync_directory(directory)
+    except OSError as error:
+        raise StorageFailed(path, "removing an unfinished compaction", error) from error
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        assert written > 0
+        view = view[written:]
+
+
+def _datasync(fd: int) -> None:
+    sync = getattr(os, "fdatasync", os.fsync)  # macOS has no fdatasync
+    sync(fd)
+
+
+def _fsync_directory(directory: pathlib.Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,132 @@
+"""What can go wrong with a replica's data directory, said so an operator can act on it.
+
+Every error names the file it is about and the fix, and carries the process exit status the
+command line uses for it (`error.exit_code`, one distinct code per kind, after sysexits.h):
+
+- `DataDirectoryMissing` (66): no data directory, or no log in it, and creating was not asked;
+- `DataDirectoryLocked` (75): another process holds the directory's lock;
+- `LogCorrupt` (65): damage a crash cannot explain: a bad header, a bad checksum with valid
+  records after it, a length beyond the cap, a checksummed record that does not decode;
+- `LogVersionUnsupported` (76): an intact header of a format version this build cannot read;
+- `StorageFailed` (74): a write, fsync or rename failed (disk full, EIO): the replica must stop.
+
+None of them is a bug (those are `AssertionError`s); none is raised after data was changed to
+make it go away: a log is only ever truncated at a torn tail, and that is reported, not raised.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import pathlib
+
+EXIT_LOG_CORRUPT = 65
+EXIT_DATA_DIRECTORY_MISSING = 66
+EXIT_STORAGE_FAILED = 74
+EXIT_DATA_DIRECTORY_LOCKED = 75
+EXIT_LOG_VERSION_UNSUPPORTED = 76
+
+_DELETING_IS_DANGEROUS = (
+    "Do not simply delete the directory: the log holds this replica's promises (views, "
+    "ballots, acceptances), and a replica that forgets them can let two different values be "
+    "chosen. Starting over is safe only while a majority of the other replicas still hold "
+    "their logs, and this replica must then rejoin as a new member with an empty directory."
+)
+
+_FIXES = {
+    errno.ENOSPC: "free space on its filesystem",
+    errno.EDQUOT: "raise the disk quota or free space",
+    errno.EFBIG: "raise the file size limit (ulimit -f) or free space",
+    errno.EACCES: "give this user write access to the data directory",
+    errno.EPERM: "give this user write access to the data directory",
+    errno.EROFS: "mount the data directory's filesystem read-write",
+}
+
+
+class StorageError(Exception):
+    """Base of the data directory's environmental errors; `exit_code` is the process status."""
+
+    exit_code = EXIT_STORAGE_FAILED
+
+    def __init__(self, path: pathlib.Path, message: str) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class DataDirectoryMissing(StorageError):
+    """The data directory, or the log inside it, does not exist and creating it was not asked."""
+
+    exit_code = EXIT_DATA_DIRECTORY_MISSING
+
+    @classmethod
+    def no_directory(cls, directory: pathlib.Path) -> DataDirectoryMissing:
+        return cls(directory, f"{directory}: no such data directory. Fix: check the path, or "
+                              "initialise a new replica there with --init (which creates it).")
+
+    @classmethod
+    def no_log(cls, directory: pathlib.Path, log: pathlib.Path) -> DataDirectoryMissing:
+        return cls(log, f"{log}: the data directory {directory} holds no record log. Fix: for "
+                        "a new replica, run with --init. If this replica ran here before, its "
+                        f"log has been lost; {_DELETING_IS_DANGEROUS}")
+
+
+class DataDirectoryLocked(StorageError):
+    """Another process (or another open log in this one) holds the directory's lock."""
+
+    exit_code = EXIT_DATA_DIRECTORY_LOCKED
+
+    def __init__(self, directory: pathlib.Path, lock: pathlib.Path, holder: int | None) -> None:
+        who = f"process {holder}" if holder is not None else "another process"
+        super().__init__(lock, f"{directory}: the data directory is in use by {who} (it holds "
+                               f"the lock {lock}). Two replicas must never share a data "
+                               "directory. Fix: stop the other process, or give this one its "
+                               "own directory.")
+        self.holder = holder
+
+
+class LogCorrupt(StorageError):
+    """The log is damaged somewhere a crash cannot explain; nothing was changed on disk."""
+
+    exit_code = EXIT_LOG_CORRUPT
+
+    def __init__(self, path: pathlib.Path, offset: int, problem: str) -> None:
+        super().__init__(path, f"{path}: corrupt at byte offset {offset}: {problem}. Cellar "
+                               "refused to open it and changed nothing. Fix: restore the data "
+                               "directory from a backup, or move it aside and let this replica "
+                               f"rejoin as a new member. {_DELETING_IS_DANGEROUS}")
+        self.offset = offset
+        self.problem = problem
+
+
+class LogVersionUnsupported(StorageError):
+    """An intact log header of a format version this build cannot read."""
+
+    exit_code = EXIT_LOG_VERSION_UNSUPPORTED
+
+    def __init__(self, path: pathlib.Path, found: int, supported: int) -> None:
+        super().__init__(path, f"{path}: record log format version {found}, but this build of "
+                               f"Cellar reads version {supported} only. Nothing was changed. "
+                               "Fix: run the Cellar release that wrote it (or a newer one that "
+                               f"reads it). {_DELETING_IS_DANGEROUS}")
+        self.found = found
+
+
+class StorageFailed(StorageError):
+    """A write, fsync or rename failed; the replica must stop and never carry on.
+
+    After a failed fsync the kernel may have dropped the dirty pages it could not write, so
+    what is on disk is unknown: retrying could report success for data that is gone. The log
+    refuses every later call; a restart recovers whatever was durable.
+    """
+
+    exit_code = EXIT_STORAGE_FAILED
+
+    def __init__(self, path: pathlib.Path, operation: str, error: OSError) -> None:
+        code = errno.errorcode.get(error.errno or 0, "unknown error")
+        reason = error.strerror or os.strerror(error.errno or 0)
+        fix = _FIXES.get(error.errno or 0, "check the disk (dmesg, SMART) and its filesystem")
+        super().__init__(path, f"{path}: {operation} failed: {reason} ({code}). The replica "
+                               "stopped: after a failed write or fsync the disk's state is "
+                               f"unknown, so it must not go on. Fix: {fix}, then restart it; "
+                               "it recovers every record that was synced.")
+        self.errno = error.errno

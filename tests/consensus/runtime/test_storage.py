@@ -1,0 +1,463 @@
+"""The durable record log on real files: records round-trip; a torn tail is cut off and
+reported; damage anywhere else, a bad header or another format version is refused with the file
+and offset named and nothing changed; the directory lock keeps a second opener out; a failed
+write or fsync stops the log for good; compaction keeps a log that replays to the same replica.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import pathlib
+import resource
+import struct
+import tempfile
+import zlib
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from consensus.codec import RECORD_BYTES_MAX, decode_record
+from consensus.messages import Command, SnapshotMeta
+from consensus.prng import Prng
+from consensus.record_log import compact_records
+from consensus.records import RECORD_TYPES, CAcceptRecord, Record, SnapshotRecord, ViewRecord
+from consensus.replica import Replica
+from consensus.runtime import storage_errors
+from consensus.runtime.storage import COMPACTING_NAME, LOG_NAME, DurableLog
+from consensus.runtime.storage_errors import (
+    DataDirectoryLocked,
+    DataDirectoryMissing,
+    LogCorrupt,
+    LogVersionUnsupported,
+    StorageError,
+    StorageFailed,
+)
+from consensus.runtime.storage_format import FRAME_OVERHEAD, HEADER_SIZE, MAGIC, scan
+from consensus.runtime.storage_lock import DirectoryLock
+from jepsen.sim.options import SimOptions
+from jepsen.sim.runner import build
+from tests.consensus.runtime.workload import take
+from tests.consensus.test_codec import any_record
+from tests.consensus.test_record_log import raw_records, state_of
+
+DANGER = "Do not simply delete the directory"
+
+
+def write(directory: pathlib.Path, records: list[Record], **options: int) -> None:
+    with DurableLog.open(directory, create=True, **options) as log:
+        log.append(records)
+        log.sync()
+
+
+def reopen(directory: pathlib.Path) -> list[Record]:
+    with DurableLog.open(directory, create=False) as log:
+        return log.records()
+
+
+def frame_offsets(directory: pathlib.Path) -> list[int]:
+    path = directory / LOG_NAME
+    return [offset for offset, _ in scan(path.read_bytes(), path).payloads]
+
+
+def on_disk(directory: pathlib.Path) -> list[Record]:
+    """The records in the log file now, read without opening (or locking) it."""
+    path = directory / LOG_NAME
+    return [decode_record(payload) for _, payload in scan(path.read_bytes(), path).payloads]
+
+
+def raw_frame(payload: bytes) -> bytes:
+    length = struct.pack(">I", len(payload))
+    return b"\xc1rec" + struct.pack(">I", zlib.crc32(length + payload)) + length + payload
+
+
+# --- Round trips -------------------------------------------------------------------------------
+
+
+@settings(max_examples=25)
+@given(st.lists(st.lists(any_record, max_size=6), max_size=4))
+def test_every_record_round_trips_through_the_disk(batches: list[list[Record]]) -> None:
+    with tempfile.TemporaryDirectory() as directory:
+        path = pathlib.Path(directory)
+        write(path, [])
+        for batch in batches:
+            write(path, batch)
+        assert reopen(path) == [record for batch in batches for record in batch]
+
+
+def test_a_workload_of_every_record_type_round_trips(tmp_path: pathlib.Path) -> None:
+    records = take(5, 400, snapshot_every=25)
+    assert {type(record) for record in records} == set(RECORD_TYPES)
+    with DurableLog.open(tmp_path, create=True) as log:
+        assert log.recovery.created
+        for start in range(0, len(records), 37):
+            log.append(records[start:start + 37])
+            log.sync()
+        assert log.records() == []  # what was durable at open
+    assert reopen(tmp_path) == records
+
+
+def test_a_large_snapshot_round_trips(tmp_path: pathlib.Path) -> None:
+    meta = SnapshotMeta(9, (3, 4, 5), (3, 3, 3), (0, 0, 0), ((), (), ()))
+    snapshot = SnapshotRecord(meta, os.urandom(5 << 20))
+    write(tmp_path, [ViewRecord(2), snapshot, ViewRecord(3)], compact_after_bytes=64 << 20)
+    assert reopen(tmp_path) == [ViewRecord(2), snapshot, ViewRecord(3)]
+
+
+def test_create_makes_nested_directories_and_an_empty_log(tmp_path: pathlib.Path) -> None:
+    directory = tmp_path / "a" / "b"
+    with DurableLog.open(directory, create=True) as log:
+        assert log.records() == []
+        assert log.path == directory / LOG_NAME
+    assert (directory / LOG_NAME).read_bytes()[:8] == MAGIC
+    with DurableLog.open(directory, create=True) as log:  # create on an existing log: opens
+        assert not log.recovery.created
+        assert log.recovery.lines() == []
+
+
+# --- Torn tails --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kept", [1, 4, 11, 12, 13, -1])
+def test_a_torn_last_record_is_cut_off_and_reported(tmp_path: pathlib.Path, kept: int) -> None:
+    records = take(1, 6)
+    write(tmp_path, records)
+    path = tmp_path / LOG_NAME
+    last = frame_offsets(tmp_path)[-1]
+    size = path.stat().st_size
+    cut = size - 1 if kept == -1 else last + kept
+    os.truncate(path, cut)
+    with DurableLog.open(tmp_path, create=False) as log:
+        assert log.records() == records[:-1]
+        assert (log.recovery.torn_offset, log.recovery.torn_bytes) == (last, cut - last)
+        [line] = log.recovery.lines()
+        assert str(path) in line and "never synced" in line
+        assert path.stat().st_size == last
+        log.append([ViewRecord(7)])
+        log.sync()
+    assert reopen(tmp_path) == [*records[:-1], ViewRecord(7)]
+
+
+def test_a_bad_checksum_in_the_last_record_is_a_torn_tail(tmp_path: pathlib.Path) -> None:
+    records = take(2, 5)
+    write(tmp_path, records)
+    path = tmp_path / LOG_NAME
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 0x40
+    path.write_bytes(bytes(data))
+    with DurableLog.open(tmp_path, create=False) as log:
+        assert log.records() == records[:-1]
+        assert "checksum" in log.recovery.torn_reason
+
+
+def test_a_zeroed_tail_is_a_torn_tail(tmp_path: pathlib.Path) -> None:
+    records = take(3, 5)
+    write(tmp_path, records)
+    path = tmp_path / LOG_NAME
+    size = path.stat().st_size
+    with path.open("ab") as file:
+        file.write(bytes(8192))  # a file size that reached the disk before the data did
+    with DurableLog.open(tmp_path, create=False) as log:
+        assert log.records() == records
+        assert log.recovery.torn_bytes == 8192
+    assert path.stat().st_size == size
+
+
+# --- Corruption is refused ---------------------------------------------------------------------
+
+
+def assert_refused(directory: pathlib.Path, error: type[StorageError], *words: str) -> None:
+    path = directory / LOG_NAME
+    before = path.read_bytes()
+    with pytest.raises(error) as raised:
+        DurableLog.open(directory, create=False)
+    message = str(raised.value)
+    assert str(path) in message and raised.value.path == path
+    assert all(word in message for word in words), message
+    assert path.read_bytes() == before  # nothing truncated or rewritten
+    DirectoryLock.acquire(directory).release()  # the refusal released the lock
+
+
+@pytest.mark.parametrize(("where", "delta"), [("marker", 0), ("crc", 5), ("length", 9),
+                                              ("payload", FRAME_OVERHEAD + 2)])
+def test_damage_before_valid_records_is_refused(tmp_path: pathlib.Path, where: str,
+                                                delta: int) -> None:
+    write(tmp_path, take(4, 6))
+    offsets = frame_offsets(tmp_path)
+    path = tmp_path / LOG_NAME
+    data = bytearray(path.read_bytes())
+    data[offsets[2] + delta] ^= 0x01
+    path.write_bytes(bytes(data))
+    assert_refused(tmp_path, LogCorrupt, f"offset {offsets[2]}",
+                   f"valid record follows at offset {offsets[3]}", DANGER, "majority")
+
+
+def test_a_length_beyond_the_cap_is_refused_even_at_the_tail(tmp_path: pathlib.Path) -> None:
+    write(tmp_path, take(5, 3))
+    with (tmp_path / LOG_NAME).open("ab") as file:
+        file.write(b"\xc1rec" + struct.pack(">II", 0, RECORD_BYTES_MAX + 1))
+    assert_refused(tmp_path, LogCorrupt, "beyond the cap")
+
+
+def test_a_checksummed_record_that_does_not_decode_is_refused(tmp_path: pathlib.Path) -> None:
+    write(tmp_path, take(6, 3))
+    path = tmp_path / LOG_NAME
+    offset = path.stat().st_size
+    with path.open("ab") as file:
+        file.write(raw_frame(b"\x92\x3f\x00"))  # [63, 0]: a CAcceptRecord missing fields
+    assert_refused(tmp_path, LogCorrupt, f"offset {offset}", "does not decode")
+
+
+@pytest.mark.parametrize(("damage", "words"), [
+    (lambda data: b"NOTCELLR" + data[8:], ("not a Cellar record log",)),
+    (lambda data: data[:13] + bytes([data[13] ^ 1]) + data[14:], ("header's checksum",)),
+    (lambda data: data[:5], ("shorter than its 16-byte header",)),
+    (lambda data: b"", ("0 bytes",)),
+])
+def test_a_bad_header_is_refused(tmp_path: pathlib.Path, damage, words) -> None:
+    write(tmp_path, take(7, 3))
+    path = tmp_path / LOG_NAME
+    path.write_bytes(damage(path.read_bytes()))
+    assert_refused(tmp_path, LogCorrupt, "offset 0", *words)
+
+
+def test_another_format_version_is_refused(tmp_path: pathlib.Path) -> None:
+    write(tmp_path, take(8, 3))
+    path = tmp_path / LOG_NAME
+    data = path.read_bytes()
+    body = MAGIC + struct.pack(">I", 2)
+    path.write_bytes(body + struct.pack(">I", zlib.crc32(body)) + data[HEADER_SIZE:])
+    assert_refused(tmp_path, LogVersionUnsupported, "version 2", "reads version 1")
+
+
+# --- The data directory ------------------------------------------------------------------------
+
+
+def test_a_missing_directory_is_named_with_the_fix(tmp_path: pathlib.Path) -> None:
+    directory = tmp_path / "absent"
+    with pytest.raises(DataDirectoryMissing) as raised:
+        DurableLog.open(directory, create=False)
+    assert raised.value.exit_code == 66
+    assert str(directory) in str(raised.value) and "--init" in str(raised.value)
+    assert not directory.exists()
+
+
+def test_a_directory_without_a_log_is_not_initialised_silently(tmp_path: pathlib.Path) -> None:
+    with pytest.raises(DataDirectoryMissing) as raised:
+        DurableLog.open(tmp_path, create=False)
+    assert str(tmp_path / LOG_NAME) in str(raised.value)
+    assert "--init" in str(raised.value) and DANGER in str(raised.value)
+    assert not (tmp_path / LOG_NAME).exists()
+
+
+def test_a_file_where_the_directory_should_be_is_refused(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(DataDirectoryMissing, match="not a directory"):
+        DurableLog.open(tmp_path / "file", create=True)
+
+
+def test_a_second_opener_is_refused_and_told_who_holds_it(tmp_path: pathlib.Path) -> None:
+    with DurableLog.open(tmp_path, create=True):
+        with pytest.raises(DataDirectoryLocked) as raised:
+            DurableLog.open(tmp_path, create=True)
+        assert raised.value.holder == os.getpid()
+        assert f"process {os.getpid()}" in str(raised.value) and str(tmp_path) in str(
+            raised.value)
+        assert raised.value.exit_code == 75
+    with DurableLog.open(tmp_path, create=False):  # closing released it
+        pass
+
+
+def test_every_error_kind_has_its_own_exit_code() -> None:
+    kinds: list[type[StorageError]] = [DataDirectoryMissing, DataDirectoryLocked, LogCorrupt,
+                                       LogVersionUnsupported, StorageFailed]
+    codes = [kind.exit_code for kind in kinds]
+    assert len(set(codes)) == len(kinds)
+    assert codes == [storage_errors.EXIT_DATA_DIRECTORY_MISSING,
+                     storage_errors.EXIT_DATA_DIRECTORY_LOCKED, storage_errors.EXIT_LOG_CORRUPT,
+                     storage_errors.EXIT_LOG_VERSION_UNSUPPORTED,
+                     storage_errors.EXIT_STORAGE_FAILED]
+    assert all(code not in (0, 1, 2, 3, 130) for code in codes)  # the CLI's other statuses
+
+
+# --- Failed writes and syncs -------------------------------------------------------------------
+
+
+def test_a_write_beyond_the_file_size_limit_stops_the_log(tmp_path: pathlib.Path) -> None:
+    records = take(9, 5)
+    log = DurableLog.open(tmp_path, create=True)
+    log.append(records)
+    log.sync()
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (log.statistics().size_bytes + 100, hard))
+    try:
+        with pytest.raises(StorageFailed) as raised:
+            log.append([SnapshotRecord(SnapshotMeta(0, (), (), (), ()), bytes(1000))])
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    assert raised.value.errno == errno.EFBIG and "ulimit" in str(raised.value)
+    assert str(tmp_path / LOG_NAME) in str(raised.value)
+    with pytest.raises(StorageFailed):
+        log.sync()  # never carries on after a failure
+    log.close()
+    assert reopen(tmp_path) == records
+
+
+def test_a_failed_fsync_stops_the_log_for_good(tmp_path: pathlib.Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    def failing(fd: int) -> None:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    with DurableLog.open(tmp_path, create=True) as log:
+        log.append([ViewRecord(1)])
+        monkeypatch.setattr(os, "fdatasync", failing)
+        with pytest.raises(StorageFailed) as raised:
+            log.sync()
+        assert "fdatasync failed" in str(raised.value) and "EIO" in str(raised.value)
+        assert "must not go on" in str(raised.value)
+        monkeypatch.undo()
+        for call in (lambda: log.append([ViewRecord(2)]), log.sync):
+            with pytest.raises(StorageFailed):
+                call()
+
+
+def test_a_full_disk_during_compaction_stops_the_log_and_keeps_the_old_one(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    records = take(10, 80, snapshot_every=25)
+    log = DurableLog.open(tmp_path, create=True, compact_after_bytes=1)
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    log.append(records)
+    monkeypatch.setattr(os, "fsync", full)  # fdatasync (the append's) works; fsync does not
+    with pytest.raises(StorageFailed) as raised:
+        log.sync()
+    monkeypatch.undo()
+    assert COMPACTING_NAME in str(raised.value) and "free space" in str(raised.value)
+    assert not (tmp_path / COMPACTING_NAME).exists()
+    log.close()
+    assert reopen(tmp_path) == records
+
+
+# --- Compaction --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", [3])
+def test_compaction_keeps_a_log_that_replays_to_the_same_replica(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    for replica_id, records in enumerate(raw_records(seed, monkeypatch)):
+        directory = tmp_path / str(replica_id)
+        with DurableLog.open(directory, create=True, compact_after_bytes=2048) as log:
+            for start in range(0, len(records), 40):
+                log.append(records[start:start + 40])
+                log.sync()
+                assert compact_records(on_disk(directory)) == \
+                    compact_records(records[:start + 40])
+            assert log.statistics().compactions >= 2
+        compacted = reopen(directory)
+        assert len(compacted) < len(records)
+        assert compact_records(compacted) == compact_records(records)
+        config = build(SimOptions(seed=seed)).nodes[replica_id].config
+        assert state_of(Replica.restore(config, Prng(1), compacted)) == \
+            state_of(Replica.restore(config, Prng(1), records))
+
+
+def snapshot(slot: int, state_bytes: int) -> SnapshotRecord:
+    return SnapshotRecord(SnapshotMeta(slot, (slot,) * 3, (0,) * 3, (0,) * 3, ((),) * 3),
+                          bytes(state_bytes))
+
+
+def accepts(start: int, count: int, payload_bytes: int) -> list[Record]:
+    return [CAcceptRecord(0, index, 1, (Command(0, index, bytes(payload_bytes)),))
+            for index in range(start, start + count)]
+
+
+def test_compaction_waits_for_a_durable_snapshot_and_for_growth(tmp_path: pathlib.Path) -> None:
+    log = DurableLog.open(tmp_path, create=True, compact_after_bytes=4096)
+    log.append(accepts(0, 10, 1000))  # 10 kB, no snapshot: nothing to gain
+    log.sync()
+    assert log.statistics().compactions == 0
+    log.append([snapshot(5, 100_000)])
+    assert log.statistics().compactions == 0  # the snapshot is not durable yet
+    log.sync()
+    first = log.statistics()
+    assert first.compactions == 1 and first.records == 6  # the snapshot and 5 uncovered
+    assert 100_000 < first.size_bytes < 110_000
+    log.append([*accepts(10, 20, 1000), snapshot(20, 1000)])  # grown 21 kB: less than 100 kB
+    log.sync()
+    assert log.statistics().compactions == 1
+    log.append(accepts(30, 90, 1000))  # grown more than the compacted size: compact
+    log.sync()
+    second = log.statistics()
+    assert second.compactions == 2 and second.records == 101  # the big snapshot is gone
+    log.close()
+    assert reopen(tmp_path) == [snapshot(20, 1000), *accepts(20, 100, 1000)]
+
+
+def test_a_reopened_log_compacts_only_for_a_snapshot_it_has_not_used(
+        tmp_path: pathlib.Path) -> None:
+    write(tmp_path, [*accepts(0, 10, 100), snapshot(5, 100), ViewRecord(1)],
+          compact_after_bytes=1)
+    with DurableLog.open(tmp_path, create=False, compact_after_bytes=1) as log:
+        assert log.records() == [snapshot(5, 100), *accepts(5, 5, 100), ViewRecord(1)]
+        log.append([ViewRecord(2)])
+        log.sync()
+        assert log.statistics().compactions == 0  # nothing to gain
+        log.append([snapshot(8, 100)])
+        log.sync()
+        assert log.statistics().compactions == 1
+    write(tmp_path / "uncompacted", [*accepts(0, 10, 100), snapshot(5, 100)])
+    with DurableLog.open(tmp_path / "uncompacted", create=False, compact_after_bytes=1) as log:
+        log.append([ViewRecord(2)])
+        log.sync()
+        assert log.statistics().compactions == 1  # the durable snapshot was never used
+
+
+@pytest.mark.skipif(not pathlib.Path("/proc/self/fd").is_dir(), reason="needs /proc (Linux)")
+def test_sync_is_an_fdatasync_and_compaction_fsyncs_file_then_directory(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[str, str]] = []
+    real = {name: getattr(os, name) for name in ("fdatasync", "fsync", "replace")}
+
+    def spy(name: str):
+        def call(*arguments):
+            if name == "replace":
+                calls.append((name, pathlib.Path(arguments[0]).name))
+            else:
+                calls.append((name, pathlib.Path(os.readlink(f"/proc/self/fd/{arguments[0]}"))
+                              .name))
+            return real[name](*arguments)
+        return call
+
+    log = DurableLog.open(tmp_path, create=True, compact_after_bytes=1)
+    for name in real:
+        monkeypatch.setattr(os, name, spy(name))
+    log.sync()  # nothing appended: nothing to sync
+    log.append([ViewRecord(1)])
+    log.sync()
+    assert calls == [("fdatasync", LOG_NAME)]
+    calls.clear()
+    log.append([snapshot(0, 10)])
+    log.sync()
+    assert calls == [("fdatasync", LOG_NAME), ("fsync", COMPACTING_NAME),
+                     ("replace", COMPACTING_NAME), ("fsync", tmp_path.name)]
+    log.close()
+
+
+def test_an_unfinished_compaction_left_behind_is_removed(tmp_path: pathlib.Path) -> None:
+    write(tmp_path, take(12, 10))
+    (tmp_path / COMPACTING_NAME).write_bytes(b"half of a new log")
+    with DurableLog.open(tmp_path, create=False) as log:
+        assert log.records() == take(12, 10)
+        assert any("unfinished compaction" in line for line in log.recovery.lines())
+    assert not (tmp_path / COMPACTING_NAME).exists()
+
+
+def test_close_twice_is_harmless_and_use_after_close_is_a_bug(tmp_path: pathlib.Path) -> None:
+    log = DurableLog.open(tmp_path, create=True)
+    log.close()
+    log.close()
+    with pytest.raises(AssertionError, match="after close"):
+        log.append([ViewRecord(1)])
