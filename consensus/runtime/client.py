@@ -87,7 +87,7 @@ class _Connection:
     async def read_responses(self) -> None:
         try:
             while True:
-                response = decode_response(await self._stream.receive_frame())
+                response = decode_response(await self._stream.receive())
                 waiting = self._waiting.pop(response.request_id, None)
                 if waiting is not None:
                     waiting[1].append(response)
@@ -108,7 +108,7 @@ class _Connection:
         box: list[Response] = []
         self._waiting[request_id] = (event, box)
         async with self._lock:
-            await self._stream.send_frame(encode_request(build(request_id)))
+            await self._stream.send(encode_request(build(request_id)))
         with anyio.move_on_after(timeout_s):
             await event.wait()
         self._waiting.pop(request_id, None)

@@ -52,7 +52,7 @@ class ClientServer:
         async with anyio.create_task_group() as tasks:
             while True:
                 try:
-                    frame = await connection.receive_frame()
+                    frame = await connection.receive()
                 except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
                     break
                 try:
@@ -106,4 +106,4 @@ class ClientServer:
 
 async def _send(connection: FrameStream, lock: anyio.Lock, response: Response) -> None:
     async with lock:
-        await connection.send_frame(encode_response(response))
+        await connection.send(encode_response(response))

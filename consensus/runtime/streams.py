@@ -6,11 +6,11 @@ from typing import Protocol
 
 
 class FrameStream(Protocol):
-    async def send_frame(self, frame: bytes) -> None:
+    async def send(self, frame: bytes) -> None:
         """Send one frame; raises on a broken connection."""
         ...
 
-    async def receive_frame(self) -> bytes:
+    async def receive(self) -> bytes:
         """The next frame; raises anyio.EndOfStream (or a broken-resource error) at the end."""
         ...
 

@@ -40,10 +40,10 @@ class MemoryFrames:
                  receive: anyio.abc.ObjectReceiveStream[bytes]) -> None:
         self._send, self._receive = send, receive
 
-    async def send_frame(self, frame: bytes) -> None:
+    async def send(self, frame: bytes) -> None:
         await self._send.send(frame)
 
-    async def receive_frame(self) -> bytes:
+    async def receive(self) -> bytes:
         return await self._receive.receive()
 
     async def aclose(self) -> None:
