@@ -1,0 +1,1 @@
+"""The runtime around the sans-IO core: the only part of `consensus` that does I/O."""
