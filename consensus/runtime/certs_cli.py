@@ -1,0 +1,85 @@
+"""`cellar certs init DIR` and `cellar certs issue DIR`: the cluster's CA and certificates.
+
+`init` makes a new CA in DIR and issues a certificate for each replica (0 to N-1), admin,
+scheduler and node agent named; `issue` adds certificates with the CA already in DIR. Neither
+replaces an existing file. `consensus.runtime.certs` describes the files.
+
+Exit status: 0 written, 1 refused (a file exists, a bad name), 2 bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+
+EXIT_WRITTEN, EXIT_REFUSED = 0, 1
+REPLICAS_DEFAULT = 3
+ADMIN_DEFAULT = "admin"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    subparsers = parser.add_subparsers(dest="certs_command", metavar="COMMAND", required=True)
+    init = subparsers.add_parser("init", help="make a CA and the cluster's certificates",
+                                 description="Make a new CA in DIR and issue certificates.")
+    _add_identity_arguments(init, replicas_default=REPLICAS_DEFAULT,
+                            admin_help=f"an administrator (repeatable; default "
+                                       f"{ADMIN_DEFAULT!r})")
+    init.set_defaults(handler=run_init)
+    issue = subparsers.add_parser("issue", help="issue more certificates with DIR's CA",
+                                  description="Issue certificates with the CA in DIR.")
+    _add_identity_arguments(issue, replicas_default=0,
+                            admin_help="an administrator (repeatable)")
+    issue.set_defaults(handler=run_issue)
+
+
+def _add_identity_arguments(parser: argparse.ArgumentParser, *, replicas_default: int,
+                            admin_help: str) -> None:
+    parser.add_argument("directory", metavar="DIR", help="where the CA and certificates live")
+    parser.add_argument("--replicas", type=int, default=replicas_default, metavar="N",
+                        help=f"replicas 0 to N-1 (default {replicas_default})")
+    parser.add_argument("--admin", action="append", default=[], metavar="NAME", help=admin_help)
+    parser.add_argument("--scheduler", action="append", default=[], metavar="NAME",
+                        help="a scheduler (repeatable)")
+    parser.add_argument("--node", nargs="+", action="extend", default=[], metavar="ID",
+                        help="node agents, by node id (repeatable)")
+    parser.add_argument("--host", action="append", default=[], metavar="NAME",
+                        help="a DNS name or IP address replicas serve on (repeatable; "
+                             "default localhost and 127.0.0.1)")
+    parser.add_argument("--days", type=int, default=365, metavar="DAYS",
+                        help="validity of the certificates issued (default 365)")
+
+
+def run_init(args: argparse.Namespace) -> int:
+    return _run(args, init=True)
+
+
+def run_issue(args: argparse.Namespace) -> int:
+    return _run(args, init=False)
+
+
+def _run(args: argparse.Namespace, *, init: bool) -> int:
+    from consensus.runtime import certs  # noqa: PLC0415 - cryptography only when needed
+
+    directory = pathlib.Path(args.directory)
+    admins = args.admin or ([ADMIN_DEFAULT] if init else [])
+    hosts = args.host or list(certs.SERVER_HOSTS_DEFAULT)
+    try:
+        wanted = certs.identities(replicas=args.replicas, admins=admins,
+                                  schedulers=args.scheduler, nodes=args.node)
+        if not wanted and not init:
+            raise ValueError("nothing to issue: name at least one identity")
+        if init:
+            written = certs.init_directory(directory, wanted, hosts=hosts, days=args.days)
+        else:
+            authority = certs.CertificateAuthority.load(directory)
+            written = certs.issue_into(directory, authority, wanted, hosts=hosts,
+                                       days=args.days)
+    except (OSError, ValueError) as error:
+        print(f"cellar certs: {error}", file=sys.stderr)
+        return EXIT_REFUSED
+    for path in written:
+        print(path)
+    print(f"{len(wanted)} certificate(s) in {directory}; keep {directory / certs.CA_KEY_NAME} "
+          f"secret (offline, in production)", file=sys.stderr)
+    return EXIT_WRITTEN

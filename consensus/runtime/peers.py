@@ -1,0 +1,475 @@
+"""The peer mesh: framed, mutually authenticated messaging between the replicas of one group.
+
+Each replica listens on its peer address and dials every other replica. A connection carries
+frames one way only: a replica sends on the connection it dialed and receives on the ones it
+accepted, so the two directions between a pair fail and recover independently.
+
+- Sending never blocks: `send` puts the frame on the peer's bounded queue (frames and bytes both
+  capped) and returns False, counting the drop, when it is full. One task per peer empties the
+  queue, many frames to a write (merged flushing), while connected; frames wait while it is not.
+  Consensus tolerates lost messages (it retransmits on its ticks), so a drop is never fatal.
+- Dialing retries for ever with capped, jittered exponential backoff, reset once a connection
+  has stayed up for a while. A frame whose write fails with the connection is counted as
+  dropped: it may or may not have arrived, and the core does not care which.
+- Who sent a frame comes from the certificate: the dialer proves `cellar://replica/<id>`, and
+  the acceptor refuses anything but another replica of its group. The dialer checks in turn that
+  it reached the replica it meant to. Refusals are counted and logged; nothing else changes.
+- Received frames go to `on_frame(sender, payload)` unread: decoding and validation are the
+  core's. A length above the cap, or a stream that ends inside a frame, closes that one
+  connection (there is no way to find the next frame) and is counted; other peers carry on.
+- Newest wins: a new authenticated connection from a peer closes its older one, so a peer that
+  restarted is never shadowed by a half-open connection from its previous life.
+
+With `insecure=True` (local development only) there is no TLS; a dialer names itself in a first
+frame, unchecked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+import socket
+import ssl
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+import anyio
+import anyio.abc
+
+from consensus.codec import MESSAGE_BYTES_MAX
+from consensus.runtime.framing import (
+    CONNECTIONS_ACCEPTED,
+    CONNECTIONS_LOST,
+    CONNECTIONS_REFUSED_LIMIT,
+    DIALS_FAILED,
+    FRAMES_DROPPED_DISCONNECTED,
+    FRAMES_DROPPED_OVERSIZED,
+    FRAMES_DROPPED_QUEUE_FULL,
+    FRAMES_RECEIVED,
+    FRAMES_REFUSED_OVERSIZED,
+    FRAMES_TRUNCATED,
+    IDENTITY_REFUSED,
+    RECONNECTS,
+    WRITE_BYTES_MAX,
+    FrameReader,
+    FrameTooLarge,
+    FrameWriter,
+    Metrics,
+    TransportError,
+    TruncatedFrame,
+    check_frame_bytes_max,
+)
+from consensus.runtime.tls import (
+    CONNECTION_ERRORS,
+    HANDSHAKE_TIMEOUT_S,
+    Identity,
+    IdentityRole,
+    TlsConfig,
+    check_security,
+    remote_address,
+    tls_handshake,
+)
+
+logger = logging.getLogger("cellar.transport")
+
+Address = tuple[str, int]
+INSECURE_HELLO = b"cellar-insecure-peer "  # followed by the dialer's replica id, in ASCII
+CONNECT_TIMEOUT_S = 5.0
+BACKOFF_INITIAL_S = 0.05
+BACKOFF_MAX_S = 2.0
+# Dead peers that send no FIN: notice within seconds, not TCP's quarter of an hour.
+KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, KEEPALIVE_PROBES = 5, 2, 3
+USER_TIMEOUT_MS = 15_000
+
+
+class Outbox:
+    """A peer's queue of frames to send: bounded in frames and in bytes, never blocking."""
+
+    def __init__(self, *, frames_max: int, bytes_max: int) -> None:
+        assert frames_max > 0
+        assert bytes_max > 0
+        self.frames_max = frames_max
+        self.bytes_max = bytes_max
+        self.queued_bytes = 0
+        self._frames: deque[bytes] = deque()
+        self._wakeup: anyio.Event | None = None
+
+    def __len__(self) -> int:
+        return len(self._frames)
+
+    def push(self, frame: bytes) -> bool:
+        if len(self._frames) >= self.frames_max:
+            return False
+        if self.queued_bytes + len(frame) > self.bytes_max:
+            return False
+        self._frames.append(frame)
+        self.queued_bytes += len(frame)
+        if self._wakeup is not None:
+            self._wakeup.set()
+        return True
+
+    async def wait(self) -> None:
+        """Return once at least one frame is queued."""
+        if not self._frames:
+            self._wakeup = anyio.Event()
+            await self._wakeup.wait()
+            self._wakeup = None
+        assert self._frames
+
+    def take(self, frames_max: int, bytes_max: int) -> list[bytes]:
+        """Up to `frames_max` frames from the front, at least one, else within `bytes_max`."""
+        frames = self._frames
+        assert frames
+        batch = [frames.popleft()]
+        total = len(batch[0])
+        for _ in range(min(frames_max - 1, len(frames))):
+            size = len(frames[0])
+            if total + size > bytes_max:
+                break
+            total += size
+            batch.append(frames.popleft())
+        self.queued_bytes -= total
+        assert self.queued_bytes >= 0
+        return batch
+
+
+@dataclass
+class Backoff:
+    """Exponential delays from `initial_s` to `max_s`, each drawn in [half, whole]."""
+
+    initial_s: float
+    max_s: float
+    rng: random.Random
+    attempts: int = 0
+
+    def next_delay_s(self) -> float:
+        ceiling = min(self.max_s, self.initial_s * float(1 << min(self.attempts, 32)))
+        self.attempts += 1
+        return ceiling * (0.5 + 0.5 * self.rng.random())
+
+    def reset(self) -> None:
+        self.attempts = 0
+
+
+@dataclass
+class _Link:
+    outbox: Outbox
+    backoff: Backoff
+    connected: bool = False
+    connections: int = 0
+    inbound: anyio.CancelScope | None = None  # the receiving connection from this peer
+
+
+def tune_socket(stream: anyio.abc.ByteStream) -> None:
+    """Keepalive and a user timeout, where the platform has them."""
+    sock = stream.extra(anyio.abc.SocketAttribute.raw_socket, None)  # noqa: S610 (not Django)
+    if sock is None:
+        return
+    options = [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)]
+    for name, value in (("TCP_KEEPIDLE", KEEPALIVE_IDLE_S), ("TCP_KEEPINTVL",
+                        KEEPALIVE_INTERVAL_S), ("TCP_KEEPCNT", KEEPALIVE_PROBES),
+                        ("TCP_USER_TIMEOUT", USER_TIMEOUT_MS)):
+        if hasattr(socket, name):
+            options.append((socket.IPPROTO_TCP, getattr(socket, name), value))
+    for level, option, value in options:
+        with contextlib.suppress(OSError):  # a platform without the option
+            sock.setsockopt(level, option, value)
+
+
+class PeerMesh:
+    """Connections to and from every other replica; see the module docstring."""
+
+    def __init__(
+        self, replica_id: int, listen: Address, peers: Mapping[int, Address],
+        tls: TlsConfig | None, *, on_frame: Callable[[int, bytes], None],
+        queue_frames_max: int = 4096, queue_bytes_max: int = 64 << 20,
+        frame_bytes_max: int = MESSAGE_BYTES_MAX, batch_frames_max: int = 1024,
+        metrics: Metrics | None = None, insecure: bool = False,
+        backoff_initial_s: float = BACKOFF_INITIAL_S, backoff_max_s: float = BACKOFF_MAX_S,
+        handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S,
+        connect_timeout_s: float = CONNECT_TIMEOUT_S, rng: random.Random | None = None,
+    ) -> None:
+        check_security(tls, insecure=insecure, what=f"replica {replica_id} peer mesh")
+        check_frame_bytes_max(frame_bytes_max)
+        if replica_id in peers:
+            raise ValueError(f"peers: replica {replica_id} lists itself")
+        for peer in peers:
+            Identity.replica(peer)  # raises ValueError for an id no certificate can carry
+        if not 0 < backoff_initial_s <= backoff_max_s:
+            raise ValueError(f"backoff: need 0 < initial ({backoff_initial_s}) <= max "
+                             f"({backoff_max_s})")
+        if min(queue_frames_max, queue_bytes_max, batch_frames_max) <= 0:
+            raise ValueError("queue_frames_max, queue_bytes_max, batch_frames_max: must be "
+                             "positive")
+        self.replica_id = replica_id
+        self.identity = Identity.replica(replica_id)
+        self.listen = listen
+        self.peers = dict(peers)
+        self.tls = tls
+        self.on_frame = on_frame
+        self.frame_bytes_max = frame_bytes_max
+        self.batch_frames_max = batch_frames_max
+        self.metrics: Metrics = Metrics() if metrics is None else metrics
+        self.handshake_timeout_s = handshake_timeout_s
+        self.connect_timeout_s = connect_timeout_s
+        self.backoff_max_s = backoff_max_s
+        # Pending handshakes plus one live connection per peer; more is someone misbehaving.
+        self.inbound_connections_max = 2 * len(peers) + 8
+        self.address: Address | None = None  # where it listens, once running
+        rng = rng or random.Random()
+        self._links = {peer: _Link(Outbox(frames_max=queue_frames_max, bytes_max=queue_bytes_max),
+                                   Backoff(backoff_initial_s, backoff_max_s, rng))
+                       for peer in self.peers}
+        self._inbound_count = 0
+        self._changed: anyio.Event | None = None
+        self._server_context: ssl.SSLContext | None = None
+        self._client_context: ssl.SSLContext | None = None
+
+    # --- The API the driver uses -------------------------------------------------------------
+
+    def send(self, peer: int, frame: bytes) -> bool:
+        """Queue `frame` for `peer`; False (and counted) if it is over the cap or the queue full.
+
+        Never blocks, and works while the peer is down: the frame waits for the connection.
+        """
+        link = self._links.get(peer)
+        if link is None:
+            raise ValueError(f"replica {peer} is not a peer of replica {self.replica_id}")
+        if len(frame) > self.frame_bytes_max:
+            self.metrics[FRAMES_DROPPED_OVERSIZED] += 1
+            return False
+        if not link.outbox.push(frame):
+            self.metrics[FRAMES_DROPPED_QUEUE_FULL] += 1
+            return False
+        return True
+
+    def connected(self) -> set[int]:
+        """The peers we hold a sending connection to now."""
+        return {peer for peer, link in self._links.items() if link.connected}
+
+    def queued(self, peer: int) -> int:
+        """Frames waiting to be sent to `peer`."""
+        return len(self._links[peer].outbox)
+
+    async def wait_connected(self, peers: Iterable[int] | None = None) -> None:
+        """Return once we hold a sending connection to each of `peers` (default: all)."""
+        wanted = set(self.peers if peers is None else peers)
+        assert wanted <= set(self.peers), wanted
+        while not wanted <= self.connected():  # each pass waits for a change
+            assert self._changed is not None, "the mesh is not running"
+            await self._changed.wait()
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[Address] = anyio.TASK_STATUS_IGNORED,
+                  ) -> None:
+        """Listen and dial until cancelled; `task_status.started` gets the address bound."""
+        assert self._changed is None, "a mesh runs once"
+        self._changed = anyio.Event()
+        if self.tls is not None:
+            self._server_context = self.tls.server_context()
+            self._client_context = self.tls.client_context()
+        host, port = self.listen
+        listener = await anyio.create_tcp_listener(local_host=host, local_port=port)
+        async with listener, anyio.create_task_group() as group:
+            bound_port: int = listener.extra(anyio.abc.SocketAttribute.local_port)  # noqa: S610
+            self.address = (host, bound_port)
+            group.start_soon(listener.serve, self._serve_inbound, group)
+            for peer in sorted(self.peers):
+                group.start_soon(self._dial_forever, peer)
+            logger.info("replica %d: peer mesh on %s:%d", self.replica_id, host, bound_port)
+            task_status.started(self.address)
+
+    def _set_connected(self, peer: int, connected: bool) -> None:
+        self._links[peer].connected = connected
+        assert self._changed is not None
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    # --- Sending: one dialer per peer ----------------------------------------------------------
+
+    async def _dial_forever(self, peer: int) -> None:
+        link = self._links[peer]
+        while True:  # until cancelled: a peer may stay down for any length of time
+            stream = await self._dial(peer)
+            if stream is None:
+                self.metrics[DIALS_FAILED] += 1
+                await anyio.sleep(link.backoff.next_delay_s())
+                continue
+            if link.connections:
+                self.metrics[RECONNECTS] += 1
+            link.connections += 1
+            began = anyio.current_time()
+            self._set_connected(peer, True)
+            try:
+                await self._send_until_broken(peer, stream)
+            finally:
+                self._set_connected(peer, False)
+                await anyio.aclose_forcefully(stream)
+            if anyio.current_time() - began >= self.backoff_max_s:
+                link.backoff.reset()
+            await anyio.sleep(link.backoff.next_delay_s())
+
+    async def _dial(self, peer: int) -> anyio.abc.ByteStream | None:
+        """A connection to `peer` that proved its identity, or None (the reason logged)."""
+        host, port = self.peers[peer]
+        try:
+            with anyio.fail_after(self.connect_timeout_s):
+                stream: anyio.abc.ByteStream = await anyio.connect_tcp(host, port)
+        except CONNECTION_ERRORS as error:
+            logger.debug("replica %d: dialing replica %d at %s:%d: %r", self.replica_id, peer,
+                         host, port, error)
+            return None
+        tune_socket(stream)
+        if self._client_context is None:
+            return await self._say_hello(stream)
+        accepted = await tls_handshake(stream, self._client_context, server_side=False,
+                                       metrics=self.metrics, timeout_s=self.handshake_timeout_s)
+        if accepted is None:
+            return None
+        tls_stream, identity = accepted
+        if identity != Identity.replica(peer):
+            self.metrics[IDENTITY_REFUSED] += 1
+            logger.warning("replica %d: %s:%d is %s, not replica %d", self.replica_id, host,
+                           port, identity, peer)
+            await anyio.aclose_forcefully(tls_stream)
+            return None
+        return tls_stream
+
+    async def _say_hello(self, stream: anyio.abc.ByteStream) -> anyio.abc.ByteStream | None:
+        writer = FrameWriter(stream, frame_bytes_max=self.frame_bytes_max, metrics=Metrics())
+        try:
+            await writer.send(INSECURE_HELLO + str(self.replica_id).encode())
+        except CONNECTION_ERRORS:
+            await anyio.aclose_forcefully(stream)
+            return None
+        return stream
+
+    async def _send_until_broken(self, peer: int, stream: anyio.abc.ByteStream) -> None:
+        async with anyio.create_task_group() as group:
+            group.start_soon(self._watch_for_close, peer, stream, group.cancel_scope)
+            await self._send_forever(peer, stream)
+            group.cancel_scope.cancel()
+
+    async def _send_forever(self, peer: int, stream: anyio.abc.ByteStream) -> None:
+        outbox = self._links[peer].outbox
+        writer = FrameWriter(stream, frame_bytes_max=self.frame_bytes_max, metrics=self.metrics)
+        while True:  # until the connection breaks or the mesh stops
+            await outbox.wait()
+            batch = outbox.take(self.batch_frames_max, WRITE_BYTES_MAX)
+            written = False
+            try:
+                await writer.send_many(batch)  # one write: the batch fits WRITE_BYTES_MAX
+                written = True
+            except CONNECTION_ERRORS as error:
+                self.metrics[CONNECTIONS_LOST] += 1
+                logger.info("replica %d: connection to replica %d lost: %r", self.replica_id,
+                            peer, error)
+                return
+            finally:
+                if not written:
+                    self.metrics[FRAMES_DROPPED_DISCONNECTED] += len(batch)
+
+    async def _watch_for_close(self, peer: int, stream: anyio.abc.ByteStream,
+                               scope: anyio.CancelScope) -> None:
+        """Peers never send on a connection we dialed: any read result means it is over."""
+        try:
+            await stream.receive(1)
+            logger.warning("replica %d: replica %d sent on our sending connection",
+                           self.replica_id, peer)
+        except CONNECTION_ERRORS:
+            pass
+        self.metrics[CONNECTIONS_LOST] += 1
+        scope.cancel()
+
+    # --- Receiving: one task per accepted connection ------------------------------------------
+
+    async def _serve_inbound(self, stream: anyio.abc.SocketStream) -> None:
+        if self._inbound_count >= self.inbound_connections_max:
+            self.metrics[CONNECTIONS_REFUSED_LIMIT] += 1
+            await anyio.aclose_forcefully(stream)
+            return
+        self._inbound_count += 1
+        try:
+            accepted = await self._accept(stream)
+            if accepted is not None:
+                await self._receive_from(*accepted)
+        finally:
+            self._inbound_count -= 1
+            await anyio.aclose_forcefully(stream)
+
+    async def _accept(self, stream: anyio.abc.SocketStream,
+                      ) -> tuple[int, anyio.abc.ByteStream, FrameReader] | None:
+        """The authenticated sender's id and its stream, or None (counted) if refused."""
+        tune_socket(stream)
+        if self._server_context is None:
+            return await self._hear_hello(stream)
+        accepted = await tls_handshake(stream, self._server_context, server_side=True,
+                                       metrics=self.metrics, timeout_s=self.handshake_timeout_s)
+        if accepted is None:
+            return None
+        tls_stream, identity = accepted
+        if not self._is_peer(identity):
+            self.metrics[IDENTITY_REFUSED] += 1
+            logger.warning("replica %d: refused %s from %s: not a peer", self.replica_id,
+                           identity, remote_address(stream))
+            await anyio.aclose_forcefully(tls_stream)
+            return None
+        reader = FrameReader(tls_stream, frame_bytes_max=self.frame_bytes_max)
+        return identity.replica_id, tls_stream, reader
+
+    def _is_peer(self, identity: Identity) -> bool:
+        if identity.role is not IdentityRole.REPLICA:
+            return False
+        return identity.replica_id in self.peers
+
+    async def _hear_hello(self, stream: anyio.abc.SocketStream,
+                          ) -> tuple[int, anyio.abc.ByteStream, FrameReader] | None:
+        reader = FrameReader(stream, frame_bytes_max=self.frame_bytes_max)
+        try:
+            with anyio.fail_after(self.handshake_timeout_s):
+                hello = await reader.receive()
+            claimed = hello.removeprefix(INSECURE_HELLO)
+            identity = Identity.replica(int(claimed)) if hello != claimed else None
+        except (TransportError, ValueError, *CONNECTION_ERRORS):
+            identity = None
+        if identity is None or not self._is_peer(identity):
+            self.metrics[IDENTITY_REFUSED] += 1
+            return None
+        return identity.replica_id, stream, reader
+
+    async def _receive_from(self, peer: int, stream: anyio.abc.ByteStream,
+                            reader: FrameReader) -> None:
+        self.metrics[CONNECTIONS_ACCEPTED] += 1
+        link = self._links[peer]
+        if link.inbound is not None:
+            link.inbound.cancel()  # newest wins: the older connection is from a past life
+        with anyio.CancelScope() as scope:
+            link.inbound = scope
+            try:
+                await self._receive_forever(peer, reader)
+            finally:
+                if link.inbound is scope:
+                    link.inbound = None
+        await anyio.aclose_forcefully(stream)
+
+    async def _receive_forever(self, peer: int, reader: FrameReader) -> None:
+        while True:  # until the connection ends, breaks or misbehaves
+            try:
+                frames = await reader.receive_batch()
+            except FrameTooLarge as error:
+                self.metrics[FRAMES_REFUSED_OVERSIZED] += 1
+                logger.warning("replica %d: replica %d: %s; closing", self.replica_id, peer,
+                               error)
+                return
+            except TruncatedFrame:
+                self.metrics[FRAMES_TRUNCATED] += 1
+                return
+            except anyio.EndOfStream:
+                return
+            except CONNECTION_ERRORS:
+                self.metrics[CONNECTIONS_LOST] += 1
+                return
+            self.metrics[FRAMES_RECEIVED] += len(frames)
+            for frame in frames:
+                self.on_frame(peer, frame)

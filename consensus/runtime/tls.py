@@ -1,0 +1,222 @@
+"""Mutual TLS, and the identity each certificate carries.
+
+Every replica and every client holds a certificate issued by the cluster's own CA
+(`cellar certs init`). Both ends of every connection present one and check the other's against
+that CA (TLS 1.2 or newer). Who the peer is comes from exactly one URI subject alternative name:
+
+    cellar://replica/<id>       a replica, <id> its number (0, 1, 2, ...)
+    cellar://admin/<name>       an administrator
+    cellar://scheduler/<name>   a scheduler
+    cellar://node/<node id>     the node agent of one node; its principal name is the node id
+
+A certificate with no such name, with two, or with one that does not parse is refused. Host
+names are not checked (`check_hostname` is off): the CA is the cluster's own, and a dialer checks
+that the replica it reached has the identity it expected, which is the stronger statement.
+
+Plain TCP is for local development only, and only when asked for with `insecure=True`: it logs
+a warning, nothing is encrypted, and identities come from nowhere (a replica's is its claim,
+a client's is a configured default).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import pathlib
+import re
+import ssl
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import anyio.abc
+from anyio.streams.tls import TLSAttribute, TLSStream
+
+from consensus.config import REPLICA_COUNT_MAX
+from consensus.envelope import PRINCIPAL_NAME_LENGTH_MAX, Principal, Role
+from consensus.runtime.framing import IDENTITY_REFUSED, TLS_REFUSED, Metrics, TransportError
+
+logger = logging.getLogger("cellar.transport")
+
+IDENTITY_SCHEME = "cellar"
+HANDSHAKE_TIMEOUT_S = 5.0
+_NAME_PATTERN = rf"[A-Za-z0-9][A-Za-z0-9._-]{{0,{PRINCIPAL_NAME_LENGTH_MAX - 1}}}"
+_NAME = re.compile(_NAME_PATTERN)
+_REPLICA_NAME = re.compile(r"0|[1-9][0-9]{0,3}")
+_URI = re.compile(rf"{IDENTITY_SCHEME}://(?P<role>[a-z]+)/(?P<name>{_NAME_PATTERN})")
+# Connection failures: ssl.SSLError and TimeoutError are OSErrors; anyio adds its own.
+CONNECTION_ERRORS = (OSError, anyio.BrokenResourceError, anyio.EndOfStream,
+                     anyio.ClosedResourceError)
+
+
+class IdentityRole(enum.StrEnum):
+    """What a certificate says its holder is."""
+
+    REPLICA = "replica"
+    ADMIN = "admin"
+    SCHEDULER = "scheduler"
+    NODE = "node"
+
+
+CLIENT_ROLES = frozenset({IdentityRole.ADMIN, IdentityRole.SCHEDULER, IdentityRole.NODE})
+
+
+class IdentityRefused(TransportError):
+    """A peer's certificate carries no acceptable identity, or not the one expected."""
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """Who is at the other end of a connection: a role and a name (a replica's name is its id)."""
+
+    role: IdentityRole
+    name: str
+
+    def __post_init__(self) -> None:
+        pattern = _REPLICA_NAME if self.role is IdentityRole.REPLICA else _NAME
+        if not pattern.fullmatch(self.name):
+            raise ValueError(f"{self.role.value} name {self.name!r} does not match "
+                             f"{pattern.pattern}")
+        if self.role is IdentityRole.REPLICA and int(self.name) >= REPLICA_COUNT_MAX:
+            raise ValueError(f"replica id {self.name} is not below {REPLICA_COUNT_MAX}")
+
+    @classmethod
+    def replica(cls, replica_id: int) -> Identity:
+        return cls(IdentityRole.REPLICA, str(replica_id))
+
+    @property
+    def uri(self) -> str:
+        return f"{IDENTITY_SCHEME}://{self.role.value}/{self.name}"
+
+    @property
+    def replica_id(self) -> int:
+        assert self.role is IdentityRole.REPLICA, self
+        return int(self.name)
+
+    def principal(self) -> Principal:
+        """The principal the runtime stamps on this client's commands (never for a replica)."""
+        if self.role is IdentityRole.REPLICA:
+            raise ValueError(f"{self.uri} is a replica, not a client")
+        return Principal(Role(self.role.value), self.name)
+
+    def __str__(self) -> str:
+        return self.uri
+
+
+def parse_identity_uri(uri: str) -> Identity:
+    """The identity a `cellar://<role>/<name>` URI names; raises IdentityRefused otherwise."""
+    match = _URI.fullmatch(uri)
+    if match is None:
+        raise IdentityRefused(f"{uri!r} is not cellar://<role>/<name>")
+    try:
+        role = IdentityRole(match["role"])
+        return Identity(role, match["name"])
+    except ValueError as error:
+        raise IdentityRefused(f"{uri!r}: {error}") from None
+
+
+def identity_from_certificate(certificate: Mapping[str, Any] | None) -> Identity:
+    """The identity in a validated peer certificate (`SSLObject.getpeercert()` form).
+
+    Exactly one URI subject alternative name must use the cellar scheme; other names (DNS, IP,
+    URIs of other schemes) are ignored. Raises IdentityRefused for anything else.
+    """
+    if not certificate:
+        raise IdentityRefused("no validated peer certificate")
+    names = certificate.get("subjectAltName", ())
+    uris = [value for kind, value in names
+            if kind == "URI" and value.lower().startswith(f"{IDENTITY_SCHEME}:")]
+    if len(uris) != 1:
+        raise IdentityRefused(f"expected one {IDENTITY_SCHEME}:// name, found {uris}")
+    return parse_identity_uri(uris[0])
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TlsConfig:
+    """Where one party's TLS material is: the cluster CA, its certificate and its key (PEM)."""
+
+    ca_file: pathlib.Path
+    cert_file: pathlib.Path
+    key_file: pathlib.Path
+
+    @classmethod
+    def in_directory(cls, directory: pathlib.Path | str, identity: Identity) -> TlsConfig:
+        """The files `cellar certs init` writes for `identity` in `directory`."""
+        base = pathlib.Path(directory)
+        stem = f"{identity.role.value}-{identity.name}"
+        return cls(ca_file=base / "ca.pem", cert_file=base / f"{stem}.pem",
+                   key_file=base / f"{stem}.key")
+
+    def server_context(self) -> ssl.SSLContext:
+        """For accepting: presents our certificate, requires and verifies the client's."""
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self._configure(context)
+        context.num_tickets = 0  # no session resumption: connections are few and long-lived
+        return context
+
+    def client_context(self) -> ssl.SSLContext:
+        """For dialing: presents our certificate, verifies the server's against the CA."""
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        context.check_hostname = False  # the identity is checked instead; see the module doc
+        self._configure(context)
+        return context
+
+    def _configure(self, context: ssl.SSLContext) -> None:
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.verify_mode = ssl.CERT_REQUIRED
+        context.load_verify_locations(cafile=str(self.ca_file))
+        context.load_cert_chain(certfile=str(self.cert_file), keyfile=str(self.key_file))
+
+
+def check_security(tls: TlsConfig | None, *, insecure: bool, what: str) -> None:
+    """Refuse plain TCP unless asked for explicitly, and warn when it is."""
+    if tls is not None and insecure:
+        raise ValueError(f"{what}: insecure=True with a TLS configuration; choose one")
+    if tls is None and not insecure:
+        raise ValueError(f"{what}: no TLS configuration; plain TCP needs insecure=True "
+                         f"(local development only)")
+    if insecure:
+        logger.warning("%s: plain TCP without TLS: nothing is encrypted and no peer is "
+                       "authenticated; for local development only", what)
+
+
+async def tls_handshake(
+    stream: anyio.abc.ByteStream, context: ssl.SSLContext, *, server_side: bool,
+    metrics: Metrics, timeout_s: float = HANDSHAKE_TIMEOUT_S,
+) -> tuple[TLSStream, Identity] | None:
+    """Wrap `stream` in TLS and read the peer's identity; None (counted, closed) on failure.
+
+    A failed handshake (no certificate, another CA, not TLS at all, too slow) counts as
+    TLS_REFUSED; a valid certificate without a cellar identity as IDENTITY_REFUSED. The caller
+    still decides whether the identity found may connect.
+    """
+    try:
+        with anyio.fail_after(timeout_s):
+            tls_stream = await TLSStream.wrap(stream, server_side=server_side,
+                                              ssl_context=context, standard_compatible=False)
+    except CONNECTION_ERRORS as error:
+        metrics[TLS_REFUSED] += 1
+        logger.info("TLS handshake with %s failed: %r", remote_address(stream), error)
+        await anyio.aclose_forcefully(stream)
+        return None
+    try:
+        certificate = tls_stream.extra(TLSAttribute.peer_certificate)  # noqa: S610 (not Django)
+        identity = identity_from_certificate(certificate)
+    except IdentityRefused as error:
+        metrics[IDENTITY_REFUSED] += 1
+        logger.warning("refused %s: %s", remote_address(stream), error)
+        await anyio.aclose_forcefully(tls_stream)
+        return None
+    return tls_stream, identity
+
+
+def remote_address(stream: anyio.abc.ByteStream) -> str:
+    """The peer's address for a log line; a socket already reset has none to give."""
+    try:
+        address = stream.extra(anyio.abc.SocketAttribute.remote_address, None)  # noqa: S610
+    except OSError:
+        return "a closed connection"
+    if isinstance(address, tuple):
+        return f"{address[0]}:{address[1]}"
+    return str(address)

@@ -1,0 +1,211 @@
+"""The client listener over real loopback sockets, on asyncio and on trio.
+
+Goal: a client's identity (and so the principal its commands carry) comes from its certificate;
+a client without a valid one, or with a replica's, is refused and counted; a client that sends
+an absurd frame loses its own connection only; connections beyond the bound are refused and
+counted; plain TCP only when asked for, with a warning and the configured default identity."""
+
+from __future__ import annotations
+
+import logging
+import pathlib
+import ssl
+
+import anyio
+import anyio.abc
+import pytest
+from anyio.streams.tls import TLSStream
+
+from consensus.envelope import Principal, Role
+from consensus.runtime.certs import identities, init_directory
+from consensus.runtime.framing import (
+    CONNECTIONS_ACCEPTED,
+    CONNECTIONS_REFUSED_LIMIT,
+    FRAMES_REFUSED_OVERSIZED,
+    IDENTITY_REFUSED,
+    TLS_REFUSED,
+    FramedConnection,
+    Metrics,
+    encode_frames,
+)
+from consensus.runtime.listener import INSECURE_IDENTITY_DEFAULT, ClientListener
+from consensus.runtime.tls import Identity, IdentityRole, TlsConfig
+
+pytestmark = pytest.mark.anyio
+HOST = "127.0.0.1"
+TIME_LIMIT_S = 15
+NODE = Identity(IdentityRole.NODE, "gpu-node-17")
+ADMIN = Identity(IdentityRole.ADMIN, "alice")
+CONNECTION_ENDED = (OSError, anyio.BrokenResourceError, anyio.EndOfStream,
+                    anyio.ClosedResourceError)
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture(scope="module")
+def certificates(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    directory = tmp_path_factory.mktemp("certs")
+    init_directory(directory, identities(replicas=1, admins=["alice"], nodes=["gpu-node-17"]))
+    return directory
+
+
+class EchoService:
+    """A handler that answers each frame with the principal's name and the frame."""
+
+    def __init__(self) -> None:
+        self.principals: list[Principal] = []
+
+    async def __call__(self, identity: Identity, connection: FramedConnection) -> None:
+        principal = identity.principal()
+        self.principals.append(principal)
+        for _ in range(1000):
+            frame = await connection.receive()
+            await connection.send(f"{principal}: ".encode() + frame)
+
+
+async def connect(port: int, context: ssl.SSLContext | None) -> FramedConnection:
+    stream: anyio.abc.ByteStream = await anyio.connect_tcp(HOST, port)
+    if context is not None:
+        stream = await TLSStream.wrap(stream, server_side=False, ssl_context=context,
+                                      standard_compatible=False)
+    return FramedConnection(stream, frame_bytes_max=1 << 20, metrics=Metrics())
+
+
+async def hung_up(connection: FramedConnection) -> bool:
+    try:
+        await connection.receive()
+    except CONNECTION_ENDED:
+        return True
+    return False
+
+
+def context_for(certificates: pathlib.Path, identity: Identity | None) -> ssl.SSLContext:
+    if identity is not None:
+        return TlsConfig.in_directory(certificates, identity).client_context()
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.load_verify_locations(cafile=str(certificates / "ca.pem"))
+    return context
+
+
+def listener_for(certificates: pathlib.Path | None, service: EchoService,
+                 **options: object) -> ClientListener:
+    tls = (TlsConfig.in_directory(certificates, Identity.replica(0)) if certificates
+           else None)
+    return ClientListener((HOST, 0), tls, handle=service, insecure=certificates is None,
+                          frame_bytes_max=1024, **options)  # type: ignore[arg-type]
+
+
+async def test_each_client_is_known_by_its_certificate(certificates: pathlib.Path) -> None:
+    service = EchoService()
+    listener = listener_for(certificates, service)
+    with anyio.fail_after(TIME_LIMIT_S):
+        async with anyio.create_task_group() as group:
+            _, port = await group.start(listener.run)
+            node = await connect(port, context_for(certificates, NODE))
+            admin = await connect(port, context_for(certificates, ADMIN))
+            await node.send_many([b"report", b"heartbeat"])
+            await admin.send(b"drain")
+            assert [await node.receive() for _ in range(2)] == [
+                b"node:gpu-node-17: report", b"node:gpu-node-17: heartbeat"]
+            assert await admin.receive() == b"admin:alice: drain"
+            await node.aclose()
+            await admin.aclose()
+            group.cancel_scope.cancel()
+    assert service.principals == [Principal(Role.NODE, "gpu-node-17"),
+                                  Principal(Role.ADMIN, "alice")]
+    assert listener.metrics[CONNECTIONS_ACCEPTED] == 2
+
+
+async def test_clients_without_a_client_certificate_are_refused(
+        certificates: pathlib.Path) -> None:
+    service = EchoService()
+    listener = listener_for(certificates, service)
+    with anyio.fail_after(TIME_LIMIT_S):
+        async with anyio.create_task_group() as group:
+            _, port = await group.start(listener.run)
+            for identity in (None, Identity.replica(0)):  # no certificate; a replica's
+                intruder = await connect(port, context_for(certificates, identity))
+                await intruder.send(b"let me in")
+                assert await hung_up(intruder)
+                await intruder.aclose()
+            garbage = await anyio.connect_tcp(HOST, port)
+            await garbage.send(b"GET / HTTP/1.1\r\n\r\n")
+            with pytest.raises(CONNECTION_ENDED):
+                await garbage.receive()
+            await garbage.aclose()
+            group.cancel_scope.cancel()
+    assert service.principals == []
+    assert (listener.metrics[TLS_REFUSED], listener.metrics[IDENTITY_REFUSED]) == (2, 1)
+
+
+async def test_an_oversized_frame_ends_that_client_only(certificates: pathlib.Path) -> None:
+    service = EchoService()
+    listener = listener_for(certificates, service)
+    with anyio.fail_after(TIME_LIMIT_S):
+        async with anyio.create_task_group() as group:
+            _, port = await group.start(listener.run)
+            steady = await connect(port, context_for(certificates, ADMIN))
+            rogue = await connect(port, context_for(certificates, NODE))
+            await rogue.stream.send(encode_frames([b"x" * 1025]))
+            assert await hung_up(rogue)
+            await steady.send(b"still there?")
+            assert await steady.receive() == b"admin:alice: still there?"
+            await steady.aclose()
+            await rogue.aclose()
+            group.cancel_scope.cancel()
+    assert listener.metrics[FRAMES_REFUSED_OVERSIZED] == 1
+
+
+async def test_connections_beyond_the_bound_are_refused(certificates: pathlib.Path) -> None:
+    service = EchoService()
+    listener = listener_for(certificates, service, connections_max=2)
+    with anyio.fail_after(TIME_LIMIT_S):
+        async with anyio.create_task_group() as group:
+            _, port = await group.start(listener.run)
+            first = await connect(port, context_for(certificates, ADMIN))
+            second = await connect(port, context_for(certificates, NODE))
+            for connection in (first, second):  # both are being served
+                await connection.send(b"hi")
+                await connection.receive()
+            one_too_many = await anyio.connect_tcp(HOST, port)
+            with pytest.raises(CONNECTION_ENDED):
+                await one_too_many.receive()
+            assert listener.metrics[CONNECTIONS_REFUSED_LIMIT] == 1
+            await first.aclose()
+            await anyio.aclose_forcefully(one_too_many)
+            for _ in range(1000):  # the freed place is taken again
+                if listener.connections < 2:
+                    break
+                await anyio.sleep(0.005)
+            third = await connect(port, context_for(certificates, ADMIN))
+            await third.send(b"room now")
+            assert await third.receive() == b"admin:alice: room now"
+            await third.aclose()
+            await second.aclose()
+            group.cancel_scope.cancel()
+
+
+async def test_plain_tcp_when_asked_warns_and_uses_the_default_identity(
+        caplog: pytest.LogCaptureFixture) -> None:
+    service = EchoService()
+    with caplog.at_level(logging.WARNING, logger="cellar.transport"):
+        listener = listener_for(None, service)
+    assert "plain TCP without TLS" in caplog.text
+    with anyio.fail_after(TIME_LIMIT_S):
+        async with anyio.create_task_group() as group:
+            _, port = await group.start(listener.run)
+            client = await connect(port, None)
+            await client.send(b"anything")
+            assert await client.receive() == b"admin:insecure-dev: anything"
+            await client.aclose()
+            group.cancel_scope.cancel()
+    assert service.principals == [INSECURE_IDENTITY_DEFAULT.principal()]
+
+
+def test_plain_tcp_is_never_the_default() -> None:
+    with pytest.raises(ValueError, match="insecure=True"):
+        ClientListener((HOST, 0), None, handle=EchoService())
