@@ -92,7 +92,7 @@ class ClientListener:
         host, port = self.listen
         listener = await anyio.create_tcp_listener(local_host=host, local_port=port)
         async with listener, anyio.create_task_group() as group:
-            bound_port: int = listener.extra(anyio.abc.SocketAttribute.local_port)  # noqa: S610
+            bound_port: int = listener.extra(anyio.abc.SocketAttribute.local_port)
             self.address = (host, bound_port)
             group.start_soon(listener.serve, self._serve, group)
             logger.info("client listener on %s:%d", host, bound_port)

@@ -164,7 +164,7 @@ class _Link:
 
 def tune_socket(stream: anyio.abc.ByteStream) -> None:
     """Keepalive and a user timeout, where the platform has them."""
-    sock = stream.extra(anyio.abc.SocketAttribute.raw_socket, None)  # noqa: S610 (not Django)
+    sock = stream.extra(anyio.abc.SocketAttribute.raw_socket, None)
     if sock is None:
         return
     options = [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)]
@@ -272,7 +272,7 @@ class PeerMesh:
         host, port = self.listen
         listener = await anyio.create_tcp_listener(local_host=host, local_port=port)
         async with listener, anyio.create_task_group() as group:
-            bound_port: int = listener.extra(anyio.abc.SocketAttribute.local_port)  # noqa: S610
+            bound_port: int = listener.extra(anyio.abc.SocketAttribute.local_port)
             self.address = (host, bound_port)
             group.start_soon(listener.serve, self._serve_inbound, group)
             for peer in sorted(self.peers):

@@ -201,7 +201,7 @@ async def tls_handshake(
         await anyio.aclose_forcefully(stream)
         return None
     try:
-        certificate = tls_stream.extra(TLSAttribute.peer_certificate)  # noqa: S610 (not Django)
+        certificate = tls_stream.extra(TLSAttribute.peer_certificate)
         identity = identity_from_certificate(certificate)
     except IdentityRefused as error:
         metrics[IDENTITY_REFUSED] += 1
@@ -214,7 +214,7 @@ async def tls_handshake(
 def remote_address(stream: anyio.abc.ByteStream) -> str:
     """The peer's address for a log line; a socket already reset has none to give."""
     try:
-        address = stream.extra(anyio.abc.SocketAttribute.remote_address, None)  # noqa: S610
+        address = stream.extra(anyio.abc.SocketAttribute.remote_address, None)
     except OSError:
         return "a closed connection"
     if isinstance(address, tuple):
