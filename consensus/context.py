@@ -28,7 +28,8 @@ class Status(enum.Enum):
 
 
 class Context:
-    __slots__ = ("_delay8", "clog", "config", "epoch", "heard_at", "id", "lease_until",
+    __slots__ = ("_delay8", "clog", "config", "epoch", "heard_at", "id", "lease_holder",
+                 "lease_until",
                  "majority", "now", "olog", "outbox", "prng", "replica_count", "stats", "status",
                  "view")
 
@@ -45,8 +46,10 @@ class Context:
         self.view = 0
         self.status = Status.NORMAL
         self.epoch = 0
-        # Until this tick this replica votes for no new sequencer: it granted a read lease.
+        # Until this tick this replica votes for no sequencer but `lease_holder`: it granted
+        # that replica a read lease.
         self.lease_until = 0
+        self.lease_holder = -1
         self.stats: Counter[str] = Counter()
         self.heard_at = [0] * config.replica_count  # tick of the last message from each
         self._delay8 = [0] * config.replica_count  # acknowledgement delay per peer, ticks * 8

@@ -106,7 +106,7 @@ class Election:
             self._resend_new_view()
         if ctx.is_sequencer or ctx.now < self._deadline:
             return
-        if ctx.now < ctx.lease_until:
+        if self._leased_elsewhere(ctx.id):
             self._deadline = ctx.lease_until
             return
         self._start_pre_vote()
@@ -118,6 +118,7 @@ class Election:
             return
         self.heard_from_sequencer()
         ctx.lease_until = max(ctx.lease_until, ctx.now + ctx.config.lease_ticks)
+        ctx.lease_holder = message.sender
         ctx.send(message.sender, LeaseGrant(ctx.id, ctx.view, message.lease_round))
 
     # --- pre-vote and candidacy ----------------------------------------------------------------
@@ -136,10 +137,23 @@ class Election:
         ctx.count("election.pre_votes")
         ctx.broadcast(PreVoteRequest(ctx.id, self._pre_vote_view))
 
-    def _would_vote(self) -> bool:
-        """Whether this replica would vote a new sequencer in now."""
+    def _leased_elsewhere(self, candidate: int) -> bool:
+        """This replica promised its lease holder not to vote for anyone else yet; voting for
+        the holder itself keeps the promise (no other replica can serve reads meanwhile)."""
         ctx = self._ctx
-        if ctx.now < ctx.lease_until:
+        return ctx.now < ctx.lease_until and candidate != ctx.lease_holder
+
+    def bump(self, seen_view: int) -> None:
+        """Another replica is stuck in `seen_view`, which this sequencer's lease keeps it from
+        winning: re-elect this sequencer in a view above it (the lease holders vote for it)."""
+        self.highest_view_seen = max(self.highest_view_seen, seen_view)
+        self._ctx.count("election.bumps")
+        self.start_candidacy()
+
+    def _would_vote(self, candidate: int) -> bool:
+        """Whether this replica would vote `candidate` in now."""
+        ctx = self._ctx
+        if self._leased_elsewhere(candidate):
             return False
         if ctx.is_sequencer:
             return not self._sequencer.lease_valid()
@@ -148,7 +162,7 @@ class Election:
 
     def on_pre_vote_request(self, message: PreVoteRequest) -> None:
         ctx = self._ctx
-        granted = message.view > ctx.view and self._would_vote()
+        granted = message.view > ctx.view and self._would_vote(message.sender)
         ctx.send(message.sender, PreVote(ctx.id, message.view, granted))
 
     def on_pre_vote(self, message: PreVote) -> None:
@@ -191,8 +205,9 @@ class Election:
         self.highest_view_seen = max(self.highest_view_seen, message.view)
         own_candidacy = message.sender == ctx.id and message.view == ctx.view
         if not own_candidacy:
-            if message.view <= ctx.view or ctx.now < ctx.lease_until or (
-                    ctx.is_sequencer and self._sequencer.lease_valid()):
+            if message.view <= ctx.view or self._leased_elsewhere(message.sender) or (
+                    ctx.is_sequencer and self._sequencer.lease_valid()) or (
+                    self._suspecting and message.sender == ctx.sequencer):
                 ctx.count("election.vote_withheld")
                 return
             self._adopt_view(message.view, Status.AWAITING)
@@ -219,9 +234,10 @@ class Election:
             return
         counts = [ctx.olog.count(replica, start) for replica in range(ctx.replica_count)]
         values = rebuild_log(votes, start, ctx.replica_count, counts)
-        self._install(NewView(ctx.id, ctx.view, start, values))
+        totals = tuple(count + values.count(replica) for replica, count in enumerate(counts))
+        self._install(NewView(ctx.id, ctx.view, start, values, totals))
         ctx.status = Status.ESTABLISHING
-        self._new_view = NewView(ctx.id, ctx.view, start, values)
+        self._new_view = NewView(ctx.id, ctx.view, start, values, totals)
         self._new_view_acks = set()
         self._new_view_sent_at = ctx.now
         ctx.broadcast(self._new_view, after_persist=True)
@@ -258,6 +274,7 @@ class Election:
         self._install(message)
         end = message.start + len(message.values)
         ctx.send(message.sender, NewViewAck(ctx.id, ctx.view, end), after_persist=True)
+        self._leader.fill_to(message.o_counts[ctx.id] - 1)
         self._leader.on_view_started()
 
     def on_new_view_ack(self, message: NewViewAck) -> None:
@@ -282,6 +299,7 @@ class Election:
         accepted = tuple(max(vote.c_max_index[replica] for vote in self._votes.values())
                          for replica in range(ctx.replica_count))
         self._sequencer.start_view(new_view.start + len(new_view.values), accepted)
+        self._leader.fill_to(new_view.o_counts[ctx.id] - 1)
         self._leader.on_view_started()
 
     def _resend_new_view(self) -> None:

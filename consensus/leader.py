@@ -62,8 +62,8 @@ class Inflight:
 class Leader:
     __slots__ = ("_counter", "_created_at", "_ctx", "_forwarded", "_forwarded_at",
                  "_inflight", "_order_asked_at", "_own_committed", "_pending", "_prefix",
-                 "_sequencer", "_unready", "ballot", "next_index", "on_ordered", "on_replicated",
-                 "retaking")
+                 "_sequencer", "_surplus_upto", "_unready", "ballot", "next_index", "on_lost_index",
+                 "on_ordered", "on_replicated", "retaking")
 
     def __init__(self, ctx: Context, sequencer: Sequencer) -> None:
         self._ctx = ctx
@@ -79,9 +79,11 @@ class Leader:
         self._forwarded_at = 0
         self._order_asked_at = 0
         self._own_committed = 0  # O-instances for this replica known committed
+        self._surplus_upto = -1  # surplus own slots to fill once the retake is done
         self._prefix = _PrefixCounter(ctx)
         self._created_at: dict[int, int] = {}  # own index -> tick proposed (straggler delays)
         self.on_replicated: Callable[[int], None] = lambda ticks: None
+        self.on_lost_index: Callable[[], None] = lambda: None
         self.on_ordered: Callable[[int], None] = lambda ticks: None
 
     # --- proposing -------------------------------------------------------------------------
@@ -152,11 +154,16 @@ class Leader:
         self._inflight[index] = inflight
 
     def fill_to(self, index: int) -> None:
-        """O-instances exist for own indexes not proposed yet (a view change filled them):
-        propose there, so execution does not wait."""
+        """O-instances exist for own indexes not proposed yet (a view change gave this
+        replica surplus slots): fill them with no-ops at once. Never with a waiting command:
+        a surplus slot may lie ahead of commands already ready, and a command proposed after
+        they were ready must run after them (the paper's invariant 7)."""
+        if self.retaking:
+            self._surplus_upto = max(self._surplus_upto, index)
+            return
         while self.next_index <= index and self._ctx.status is Status.NORMAL:
-            batch = self._take_batch() if self._pending else NOOP
-            self._start_instance(batch)
+            self._ctx.count("leader.surplus_filled")
+            self._start_instance(NOOP)
 
     def _ask_for_order(self, index: int) -> None:
         ctx = self._ctx
@@ -232,9 +239,16 @@ class Leader:
         for index in sorted(self._unready):
             if index >= ordered:
                 break
-            if space.is_committed(index):
-                ctx.outbox.pending.readied_instances.append(index)
-                self._report_ready(self._unready.pop(index))
+            slot = space.get(index)
+            if slot is None or not slot.committed:
+                continue
+            if slot.batch != self._unready[index]:
+                # Another replica recovered this index with another value (a no-op): these
+                # commands lost it. They are not ready; taking the space back re-proposes them.
+                self.on_lost_index()
+                continue
+            ctx.outbox.pending.readied_instances.append(index)
+            self._report_ready(self._unready.pop(index))
 
     def _ordered_count(self) -> int:
         """How many own O-instances meet the O condition of the ready rule."""
@@ -336,8 +350,16 @@ class Leader:
                 self._unready.pop(index, None)
             elif index in chosen:
                 del self._inflight[index]
+        for index in sorted(self._unready):
+            committed = self._ctx.clog[self._ctx.id].get(index)
+            if committed is not None and committed.committed and \
+                    committed.batch != self._unready[index]:
+                lost.extend(self._unready.pop(index))  # decided elsewhere, learned meanwhile
         self._pending.extendleft(reversed(lost))
         self._ctx.count("leader.requeued_after_retake", len(lost))
+        if self._surplus_upto >= 0:
+            surplus, self._surplus_upto = self._surplus_upto, -1
+            self.fill_to(surplus)
 
     def lowest_unfinished(self) -> int:
         return max(min(self._inflight, default=self.next_index), self._ctx.clog[self._ctx.id].base)

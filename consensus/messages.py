@@ -220,11 +220,14 @@ class Vote(Message):
 
 @dataclass(frozen=True, slots=True)
 class NewView(Message):
-    """The new sequencer's rebuilt log from `start`, to be accepted in the new view."""
+    """The new sequencer's rebuilt log from `start`, to be accepted in the new view, and how
+    many slots each replica has in [0, end): a leader with more slots than C-instances must
+    fill the surplus with no-ops before it proposes anything new."""
 
     TAG: ClassVar[int] = 32
     start: int
     values: tuple[int, ...]
+    o_counts: tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True)

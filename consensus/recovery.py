@@ -75,7 +75,10 @@ class Recovery:
     def _propose(self, round_: Round) -> None:
         ctx = self._ctx
         promises = [round_.promises[sender] for sender in sorted(round_.promises)]
-        top = max([round_.from_index, *(promise.max_index for promise in promises)])
+        # A stalled replica must decide the index it waits on; an owner taking its space
+        # back need only decide what someone reports accepted.
+        floor = -1 if round_.owner else round_.from_index
+        top = max([floor, *(promise.max_index for promise in promises)])
         limit = ctx.config.fetch_instances_max
         for promise in promises:
             if len(promise.entries) >= limit:

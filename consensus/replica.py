@@ -157,6 +157,7 @@ class Replica:
         self._catchup.on_install = self._on_snapshot_installed
         self._leader.on_replicated = self._election.on_replicated
         self._leader.on_ordered = self._election.on_ordered
+        self._leader.on_lost_index = self._start_retake
         self._handlers = self._handler_table()
         self.inspect = Inspection(ctx, self._executor)
 
@@ -204,8 +205,13 @@ class Replica:
 
     def _handle(self, message: Message) -> None:
         ctx = self._ctx
-        if message.view > ctx.view and not isinstance(message, _VIEW_INDEPENDENT):
-            self._election.on_newer_view(message.view)
+        if message.view > ctx.view:
+            if isinstance(message, VoteRequest | PreVoteRequest) and ctx.is_sequencer:
+                # A replica wants a view this healthy sequencer's lease keeps it from
+                # winning, and it ignores this view meanwhile: move everyone past it.
+                self._election.bump(message.view)
+            elif not isinstance(message, _VIEW_INDEPENDENT):
+                self._election.on_newer_view(message.view)
         self._handlers[type(message)](message)
 
     def _run_loopback(self) -> None:
@@ -282,14 +288,18 @@ class Replica:
             self._recovery.on_ack(message)
 
     def _on_c_nack(self, message: CNack) -> None:
-        ctx = self._ctx
         if self._recovery.on_nack(message):
             return
-        if message.space == ctx.id and message.promised > self._leader.ballot and \
-                not self._leader.retaking:
-            self._leader.retaking = True
-            ctx.count("leader.retake")
-            self._recovery.start(ctx.id, self._leader.lowest_unfinished())
+        if message.space == self._ctx.id and message.promised > self._leader.ballot:
+            self._start_retake()
+
+    def _start_retake(self) -> None:
+        """Another replica recovered part of this replica's space: take it back."""
+        if self._leader.retaking:
+            return
+        self._leader.retaking = True
+        self._ctx.count("leader.retake")
+        self._recovery.start(self._ctx.id, self._leader.lowest_unfinished())
 
     def _on_c_request(self, message: CRequest) -> None:
         if self._acceptor.serving(message.view):
@@ -423,3 +433,7 @@ class Replica:
             if not slot.committed and slot.ballot == leader.ballot:
                 leader.resume(index, slot.ballot, slot.batch)
         leader.recount()
+        # A C-accept may have left before its record was on disk: take the space back with a
+        # higher ballot before proposing, so no index is ever reused with another value.
+        leader.retaking = True
+        self._recovery.start(ctx.id, leader.lowest_unfinished())

@@ -7,7 +7,7 @@ import pytest
 from consensus.codec import encode_messages, pack
 from consensus.config import ConfigError, Defect, Mode, ReplicaConfig
 from consensus.leader import ProposalDropped
-from consensus.messages import CAccept, CAck, Command, CRequest, OAccept
+from consensus.messages import CAccept, CAck, CCommit, Command, CRequest, OAccept
 from consensus.prng import Prng
 from consensus.replica import Replica
 from tests.consensus.interaction import Harness, run_command
@@ -171,3 +171,20 @@ def test_bad_configuration_is_refused_with_the_field(changes: dict[str, object],
 
 def test_modes_are_named() -> None:
     assert Mode("multipaxos") is Mode.MULTIPAXOS
+
+
+def test_a_command_whose_index_was_recovered_with_a_noop_is_not_ready() -> None:
+    """Readiness needs the committed value to be the leader's own batch: another replica may
+    have recovered the index with a no-op (paper §3.3); the leader then takes its space back
+    and proposes the command again."""
+    leader = Replica(ReplicaConfig(replica_id=1, replica_count=3), Prng(1))
+    leader.propose(b"a")
+    leader.ready()
+    leader.advance()
+    leader.step(OAccept(0, 0, 0, (1,)))  # ordered at slot 0
+    leader.ready()
+    leader.advance()
+    leader.step(CCommit(2, 0, 1, 0, 18, ()))  # replica 2 recovered index 0 as a no-op
+    ready = leader.ready()
+    assert ready.readied == []
+    assert dict(leader.status().counters).get("leader.retake") == 1

@@ -135,3 +135,30 @@ def test_multipaxos_pays_the_round_trip_to_the_leader() -> None:
     measured = {item.site: item.median_ms for item in run_latency(3, Mode.MULTIPAXOS,
                                                                    seconds=1, interval_ms=25)}
     assert measured == pytest.approx({"CA": 20, "OR": 40, "OH": 72}, abs=1.0)
+
+
+# --- regressions: schedules that once broke the protocol, kept forever -------------------------
+
+REGRESSIONS = [
+    # A recoverer committed a no-op at a live leader's index; the leader reported its own
+    # command there as ready (invariant 7 broken): readiness now compares committed values.
+    (SimOptions(seed=5999, replica_count=5, safety_ms=900, liveness_ms=1200, loss_ppm=20_000,
+                duplicate_ppm=20_000, torn_writes=True),
+     (NemesisEvent(268, Fault.PARTITION_RING, 0, 572), NemesisEvent(335, Fault.ONE_WAY, 2, 266),
+      NemesisEvent(458, Fault.ONE_WAY, 4, 599), NemesisEvent(703, Fault.PARTITION_HALVES, 0, 25),
+      NemesisEvent(799, Fault.PARTITION_RING, 3, 528))),
+    # A candidate that lost the race with lease renewals stayed stuck in its view, ignoring the
+    # healthy view: the sequencer now moves everyone past it, and voters vote for their holder.
+    (SimOptions(seed=1250, replica_count=3, safety_ms=900, liveness_ms=1200, loss_ppm=20_000),
+     (NemesisEvent(0, Fault.CRASH, 1, 2), NemesisEvent(545, Fault.CLOG, 1, 330),
+      NemesisEvent(552, Fault.CRASH, 2, 552), NemesisEvent(761, Fault.PAUSE, 1, 353),
+      NemesisEvent(768, Fault.CLOG, 0, 599))),
+]
+
+
+@pytest.mark.parametrize(("options", "schedule"), REGRESSIONS,
+                         ids=[f"seed{options.seed}" for options, _ in REGRESSIONS])
+def test_regression_schedules_pass(options: SimOptions,
+                                   schedule: tuple[NemesisEvent, ...]) -> None:
+    result = run(options, schedule)
+    assert result.ok, explain(result)
