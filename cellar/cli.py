@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("cellar.bench", "benchmarks that print figures (medians of several runs)"),
     "check": ("jepsen.check_cli", "check a recorded history for linearizability"),
     "sim": ("jepsen.sim.cli", "the deterministic cluster simulator: run, sweep, latency"),
+    "replica": ("cellar.replica_cli", "run one replica of the store"),
     "certs": ("consensus.runtime.certs_cli", "make the cluster's CA and TLS certificates"),
 }
 

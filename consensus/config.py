@@ -56,6 +56,7 @@ class ReplicaConfig:
     reads_pending_max: int = 100_000
     dedup_window_per_origin: int = 65_536  # executed command tags remembered per origin
     snapshot_chunk_bytes: int = 1 << 19
+    lead_lag_slots_max: int = 16  # further behind the committed prefix, proposals wait
 
     heartbeat_ticks: int = 10
     election_ticks: int = 60  # a follower suspects the sequencer after [base, 2 * base) ticks
@@ -112,6 +113,7 @@ def _problems(config: ReplicaConfig) -> list[str]:
     positive = ("batch_commands_max", "batch_bytes_max", "inflight_instances_max",
                 "pending_proposals_max", "o_entries_per_message_max", "fetch_instances_max",
                 "reads_pending_max", "dedup_window_per_origin", "snapshot_chunk_bytes",
+                "lead_lag_slots_max",
                 "heartbeat_ticks", "election_ticks", "lease_ticks", "resend_ticks",
                 "repair_ticks", "recovery_ticks", "straggler_window_ticks",
                 "straggler_rounds", "straggler_margin_ticks", "straggler_cooldown_ticks")

@@ -62,8 +62,8 @@ class Inflight:
 class Leader:
     __slots__ = ("_counter", "_created_at", "_ctx", "_forwarded", "_forwarded_at",
                  "_inflight", "_order_asked_at", "_own_committed", "_pending", "_prefix",
-                 "_sequencer", "_surplus_upto", "_unready", "ballot", "next_index", "on_lost_index",
-                 "on_ordered", "on_replicated", "retaking")
+                 "_sequencer", "_surplus_upto", "_unready", "ballot", "lagging", "next_index",
+                 "on_lost_index", "on_ordered", "on_replicated", "retaking")
 
     def __init__(self, ctx: Context, sequencer: Sequencer) -> None:
         self._ctx = ctx
@@ -84,6 +84,9 @@ class Leader:
         self._created_at: dict[int, int] = {}  # own index -> tick proposed (straggler delays)
         self.on_replicated: Callable[[int], None] = lambda ticks: None
         self.on_lost_index: Callable[[], None] = lambda: None
+        # Far behind the committed prefix: new commands wait until this replica caught up,
+        # or a snapshot could cover them before it ever executed them (no result to give).
+        self.lagging: Callable[[], bool] = lambda: False
         self.on_ordered: Callable[[int], None] = lambda ticks: None
 
     # --- proposing -------------------------------------------------------------------------
@@ -113,7 +116,7 @@ class Leader:
         if ctx.config.mode is Mode.MULTIPAXOS and not ctx.is_sequencer:
             self._forward()
             return
-        if self.retaking:
+        if self.retaking or self.lagging():
             return
         last = -1
         while self._pending and len(self._inflight) < ctx.config.inflight_instances_max:

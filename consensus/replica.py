@@ -158,6 +158,7 @@ class Replica:
         self._leader.on_replicated = self._election.on_replicated
         self._leader.on_ordered = self._election.on_ordered
         self._leader.on_lost_index = self._start_retake
+        self._leader.lagging = self._lagging
         self._handlers = self._handler_table()
         self.inspect = Inspection(ctx, self._executor)
 
@@ -292,6 +293,10 @@ class Replica:
             return
         if message.space == self._ctx.id and message.promised > self._leader.ballot:
             self._start_retake()
+
+    def _lagging(self) -> bool:
+        behind = self._catchup.commit_hint - self._executor.exec_slot
+        return behind > self.config.lead_lag_slots_max
 
     def _start_retake(self) -> None:
         """Another replica recovered part of this replica's space: take it back."""

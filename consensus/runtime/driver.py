@@ -4,13 +4,14 @@ Peer frames, client proposals and reads reach it through one bounded channel; ti
 as ticks counted from the monotonic clock (after a pause it catches up on every missed tick
 before it handles anything else, so a lease is never judged on stale time). Each Ready is
 handled as `consensus.ready` prescribes: messages that may leave at once go out, the records
-are appended and synced in a worker thread (the only blocking call), then the messages that
-promised them leave, a snapshot is installed, the executed commands are applied to the state
-machine and their results handed to the waiting clients, and `advance()` lets the core count
-its own acceptance.
+are appended and synced (the only blocking call, made in this thread: see `_handle`), then
+the messages that promised them leave, a snapshot is installed, the executed commands are
+applied to the state machine and their results handed to the waiting clients, and
+`advance()` lets the core count its own acceptance.
 
-Group commit comes for free: while one sync runs, inputs queue in the channel, and the next
-Ready carries all of them in one batch of records and one sync.
+Group commit comes for free: while one sync runs, inputs queue (in the channel and in the
+kernel's socket buffers), and the next Ready carries all of them in one batch of records and
+one sync.
 
 A failure to persist stops the driver (and so the replica): after a failed fsync the state of
 the page cache is unknown, and continuing could lose what was acknowledged.
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import anyio
-import anyio.to_thread
+import anyio.lowlevel
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from consensus.codec import MESSAGE_BYTES_MAX, encode_envelope, encode_messages
@@ -258,8 +259,13 @@ class Driver:
     async def _handle(self, ready: Ready) -> None:
         self._send_messages(ready.messages)
         if ready.records:
+            # Let the transport write what may leave now, then persist in this thread: a
+            # worker thread would have to wait for the interpreter lock while this loop runs
+            # (up to a 5 ms switch interval), and inputs arriving meanwhile simply queue in
+            # the kernel and join the next Ready (group commit).
+            await anyio.lowlevel.checkpoint()
             started = self._clock()
-            await anyio.to_thread.run_sync(self._persist, ready.records, ready.must_sync)
+            self._persist(ready.records, ready.must_sync)
             self.metrics.observe("storage_persist_seconds", self._clock() - started)
         self._send_messages(ready.messages_after_persist)
         if ready.snapshot_to_install is not None:

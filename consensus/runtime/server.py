@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 import anyio
 
@@ -38,10 +39,12 @@ INFLIGHT_PER_CONNECTION_MAX = 1024
 class ClientServer:
     def __init__(self, driver: Driver, *, now_ms: Callable[[], int] = lambda: int(
                      time.time() * 1000),
-                 inflight_max: int = INFLIGHT_PER_CONNECTION_MAX) -> None:
+                 inflight_max: int = INFLIGHT_PER_CONNECTION_MAX,
+                 status: Callable[[], dict[str, Any]] | None = None) -> None:
         self._driver = driver
         self._now_ms = now_ms
         self._inflight_max = inflight_max
+        self._status = status or driver.status
 
     async def serve(self, principal: Principal, connection: FrameStream) -> None:
         """Answer requests until the client hangs up."""
@@ -97,7 +100,7 @@ class ClientServer:
                                                        request.wait_ms / 1000)
                 return Response(request_id, Code.OK, result, slot)
             assert isinstance(request, Status)
-            return Response(request_id, Code.OK, encode_status(driver.status()))
+            return Response(request_id, Code.OK, encode_status(self._status()))
         except OutcomeUnknown as error:
             return Response(request_id, Code.UNKNOWN, message=str(error))
         except Overloaded as error:

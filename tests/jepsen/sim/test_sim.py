@@ -153,6 +153,14 @@ REGRESSIONS = [
      (NemesisEvent(0, Fault.CRASH, 1, 2), NemesisEvent(545, Fault.CLOG, 1, 330),
       NemesisEvent(552, Fault.CRASH, 2, 552), NemesisEvent(761, Fault.PAUSE, 1, 353),
       NemesisEvent(768, Fault.CLOG, 0, 599))),
+    # A replica restarted far behind proposed at once; the others ran the command and
+    # truncated past it, and the snapshot it caught up from covered it: no result for its
+    # client. A replica far behind the committed prefix now holds proposals until caught up.
+    (SimOptions(seed=4601, replica_count=3, safety_ms=900, liveness_ms=1200, jitter_us=2000,
+                loss_ppm=20_000, torn_writes=True, snapshot_every_slots=30,
+                batch_commands_max=1),
+     (NemesisEvent(539, Fault.CRASH, 1, 576), NemesisEvent(654, Fault.ONE_WAY, 2, 527),
+      NemesisEvent(705, Fault.PAUSE, 0, 450), NemesisEvent(863, Fault.CRASH, 1, 320))),
 ]
 
 

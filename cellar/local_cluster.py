@@ -1,0 +1,180 @@
+"""A cluster of real replica processes on loopback: certificates, configuration files, ports,
+and handles to start, stop, `kill -9` and restart each replica.
+
+`cellar dev`, the live tests and the cluster benchmark all build their clusters here, so a
+replica started by any of them is the same `cellar replica --config FILE` an operator runs.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from consensus.runtime.certs import identities, init_directory
+from consensus.runtime.client import CellarClient, ClientConfig
+from consensus.runtime.connect import connector
+from consensus.runtime.tls import Identity, IdentityRole, TlsConfig
+
+HOST = "127.0.0.1"
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports free right now on loopback (the kernel picks them; a race is unlikely there)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind((HOST, 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+@dataclass
+class Layout:
+    """Where everything of one local cluster lives."""
+
+    directory: pathlib.Path
+    replicas: int
+    insecure: bool = False
+    tick_ms: int = 5
+    loop: str = "uvloop"
+    snapshot_every_slots: int = 20_000
+    peer_ports: list[int] = field(default_factory=list)
+    client_ports: list[int] = field(default_factory=list)
+    metrics_ports: list[int] = field(default_factory=list)
+
+    @property
+    def certs(self) -> pathlib.Path:
+        return self.directory / "certs"
+
+    def config_path(self, replica: int) -> pathlib.Path:
+        return self.directory / f"replica-{replica}.toml"
+
+    def data_dir(self, replica: int) -> pathlib.Path:
+        return self.directory / f"data-{replica}"
+
+    @property
+    def endpoints(self) -> list[str]:
+        return [f"{HOST}:{port}" for port in self.client_ports]
+
+    def write(self, *, admins: Sequence[str] = ("admin",), schedulers: Sequence[str] = (),
+              nodes: Sequence[str] = ()) -> None:
+        """Certificates (unless insecure), ports and one configuration file per replica."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        ports = free_ports(3 * self.replicas)
+        self.peer_ports = ports[:self.replicas]
+        self.client_ports = ports[self.replicas:2 * self.replicas]
+        self.metrics_ports = ports[2 * self.replicas:]
+        if not self.insecure:
+            init_directory(self.certs, identities(replicas=self.replicas, admins=admins,
+                                                  schedulers=schedulers, nodes=nodes))
+        for replica in range(self.replicas):
+            self.config_path(replica).write_text(self._config_text(replica), encoding="utf-8")
+
+    def _config_text(self, replica: int) -> str:
+        lines = [f"replica_id = {replica}", f'data_dir = "data-{replica}"',
+                 f"tick_ms = {self.tick_ms}", f'loop = "{self.loop}"',
+                 f'metrics = "{HOST}:{self.metrics_ports[replica]}"',
+                 f"insecure = {'true' if self.insecure else 'false'}"]
+        if not self.insecure:
+            stem = f"certs/replica-{replica}"
+            lines += ["[tls]", 'ca = "certs/ca.pem"', f'cert = "{stem}.pem"',
+                      f'key = "{stem}.key"']
+        for peer in range(self.replicas):
+            lines += ["[[peers]]", f"id = {peer}", f'peer = "{HOST}:{self.peer_ports[peer]}"',
+                      f'client = "{HOST}:{self.client_ports[peer]}"']
+        lines += ["[limits]", f"snapshot_every_slots = {self.snapshot_every_slots}"]
+        return "\n".join(lines) + "\n"
+
+    def tls_for(self, identity: Identity) -> TlsConfig | None:
+        return None if self.insecure else TlsConfig.in_directory(self.certs, identity)
+
+    def client(self, role: IdentityRole, name: str,
+               config: ClientConfig | None = None) -> CellarClient:
+        """A client with `role:name`'s certificate (in insecure mode every client is an admin)."""
+        tls = self.tls_for(Identity(role, name))
+        return CellarClient(self.endpoints, connector(tls, insecure=self.insecure),
+                            config or ClientConfig())
+
+
+class ReplicaProcess:
+    """One `cellar replica` process; its output goes to a log file beside its data."""
+
+    def __init__(self, layout: Layout, replica: int) -> None:
+        self.layout = layout
+        self.replica = replica
+        self.process: subprocess.Popen[bytes] | None = None
+        self.log_path = layout.directory / f"replica-{replica}.log"
+
+    def start(self) -> None:
+        command = [sys.executable, "-m", "cellar", "replica", "--config",
+                   str(self.layout.config_path(self.replica)), "--init"]
+        log = self.log_path.open("ab")
+        environment = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,  # noqa: S603
+                                        env=environment, cwd=self.layout.directory)
+        log.close()
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def kill(self) -> None:
+        """`kill -9`: no chance to flush anything."""
+        if self.running:
+            assert self.process is not None
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait()
+
+    def stop(self, timeout_s: float = 10.0) -> int | None:
+        """SIGTERM, then SIGKILL if it does not stop in time; returns the exit status."""
+        if self.process is None:
+            return None
+        if self.running:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        return self.process.returncode
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+
+class ProcessCluster:
+    def __init__(self, layout: Layout) -> None:
+        self.layout = layout
+        self.processes = [ReplicaProcess(layout, replica) for replica in range(layout.replicas)]
+
+    def start(self) -> None:
+        for process in self.processes:
+            process.start()
+
+    def stop(self) -> None:
+        for process in self.processes:
+            process.stop()
+
+    def wait_ports(self, timeout_s: float = 20.0) -> None:
+        """Until every replica accepts connections on its client port."""
+        deadline = time.monotonic() + timeout_s
+        for replica, port in enumerate(self.layout.client_ports):
+            while True:
+                try:
+                    socket.create_connection((HOST, port), timeout=0.5).close()
+                    break
+                except OSError:
+                    if time.monotonic() > deadline or not self.processes[replica].running:
+                        log = self.processes[replica].log_path
+                        raise RuntimeError(f"replica {replica} did not start; see {log}: "
+                                           f"{log.read_text()[-2000:]}") from None
+                    time.sleep(0.05)

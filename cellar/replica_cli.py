@@ -1,0 +1,94 @@
+"""`cellar replica --config FILE`: run one replica of the GPU-allocation store.
+
+Exit status: 0 after a clean stop (SIGTERM or SIGINT), 78 for a bad configuration file, and
+the data directory's own codes for storage trouble (see consensus.runtime.storage_errors: a
+missing, locked or corrupt data directory, or a failed write or sync).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import pathlib
+import signal
+import sys
+from typing import Any
+
+import anyio
+
+from consensus.runtime.logs import configure_logging
+from consensus.runtime.node import ReplicaNode
+from consensus.runtime.node_config import NodeConfigError, load_node_config
+from consensus.runtime.storage import DurableLog
+from consensus.runtime.storage_errors import StorageError
+from statemachine.codec import encode_command
+from statemachine.commands import Tick
+from statemachine.machine import Machine
+
+EXIT_CONFIG = 78
+logger = logging.getLogger("cellar.replica")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", type=pathlib.Path, required=True,
+                        help="the replica's TOML configuration")
+    parser.add_argument("--init", action="store_true",
+                        help="create the data directory if it does not exist yet")
+    parser.add_argument("--log-level", default="info",
+                        choices=("debug", "info", "warning", "error"))
+    parser.add_argument("--plain-logs", action="store_true",
+                        help="human-readable log lines instead of JSON")
+    parser.set_defaults(handler=run)
+
+
+def tick_command(now_ms: int) -> bytes:
+    del now_ms  # the envelope carries the time; Tick itself has no fields
+    return encode_command(Tick())
+
+
+def loop_options(loop: str) -> tuple[str, dict[str, Any]]:
+    if loop == "trio":
+        return "trio", {}
+    if loop == "uvloop":
+        try:
+            import uvloop  # noqa: F401, PLC0415 - only to know whether it is there
+        except ImportError:
+            logger.warning("uvloop is not installed; running on plain asyncio")
+            return "asyncio", {}
+        return "asyncio", {"use_uvloop": True}
+    return "asyncio", {}
+
+
+def run(args: argparse.Namespace) -> int:
+    configure_logging(args.log_level, json_lines=not args.plain_logs)
+    try:
+        config = load_node_config(args.config)
+    except NodeConfigError as error:
+        print(f"cellar replica: {error}", file=sys.stderr)
+        return EXIT_CONFIG
+    try:
+        log = DurableLog.open(config.data_dir, create=args.init)
+    except StorageError as error:
+        print(f"cellar replica: {error}", file=sys.stderr)
+        return error.exit_code
+    try:
+        node = ReplicaNode(config, log, Machine(), system_command=tick_command)
+        backend, options = loop_options(config.loop)
+        anyio.run(serve_until_signalled, node, backend=backend, backend_options=options)
+    except StorageError as error:
+        logger.error("stopping: %s", error)
+        print(f"cellar replica: {error}", file=sys.stderr)
+        return error.exit_code
+    finally:
+        log.close()
+    return 0
+
+
+async def serve_until_signalled(node: ReplicaNode) -> None:
+    async with anyio.create_task_group() as tasks:
+        await tasks.start(node.run)
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for received in signals:
+                logger.info("stopping on signal %s", signal.Signals(received).name)
+                tasks.cancel_scope.cancel()
+                break

@@ -1,0 +1,51 @@
+"""Connecting a client to a replica: TCP, mutual TLS, a check that the server is a replica of
+the cluster, and framing. The client library calls the `Connect` this returns per endpoint."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Awaitable, Callable
+
+import anyio
+
+from consensus.codec import MESSAGE_BYTES_MAX
+from consensus.runtime.framing import FramedConnection
+from consensus.runtime.tls import IdentityRole, TlsConfig, check_security, tls_handshake
+
+CONNECT_TIMEOUT_S = 5.0
+
+
+class ConnectRefused(OSError):
+    """The endpoint is not a replica of this cluster (wrong certificate or identity)."""
+
+
+def split_endpoint(endpoint: str) -> tuple[str, int]:
+    host, _, port = endpoint.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"{endpoint!r} is not HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
+def connector(tls: TlsConfig | None, *, insecure: bool = False,
+              frame_bytes_max: int = MESSAGE_BYTES_MAX) -> Callable[[str], Awaitable[
+                  FramedConnection]]:
+    """A `Connect` for `CellarClient`: plain TCP only when `insecure` says so (it warns)."""
+    check_security(tls, insecure=insecure, what="client")
+    metrics: Counter[str] = Counter()
+    context = tls.client_context() if tls is not None else None
+
+    async def connect(endpoint: str) -> FramedConnection:
+        host, port = split_endpoint(endpoint)
+        with anyio.fail_after(CONNECT_TIMEOUT_S):
+            stream: anyio.abc.ByteStream = await anyio.connect_tcp(host, port)
+        if context is not None:
+            secured = await tls_handshake(stream, context, server_side=False, metrics=metrics)
+            if secured is None:
+                raise ConnectRefused(f"{endpoint}: the TLS handshake failed")
+            stream, identity = secured
+            if identity.role is not IdentityRole.REPLICA:
+                await anyio.aclose_forcefully(stream)
+                raise ConnectRefused(f"{endpoint} presented {identity}, not a replica")
+        return FramedConnection(stream, frame_bytes_max=frame_bytes_max, metrics=metrics)
+
+    return connect

@@ -1,0 +1,118 @@
+"""A replica process, assembled: durable log, peer mesh, driver, client listener, metrics.
+
+The pieces meet here and nowhere else: frames from peers go to the driver's bounded channel,
+the driver's messages go to the mesh's bounded per-peer queues, client connections go to the
+request server, and the metrics endpoint renders the driver's and the transport's counters.
+The state machine is whatever the caller passes (the GPU-allocation machine for `cellar
+replica`), so consensus stays ignorant of it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+
+from consensus.config import ReplicaConfig
+from consensus.prng import Prng
+from consensus.replica import Replica
+from consensus.runtime.driver import Driver, DriverConfig
+from consensus.runtime.framing import FramedConnection
+from consensus.runtime.listener import ClientListener
+from consensus.runtime.metrics import Metrics
+from consensus.runtime.metrics_http import serve_metrics
+from consensus.runtime.node_config import NodeConfig
+from consensus.runtime.peers import PeerMesh
+from consensus.runtime.server import ClientServer
+from consensus.runtime.storage import DurableLog
+from consensus.runtime.tls import Identity, TlsConfig
+from consensus.state_machine import StateMachine
+
+logger = logging.getLogger("cellar.replica")
+
+
+def tls_of(config: NodeConfig) -> TlsConfig | None:
+    if config.tls is None:
+        return None
+    return TlsConfig(ca_file=config.tls.ca, cert_file=config.tls.cert, key_file=config.tls.key)
+
+
+def replica_config(config: NodeConfig) -> ReplicaConfig:
+    return ReplicaConfig(
+        replica_id=config.replica_id, replica_count=len(config.peers),
+        batch_commands_max=config.limits["batch_commands_max"],
+        inflight_instances_max=config.limits["inflight_instances_max"],
+    ).validate()
+
+
+class ReplicaNode:
+    def __init__(self, config: NodeConfig, log: DurableLog, machine: StateMachine, *,
+                 system_command: Callable[[int], bytes] | None = None) -> None:
+        self.config = config
+        self.metrics = Metrics()
+        self.transport: Counter[str] = Counter()
+        seed = int.from_bytes(os.urandom(8), "big")  # randomized timeouts only
+        replica = Replica.restore(replica_config(config), Prng(seed), log.records())
+        tls, limits = tls_of(config), config.limits
+        self.mesh = PeerMesh(
+            config.replica_id, (config.me.peer.host, config.me.peer.port),
+            {peer.replica_id: (peer.peer.host, peer.peer.port) for peer in config.peers
+             if peer.replica_id != config.replica_id},
+            tls, on_frame=self._on_frame, queue_frames_max=limits["peer_queue_frames_max"],
+            frame_bytes_max=limits["frame_bytes_max"], metrics=self.transport,
+            insecure=config.insecure)
+        self.driver = Driver(
+            replica, log, machine, self.mesh.send, self.metrics,
+            config=DriverConfig(tick_ms=config.tick_ms, inputs_max=limits["inputs_max"],
+                                snapshot_every_slots=limits["snapshot_every_slots"]),
+            system_command=system_command)
+        self.server = ClientServer(self.driver, status=self.status)
+        self.listener = ClientListener(
+            (config.me.client.host, config.me.client.port), tls, handle=self._serve_client,
+            connections_max=limits["client_connections_max"],
+            frame_bytes_max=limits["frame_bytes_max"], metrics=self.transport,
+            insecure=config.insecure)
+
+    def _on_frame(self, sender: int, frame: bytes) -> None:
+        self.driver.deliver(sender, frame)
+
+    async def _serve_client(self, identity: Identity, connection: FramedConnection) -> None:
+        await self.server.serve(identity.principal(), connection)
+
+    def status(self) -> dict[str, Any]:
+        status = self.driver.status()
+        status["peers_connected"] = sorted(self.mesh.connected())
+        status["transport"] = dict(self.transport)
+        return status
+
+    def render_metrics(self) -> str:
+        status = self.driver.replica.status()
+        self.metrics.set("view", status.view)
+        self.metrics.set("is_sequencer", int(status.is_sequencer))
+        self.metrics.set("executed_slots", status.executed_slots)
+        self.metrics.set("commit_prefix", status.commit_prefix)
+        self.metrics.set("pending_proposals", status.pending_proposals)
+        self.metrics.set("peers_connected", len(self.mesh.connected()))
+        for name, value in status.counters:
+            self.metrics.set(f"core.{name}", value)
+        for name, value in self.transport.items():
+            self.metrics.set(name, value)
+        return self.metrics.render()
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+                  ) -> None:
+        """Serve until cancelled, or until the driver stops (a storage failure)."""
+        async with anyio.create_task_group() as tasks:
+            await tasks.start(self.mesh.run)
+            await tasks.start(self.listener.run)
+            if self.config.metrics is not None:
+                await tasks.start(serve_metrics, self.config.metrics.host,
+                                  self.config.metrics.port, self.render_metrics)
+            logger.info("replica %d serving clients on %s, peers on %s",
+                        self.config.replica_id, self.config.me.client, self.config.me.peer)
+            task_status.started()
+            await self.driver.run()
