@@ -47,6 +47,7 @@ class Layout:
     tick_ms: int = 5
     loop: str = "uvloop"
     snapshot_every_slots: int = 20_000
+    limits: dict[str, int] = field(default_factory=dict)  # more [limits] entries
     peer_ports: list[int] = field(default_factory=list)
     client_ports: list[int] = field(default_factory=list)
     metrics_ports: list[int] = field(default_factory=list)
@@ -92,6 +93,7 @@ class Layout:
             lines += ["[[peers]]", f"id = {peer}", f'peer = "{HOST}:{self.peer_ports[peer]}"',
                       f'client = "{HOST}:{self.client_ports[peer]}"']
         lines += ["[limits]", f"snapshot_every_slots = {self.snapshot_every_slots}"]
+        lines += [f"{name} = {value}" for name, value in sorted(self.limits.items())]
         return "\n".join(lines) + "\n"
 
     def tls_for(self, identity: Identity) -> TlsConfig | None:

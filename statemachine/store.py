@@ -40,6 +40,7 @@ from statemachine.commands import (
     Uncordon,
 )
 from statemachine.errors import Rejection
+from statemachine.limits import QUERY_LIMIT_MAX
 from statemachine.query_codec import decode_answer, encode_query
 from statemachine.result_codec import decode_result
 from statemachine.results import Result
@@ -83,8 +84,10 @@ class GpuStore:
         """A gang's phase, placement and, while it waits, why it is pending."""
         return await self.query("group", group=group)
 
-    async def gangs(self, **filters: Any) -> Answer:
-        return await self.query("groups", **filters)
+    async def gangs(self, *, vc: str = "", phase: str = "", after: str = "",
+                    limit: int = QUERY_LIMIT_MAX) -> Answer:
+        """Gangs in id order after `after`, filtered by tenant and phase ("" for any)."""
+        return await self.query("groups", vc=vc, phase=phase, after=after, limit=limit)
 
     async def cluster(self) -> Answer:
         return await self.query("cluster")
@@ -136,8 +139,8 @@ class GpuStore:
     async def node(self, node: str) -> Answer:
         return await self.query("node", node=node)
 
-    async def nodes(self, **filters: Any) -> Answer:
-        return await self.query("nodes", **filters)
+    async def nodes(self, *, after: str = "", limit: int = QUERY_LIMIT_MAX) -> Answer:
+        return await self.query("nodes", after=after, limit=limit)
 
     # --- admins -------------------------------------------------------------------------------
 

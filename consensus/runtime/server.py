@@ -31,6 +31,7 @@ from consensus.runtime.client_codec import (
     encode_status,
 )
 from consensus.runtime.driver import Driver, OutcomeUnknown, Overloaded
+from consensus.runtime.framing import TransportError
 from consensus.runtime.streams import FrameStream
 
 INFLIGHT_PER_CONNECTION_MAX = 1024
@@ -52,11 +53,15 @@ class ClientServer:
         metrics.count("server.connections")
         limiter = anyio.Semaphore(self._inflight_max)
         send_lock = anyio.Lock()
+        ended: TransportError | None = None
         async with anyio.create_task_group() as tasks:
             while True:
                 try:
                     frame = await connection.receive()
                 except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                    break
+                except TransportError as error:  # an oversized or truncated frame
+                    ended = error
                     break
                 try:
                     request = decode_request(frame)
@@ -69,6 +74,8 @@ class ClientServer:
                 tasks.start_soon(self._answer, principal, request, connection, send_lock,
                                  limiter)
             tasks.cancel_scope.cancel()
+        if ended is not None:
+            raise ended  # outside the task group: the listener counts it and drops the client
 
     async def _answer(self, principal: Principal, request: Request, connection: FrameStream,
                       send_lock: anyio.Lock, limiter: anyio.Semaphore) -> None:
