@@ -19,6 +19,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "check": ("jepsen.check_cli", "check a recorded history for linearizability"),
     "sim": ("jepsen.sim.cli", "the deterministic cluster simulator: run, sweep, latency"),
     "replica": ("cellar.replica_cli", "run one replica of the store"),
+    "status": ("cellar.ops_cli", "each replica's role, view, sequencer, progress and lag"),
+    "admin": ("cellar.admin_cli", "admin commands and queries against a live cluster"),
     "certs": ("consensus.runtime.certs_cli", "make the cluster's CA and TLS certificates"),
 }
 

@@ -1,0 +1,154 @@
+"""`cellar status` and `cellar admin`: what an operator runs against a live cluster.
+
+`status` asks every replica for its role, view, sequencer, executed and committed slots, lag
+behind the furthest replica and connected peers; a replica that does not answer is shown down.
+`admin` issues the state machine's admin commands (apply a configuration, cordon, uncordon,
+drain, mark a node or GPU bad or clear it) and its queries (gangs, one gang with why it is
+pending, nodes, one node, the cluster view, stats). Exit status 0 on success, 1 when the state
+machine rejected the command, 2 when no replica could be reached in time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+
+from cellar.connection import add_connection_arguments, client_from, endpoints_of
+from cellar.spec_file import SpecFileError, load_spec
+from consensus.runtime.client import ClientError
+from statemachine.errors import Rejection
+from statemachine.result_codec import result_to_plain
+from statemachine.store import GpuStore
+
+EXIT_REJECTED, EXIT_UNREACHABLE = 1, 2
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """`cellar status` (the module's default command)."""
+    configure_status(parser)
+
+
+def configure_status(parser: argparse.ArgumentParser) -> None:
+    add_connection_arguments(parser)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(handler=run_status)
+
+
+def run_status(args: argparse.Namespace) -> int:
+    statuses = anyio.run(_statuses, args)
+    if args.json:
+        print(json.dumps({"replicas": statuses}, default=str))
+    else:
+        for line in status_table(statuses):
+            print(line)
+    return 0 if any(status.get("running") for status in statuses) else EXIT_UNREACHABLE
+
+
+async def _statuses(args: argparse.Namespace) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    async with client_from(args) as client:
+        for endpoint in endpoints_of(args):
+            try:
+                with anyio.fail_after(args.timeout):
+                    status = await client.status(endpoint)
+            except (ClientError, TimeoutError, OSError) as error:
+                status = {"endpoint": endpoint, "running": False, "error": str(error)}
+            found.append({"endpoint": endpoint, **status})
+    return found
+
+
+def status_table(statuses: list[dict[str, Any]]) -> list[str]:
+    furthest = max((status.get("executed_slots", 0) for status in statuses), default=0)
+    lines = [f"{'replica':>7} {'endpoint':>21} {'role':>9} {'view':>5} {'status':>12} "
+             f"{'sequencer':>9} {'executed':>9} {'committed':>9} {'lag':>5} {'peers':>7}"]
+    for status in statuses:
+        if not status.get("running"):
+            lines.append(f"{'?':>7} {status['endpoint']:>21} {'down':>9}  "
+                         f"({status.get('error', 'no answer')})")
+            continue
+        role = "sequencer" if status["is_sequencer"] else "follower"
+        peers = ",".join(str(peer) for peer in status.get("peers_connected", []))
+        lines.append(
+            f"{status['replica_id']:>7} {status['endpoint']:>21} {role:>9} "
+            f"{status['view']:>5} {status['status']:>12} {status['sequencer']:>9} "
+            f"{status['executed_slots']:>9} {status['commit_prefix']:>9} "
+            f"{furthest - status['executed_slots']:>5} {peers:>7}")
+    return lines
+
+
+async def _apply_config(store: GpuStore, args: argparse.Namespace) -> Any:
+    return await store.apply_config(args.expected_version, load_spec(args.file))
+
+
+Action = Callable[[GpuStore, argparse.Namespace], Awaitable[Any]]
+ACTIONS: dict[str, tuple[str, Action]] = {
+    "apply-config": ("apply a cluster configuration file (TOML or JSON)",
+                     _apply_config),
+    "cordon": ("no new placements on a node", lambda store, args: store.cordon(args.node)),
+    "uncordon": ("undo cordon", lambda store, args: store.uncordon(args.node)),
+    "drain": ("cordon and evict every gang on a node",
+              lambda store, args: store.drain(args.node)),
+    "mark-bad": ("mark a node (or one --gpu) bad",
+                 lambda store, args: store.mark_bad(args.node, args.gpu, args.reason)),
+    "clear-bad": ("clear an admin mark", lambda store, args: store.clear_bad(args.node,
+                                                                            args.gpu)),
+    "gangs": ("list gangs", lambda store, args: store.gangs(vc=args.vc, phase=args.phase)),
+    "gang": ("one gang: placement, phase, why it is pending",
+             lambda store, args: store.gang(args.group)),
+    "nodes": ("list nodes", lambda store, args: store.nodes()),
+    "node": ("one node with its GPUs and their health", lambda store, args: store.node(
+        args.node)),
+    "cluster": ("free and bound cells per chain, level and tenant",
+                lambda store, args: store.cluster()),
+    "stats": ("counts of nodes, GPUs, gangs", lambda store, args: store.stats()),
+}
+
+
+def configure_admin(parser: argparse.ArgumentParser) -> None:
+    add_connection_arguments(parser)
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    for name, (help_text, _) in ACTIONS.items():
+        action = actions.add_parser(name, help=help_text, description=help_text)
+        if name == "apply-config":
+            action.add_argument("file", type=pathlib.Path)
+            action.add_argument("--expected-version", type=int, default=0,
+                                help="the configuration version this one replaces")
+        if name in ("cordon", "uncordon", "drain", "mark-bad", "clear-bad", "node"):
+            action.add_argument("node")
+        if name in ("mark-bad", "clear-bad"):
+            action.add_argument("--gpu", default="", help="one GPU's UUID (default: all)")
+        if name == "mark-bad":
+            action.add_argument("--reason", default="admin")
+        if name == "gangs":
+            action.add_argument("--vc", default="")
+            action.add_argument("--phase", default="")
+        if name == "gang":
+            action.add_argument("group")
+    parser.set_defaults(handler=run_admin)
+
+
+def run_admin(args: argparse.Namespace) -> int:
+    try:
+        outcome = anyio.run(_admin, args)
+    except SpecFileError as error:
+        print(f"cellar admin: {error}")
+        return EXIT_REJECTED
+    except ClientError as error:
+        print(f"cellar admin: {error}")
+        return EXIT_UNREACHABLE
+    if isinstance(outcome, Rejection):
+        print(f"rejected: {outcome}")
+        return EXIT_REJECTED
+    plain = outcome if isinstance(outcome, dict) else result_to_plain(outcome)
+    print(json.dumps(plain, indent=2, sort_keys=True, default=str))
+    return 0
+
+
+async def _admin(args: argparse.Namespace) -> Any:
+    async with client_from(args) as client:
+        return await ACTIONS[args.action][1](GpuStore(client), args)
