@@ -104,8 +104,9 @@ class Acceptor:
             self._learner.accepted(message.start, end, ctx.id)
             self._learner.on_ack(OAck(ctx.id, message.view, message.start, end))
             return
-        if not self._accepts_o_from(message):
-            ctx.count("dropped.o_accept_view")
+        refusal = self._o_accept_refusal(message)
+        if refusal is not None:
+            ctx.count(refusal)
             return
         changed = False
         for offset, value in enumerate(message.values):
@@ -115,13 +116,19 @@ class Acceptor:
         self._learner.accepted(message.start, end, message.sender)
         self._acknowledge(message, end)
 
-    def _accepts_o_from(self, message: OAccept) -> bool:
+    def _o_accept_refusal(self, message: OAccept) -> str | None:
+        """Why this replica may not accept the O-accept (a counter name), or None."""
         ctx = self._ctx
         if message.sender != ctx.config.sequencer_of(message.view):
-            return False
+            return "dropped.o_accept_view"
         if Defect.NO_VIEW_GATING in ctx.config.defects and ctx.status is Status.NORMAL:
-            return message.view <= ctx.view
-        return message.view == ctx.view and ctx.status is Status.NORMAL
+            return None if message.view <= ctx.view else "dropped.o_accept_view"
+        if message.view != ctx.view or ctx.status is not Status.NORMAL:
+            return "dropped.o_accept_view"
+        if ctx.olog.conflicts(message.start, message.values):
+            # Catch-up taught this replica what a newer view chose: its sequencer is deposed.
+            return "dropped.o_accept_superseded"
+        return None
 
     def _acknowledge(self, message: OAccept, end: int) -> None:
         ctx = self._ctx

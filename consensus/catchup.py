@@ -4,7 +4,9 @@ The stall may be a lost O-commit or C-commit, or the replica may have been away.
 for committed O-instances from the replica's next slot and the committed C-instances they
 execute; the answer is capped in entries and bytes, so catching up takes several rounds. A
 replica behind the peer's truncation point gets the peer's latest snapshot instead, in chunks,
-and installs it before executing anything else.
+and installs it before executing anything else. A transfer comes from one sender (chunks of
+the same snapshot from two peers may differ byte for byte) and is checked against the digest
+the sender computed before it is installed.
 
 Snapshots are also how the log stays bounded: `compact` folds the executed prefix into a
 state-machine snapshot and truncates both logs below it.
@@ -12,7 +14,9 @@ state-machine snapshot and truncates both logs below it.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from consensus.context import Context
 from consensus.executor import Executor
@@ -29,6 +33,20 @@ from consensus.ready import SnapshotInstall
 from consensus.records import CCommitRecord, SnapshotRecord
 
 FETCH_REPLY_BYTES_MAX = 8 << 20
+STATE_DIGEST_BYTES = 16
+
+
+def state_digest(state: bytes) -> bytes:
+    return hashlib.blake2b(state, digest_size=STATE_DIGEST_BYTES).digest()
+
+
+@dataclass(frozen=True, slots=True)
+class _Transfer:
+    """One snapshot on its way from one sender."""
+    sender: int
+    meta: SnapshotMeta
+    total_bytes: int
+    state_digest: bytes
 
 
 class CatchUp:
@@ -39,6 +57,7 @@ class CatchUp:
         "_learner",
         "_next_peer",
         "_received",
+        "_received_at",
         "_receiving",
         "commit_hint",
         "on_install",
@@ -53,8 +72,9 @@ class CatchUp:
         self._next_peer = 0
         self.commit_hint = 0  # the sequencer's commit prefix, from its heartbeats
         self.snapshot: SnapshotRecord | None = None  # the latest, served to laggards
-        self._receiving: SnapshotMeta | None = None
+        self._receiving: _Transfer | None = None
         self._received = bytearray()
+        self._received_at = 0
         self.on_install: Callable[[], None] = lambda: None
 
     def behind(self) -> bool:
@@ -107,10 +127,11 @@ class CatchUp:
         if self.snapshot is None:
             return
         state, chunk = self.snapshot.state, ctx.config.snapshot_chunk_bytes
+        digest = state_digest(state)
         ctx.count("catchup.snapshot_sent")
         for offset in range(0, max(len(state), 1), chunk):
             ctx.send(peer, SnapshotChunk(ctx.id, ctx.view, self.snapshot.meta, offset,
-                                         len(state), state[offset:offset + chunk]))
+                                         len(state), digest, state[offset:offset + chunk]))
 
     # --- receiving ----------------------------------------------------------------------------
 
@@ -124,17 +145,37 @@ class CatchUp:
         self._asked_at = ctx.now - ctx.config.repair_ticks  # ask again at once if still behind
 
     def on_chunk(self, message: SnapshotChunk) -> None:
+        ctx = self._ctx
         if message.meta.slot <= self._executor.exec_slot:
             return
-        if self._receiving != message.meta or message.offset != len(self._received):
-            if message.offset != 0:
+        if message.total_bytes > ctx.config.snapshot_bytes_max or \
+                len(message.state_digest) != STATE_DIGEST_BYTES:
+            ctx.count("dropped.snapshot_chunk_invalid")
+            return
+        transfer = _Transfer(message.sender, message.meta, message.total_bytes,
+                             message.state_digest)
+        if transfer != self._receiving or message.offset != len(self._received):
+            if message.offset != 0 or not self._may_start(transfer):
                 return
-            self._receiving, self._received = message.meta, bytearray()
+            self._receiving, self._received = transfer, bytearray()
+        self._received_at = ctx.now
         self._received += message.data
-        if len(self._received) >= message.total_bytes:
-            state = bytes(self._received)
-            self._receiving, self._received = None, bytearray()
-            self.install(message.meta, state, from_peer=True)
+        if len(self._received) < message.total_bytes:
+            return
+        state = bytes(self._received)
+        self._receiving, self._received = None, bytearray()
+        if len(state) != message.total_bytes or state_digest(state) != message.state_digest:
+            ctx.count("catchup.snapshot_corrupt")
+            return
+        self.install(message.meta, state, from_peer=True)
+
+    def _may_start(self, transfer: _Transfer) -> bool:
+        """A new transfer replaces one under way from the same sender, one for an older
+        snapshot, or one that made no progress for a repair period."""
+        current = self._receiving
+        return (current is None or current.sender == transfer.sender
+                or current.meta.slot < transfer.meta.slot
+                or self._ctx.now - self._received_at >= self._ctx.config.repair_ticks)
 
     def install(self, meta: SnapshotMeta, state: bytes, *, from_peer: bool) -> None:
         """Replace the executed prefix with a snapshot (from a peer, or at restart)."""

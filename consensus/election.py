@@ -318,6 +318,11 @@ class Election:
         if view > self._ctx.view:
             self._adopt_view(view, Status.AWAITING)
 
+    def on_deposed(self) -> None:
+        """This sequencer learned of slots a newer view chose: leave its view and wait to hear
+        the newer one (or elect one)."""
+        self._adopt_view(self._ctx.view + 1, Status.AWAITING)
+
     # --- straggler detection ------------------------------------------------------------------
 
     def on_replicated(self, waited_ticks: int) -> None:

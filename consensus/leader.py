@@ -40,6 +40,7 @@ from consensus.messages import (
     ReadyNotice,
 )
 from consensus.records import CCommitRecord
+from consensus.recovery import Retaken
 from consensus.sequencer import Sequencer
 
 TAG_COUNTER_BITS = 32
@@ -340,12 +341,33 @@ class Leader:
         if self._forwarded:
             self._forward_again()
 
-    def on_retaken(self, ballot: int, chosen: dict[int, Batch], top: int) -> None:
-        """The space is this replica's again at `ballot`; `chosen` holds what each recovered
-        index now carries. Commands that lost their index are proposed again."""
-        self.ballot = ballot
+    def on_retaken(self, retaken: Retaken) -> None:
+        """The space is this replica's again at `retaken.ballot`. Commands that lost their
+        index are proposed again; unfinished proposals past what the round settled move to
+        the new ballot (acceptors promised it and will refuse the old one), or, when the
+        round could not see that far, a further round settles them first."""
+        self.ballot = retaken.ballot
         self.retaking = False
-        self.next_index = max(self.next_index, top + 1)
+        self.next_index = max(self.next_index, retaken.top + 1)
+        lost = self._drop_settled(retaken.chosen)
+        self._pending.extendleft(reversed(lost))
+        self._ctx.count("leader.requeued_after_retake", len(lost))
+        stale = [index for index, inflight in sorted(self._inflight.items())
+                 if inflight.ballot != retaken.ballot]
+        if stale and not retaken.complete:
+            self.on_lost_index()
+            return
+        for index in stale:
+            inflight = self._inflight[index]
+            inflight.ballot, inflight.acks = retaken.ballot, set()
+            self._resend(index, inflight)
+        if self._surplus_upto >= 0:
+            surplus, self._surplus_upto = self._surplus_upto, -1
+            self.fill_to(surplus)
+
+    def _drop_settled(self, chosen: dict[int, Batch]) -> list[Command]:
+        """Forget proposals a round decided; return the commands whose index went to
+        another value."""
         lost: list[Command] = []
         for index in sorted(self._inflight):
             if index in chosen and chosen[index] != self._inflight[index].batch:
@@ -358,11 +380,7 @@ class Leader:
             if committed is not None and committed.committed and \
                     committed.batch != self._unready[index]:
                 lost.extend(self._unready.pop(index))  # decided elsewhere, learned meanwhile
-        self._pending.extendleft(reversed(lost))
-        self._ctx.count("leader.requeued_after_retake", len(lost))
-        if self._surplus_upto >= 0:
-            surplus, self._surplus_upto = self._surplus_upto, -1
-            self.fill_to(surplus)
+        return lost
 
     def lowest_unfinished(self) -> int:
         return max(min(self._inflight, default=self.next_index), self._ctx.clog[self._ctx.id].base)

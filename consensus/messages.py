@@ -320,6 +320,7 @@ class SnapshotChunk(Message):
     meta: SnapshotMeta
     offset: int
     total_bytes: int
+    state_digest: bytes  # blake2b-128 of the whole state, checked before installing
     data: bytes
 
 

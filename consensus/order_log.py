@@ -66,6 +66,15 @@ class OrderLog:
         entry.value, entry.view, entry.durable = value, view, False
         return True
 
+    def conflicts(self, start: int, values: tuple[int, ...]) -> bool:
+        """Whether an offer for slots from `start` differs from a value known committed. Such
+        an offer comes from a view older than the one that chose the slot."""
+        for offset, value in enumerate(values):
+            entry = self.slots.get(start + offset)
+            if entry is not None and entry.committed and entry.value != value:
+                return True
+        return False
+
     def mark_durable(self, start: int, end: int, view: int) -> None:
         for slot in range(max(start, self.base), end):
             entry = self.slots.get(slot)

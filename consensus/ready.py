@@ -11,7 +11,10 @@ The driver (the runtime, the simulator, a golden script) drains `replica.ready()
    waiting client when `command.origin` is this replica;
 5. runs the reads in `reads` (read ids whose read index is now executed) on the state machine,
    and fails those in `reads_refused`;
-6. calls `replica.advance()`: the core then counts its own persisted acceptances (messages it
+6. may call `replica.compact(snapshot, executed_slots)` when `replica.may_compact` says the
+   state machine holds exactly what the core executed (not after `advance`, which may
+   execute more);
+7. calls `replica.advance()`: the core then counts its own persisted acceptances (messages it
    addressed to itself after persisting) and may have more work.
 
 `readied` lists the tags of this replica's commands that became ready in the paper's sense

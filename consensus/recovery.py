@@ -23,7 +23,16 @@ from consensus.context import Context
 from consensus.messages import NOOP, Batch, CAccept, CAck, CCommit, CNack, CPrepare, CPromise
 from consensus.records import CCommitRecord
 
-Retaken = Callable[[int, dict[int, Batch], int], None]
+
+@dataclass(frozen=True, slots=True)
+class Retaken:
+    """What an owner's round settled: every index in [from, top] is decided, with `chosen`
+    holding its value; `complete` when no acceptor reported anything accepted past `top`
+    (then the ballot may carry the owner's own unfinished proposals there as they are)."""
+    ballot: int
+    chosen: dict[int, Batch]
+    top: int
+    complete: bool
 
 
 @dataclass(slots=True)
@@ -38,12 +47,13 @@ class Round:
     acks: dict[int, set[int]] = field(default_factory=dict)
     chosen: dict[int, Batch] = field(default_factory=dict)
     top: int = -1
+    complete: bool = True
 
 
 class Recovery:
     __slots__ = ("_ctx", "_highest_seen", "_on_retaken", "rounds")
 
-    def __init__(self, ctx: Context, on_retaken: Retaken) -> None:
+    def __init__(self, ctx: Context, on_retaken: Callable[[Retaken], None]) -> None:
         self._ctx = ctx
         self._on_retaken = on_retaken
         self._highest_seen = [0] * ctx.replica_count
@@ -83,6 +93,7 @@ class Recovery:
         for promise in promises:
             if len(promise.entries) >= limit:
                 top = min(top, promise.entries[-1].index)  # the rest in a later round
+                round_.complete = False
         round_.top = top
         best: dict[int, tuple[bool, int, Batch]] = {}
         for promise in promises:
@@ -140,7 +151,8 @@ class Recovery:
         del self.rounds[round_.space]
         self._ctx.count("recovery.finished")
         if round_.owner:
-            self._on_retaken(round_.ballot, round_.chosen, round_.top)
+            self._on_retaken(Retaken(round_.ballot, round_.chosen, round_.top,
+                                     round_.complete))
 
     def on_nack(self, message: CNack) -> bool:
         """A higher ballot was promised; False when no round of ours is concerned."""

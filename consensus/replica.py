@@ -159,6 +159,7 @@ class Replica:
         self._leader.on_ordered = self._election.on_ordered
         self._leader.on_lost_index = self._start_retake
         self._leader.lagging = self._lagging
+        self._sequencer.on_deposed = self._election.on_deposed
         self._handlers = self._handler_table()
         self.inspect = Inspection(ctx, self._executor)
 
@@ -272,9 +273,20 @@ class Replica:
             self._handle(message)
         self._run_loopback()
 
+    @property
+    def may_compact(self) -> bool:
+        """Whether everything executed was handed over (the driver's state machine then holds
+        exactly `executed_slots` slots): nothing executed or installed waits to be drained."""
+        pending = self._ctx.outbox.pending
+        return not pending.executed and pending.snapshot_to_install is None
+
     def compact(self, state: bytes, executed_slots: int) -> None:
         """Fold the executed prefix into a state-machine snapshot taken after exactly
-        `executed_slots` slots were applied; both logs are truncated below it."""
+        `executed_slots` slots were applied; both logs are truncated below it. Call it after
+        applying a drained Ready and before `advance`, which may execute more."""
+        if not self.may_compact:
+            raise ValueError("a snapshot must follow the Ready it covers: executed slots "
+                             "or an install are still waiting to be drained")
         if executed_slots != self._executor.exec_slot:
             raise ValueError(f"snapshot taken at {executed_slots} slots, but "
                              f"{self._executor.exec_slot} are executed")

@@ -17,6 +17,8 @@ counted from when each heartbeat was sent), and answers read-index requests.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from consensus.config import Defect
 from consensus.context import Context, Status
 from consensus.messages import NO_INDEX, Heartbeat, LeaseGrant, OAccept, ReadIndexReply
@@ -27,7 +29,7 @@ from consensus.records import OAcceptRecord
 class Sequencer:
     __slots__ = ("_ctx", "_flushed_upto", "_grants", "_lease_round", "_next_heartbeat",
                  "_progress_tick", "_progress_upto", "_round_sent_at", "_waiting", "counts",
-                 "next_slot", "sent_upto")
+                 "next_slot", "on_deposed", "sent_upto")
 
     def __init__(self, ctx: Context) -> None:
         self._ctx = ctx
@@ -42,6 +44,7 @@ class Sequencer:
         self._progress_upto = 0
         self._progress_tick = 0
         self._waiting: dict[int, int] = {}  # requests that came while establishing
+        self.on_deposed: Callable[[], None] = lambda: None
 
     def start_view(self, end: int, accepted: tuple[int, ...]) -> None:
         """Begin serving: the O-log is established up to `end` in the current view.
@@ -69,6 +72,12 @@ class Sequencer:
         if not ctx.is_sequencer:
             if ctx.status is Status.ESTABLISHING and len(self._waiting) < ctx.replica_count:
                 self._waiting[space] = max(index, self._waiting.get(space, -1))
+            return
+        if ctx.olog.end > self.next_slot:
+            # A slot past this view's log is known (committed by a newer view, learned
+            # through catch-up or a commit): this sequencer was replaced without hearing it.
+            ctx.count("sequencer.deposed")
+            self.on_deposed()
             return
         if Defect.NO_DEDUP_GUARD in ctx.config.defects:
             self._allocate(space)

@@ -273,8 +273,8 @@ class Driver:
             self._last_snapshot = ready.snapshot_to_install.meta.slot
             self.metrics.count("driver.snapshots_installed")
         self._apply(ready)
+        self._maybe_compact()  # before advance, which may execute what is not applied yet
         self.replica.advance()
-        self._maybe_compact()
 
     def _persist(self, records: list[Record], must_sync: bool) -> None:
         self._store.append(records)
@@ -324,7 +324,8 @@ class Driver:
 
     def _maybe_compact(self) -> None:
         executed = self.replica.executed_slots
-        if executed - self._last_snapshot >= self.config.snapshot_every_slots:
+        if executed - self._last_snapshot >= self.config.snapshot_every_slots and \
+                self.replica.may_compact:
             self.replica.compact(self._machine.snapshot(), executed)
             self._last_snapshot = executed
             self.metrics.count("driver.snapshots_taken")

@@ -245,12 +245,13 @@ class Cluster:
             node.last_snapshot = ready.snapshot_to_install.meta.slot
             self.monitor.started(node.id, replica.inspect)
         self._apply(node, ready)
-        replica.advance()
-        node.busy = False
-        executed = replica.executed_slots
-        if executed - node.last_snapshot >= self.options.snapshot_every_slots:
+        executed = replica.executed_slots  # before advance, which may execute more
+        if executed - node.last_snapshot >= self.options.snapshot_every_slots and \
+                replica.may_compact:
             replica.compact(node.sm.snapshot(), executed)
             node.last_snapshot = executed
+        replica.advance()
+        node.busy = False
         inspect = replica.inspect
         if inspect.is_sequencer and inspect.view != node.last_view:
             node.last_view = inspect.view

@@ -4,10 +4,20 @@ from __future__ import annotations
 
 import pytest
 
+from consensus.catchup import state_digest
 from consensus.codec import encode_messages, pack
 from consensus.config import ConfigError, Defect, Mode, ReplicaConfig
 from consensus.leader import ProposalDropped
-from consensus.messages import CAccept, CAck, CCommit, Command, CRequest, OAccept
+from consensus.messages import (
+    CAccept,
+    CAck,
+    CCommit,
+    Command,
+    CRequest,
+    OAccept,
+    SnapshotChunk,
+    SnapshotMeta,
+)
 from consensus.prng import Prng
 from consensus.replica import Replica
 from tests.consensus.interaction import Harness, run_command
@@ -188,3 +198,60 @@ def test_a_command_whose_index_was_recovered_with_a_noop_is_not_ready() -> None:
     ready = leader.ready()
     assert ready.readied == []
     assert dict(leader.status().counters).get("leader.retake") == 1
+
+
+# --- snapshot transfer (catch-up past the truncation point) -----------------------------------
+
+SNAPSHOT_META = SnapshotMeta(slot=4, exec_counts=(2, 1, 1), o_counts=(2, 1, 1),
+                             dedup_low=(0, 0, 0), dedup_tags=((), (), ()))
+
+
+def chunks(sender: int, state: bytes, size: int, digest: bytes | None = None
+           ) -> list[SnapshotChunk]:
+    digest = digest if digest is not None else state_digest(state)
+    return [SnapshotChunk(sender, 0, SNAPSHOT_META, offset, len(state), digest,
+                          state[offset:offset + size]) for offset in range(0, len(state), size)]
+
+
+def installed(replica: Replica) -> bytes | None:
+    install = replica.ready().snapshot_to_install
+    return None if install is None else install.state
+
+
+def test_a_snapshot_is_assembled_from_one_sender_only() -> None:
+    """Two peers may serve the same snapshot with different bytes: never mix their chunks."""
+    replica = Replica(ReplicaConfig(replica_id=2, replica_count=3), Prng(2))
+    first, second = chunks(0, b"aaaabbbb", 4), chunks(1, b"ccccdddd", 4)
+    for message in (first[0], second[0], second[1], first[1]):
+        replica.step(message)
+    assert installed(replica) == b"aaaabbbb"
+
+
+def test_a_snapshot_that_fails_its_digest_is_not_installed() -> None:
+    replica = Replica(ReplicaConfig(replica_id=2, replica_count=3), Prng(2))
+    for message in chunks(0, b"aaaabbbb", 4, digest=state_digest(b"aaaabbbX")):
+        replica.step(message)
+    assert installed(replica) is None
+    assert dict(replica.status().counters)["catchup.snapshot_corrupt"] == 1
+
+
+def test_a_snapshot_over_the_size_limit_is_refused() -> None:
+    replica = Replica(ReplicaConfig(replica_id=2, replica_count=3, snapshot_bytes_max=6),
+                      Prng(2))
+    for message in chunks(0, b"aaaabbbb", 4):
+        replica.step(message)
+    assert installed(replica) is None
+    assert dict(replica.status().counters)["dropped.snapshot_chunk_invalid"] == 2
+
+
+def test_no_compaction_while_an_install_waits_to_be_drained() -> None:
+    """The driver's state machine is behind the core until it drains the install."""
+    replica = Replica(ReplicaConfig(replica_id=2, replica_count=3), Prng(2))
+    for message in chunks(0, b"state", 8):
+        replica.step(message)
+    before = replica.may_compact
+    with pytest.raises(ValueError, match="drained"):
+        replica.compact(b"stale", replica.executed_slots)
+    assert installed(replica) == b"state"
+    assert (before, replica.may_compact) == (False, True)
+    replica.compact(b"state", replica.executed_slots)
