@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml constraints.txt
 	@touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/cellar demo
+	$(BIN)/cellar dev
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

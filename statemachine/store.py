@@ -11,7 +11,7 @@ all for scripts.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from anyio.from_thread import BlockingPortal, start_blocking_portal
@@ -121,7 +121,7 @@ class GpuStore:
                                                 exit_code=exit_code))
 
     async def watch_effects(self, node: str, after: int = 0, *, wait_s: float = 5.0
-                            ) -> AsyncIterator[dict[str, Any]]:
+                            ) -> AsyncGenerator[dict[str, Any], None]:
         """Effects for `node` with index > `after`, forever: each as a plain map with its
         `index`, so a caller that stops can resume from the last index it handled."""
         slot = -1

@@ -14,7 +14,7 @@ import random
 import time
 from collections import Counter
 from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager
+from contextlib import AbstractAsyncContextManager, aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,8 +80,9 @@ class SimulatedNode:
             async with anyio.create_task_group() as tasks:
                 tasks.start_soon(self._heartbeats, store)
                 tasks.start_soon(self._health, store)
-                async for effect in store.watch_effects(self.name, 0, wait_s=2):
-                    tasks.start_soon(self._effect, store, effect)
+                async with aclosing(store.watch_effects(self.name, 0, wait_s=2)) as effects:
+                    async for effect in effects:
+                        tasks.start_soon(self._effect, store, effect)
 
     async def _heartbeats(self, store: GpuStore) -> None:
         while True:

@@ -41,6 +41,7 @@ from consensus.runtime.client_codec import (
 from consensus.runtime.streams import FrameStream
 
 Connect = Callable[[str], Awaitable[FrameStream]]
+CLOSE_TIMEOUT_S = 1.0
 _BROKEN = (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError,
            InvalidMessage)
 
@@ -144,12 +145,18 @@ class CellarClient:
         return self
 
     async def __aexit__(self, kind: type[BaseException] | None, error: BaseException | None,
-                        traceback: TracebackType | None) -> None:
-        for connection in list(self._connections.values()):
-            await connection.close()
+                        traceback: TracebackType | None) -> bool:
         assert self._tasks is not None
-        self._tasks.cancel_scope.cancel()
-        await self._stack.__aexit__(kind, error, traceback)
+        try:
+            # Shielded and bounded: a client leaving because its caller was cancelled must
+            # still close its connections and exit its task group, in that order.
+            with anyio.move_on_after(CLOSE_TIMEOUT_S, shield=True):
+                for connection in list(self._connections.values()):
+                    await connection.close()
+        finally:
+            self._tasks.cancel_scope.cancel()
+            suppress = await self._stack.__aexit__(kind, error, traceback)
+        return bool(suppress)
 
     async def _connection(self, endpoint: str) -> _Connection:
         connection = self._connections.get(endpoint)

@@ -1,0 +1,207 @@
+"""`cellar dev`: the README's main job. A 3-replica cluster on loopback with durable storage
+and mutual TLS, a fleet of simulated nodes acting as node agents, and a scheduler placing
+gangs; a live view while it runs; a summary at the end.
+
+It runs for `--seconds` (60 by default) and then stops everything and exits 0; Ctrl-C stops it
+early, as cleanly. `--kill-sequencer` kills the sequencer with SIGKILL a third of the way in,
+restarts it a few seconds later and reports how long commits paused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import random
+import shutil
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from cellar.dev.spec import dev_spec, node_names
+from cellar.dev.view import Frame, Screen, latency_window, tenants_of
+from cellar.dev.workload import SCHEDULER, Activity, Scheduler, SimulatedNode
+from cellar.local_cluster import Layout, ProcessCluster
+from consensus.envelope import Principal
+from consensus.runtime.client import CellarClient, ClientConfig, ClientError
+from consensus.runtime.tls import IdentityRole
+from statemachine.errors import Rejection
+from statemachine.store import GpuStore
+
+ADMIN = "dev"
+RESTART_AFTER_S = 4.0
+CLIENT = ClientConfig(attempt_timeout_s=1.0, deadline_s=20.0, sessions=16)
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--seconds", type=float, default=60.0,
+                        help="how long to run (default 60)")
+    parser.add_argument("--nodes", type=int, default=16, help="simulated 8-GPU nodes (x4)")
+    parser.add_argument("--replicas", type=int, default=3, choices=(3, 5))
+    parser.add_argument("--gangs", type=int, default=24, help="gangs the scheduler keeps busy")
+    parser.add_argument("--kill-sequencer", action="store_true",
+                        help="kill -9 the sequencer a third of the way in, to show failover")
+    parser.add_argument("--data-dir", type=pathlib.Path, default=pathlib.Path(".cellar-dev"),
+                        help="where the cluster's files go (replaced on each run)")
+    parser.add_argument("--insecure", action="store_true", help="plain TCP instead of TLS")
+    parser.add_argument("--seed", type=int, default=7, help="workload seed")
+    parser.set_defaults(handler=run)
+
+
+@dataclass
+class Run:
+    args: argparse.Namespace
+    cluster: ProcessCluster
+    activity: Activity = field(default_factory=Activity)
+    started: float = field(default_factory=time.monotonic)
+    kills: list[tuple[int, float]] = field(default_factory=list)  # (replica, when)
+    pauses_s: list[float] = field(default_factory=list)
+    views: set[int] = field(default_factory=set)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.nodes % 4 or args.nodes < 4:
+        raise SystemExit("--nodes must be a positive multiple of 4")
+    directory = args.data_dir / "cluster"
+    shutil.rmtree(directory, ignore_errors=True)
+    layout = Layout(directory, args.replicas, insecure=args.insecure)
+    layout.write(admins=[ADMIN], schedulers=[SCHEDULER.name], nodes=node_names(args.nodes))
+    cluster = ProcessCluster(layout)
+    print(f"starting {args.replicas} replicas on 127.0.0.1 (data and logs in {directory})")
+    cluster.start()
+    state = Run(args, cluster)
+    try:
+        cluster.wait_ports()
+        anyio.run(_main, state)
+    except KeyboardInterrupt:
+        print("\ninterrupted")
+    finally:
+        cluster.stop()
+    for line in summary(state):
+        print(line)
+    return 0
+
+
+@asynccontextmanager
+async def _store(layout: Layout, principal: Principal) -> AsyncIterator[GpuStore]:
+    async with layout.client(IdentityRole(principal.role.value), principal.name,
+                             CLIENT) as client:
+        yield GpuStore(client)
+
+
+async def _main(state: Run) -> None:
+    layout, args = state.cluster.layout, state.args
+    async with layout.client(IdentityRole.ADMIN, ADMIN, CLIENT) as admin_client:
+        applied = await GpuStore(admin_client).apply_config(0, dev_spec(args.nodes))
+        if isinstance(applied, Rejection):
+            raise SystemExit(f"the cluster refused the configuration: {applied}")
+        rng = random.Random(args.seed)
+
+        def store_for(principal: Principal):  # type: ignore[no-untyped-def]
+            return _store(layout, principal)
+
+        async with anyio.create_task_group() as tasks:
+            for name in node_names(args.nodes):
+                tasks.start_soon(SimulatedNode(name, state.activity, rng).run, store_for)
+            tasks.start_soon(Scheduler(state.activity, rng, in_flight=args.gangs).run,
+                             store_for)
+            await _watch(state, admin_client)
+            tasks.cancel_scope.cancel()
+
+
+async def _watch(state: Run, client: CellarClient) -> None:
+    screen, args = Screen(), state.args
+    kill_at = args.seconds / 3 if args.kill_sequencer else None
+    applied_before, latency_before, count_before = 0.0, list(state.activity.latency.counts), 0
+    last_commit = time.monotonic()
+    while (elapsed := time.monotonic() - state.started) < args.seconds:
+        await anyio.sleep(1.0)
+        replicas = await _statuses(state, client)
+        applied = max((float(replica.get("metrics", {}).get("driver.commands_applied", 0))
+                       for replica in replicas), default=0.0)
+        commits = max(0.0, applied - applied_before)
+        applied_before = applied
+        if commits:
+            last_commit = time.monotonic()
+        p50, p99 = latency_window(state.activity, latency_before, count_before)
+        latency_before = list(state.activity.latency.counts)
+        count_before = state.activity.latency.count
+        note = await _chaos(state, replicas, kill_at, elapsed, last_commit)
+        gangs = await _allocated(client)
+        screen.show(Frame(elapsed, replicas, commits, p50, p99, tenants_of(gangs),
+                          state.activity.counts, note))
+
+
+async def _statuses(state: Run, client: CellarClient) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    for endpoint in state.cluster.layout.endpoints:
+        try:
+            with anyio.fail_after(1.0):
+                status = await client.status(endpoint)
+            state.views.add(int(status["view"]))
+        except (ClientError, TimeoutError, OSError):
+            status = {"running": False}
+        found.append(status)
+    return found
+
+
+async def _allocated(client: CellarClient) -> list[dict[str, object]]:
+    try:
+        with anyio.fail_after(1.0):
+            answer = await GpuStore(client).gangs(phase="allocated")
+    except (ClientError, TimeoutError):
+        return []
+    return [] if isinstance(answer, Rejection) else list(answer.get("groups", []))
+
+
+async def _chaos(state: Run, replicas: list[dict[str, Any]], kill_at: float | None,
+                 elapsed: float, last_commit: float) -> str:
+    """Kill the sequencer once (if asked), restart it later, and time the pause."""
+    if kill_at is not None and elapsed >= kill_at and not state.kills:
+        sequencer = next((int(str(replica["replica_id"])) for replica in replicas
+                          if replica.get("is_sequencer")), None)
+        if sequencer is not None:
+            state.cluster.processes[sequencer].kill()
+            state.kills.append((sequencer, time.monotonic()))
+            return f"killed the sequencer (replica {sequencer}) with SIGKILL"
+    if state.kills and len(state.pauses_s) == 0 and last_commit > state.kills[0][1]:
+        state.pauses_s.append(last_commit - state.kills[0][1])
+    if state.kills:
+        replica, when = state.kills[0]
+        process = state.cluster.processes[replica]
+        if not process.running and time.monotonic() - when > RESTART_AFTER_S:
+            process.start()
+            return f"restarted replica {replica}"
+        return f"replica {replica} was killed {time.monotonic() - when:.0f} s ago"
+    return ""
+
+
+def summary(state: Run) -> list[str]:
+    counts, latency = state.activity.counts, state.activity.latency
+    seconds = max(1e-9, time.monotonic() - state.started)
+    calls = sum(count for name, count in counts.items() if "." not in name)
+    lines = ["", "summary",
+             f"  ran {seconds:.0f} s with {state.args.replicas} replicas, "
+             f"{state.args.nodes} nodes of 8 GPUs",
+             f"  {calls} client calls ({calls / seconds:.0f}/s), latency p50 "
+             f"{latency.quantile(0.5) * 1000:.1f} ms, p99 {latency.quantile(0.99) * 1000:.1f} ms"
+             " (bucket bounds)",
+             f"  gangs: {counts['submit']} submitted, {counts['bind']} pods bound, "
+             f"{counts['exit']} pod exits, {counts['killed']} pods killed by preemption, "
+             f"{counts['finished']} gangs finished, {counts['withdrawn']} withdrawn",
+             f"  views seen: {sorted(state.views) or 'none'}"]
+    unknown = sum(count for name, count in counts.items() if name.endswith(".unknown"))
+    if unknown:
+        lines.append(f"  {unknown} calls ended with an unknown outcome (timed out)")
+    if state.activity.rejections:
+        top = ", ".join(f"{code} {count}" for code, count in
+                        state.activity.rejections.most_common(4))
+        lines.append(f"  rejections (business refusals, replicated): {top}")
+    if state.kills:
+        pause = (f"commits resumed {state.pauses_s[0] * 1000:.0f} ms after the kill"
+                 if state.pauses_s else "commits had not resumed when the run ended")
+        lines.append(f"  sequencer (replica {state.kills[0][0]}) killed with SIGKILL: {pause}")
+    return lines

@@ -1,0 +1,49 @@
+"""`cellar dev`, the README's main job, as a user runs it: real replica processes, a bounded
+run that exits 0 with a summary, failover on request, and Ctrl-C as clean as the timeout."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+SMALL = ["--nodes", "4", "--gangs", "4"]
+
+
+def dev(data_dir: pathlib.Path, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "cellar", "dev", "--data-dir", str(data_dir),
+                             *SMALL, *args], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
+@pytest.mark.timeout(90)
+def test_a_bounded_run_with_a_sequencer_kill_exits_cleanly(tmp_path: pathlib.Path) -> None:
+    output, _ = dev(tmp_path, "--seconds", "9", "--kill-sequencer").communicate(timeout=80)
+    assert "Traceback" not in output, output
+    summary = output[output.index("\nsummary"):]
+    assert "client calls" in summary and "gangs:" in summary
+    assert "killed with SIGKILL: commits resumed" in summary, output
+    assert "restarted replica" in output
+
+
+@pytest.mark.timeout(90)
+def test_ctrl_c_stops_everything_and_still_summarises(tmp_path: pathlib.Path) -> None:
+    process = dev(tmp_path, "--seconds", "60")
+    assert process.stdout is not None
+    deadline = time.monotonic() + 40
+    while "commits/s" not in process.stdout.readline():
+        assert time.monotonic() < deadline and process.poll() is None
+    process.send_signal(signal.SIGINT)
+    rest, _ = process.communicate(timeout=40)
+    assert process.returncode == 0, rest
+    assert "interrupted" in rest and "\nsummary" in rest and "Traceback" not in rest
+    replicas = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True,
+                              check=False)
+    assert replicas.stdout == "", "replica processes outlived cellar dev"
