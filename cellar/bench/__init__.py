@@ -17,6 +17,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     ),
     "checker": ("cellar.bench.checker", "linearizability checks per second on large histories"),
     "storage": ("cellar.bench.storage", "the durable record log against SQLite: syncs, recovery"),
+    "cluster": ("cellar.bench.cluster",
+                "a local cluster end to end: commits/s, latency, reads/s, failover time"),
 }
 
 
