@@ -52,6 +52,10 @@ class Layout:
     client_ports: list[int] = field(default_factory=list)
     metrics_ports: list[int] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        # Replica processes run from elsewhere: every path handed to them must be absolute.
+        self.directory = self.directory.resolve()
+
     @property
     def certs(self) -> pathlib.Path:
         return self.directory / "certs"

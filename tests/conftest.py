@@ -8,15 +8,24 @@ import pathlib
 
 import pytest
 from hypothesis import HealthCheck, settings
-from hypothesis.database import DirectoryBasedExampleDatabase
+from hypothesis.database import (
+    DirectoryBasedExampleDatabase,
+    MultiplexedDatabase,
+    ReadOnlyDatabase,
+)
 
-EXAMPLES = pathlib.Path(__file__).resolve().parent / "hypothesis-examples"
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "tests" / "hypothesis-examples"
+LOCAL_EXAMPLES = ROOT / ".hypothesis" / "examples"
 
-# Failing examples are kept in the repository, so a schedule that once broke something is
-# replayed first on every machine, CI included.
+# Examples that once failed are kept in the repository and replayed first on every machine,
+# CI included; the repository's copy is read-only (a run never rewrites the checkout) and new
+# failures land in the ignored .hypothesis/ (copy one into tests/hypothesis-examples/ to keep
+# it, and add its schedule to the test's regressions).
 settings.register_profile(
     "default",
-    database=DirectoryBasedExampleDatabase(str(EXAMPLES)),
+    database=MultiplexedDatabase(ReadOnlyDatabase(DirectoryBasedExampleDatabase(str(EXAMPLES))),
+                                 DirectoryBasedExampleDatabase(str(LOCAL_EXAMPLES))),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )

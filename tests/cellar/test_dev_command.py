@@ -12,13 +12,13 @@ import time
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 SMALL = ["--nodes", "4", "--gangs", "4"]
 
 
-def dev(data_dir: pathlib.Path, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "cellar", "dev", "--data-dir", str(data_dir),
-                             *SMALL, *args], cwd=ROOT, stdout=subprocess.PIPE,
+def dev(workdir: pathlib.Path, *args: str) -> subprocess.Popen[str]:
+    """`cellar dev` started in `workdir` with a relative data directory, as `make demo` does."""
+    return subprocess.Popen([sys.executable, "-m", "cellar", "dev", "--data-dir", "dev-data",
+                             *SMALL, *args], cwd=workdir, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
