@@ -1,8 +1,9 @@
 """The layering and purity rules of DESIGN.md, checked on the source with `ast`.
 
 - Imports point down: cellar > jepsen > agent > statemachine > consensus.
-- The pure parts (the consensus core, the state machine but for its store facade, and the
-  simulator) import no I/O, no clock, no threads and no global random.
+- The pure parts (the consensus core, the state machine but for its store facade, the
+  simulator, the agent's GPU model and health policy) import no I/O, no clock, no threads
+  and no global random.
 - msgpack is imported only by codec modules; pynvml only by the agent's NVML backend.
 - Functions stay short enough to read at once.
 """
@@ -26,9 +27,9 @@ IO_MODULES = {
     "threading", "multiprocessing", "concurrent", "subprocess", "os", "sys", "random", "secrets",
     "pynvml", "sqlite3", "io", "shutil", "signal", "tempfile", "pathlib", "uuid",
 }
-# Pure code: the consensus core, the state machine, the simulator. These prefixes are the
-# runtime parts allowed to do I/O.
-PURE_PACKAGES = ("consensus", "statemachine", "jepsen/sim")
+# Pure code: the consensus core, the state machine, the simulator, the agent's GPU model and
+# health policy. These prefixes are the runtime parts allowed to do I/O.
+PURE_PACKAGES = ("consensus", "statemachine", "jepsen/sim", "agent/gpu.py", "agent/health")
 IMPURE_ALLOWED = ("consensus/runtime/", "statemachine/store", "jepsen/sim/cli.py")
 PYNVML_ALLOWED = ("agent/nvml_backend.py",)
 FUNCTION_LINES_MAX = 70
@@ -117,6 +118,7 @@ def test_every_module_opens_with_a_header() -> None:
         ("jepsen/sim/network.py", "import trio", "pure code"),
         ("statemachine/apply.py", "import msgpack", "codec modules only"),
         ("agent/health.py", "import pynvml", "pynvml belongs"),
+        ("agent/health.py", "import time", "pure code"),
         ("agent/daemon.py", "from jepsen.history import History", "imports must point down"),
     ],
 )
