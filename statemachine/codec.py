@@ -41,7 +41,8 @@ from statemachine.commands import (
     Tick,
     Uncordon,
 )
-from statemachine.record_codec import Record, checked, open_body
+from statemachine.errors import Code
+from statemachine.record_codec import DecodeError, Record, checked, open_body
 from statemachine.spec_codec import SPEC_FIELDS, decode_spec, encode_spec
 
 
@@ -122,6 +123,36 @@ def _reason(record: Record) -> str:
     return record.text("reason", length_max=limits.REASON_LENGTH_MAX, allow_empty=True)
 
 
+def _pod_command(record: Record) -> tuple[str, ...]:
+    """A binding's argv (optional: absent means nothing to run): a non-empty program, at most
+    POD_COMMAND_ARGS_MAX arguments of POD_COMMAND_BYTES_MAX UTF-8 bytes together."""
+    if not record.has("command"):
+        return ()
+    items = record.items("command", length_max=limits.POD_COMMAND_ARGS_MAX)
+    argv = tuple(checked(expect_str, item, f"{record.path}.command[{index}]",
+                         length_max=limits.POD_COMMAND_BYTES_MAX, allow_empty=index > 0)
+                 for index, item in enumerate(items))
+    size = sum(len(arg.encode("utf-8", "surrogatepass")) for arg in argv)
+    if size > limits.POD_COMMAND_BYTES_MAX:
+        raise DecodeError(Code.TOO_LARGE, f"{record.path}.command: {size} bytes, at most "
+                                          f"{limits.POD_COMMAND_BYTES_MAX}")
+    return argv
+
+
+def _bind(record: Record) -> BindPod:
+    return BindPod(group=record.text("group"),
+                   member=record.integer("member", high=limits.MEMBERS_MAX - 1),
+                   pod_uid=record.text("pod_uid"), command=_pod_command(record))
+
+
+def _pod_exit(record: Record) -> ReportPodExit:
+    return ReportPodExit(
+        node=record.text("node"), incarnation=record.integer("incarnation"),
+        group=record.text("group"), pod_uid=record.text("pod_uid"),
+        exit_code=record.integer("exit_code", low=-(1 << 31), high=(1 << 31) - 1),
+        reason=_reason(record) if record.has("reason") else "")
+
+
 COMMANDS: dict[str, tuple[tuple[str, ...], Callable[[Record], Any], Callable[[Any],
                                                                              dict[str, Any]]]] = {
     "apply_config": (("expected_version", "spec"), _apply_config, _encode_apply_config),
@@ -153,14 +184,10 @@ COMMANDS: dict[str, tuple[tuple[str, ...], Callable[[Record], Any], Callable[[An
                          "group": command.group, "pod_uid": command.pod_uid,
                          "gpu_uuids": list(command.gpu_uuids)}),
     "report_pod_exit": (
-        (*_NODE_FIELDS, "group", "pod_uid", "exit_code"),
-        lambda record: ReportPodExit(
-            node=record.text("node"), incarnation=record.integer("incarnation"),
-            group=record.text("group"), pod_uid=record.text("pod_uid"),
-            exit_code=record.integer("exit_code", low=-(1 << 31), high=(1 << 31) - 1)),
+        (*_NODE_FIELDS, "group", "pod_uid", "exit_code", "reason"), _pod_exit,
         lambda command: {"node": command.node, "incarnation": command.incarnation,
                          "group": command.group, "pod_uid": command.pod_uid,
-                         "exit_code": command.exit_code}),
+                         "exit_code": command.exit_code, "reason": command.reason}),
     "mark_bad": (
         ("node", "gpu", "reason"),
         lambda record: MarkBad(node=record.text("node"),
@@ -193,12 +220,9 @@ COMMANDS: dict[str, tuple[tuple[str, ...], Callable[[Record], Any], Callable[[An
                          "gpu_model": command.gpu_model,
                          "lazy_preemption": command.lazy_preemption}),
     "bind_pod": (
-        ("group", "member", "pod_uid"),
-        lambda record: BindPod(group=record.text("group"),
-                               member=record.integer("member", high=limits.MEMBERS_MAX - 1),
-                               pod_uid=record.text("pod_uid")),
+        ("group", "member", "pod_uid", "command"), _bind,
         lambda command: {"group": command.group, "member": command.member,
-                         "pod_uid": command.pod_uid}),
+                         "pod_uid": command.pod_uid, "command": list(command.command)}),
     "release_group": (
         ("group", "reason"),
         lambda record: ReleaseGroup(group=record.text("group"), reason=_reason(record)),

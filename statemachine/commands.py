@@ -96,6 +96,7 @@ class ReportPodExit:
     group: str
     pod_uid: str
     exit_code: int
+    reason: str = ""  # why, when the code alone does not say (lost, could not start)
 
 
 # Nodes (admin). `gpu` empty means the whole node.
@@ -157,6 +158,7 @@ class BindPod:
     group: str
     member: int
     pod_uid: str
+    command: tuple[str, ...] = ()  # the argv the node agent runs; empty: nothing to run
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

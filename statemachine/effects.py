@@ -27,3 +27,4 @@ class Effect:
     gpu_uuids: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
     reason: str = ""
+    command: tuple[str, ...] = ()  # START_POD: the argv to run

@@ -126,10 +126,12 @@ def bind_pod(state: State, command: BindPod) -> PodBound:
                      f"member {command.member} of gang {group.group} has no free slot")
     pod = group.pods[slot]
     state.set(pod, "pod_uid", command.pod_uid)
+    state.set(pod, "command", command.command)
     state.set(pod, "phase", PodPhase.BOUND)
     reply = _bound(state, group, slot)
     state.outbox.emit(EffectKind.START_POD, node=reply.node, group=group.group,
-                      pod_uid=command.pod_uid, gpu_uuids=reply.gpu_uuids, env=reply.env)
+                      pod_uid=command.pod_uid, gpu_uuids=reply.gpu_uuids, env=reply.env,
+                      command=command.command)
     return reply
 
 

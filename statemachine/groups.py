@@ -30,8 +30,10 @@ class Pod:
     node: int = -1  # topology node index once placed
     leaves: tuple[int, ...] = ()  # cell ids of its GPUs once placed
     pod_uid: str = ""
+    command: tuple[str, ...] = ()
     phase: PodPhase = PodPhase.UNBOUND
     exit_code: int = 0
+    exit_reason: str = ""
 
 
 @dataclass(slots=True, kw_only=True)

@@ -58,7 +58,7 @@ def register_node(state: State, command: RegisterNode) -> NodeRegistered:
     schedule(state)
     pods = [PodAssignment(group=group.group, pod_uid=pod.pod_uid,
                           gpu_uuids=pod_uuids(state, group, position),
-                          env=pod_env(pod_uuids(state, group, position)))
+                          env=pod_env(pod_uuids(state, group, position)), command=pod.command)
             for group, position, pod in _pods_on(state, record)
             if pod.phase in (PodPhase.BOUND, PodPhase.RUNNING)]
     return NodeRegistered(node=record.node, incarnation=record.incarnation, pods=tuple(pods))
@@ -219,9 +219,11 @@ def report_pod_exit(state: State, command: ReportPodExit) -> Done:
     if pod.phase is not PodPhase.EXITED:
         state.set(pod, "phase", PodPhase.EXITED)
         state.set(pod, "exit_code", command.exit_code)
+        state.set(pod, "exit_reason", command.reason)
         finish_if_done(state, group)
         schedule(state)
-    return Done(note=f"pod {pod.pod_uid} exited with {command.exit_code}")
+    why = f" ({command.reason})" if command.reason else ""
+    return Done(note=f"pod {pod.pod_uid} exited with {command.exit_code}{why}")
 
 
 def mark_bad(state: State, command: MarkBad) -> Done:

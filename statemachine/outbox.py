@@ -42,9 +42,10 @@ class Outbox:
 
     def emit(self, kind: EffectKind, *, node: str, group: str, pod_uid: str = "",
              gpu_uuids: tuple[str, ...] = (), env: tuple[tuple[str, str], ...] = (),
-             reason: str = "") -> None:
+             reason: str = "", command: tuple[str, ...] = ()) -> None:
         effect = Effect(index=self.next_index, kind=kind, node=node, group=group,
-                        pod_uid=pod_uid, gpu_uuids=gpu_uuids, env=env, reason=reason)
+                        pod_uid=pod_uid, gpu_uuids=gpu_uuids, env=env, reason=reason,
+                        command=command)
         self.load(node, pack_effect(effect))
         self._journal.record(self._unload)
         if len(self.packed) > OUTBOX_RETAINED_MAX + TRIM_CHUNK:

@@ -47,7 +47,8 @@ def result_to_plain(result: Result) -> dict[str, Any]:
         body = {"type": "node_registered", "node": result.node,
                 "incarnation": result.incarnation,
                 "pods": [{"group": pod.group, "pod_uid": pod.pod_uid,
-                          "gpu_uuids": list(pod.gpu_uuids), "env": _env(pod.env)}
+                          "gpu_uuids": list(pod.gpu_uuids), "env": _env(pod.env),
+                          "command": list(pod.command)}
                          for pod in result.pods]}
     elif isinstance(result, PodBound):
         body = {"type": "pod_bound", "group": result.group, "member": result.member,
@@ -69,7 +70,8 @@ def status_to_plain(status: GroupStatus) -> dict[str, Any]:
             "chain": status.chain,
             "pods": [{"member": pod.member, "index": pod.index, "node": pod.node,
                       "gpu_indices": list(pod.gpu_indices), "pod_uid": pod.pod_uid,
-                      "phase": pod.phase.value} for pod in status.pods],
+                      "phase": pod.phase.value, "exit_code": pod.exit_code,
+                      "exit_reason": pod.exit_reason} for pod in status.pods],
             "victims": list(status.victims), "evicting": status.evicting,
             "why_pending": status.why_pending, "failures": list(status.failures)}
 
@@ -78,7 +80,7 @@ def effect_to_plain(effect: Effect) -> dict[str, Any]:
     return {"index": effect.index, "kind": effect.kind.value, "node": effect.node,
             "group": effect.group, "pod_uid": effect.pod_uid,
             "gpu_uuids": list(effect.gpu_uuids), "env": _env(effect.env),
-            "reason": effect.reason}
+            "reason": effect.reason, "command": list(effect.command)}
 
 
 def decode_result(data: bytes) -> Result:
@@ -106,7 +108,8 @@ def _from_plain(kind: str, plain: dict[str, Any]) -> Result:
     if kind == "group_status":
         pods = tuple(PodView(member=pod["member"], index=pod["index"], node=pod["node"],
                              gpu_indices=tuple(pod["gpu_indices"]), pod_uid=pod["pod_uid"],
-                             phase=PodPhase(pod["phase"])) for pod in plain.pop("pods"))
+                             phase=PodPhase(pod["phase"]), exit_code=pod["exit_code"],
+                             exit_reason=pod["exit_reason"]) for pod in plain.pop("pods"))
         return GroupStatus(**{**plain, "phase": GroupPhase(plain["phase"]), "pods": pods,
                               "victims": tuple(plain["victims"]),
                               "failures": tuple(plain["failures"])})
@@ -117,7 +120,8 @@ def _from_plain(kind: str, plain: dict[str, Any]) -> Result:
         return NodeRegistered(node=plain["node"], incarnation=plain["incarnation"], pods=tuple(
             PodAssignment(group=pod["group"], pod_uid=pod["pod_uid"],
                           gpu_uuids=tuple(pod["gpu_uuids"]),
-                          env=tuple((name, value) for name, value in pod["env"]))
+                          env=tuple((name, value) for name, value in pod["env"]),
+                          command=tuple(pod["command"]))
             for pod in plain["pods"]))
     if kind == "pod_bound":
         return PodBound(**{**plain, "gpu_uuids": tuple(plain["gpu_uuids"]),

@@ -34,6 +34,8 @@ class PodView:
     gpu_indices: tuple[int, ...]
     pod_uid: str
     phase: PodPhase
+    exit_code: int = 0
+    exit_reason: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -66,6 +68,7 @@ class PodAssignment:
     pod_uid: str
     gpu_uuids: tuple[str, ...]
     env: tuple[tuple[str, str], ...]
+    command: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

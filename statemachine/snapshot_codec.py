@@ -32,7 +32,7 @@ from statemachine.state import (
 )
 
 SNAPSHOT_TAG = "cellar-statemachine-snapshot"
-SNAPSHOT_FORMAT = 1
+SNAPSHOT_FORMAT = 2
 SNAPSHOT_BYTES_MAX = 1 << 30
 
 
@@ -74,7 +74,8 @@ def _group(group: Group) -> list[Any]:
             group.downgraded, list(group.failures), group.why_pending, group.attempt_epoch,
             group.preempt_epoch,
             [[pod.member, pod.index, pod.gpus, pod.node, list(pod.leaves), pod.pod_uid,
-              pod.phase.value, pod.exit_code] for pod in group.pods]]
+              list(pod.command), pod.phase.value, pod.exit_code, pod.exit_reason]
+             for pod in group.pods]]
 
 
 def decode_snapshot(data: bytes) -> tuple[State, Sessions, int]:
@@ -137,5 +138,7 @@ def _load_group(fields: list[Any]) -> Group:
         failures=tuple(failures), why_pending=why_pending, attempt_epoch=attempt_epoch,
         preempt_epoch=preempt_epoch,
         pods=tuple(Pod(member=member, index=index, gpus=gpus, node=node, leaves=tuple(leaves),
-                       pod_uid=uid, phase=PodPhase(pod_phase), exit_code=exit_code)
-                   for member, index, gpus, node, leaves, uid, pod_phase, exit_code in pods))
+                       pod_uid=uid, command=tuple(command), phase=PodPhase(pod_phase),
+                       exit_code=exit_code, exit_reason=exit_reason)
+                   for member, index, gpus, node, leaves, uid, command, pod_phase, exit_code,
+                   exit_reason in pods))

@@ -74,8 +74,11 @@ class GpuStore:
             members=tuple(Member(pods=pods, gpus=gpus) for pods, gpus in members),
             lazy_preemption=lazy_preemption))
 
-    async def bind_pod(self, group: str, member: int, pod_uid: str) -> Result | Rejection:
-        return await self.command(BindPod(group=group, member=member, pod_uid=pod_uid))
+    async def bind_pod(self, group: str, member: int, pod_uid: str,
+                       command: Sequence[str] = ()) -> Result | Rejection:
+        """Bind a pod to the member's next free slot; the node agent runs `command` (argv)."""
+        return await self.command(BindPod(group=group, member=member, pod_uid=pod_uid,
+                                          command=tuple(command)))
 
     async def release_gang(self, group: str, reason: str = "done") -> Result | Rejection:
         return await self.command(ReleaseGroup(group=group, reason=reason))
@@ -115,10 +118,10 @@ class GpuStore:
                                                 pod_uid=pod_uid, gpu_uuids=tuple(gpu_uuids)))
 
     async def report_pod_exit(self, node: str, incarnation: int, group: str, pod_uid: str,
-                              exit_code: int) -> Result | Rejection:
+                              exit_code: int, *, reason: str = "") -> Result | Rejection:
         return await self.command(ReportPodExit(node=node, incarnation=incarnation,
                                                 group=group, pod_uid=pod_uid,
-                                                exit_code=exit_code))
+                                                exit_code=exit_code, reason=reason))
 
     async def watch_effects(self, node: str, after: int = 0, *, wait_s: float = 5.0
                             ) -> AsyncGenerator[dict[str, Any], None]:

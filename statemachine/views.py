@@ -18,7 +18,8 @@ def group_status(state: State, group: Group) -> GroupStatus:
         node = topology.node_ids[pod.node] if topology is not None and pod.node >= 0 else ""
         indices = tuple(topology.gpu_index(leaf) for leaf in pod.leaves) if topology else ()
         pods.append(PodView(member=pod.member, index=pod.index, node=node, gpu_indices=indices,
-                            pod_uid=pod.pod_uid, phase=pod.phase))
+                            pod_uid=pod.pod_uid, phase=pod.phase, exit_code=pod.exit_code,
+                            exit_reason=pod.exit_reason))
     chain = topology.chains[group.chain].name if topology is not None and group.chain >= 0 else ""
     return GroupStatus(group=group.group, vc=group.vc, phase=group.phase,
                        priority=group.priority, effective_priority=group.effective_priority,

@@ -60,6 +60,8 @@ EXAMPLES: list[Command] = [
         HealthReport(uuid="GPU-2", status=HealthStatus.UNKNOWN, reason=""))),
     AckPodStarted(node="n0", incarnation=1, group="g", pod_uid="p", gpu_uuids=("GPU-1",)),
     ReportPodExit(node="n0", incarnation=1, group="g", pod_uid="p", exit_code=-9),
+    ReportPodExit(node="n0", incarnation=1, group="g", pod_uid="p", exit_code=255,
+                  reason="lost: the agent restarted and the job was gone"),
     MarkBad(node="n0", gpu="GPU-1", reason="fan"),
     ClearBad(node="n0", gpu=""),
     Cordon(node="n0"),
@@ -68,6 +70,7 @@ EXAMPLES: list[Command] = [
     Deregister(node="n0", force=True),
     gang("g", "a", -1, (2, 4), (1, 1), model="A100", lazy=True),
     BindPod(group="g", member=1, pod_uid="p"),
+    BindPod(group="g", member=1, pod_uid="p", command=("python3", "-c", "", "train.py")),
     ReleaseGroup(group="g", reason="done"),
     Tick(),
 ]
@@ -120,6 +123,18 @@ SUBMIT = {"type": "submit_group", "group": "g", "vc": "a", "priority": 0,
          "mark_bad.reason: 257 characters, more than 256"),
         (body(type="cordon", node="n", pad="x" * limits.COMMAND_BYTES_MAX), Code.TOO_LARGE,
          "command: 1048"),
+        (body(type="bind_pod", group="g", member=0, pod_uid="p", command=[""]),
+         Code.MALFORMED, "bind_pod.command[0]: must not be empty"),
+        (body(type="bind_pod", group="g", member=0, pod_uid="p", command=["a", 3]),
+         Code.MALFORMED, "bind_pod.command[1]: expected a string, got int"),
+        (body(type="bind_pod", group="g", member=0, pod_uid="p", command=["a"] * 257),
+         Code.MALFORMED, "bind_pod.command: 257 items, more than 256"),
+        (body(type="bind_pod", group="g", member=0, pod_uid="p",
+              command=["a", "é" * 5000, "b" * 7000]),
+         Code.TOO_LARGE, "bind_pod.command: 17001 bytes, at most 16384"),
+        (body(type="report_pod_exit", node="n", incarnation=1, group="g", pod_uid="p",
+              exit_code=1, reason="r" * 257), Code.MALFORMED,
+         "report_pod_exit.reason: 257 characters, more than 256"),
     ],
 )
 def test_malformed_bodies_are_refused_with_the_field_named(data: bytes, code: Code,
@@ -165,7 +180,7 @@ def test_random_bytes_only_ever_give_a_decode_error(data: bytes) -> None:
                                      "reports", "reason", "gpu", "force", "priority", "vc",
                                      "pod_uid", "member", "boot_id", "expected_version",
                                      "gpu_model", "lazy_preemption", "exit_code",
-                                     "gpu_uuids"]),
+                                     "gpu_uuids", "command"]),
                     msgpack_values, max_size=8))
 def test_random_fields_only_ever_give_a_decode_error(kind: str, fields: dict[str, Any]) -> None:
     try:
@@ -179,13 +194,17 @@ RESULTS: list[Result] = [
     Done(note="ok"),
     ConfigApplied(version=2, downgraded=("a",), requeued=()),
     NodeRegistered(node="n0", incarnation=3, pods=(PodAssignment(
-        group="g", pod_uid="p", gpu_uuids=("GPU-1",), env=(("A", "b"),)),)),
+        group="g", pod_uid="p", gpu_uuids=("GPU-1",), env=(("A", "b"),),
+        command=("run.sh", "--fast")),)),
     PodBound(group="g", member=0, index=1, pod_uid="p", node="n0", gpu_uuids=("GPU-1",),
              env=(("CUDA_VISIBLE_DEVICES", "GPU-1"),)),
     GroupStatus(group="g", vc="a", phase=GroupPhase.PREEMPTING, priority=3,
                 effective_priority=3, chain="A100-RACK", pods=(PodView(
                     member=0, index=0, node="n0", gpu_indices=(0, 1), pod_uid="",
-                    phase=PodPhase.UNBOUND),), victims=("v",), evicting="",
+                    phase=PodPhase.UNBOUND), PodView(
+                    member=0, index=1, node="n0", gpu_indices=(2,), pod_uid="p1",
+                    phase=PodPhase.EXITED, exit_code=255, exit_reason="lost")),
+                victims=("v",), evicting="",
                 why_pending="", failures=("GPU-1: failed: x",)),
 ]
 

@@ -5,13 +5,29 @@ from __future__ import annotations
 
 import pytest
 
-from statemachine.commands import BindPod, Member, ReleaseGroup, SubmitGroup
+from statemachine.commands import (
+    BindPod,
+    Member,
+    RegisterNode,
+    ReleaseGroup,
+    ReportPodExit,
+    SubmitGroup,
+)
 from statemachine.effects import EffectKind
 from statemachine.errors import Code
-from statemachine.results import Done, GroupPhase, PodBound
+from statemachine.results import Done, GroupPhase, NodeRegistered, PodBound
 from statemachine.sessions import Sessions
-from statemachine.snapshot_codec import encode_snapshot
-from tests.statemachine.builders import SCHEDULER, Driver, gang, rack_spec, vc
+from statemachine.snapshot_codec import decode_snapshot, encode_snapshot
+from statemachine.views import group_status
+from tests.statemachine.builders import (
+    SCHEDULER,
+    Driver,
+    gang,
+    inventory,
+    node_principal,
+    rack_spec,
+    vc,
+)
 from tests.statemachine.test_scenarios import started
 
 
@@ -130,3 +146,28 @@ def test_a_gang_spreads_over_several_tenant_cells(driver: Driver) -> None:
     assert status.phase is GroupPhase.ALLOCATED
     assert [pod.gpu_indices for pod in status.pods] == [(0, 1), (2, 3)]
     assert len(driver.state.configured().buddy.bound_cells["s"][0]) == 2
+
+
+def test_a_binding_carries_its_command_to_the_agent_and_its_end_back(driver: Driver) -> None:
+    """The START_POD effect and a re-registration both hand the agent the argv to run; the
+    pod's exit code and reason are kept and shown, and survive a snapshot."""
+    driver.submit(gang("job", "a", 0, (2, 1)))  # one pod exits, the gang stays
+    argv = ("python3", "train.py", "--epochs", "3")
+    bound = driver.ok(BindPod(group="job", member=0, pod_uid="job-0", command=argv), SCHEDULER)
+    assert isinstance(bound, PodBound)
+    start = [effect for effect in driver.state.outbox.effects
+             if effect.kind is EffectKind.START_POD]
+    assert [(effect.pod_uid, effect.command) for effect in start] == [("job-0", argv)]
+    reboot = driver.ok(RegisterNode(node=bound.node, boot_id="boot-2",
+                                    gpus=inventory(bound.node)), node_principal(bound.node))
+    assert isinstance(reboot, NodeRegistered)
+    assert [(pod.pod_uid, pod.command) for pod in reboot.pods] == [("job-0", argv)]
+    driver.ok(ReportPodExit(node=bound.node, incarnation=reboot.incarnation, group="job",
+                            pod_uid="job-0", exit_code=255, reason="lost: gone after restart"),
+              node_principal(bound.node))
+    restored, _, _ = decode_snapshot(encode_snapshot(driver.state, Sessions(), 0))
+    for state in (driver.state, restored):
+        view = group_status(state, state.groups["job"])
+        assert [(pod.exit_code, pod.exit_reason) for pod in view.pods] == [
+            (255, "lost: gone after restart"), (0, "")]
+        assert state.groups["job"].pods[0].command == argv
