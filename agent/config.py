@@ -1,0 +1,175 @@
+"""The node agent's configuration file (TOML), validated before anything starts.
+
+    node = "gpu-node-17"             # this node's id in the cluster configuration
+    store = ["10.0.0.1:7100", "10.0.0.2:7100", "10.0.0.3:7100"]   # replicas' client ports
+    state_dir = "/var/lib/cellar-agent"   # the job ledger and job logs (relative: to this file)
+    metrics = "0.0.0.0:9400"         # optional Prometheus endpoint (dcgm-exporter's names)
+    loop = "uvloop"                  # asyncio | uvloop | trio
+    backend = "nvml"                 # or "fake:h100-8" (and other fake profiles) for trials
+    insecure = false                 # plain TCP, for local development only
+
+    [tls]                            # `cellar certs issue DIR --node gpu-node-17`
+    ca = "certs/ca.pem"
+    cert = "certs/node-gpu-node-17.pem"
+    key = "certs/node-gpu-node-17.key"
+
+    [intervals]                      # all optional
+    heartbeat_ms = 2000
+    poll_ms = 5000                   # health counters
+    event_wait_ms = 1000             # one wait for XID events
+    retry_ms_max = 30000             # back-off ceiling while NVML or the store is away
+
+    [jobs]
+    grace_ms = 10000                 # SIGTERM, then SIGKILL after this
+    gpu_release_timeout_ms = 10000   # wait for NVML to show the job's processes gone
+
+    [models]                         # NVML model name -> the model name the cluster uses
+    "NVIDIA H100 80GB HBM3" = "H100"
+
+    [health]                         # the XID lists and thresholds (agent.health_policy)
+
+The certificate must name this node (`cellar://node/<node>`): the store lets a node agent act
+for its own node only. Every error names the key and the reason.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from consensus.runtime.config_fields import (
+    Address,
+    ConfigError,
+    TlsFiles,
+    address,
+    flag,
+    integer,
+    load_toml,
+    refuse_unknown,
+    text,
+    tls_files,
+)
+
+LOOPS = ("asyncio", "uvloop", "trio")
+MS_MAX = 3_600_000
+KEYS = {"node", "store", "state_dir", "metrics", "loop", "backend", "insecure", "tls",
+        "intervals", "jobs", "models", "health"}
+
+
+class AgentConfigError(ConfigError):
+    """The agent's configuration file is missing, unreadable or invalid."""
+
+
+@dataclass(frozen=True, slots=True)
+class Intervals:
+    heartbeat_ms: int = 2000
+    poll_ms: int = 5000
+    event_wait_ms: int = 1000
+    retry_ms_max: int = 30_000
+
+
+@dataclass(frozen=True, slots=True)
+class JobLimits:
+    grace_ms: int = 10_000
+    gpu_release_timeout_ms: int = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class AgentConfig:
+    node: str
+    store: tuple[Address, ...]
+    state_dir: pathlib.Path
+    tls: TlsFiles | None
+    insecure: bool = False
+    metrics: Address | None = None
+    loop: str = "uvloop"
+    backend: str = "nvml"
+    intervals: Intervals = field(default_factory=Intervals)
+    jobs: JobLimits = field(default_factory=JobLimits)
+    models: tuple[tuple[str, str], ...] = ()  # NVML name -> cluster model name
+    health: tuple[tuple[str, Any], ...] = ()  # the [health] table, checked by the policy
+
+    @property
+    def endpoints(self) -> list[str]:
+        return [str(entry) for entry in self.store]
+
+
+def load_agent_config(path: pathlib.Path) -> AgentConfig:
+    return parse_agent_config(load_toml(path, AgentConfigError), base=path.parent)
+
+
+def parse_agent_config(raw: dict[str, Any], *, base: pathlib.Path) -> AgentConfig:
+    refuse_unknown(raw, KEYS, error=AgentConfigError)
+    insecure = flag(raw, "insecure", default=False, error=AgentConfigError)
+    loop = raw.get("loop", "uvloop")
+    if loop not in LOOPS:
+        raise AgentConfigError(f"loop: {loop!r} is not one of {', '.join(LOOPS)}")
+    return AgentConfig(
+        node=text(raw, "node", error=AgentConfigError),
+        store=_store(raw.get("store")),
+        state_dir=base / text(raw, "state_dir", error=AgentConfigError),
+        tls=None if insecure else tls_files(raw.get("tls"), base, AgentConfigError),
+        insecure=insecure,
+        metrics=address(raw["metrics"], "metrics", AgentConfigError) if "metrics" in raw
+        else None,
+        loop=loop, backend=_backend(raw),
+        intervals=_intervals(_table(raw, "intervals")), jobs=_jobs(_table(raw, "jobs")),
+        models=_models(_table(raw, "models")),
+        health=tuple(sorted(_table(raw, "health").items())))
+
+
+def _table(raw: dict[str, Any], key: str) -> dict[str, Any]:
+    value = raw.get(key, {})
+    if not isinstance(value, dict):
+        raise AgentConfigError(f"{key}: must be a table")
+    return value
+
+
+def _store(value: Any) -> tuple[Address, ...]:
+    if not isinstance(value, list) or not value:
+        raise AgentConfigError("store: required, a list of the replicas' client addresses")
+    return tuple(address(item, f"store[{index}]", AgentConfigError)
+                 for index, item in enumerate(value))
+
+
+def _backend(raw: dict[str, Any]) -> str:
+    backend = text(raw, "backend", default="nvml", error=AgentConfigError)
+    if backend != "nvml" and not backend.startswith("fake:"):
+        raise AgentConfigError(f"backend: {backend!r} is neither \"nvml\" nor \"fake:PROFILE\"")
+    return backend
+
+
+def _intervals(raw: dict[str, Any]) -> Intervals:
+    refuse_unknown(raw, set(Intervals.__dataclass_fields__), "intervals.", AgentConfigError)
+    defaults = Intervals()
+    return Intervals(**{name: integer(raw, name, 10, MS_MAX, where="intervals.",
+                                      default=getattr(defaults, name), error=AgentConfigError)
+                        for name in Intervals.__dataclass_fields__})
+
+
+def _jobs(raw: dict[str, Any]) -> JobLimits:
+    refuse_unknown(raw, set(JobLimits.__dataclass_fields__), "jobs.", AgentConfigError)
+    defaults = JobLimits()
+    return JobLimits(**{name: integer(raw, name, 0, MS_MAX, where="jobs.",
+                                      default=getattr(defaults, name), error=AgentConfigError)
+                        for name in JobLimits.__dataclass_fields__})
+
+
+def _models(raw: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    for name, model in raw.items():
+        if not isinstance(model, str) or not model:
+            raise AgentConfigError(f"models.{name!r}: must name a GPU model of the cluster "
+                                   "configuration")
+    return tuple(sorted(raw.items()))
+
+
+def cluster_model(nvml_name: str, models: tuple[tuple[str, str], ...]) -> str:
+    """The model name the cluster configuration uses for a GPU NVML calls `nvml_name`: the
+    [models] table's entry, else the name's first word after the vendor and family words
+    ("NVIDIA A100-SXM4-80GB" -> "A100", "NVIDIA H100 80GB HBM3" -> "H100")."""
+    mapped = dict(models).get(nvml_name)
+    if mapped is not None:
+        return mapped
+    words = [word for word in nvml_name.split() if word not in ("NVIDIA", "Tesla", "GeForce")]
+    return words[0].split("-")[0] if words else nvml_name
