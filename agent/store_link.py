@@ -1,0 +1,95 @@
+"""The agent's side of the conversation with the store, under its node identity.
+
+Every call here is idempotent in the state machine (a heartbeat, a health report, a pod's
+start acknowledged or its exit reported twice changes nothing the second time), so a call
+whose outcome is unknown after a store failover is simply made again, with back-off, until
+the store answers. A refusal is an answer: it is returned for the caller to act on (a stale
+incarnation means register again; an unknown pod means the store forgot it).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+import anyio
+
+from consensus.runtime.client import ClientError
+from statemachine.commands import GpuInventory, HealthReport
+from statemachine.errors import Code, Rejection
+from statemachine.results import NodeRegistered, PodPhase, Result
+from statemachine.store import GpuStore
+
+logger = logging.getLogger("cellar.agent.store")
+T = TypeVar("T")
+RETRY_MS_MIN = 50
+REGISTER_REFUSED_RETRY_MS = 10_000  # the cluster configuration may not know this node yet
+
+
+class StoreLink:
+    def __init__(self, store: GpuStore, node: str, *, retry_ms_max: int) -> None:
+        self.store = store
+        self.node = node
+        self.retry_ms_max = retry_ms_max
+        self.incarnation = 0
+        self.calls_retried = 0
+
+    async def _until_answered(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
+        """Make `call` until the store answers (a result or a refusal), backing off."""
+        delay_ms = RETRY_MS_MIN
+        while True:
+            try:
+                return await call()
+            except ClientError as error:
+                self.calls_retried += 1
+                logger.warning("%s: no answer from the store (%s); again in %d ms", what,
+                               error, delay_ms)
+            await anyio.sleep(delay_ms / 1000)
+            delay_ms = min(delay_ms * 2, self.retry_ms_max)
+
+    async def register(self, boot_id: str, gpus: Sequence[GpuInventory]) -> NodeRegistered:
+        """Register with a fresh incarnation; a refusal (this node is not in the cluster's
+        configuration, or its GPUs do not match it) is logged and tried again later."""
+        while True:
+            result = await self._until_answered("register", lambda: self.store.register_node(
+                self.node, boot_id, gpus))
+            if isinstance(result, NodeRegistered):
+                self.incarnation = result.incarnation
+                return result
+            logger.error("the store refused to register %s: %s", self.node, result)
+            await anyio.sleep(REGISTER_REFUSED_RETRY_MS / 1000)
+
+    async def heartbeat(self) -> Result | Rejection:
+        return await self._until_answered("heartbeat", lambda: self.store.heartbeat(
+            self.node, self.incarnation))
+
+    async def report_health(self, reports: Sequence[HealthReport]) -> Result | Rejection:
+        return await self._until_answered("report health", lambda: self.store.report_health(
+            self.node, self.incarnation, reports))
+
+    async def ack_started(self, group: str, pod_uid: str,
+                          gpu_uuids: Sequence[str]) -> Result | Rejection:
+        return await self._until_answered("ack start", lambda: self.store.ack_pod_started(
+            self.node, self.incarnation, group, pod_uid, gpu_uuids))
+
+    async def report_exit(self, group: str, pod_uid: str, exit_code: int,
+                          reason: str) -> Result | Rejection:
+        return await self._until_answered("report exit", lambda: self.store.report_pod_exit(
+            self.node, self.incarnation, group, pod_uid, exit_code, reason=reason))
+
+    async def still_bound_here(self, group: str, pod_uid: str) -> bool:
+        """Whether the store still has `pod_uid` bound (not exited) on this node: an effect is
+        a hint, the gang's current state decides."""
+        answer: Any = await self._until_answered("gang query", lambda: self.store.gang(group))
+        if isinstance(answer, Rejection):
+            return False
+        return any(pod.get("pod_uid") == pod_uid and pod.get("node") == self.node
+                   and pod.get("phase") in (PodPhase.BOUND.value, PodPhase.RUNNING.value)
+                   for pod in answer.get("pods", []))
+
+
+def is_stale(result: object) -> bool:
+    """The store has since registered this node again: this incarnation is over."""
+    return isinstance(result, Rejection) and result.code in (Code.STALE_INCARNATION,
+                                                             Code.NOT_REGISTERED)
