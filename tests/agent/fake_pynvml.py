@@ -124,6 +124,7 @@ class FakePynvml:
         self.event_sets: list[FakeEventSet] = []
         self.registrations: dict[str, int] = {}
         self.strings_as_bytes = False
+        self.fabric_status = int(real.NVML_SUCCESS)  # the fabric registration's own result
         self._init_error: int | None = None
         self._missing: set[str] = set()
         self._absent: set[str] = set()
@@ -525,12 +526,11 @@ class FakePynvml:
         device = self._device_call("nvmlDeviceGetGpuFabricInfo", handle)
         return self._fabric(device, info)
 
-    @staticmethod
-    def _fabric(device: FakeDevice, info: Any) -> int:
+    def _fabric(self, device: FakeDevice, info: Any) -> int:
         if device.record.sample.fabric is Fabric.NOT_SUPPORTED:
             raise real.NVMLError_NotSupported()
         info.state = int(device.record.sample.fabric)
-        info.status = real.NVML_SUCCESS
+        info.status = self.fabric_status
         return int(real.NVML_SUCCESS)
 
     def nvmlDeviceGetTopologyCommonAncestor(self, first: Any, second: Any) -> int:
