@@ -56,6 +56,11 @@ from agent.nvml_sample import probe_links, read_sample
 
 REAL_PYNVML: Final[Any] = pynvml  # tests raise its real NVMLError_* classes from fakes
 SYSFS: Final = pathlib.Path("/sys")
+# The unversioned process lists call _v3; drivers before it have _v2.
+COMPUTE_PROCESSES: Final = ("nvmlDeviceGetComputeRunningProcesses",
+                            "nvmlDeviceGetComputeRunningProcesses_v2")
+GRAPHICS_PROCESSES: Final = ("nvmlDeviceGetGraphicsRunningProcesses",
+                             "nvmlDeviceGetGraphicsRunningProcesses_v2")
 
 
 def decode_text(raw: object) -> str:
@@ -125,6 +130,7 @@ class NvmlBackend:
             if self._started:
                 return
             self._calls.forget_missing()
+            self._handles, self._uuid_by_address, self._links = {}, {}, {}
             self._node(("nvmlInit",))
             self._started = True
             self._stopping.clear()
@@ -180,9 +186,8 @@ class NvmlBackend:
         compute list cannot be read."""
         handle = self._handle(uuid)
         used_by_pid: dict[int, int | None] = {}
-        for function, required in (("nvmlDeviceGetGraphicsRunningProcesses", False),
-                                   ("nvmlDeviceGetComputeRunningProcesses", True)):
-            for process in self._process_list(uuid, function, handle, required=required):
+        for functions, required in ((GRAPHICS_PROCESSES, False), (COMPUTE_PROCESSES, True)):
+            for process in self._process_list(uuid, functions, handle, required=required):
                 used = process.usedGpuMemory
                 used_by_pid[int(process.pid)] = None if used is None else int(used)
         return tuple(GpuProcess(pid, used) for pid, used in sorted(used_by_pid.items()))
@@ -334,15 +339,15 @@ class NvmlBackend:
                 self._links[uuid] = links
         return links
 
-    def _process_list(self, uuid: str, function: str, handle: Any, *,
+    def _process_list(self, uuid: str, functions: tuple[str, ...], handle: Any, *,
                       required: bool) -> list[Any]:
-        result = self._calls.attempt(uuid, (function,), handle)
+        result = self._calls.attempt(uuid, functions, handle)
         if isinstance(result, Unsupported) and not required:
             return []
         if isinstance(result, Unsupported):
-            raise ReadFailed(uuid, NvmlCode.NOT_SUPPORTED, f"{function}: not supported")
+            raise ReadFailed(uuid, NvmlCode.NOT_SUPPORTED, f"{functions[0]}: not supported")
         if isinstance(result, Failed):
-            raise ReadFailed(uuid, result.code, f"{function}: {result.message}")
+            raise ReadFailed(uuid, result.code, f"{functions[0]}: {result.message}")
         return list(result)
 
     # Topology.

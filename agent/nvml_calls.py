@@ -1,11 +1,12 @@
 """Calls into a pynvml module object, with NVML errors turned into values once.
 
 `NvmlCalls` wraps the module `NvmlBackend` was given (the real pynvml, or a test's fake). A call
-names one or more functions, newest first: a function the driver lacks (FunctionNotFound) or the
-binding lacks (no such attribute, an old nvidia-ml-py) is remembered as missing until the next
-`start()`, and the next name is tried. An NVML error becomes a `NvmlCallError` carrying its code
-(`NVMLError.value`, never `==` on the exception), or, for reads of one GPU, the reading the
-policy of agent.nvml_policy gives it.
+names one or more functions, newest first: a function the driver lacks (FunctionNotFound; or
+NVMLLibraryMismatchError, pynvml's way of saying it for an unversioned process-list call whose
+_v3 is missing) or the binding lacks (no such attribute, an old nvidia-ml-py) is remembered as
+missing until the next `start()`, and the next name is tried. An NVML error becomes a
+`NvmlCallError` carrying its code (`NVMLError.value`, never `==` on the exception), or, for
+reads of one GPU, the reading the policy of agent.nvml_policy gives it.
 """
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ class NvmlCallError(Exception):
         self.message = message
 
 
+class _NeverRaised(Exception):
+    """Stands for NVMLLibraryMismatchError in bindings that do not have it."""
+
+
 def to_int(result: Any) -> int:
     return int(result)
 
@@ -34,6 +39,8 @@ def to_int(result: Any) -> int:
 class NvmlCalls:
     def __init__(self, nvml: Any) -> None:
         self.nvml = nvml
+        self._version_mismatch: type[Exception] = getattr(
+            nvml, "NVMLLibraryMismatchError", _NeverRaised)
         self._lock = threading.Lock()
         self._missing: set[str] = set()
 
@@ -54,12 +61,14 @@ class NvmlCalls:
                 continue
             try:
                 return function(*args)
+            except self._version_mismatch:
+                pass  # pynvml's unversioned wrappers say FunctionNotFound this way
             except self.nvml.NVMLError as error:
                 code = int(getattr(error, "value", NvmlCode.UNKNOWN))
                 if code != NvmlCode.FUNCTION_NOT_FOUND:
                     raise NvmlCallError(code, _message(error, code)) from error
-                with self._lock:
-                    self._missing.add(name)
+            with self._lock:
+                self._missing.add(name)
         code = NvmlCode.FUNCTION_NOT_FOUND
         raise NvmlCallError(code, f"{describe(code)}: {' / '.join(names)}")
 

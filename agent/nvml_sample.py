@@ -10,6 +10,7 @@ InvalidArgument there means the link index is past the GPU's real count.
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
@@ -155,8 +156,8 @@ def read_fabric(calls: NvmlCalls, uuid: str, handle: Any) -> Fabric:
         make = getattr(calls.nvml, struct, None)
         if make is None or calls.lacks(function):
             continue
-        info = make()
-        result = calls.attempt(uuid, (function,), handle, info)
+        info = make()  # the versioned struct sets its own version field
+        result = calls.attempt(uuid, (function,), handle, ctypes.byref(info))
         if calls.lacks(function):
             continue
         state = _fabric_state(info.state)

@@ -56,6 +56,9 @@ LINK_COUNTER_FIELDS = {
     abi.NVLINK_ERROR_REPLAY: "replay_errors", abi.NVLINK_ERROR_RECOVERY: "recovery_errors",
     abi.NVLINK_ERROR_CRC_FLIT: "crc_flit_errors", abi.NVLINK_ERROR_CRC_DATA: "crc_data_errors",
 }
+# pynvml wraps these unversioned calls so that a driver without their _v3 raises this instead.
+VERSION_CHECKED = frozenset({"nvmlDeviceGetComputeRunningProcesses",
+                             "nvmlDeviceGetGraphicsRunningProcesses"})
 REMAP_FIELDS = ("remapped_rows_correctable", "remapped_rows_uncorrectable", "remap_pending",
                 "remap_failure")
 
@@ -105,6 +108,7 @@ class FakeEventSet:
 
 class FakePynvml:
     NVMLError = real.NVMLError
+    NVMLLibraryMismatchError = real.NVMLLibraryMismatchError
     c_nvmlGpuFabricInfoV_t = real.c_nvmlGpuFabricInfoV_t  # noqa: N815 - pynvml's name
     c_nvmlGpuFabricInfo_t = real.c_nvmlGpuFabricInfo_t  # noqa: N815 - pynvml's name
 
@@ -248,6 +252,8 @@ class FakePynvml:
 
     def _node_call(self, function: str) -> None:
         self.calls.append(function)
+        if function in self._missing and function in VERSION_CHECKED:
+            raise real.NVMLLibraryMismatchError(f"{function}: no _v3 in this driver")
         if function in self._missing:
             raise real.NVMLError_FunctionNotFound()
         if self.initialised == 0:
@@ -526,7 +532,10 @@ class FakePynvml:
         device = self._device_call("nvmlDeviceGetGpuFabricInfo", handle)
         return self._fabric(device, info)
 
-    def _fabric(self, device: FakeDevice, info: Any) -> int:
+    def _fabric(self, device: FakeDevice, reference: Any) -> int:
+        info = getattr(reference, "_obj", None)  # NVML writes through a pointer: byref(info)
+        if info is None:
+            raise real.NVMLError_InvalidArgument()
         if device.record.sample.fabric is Fabric.NOT_SUPPORTED:
             raise real.NVMLError_NotSupported()
         info.state = int(device.record.sample.fabric)
@@ -544,7 +553,13 @@ class FakePynvml:
     # Processes.
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[Any]:
-        device = self._device_call("nvmlDeviceGetComputeRunningProcesses", handle)
+        return self._compute(self._device_call("nvmlDeviceGetComputeRunningProcesses", handle))
+
+    def nvmlDeviceGetComputeRunningProcesses_v2(self, handle: Any) -> list[Any]:
+        return self._compute(self._device_call("nvmlDeviceGetComputeRunningProcesses_v2",
+                                               handle))
+
+    def _compute(self, device: FakeDevice) -> list[Any]:
         listed = device.compute if device.compute is not None else [
             (process.pid, process.used_bytes) for process in device.record.processes]
         return [self._process(pid, used) for pid, used in listed]

@@ -430,6 +430,15 @@ def test_graphics_processes_may_be_unsupported(rig: Rig) -> None:
     assert rig.start().backend.processes(uuid) == (GpuProcess(10, 100),)
 
 
+def test_a_driver_without_v3_process_lists_is_read_through_v2(rig: Rig) -> None:
+    uuid = rig.uuids[0]
+    rig.nvml.set_processes(uuid, compute=[(10, 100)])
+    rig.nvml.remove_function("nvmlDeviceGetComputeRunningProcesses")
+    rig.nvml.remove_function("nvmlDeviceGetGraphicsRunningProcesses")
+    assert rig.start().backend.processes(uuid) == (GpuProcess(10, 100),)
+    assert rig.count("nvmlDeviceGetComputeRunningProcesses_v2") == 1
+
+
 @pytest.mark.parametrize("code", [NvmlCode.NOT_SUPPORTED, NvmlCode.UNKNOWN])
 def test_an_unreadable_compute_list_is_never_read_as_empty(rig: Rig, code: int) -> None:
     rig.nvml.fail_call("nvmlDeviceGetComputeRunningProcesses", code)
