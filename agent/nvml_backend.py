@@ -79,8 +79,8 @@ def normalise_bus_id(raw: object) -> str:
     try:
         domain, bus, slot = parts
         device, function = slot.split(".")
-        return f"{int(domain, 16):04x}:{int(bus, 16):02x}:{int(device, 16):02x}." \
-               f"{int(function, 16):x}"
+        return (f"{int(domain, 16):04x}:{int(bus, 16):02x}:"
+                f"{int(device, 16):02x}.{int(function, 16):x}")
     except ValueError:
         raise ValueError(f"not a PCI bus id: {text!r}") from None
 
@@ -92,6 +92,19 @@ def handle_address(handle: Any) -> int | None:
     except (ctypes.ArgumentError, TypeError):
         return None
     return address
+
+
+def _raise_if_node_fault(error: NvmlCallError) -> None:
+    if classify(error.code) is ErrorClass.NODE_FAULT:
+        raise NvmlUnavailable(error.code, error.message) from error
+
+
+def _raise_if_nvml_is_gone(error: NvmlCallError) -> None:
+    """For event registration: a GPU that cannot be registered (too old, lost, or events need
+    privileges the agent lacks) goes unwatched, its counters still polled; only NVML itself
+    going away stops the start."""
+    if classify(error.code) is ErrorClass.NODE_FAULT and error.code != NvmlCode.NO_PERMISSION:
+        raise NvmlUnavailable(error.code, error.message) from error
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,8 +251,7 @@ class NvmlBackend:
         try:
             return self._calls.call(names)
         except NvmlCallError as error:
-            if classify(error.code) is ErrorClass.NODE_FAULT:
-                raise NvmlUnavailable(error.code, error.message) from error
+            _raise_if_node_fault(error)
             return default
 
     def _require_started(self) -> None:
@@ -257,8 +269,7 @@ class NvmlBackend:
                 handle = self._calls.call(("nvmlDeviceGetHandleByIndex",), index)
                 uuid = decode_text(self._calls.call(("nvmlDeviceGetUUID",), handle))
             except NvmlCallError as error:
-                if classify(error.code) is ErrorClass.NODE_FAULT:
-                    raise NvmlUnavailable(error.code, error.message) from error
+                _raise_if_node_fault(error)
                 continue
             found.append((index, uuid, handle))
             self._remember(uuid, handle)
@@ -266,7 +277,8 @@ class NvmlBackend:
 
     def _remember(self, uuid: str, handle: Any) -> None:
         """Keep a GPU's handle, also after it vanishes: calls on it then raise GpuGone, and
-        its events (XID 79 comes last) still resolve to its UUID."""
+        its last events (XID 79, read after the loss) still resolve to its UUID. Every
+        `devices()` refreshes the handles of the GPUs that answer."""
         address = handle_address(handle)
         with self._lock:
             self._handles[uuid] = handle
@@ -274,17 +286,15 @@ class NvmlBackend:
                 self._uuid_by_address[address] = uuid
 
     def _handle(self, uuid: str) -> Any:
+        self._require_started()
         with self._lock:
-            if not self._started:
-                raise NvmlUnavailable(NvmlCode.UNINITIALIZED, "NvmlBackend is not started")
             handle = self._handles.get(uuid)
         if handle is not None:
             return handle
         try:
             handle = self._calls.call(("nvmlDeviceGetHandleByUUID",), uuid)
         except NvmlCallError as error:
-            if classify(error.code) is ErrorClass.NODE_FAULT:
-                raise NvmlUnavailable(error.code, error.message) from error
+            _raise_if_node_fault(error)
             raise GpuGone(uuid, error.code, f"no GPU with this UUID: {error.message}") from error
         self._remember(uuid, handle)
         return handle
@@ -410,16 +420,16 @@ class NvmlBackend:
         try:
             event_set = self._calls.call(("nvmlEventSetCreate",))
         except NvmlCallError as error:
-            if classify(error.code) is ErrorClass.NODE_FAULT:
-                raise NvmlUnavailable(error.code, error.message) from error
+            _raise_if_nvml_is_gone(error)
             return None
-        for _, uuid, handle in found:
-            with contextlib.suppress(GpuGone):
-                supported = self._calls.reading(uuid, ("nvmlDeviceGetSupportedEventTypes",),
-                                                handle)
-                if isinstance(supported, int) and supported & abi.HEALTH_EVENTS:
-                    self._calls.attempt(uuid, ("nvmlDeviceRegisterEvents",), handle,
-                                        supported & abi.HEALTH_EVENTS, event_set)
+        for _, _, handle in found:
+            try:
+                supported = int(self._calls.call(("nvmlDeviceGetSupportedEventTypes",), handle))
+                if supported & abi.HEALTH_EVENTS:
+                    self._calls.call(("nvmlDeviceRegisterEvents",), handle,
+                                     supported & abi.HEALTH_EVENTS, event_set)
+            except NvmlCallError as error:
+                _raise_if_nvml_is_gone(error)
         return event_set
 
     def _wait_once(self, timeout_ms: int) -> Any:
@@ -435,8 +445,7 @@ class NvmlBackend:
                 except NvmlCallError as error:
                     if error.code == NvmlCode.TIMEOUT:
                         return None
-                    if classify(error.code) is ErrorClass.NODE_FAULT:
-                        raise NvmlUnavailable(error.code, error.message) from error
+                    _raise_if_node_fault(error)
                     raise EventWaitFailed(error.code, error.message) from error
         self._stopping.wait(timeout_ms / 1000)
         return None

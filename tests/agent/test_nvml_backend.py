@@ -331,6 +331,19 @@ def test_gpus_whose_event_calls_fail_are_skipped(rig: Rig) -> None:
     assert set(rig.nvml.registrations) == set(rig.uuids[3:])
 
 
+def test_events_that_need_privileges_leave_the_gpus_unwatched(rig: Rig) -> None:
+    rig.nvml.fail_call("nvmlDeviceRegisterEvents", NvmlCode.NO_PERMISSION)
+    assert len(rig.start().backend.devices()) == 8
+    assert rig.nvml.registrations == {}
+
+
+def test_nvml_going_away_while_registering_fails_the_start(rig: Rig) -> None:
+    rig.nvml.fail_call("nvmlDeviceGetSupportedEventTypes", NvmlCode.DRIVER_NOT_LOADED)
+    with pytest.raises(NvmlUnavailable):
+        rig.backend.start()
+    assert rig.nvml.initialised == 0
+
+
 def test_without_event_support_wait_event_still_blocks(rig: Rig) -> None:
     rig.nvml.fail_call("nvmlEventSetCreate", NvmlCode.NOT_SUPPORTED)
     rig.start()
