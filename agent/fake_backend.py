@@ -78,9 +78,10 @@ class FakeGpuBackend:
         return cls(decode(document))
 
     def snapshot(self) -> Json:
-        """Everything this node would report now, as a snapshot document."""
+        """Everything this node would report now, as a snapshot document (lost GPUs, which
+        report nothing, are left out)."""
         with self._changed:
-            devices = tuple(gpu.snapshot() for gpu in self._ordered())
+            devices = tuple(gpu.snapshot() for gpu in self._ordered() if not gpu.lost)
             topology = self._topology_locked()
         return encode(NodeSnapshot(self._driver, devices, topology))
 

@@ -392,10 +392,12 @@ def test_a_snapshot_round_trips_through_json(node: FakeGpuBackend) -> None:
     node.fail(first, "power_mw", NvmlCode.NOT_READY)
     node.add_process(second, 77, None)
     node.set_mig_mode(second, True)
+    node.lose(node.uuids()[7])
     replayed = FakeGpuBackend.from_snapshot(json.loads(json.dumps(node.snapshot())))
     replayed.start()
     assert replayed.devices() == node.devices()
-    for uuid in node.uuids():
+    assert len(replayed.uuids()) == 7
+    for uuid in replayed.uuids():
         assert replayed.sample(uuid) == node.sample(uuid)
         assert replayed.processes(uuid) == node.processes(uuid)
     assert replayed.topology() == node.topology()
