@@ -9,7 +9,8 @@ GPU or driver lacks it (NVML NotSupported, FunctionNotFound: that signal is then
 healthy), or `Failed` with the NVML code when reading it failed this time. Identity is the UUID,
 never the index. Errors that concern the whole node raise `NvmlUnavailable` (the GPU count is then
 unknown, not zero); errors that concern one GPU raise `GpuGone` (fallen off the bus, needs a
-reset), and the other GPUs keep answering.
+reset), and the other GPUs keep answering. A read with no `Reading` to carry a failure (the
+process list) raises `ReadFailed` rather than answer "none".
 """
 
 from __future__ import annotations
@@ -90,6 +91,17 @@ class EventWaitFailed(Exception):
 
     def __init__(self, code: int, message: str) -> None:
         super().__init__(f"event wait failed ({code}): {message}")
+        self.code = code
+        self.message = message
+
+
+class ReadFailed(Exception):
+    """A read on one GPU that has no `Reading` to carry a failure (its process list) failed
+    this time, or the GPU does not offer it; the GPU may be fine: retry. Never read as "none"."""
+
+    def __init__(self, uuid: str, code: int, message: str) -> None:
+        super().__init__(f"{uuid}: {message} ({code})")
+        self.uuid = uuid
         self.code = code
         self.message = message
 
@@ -237,6 +249,6 @@ class GpuBackend(Protocol):
     def driver(self) -> DriverInfo: ...
     def devices(self) -> tuple[DeviceInfo, ...]: ...
     def sample(self, uuid: str) -> DeviceSample: ...
-    def processes(self, uuid: str) -> tuple[GpuProcess, ...]: ...
+    def processes(self, uuid: str) -> tuple[GpuProcess, ...]: ...  # raises ReadFailed
     def topology(self) -> Topology: ...
     def wait_event(self, timeout_ms: int) -> GpuEvent | None: ...
