@@ -115,8 +115,9 @@ class ReconcileReport:
     """What the runner found after a restart, each list sorted by pod uid.
 
     - `adopted`: expected and running; watched again, its exit will be reported.
-    - `lost`: expected and started before, but not running: report it to the store as exited
-      (`EXIT_CODE_UNKNOWN`, `REASON_LOST`); it is never started again.
+    - `lost`: expected and started before, but its first process no longer runs: report it to
+      the store as exited (`EXIT_CODE_UNKNOWN`, `REASON_LOST`); it is never started again.
+      Processes it left running have been stopped before the report is returned.
     - `to_start`: expected and never started here: the caller starts it.
     - `to_stop`: running but not expected (the store does not know it): adopted, so the
       caller can stop it.

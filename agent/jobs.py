@@ -10,6 +10,11 @@ Use it as an async context manager; it holds one watcher task per job, and `exit
         outcome = await runner.start(binding)
         async for exited in runner.exits: ...
 
+A job lives as long as its first process (the session leader the runner launched); when it
+ends, whatever it left running is stopped too (SIGTERM, grace, SIGKILL), as a container's
+processes end with its init, so that none of them runs once the exit is reported (NVML's
+process lists are checked by `stop` only; the agent's monitor cross-checks them otherwise).
+
 Leaving the context stops the watchers, not the jobs: jobs outlive the agent, and the next
 runner on the same state directory adopts them. A pod uid is started at most once, ever: the
 ledger (`agent.started_ledger`) remembers it before the launch. A job's record
@@ -195,6 +200,8 @@ class JobRunner:
         code, reason = await self._wait_exit(job)
         if job.stopping:
             reason = f"stopped by the agent; {reason}"
+        else:
+            await self._end_leftovers(record)
         job.exited.set()
         async with self._locked():  # no reconcile between the two: it would call the job lost
             try:
@@ -230,8 +237,10 @@ class JobRunner:
                                gpu_release=GpuRelease.NO_GPUS)
         job.stopping = True
         seen = {job.record.pid: job.record.start_ticks}  # every process of the job met
-        termination = await self._terminate(
-            job, seen, self.limits.grace_s if grace_s is None else grace_s)
+        termination = await self._end_group(
+            job.record, seen, self.limits.grace_s if grace_s is None else grace_s)
+        with anyio.move_on_after(self.limits.kill_wait_s):
+            await job.exited.wait()  # the watcher reaps at once
         check = await wait_released(
             self._gpus, job.record.binding.gpu_uuids, seen,
             timeout_s=self.limits.gpu_release_timeout_s, poll_s=self.limits.gpu_poll_s)
@@ -242,26 +251,36 @@ class JobRunner:
                            gpu_release=check.release, lingering_pids=check.lingering_pids,
                            detail=check.detail)
 
-    async def _terminate(self, job: _Job, seen: dict[int, int], grace_s: float
+    async def _end_group(self, record: JobRecord, seen: dict[int, int], grace_s: float
                          ) -> Termination:
+        """SIGTERM every process of the job, SIGKILL those left after `grace_s`, and wait
+        until none runs; `seen` collects every process met on the way."""
         steps = ((signal.SIGTERM, grace_s, Termination.STOPPED),
                  (signal.SIGKILL, self.limits.kill_wait_s, Termination.KILLED))
         for sig, wait_s, termination in steps:
-            seen.update(job_group.signal_job(job.record, sig))
-            if await self._wait_gone(job, seen, wait_s):
-                with anyio.move_on_after(self.limits.kill_wait_s):
-                    await job.exited.wait()  # the watcher reaps at once
+            seen.update(job_group.signal_job(record, sig))
+            if await self._wait_gone(record, seen, wait_s):
                 return termination
         return Termination.UNKILLABLE
 
-    async def _wait_gone(self, job: _Job, seen: dict[int, int], timeout_s: float) -> bool:
+    async def _wait_gone(self, record: JobRecord, seen: dict[int, int], timeout_s: float
+                         ) -> bool:
         """Wait until no process of the job runs (zombies have ended), up to `timeout_s`."""
         with anyio.move_on_after(timeout_s):
-            while members := job_group.members(job.record):
+            while members := job_group.members(record):
                 seen.update(members)
                 await anyio.sleep(self.limits.group_poll_s)
             return True
         return False
+
+    async def _end_leftovers(self, record: JobRecord) -> None:
+        """A job ends with its first process, as a container does: processes it left running
+        are stopped too (with the grace period), so that an exit frees the job's GPUs."""
+        left = job_group.members(record)
+        if left:
+            logger.warning("%s ended, leaving pids %s running: stopping them",
+                           record.binding.pod_uid, sorted(left))
+            await self._end_group(record, {}, self.limits.grace_s)
 
     async def reconcile(self, expected: Sequence[Binding]) -> ReconcileReport:
         """Match the store's bindings for this node against the ledger and the live processes;
@@ -272,6 +291,9 @@ class JobRunner:
             wanted.setdefault(binding.pod_uid, binding)
         async with self._locked():
             dead = await self._adopt_records()
+        async with anyio.create_task_group() as tasks:
+            for record in dead.values():
+                tasks.start_soon(self._end_leftovers, record)
         running = {uid: job.record.binding for uid, job in self._jobs.items()}
         gone = {uid: binding for uid, binding in wanted.items() if uid not in running}
         started = {uid for uid in gone if uid in self._ledger or uid in dead}
@@ -282,9 +304,10 @@ class JobRunner:
             to_start=_by_uid(binding for uid, binding in gone.items() if uid not in started),
             to_stop=_by_uid(binding for uid, binding in running.items() if uid not in wanted))
 
-    async def _adopt_records(self) -> set[str]:
-        """Watch every recorded job that still runs; forget the others and return them."""
-        dead: set[str] = set()
+    async def _adopt_records(self) -> dict[str, JobRecord]:
+        """Watch every recorded job whose first process still runs; forget the others and
+        return them."""
+        dead: dict[str, JobRecord] = {}
         for record in self._records.all():
             uid = record.binding.pod_uid
             if uid in self._jobs:
@@ -293,7 +316,7 @@ class JobRunner:
                 logger.info("adopting %s (pid %d)", uid, record.pid)
                 self._track(record, child=False)
             else:
-                dead.add(uid)
+                dead[uid] = record
         if dead:
             try:
                 await anyio.to_thread.run_sync(lambda: self._records.forget(*dead))

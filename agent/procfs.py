@@ -65,11 +65,12 @@ def is_alive(pid: int, ticks: int) -> bool:
 
 def all_stats(proc: pathlib.Path = PROC) -> Iterator[ProcStat]:
     """Every process now, skipping those that exit while being read."""
-    for entry in os.scandir(proc):
-        if entry.name.isdigit():
-            stat = read_stat(int(entry.name), proc)
-            if stat is not None:
-                yield stat
+    with os.scandir(proc) as entries:
+        pids = [int(entry.name) for entry in entries if entry.name.isdigit()]
+    for pid in pids:
+        stat = read_stat(pid, proc)
+        if stat is not None:
+            yield stat
 
 
 def job_members(leader: int, leader_ticks: int, pgid: int) -> dict[int, ProcStat]:

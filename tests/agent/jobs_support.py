@@ -37,6 +37,20 @@ STUBBORN_CHILD = (
     "child = subprocess.Popen([sys.executable, '-c', " + repr(IGNORE_TERM) + "]); "
     "time.sleep(0.5); print('child', child.pid, flush=True); time.sleep(60)")
 
+# The leader starts a child that would sleep on, and exits.
+LEAVES_CHILD = (
+    "import subprocess, sys, time; "
+    "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+    "print('child', child.pid, flush=True); time.sleep(0.3)")
+
+
+def child_of(output: str) -> tuple[int, int]:
+    """The pid and start ticks of the child a script printed as `child <pid>`."""
+    pid = int(output.split("child ")[1].split(maxsplit=1)[0])
+    ticks = procfs.start_ticks(pid)
+    assert ticks is not None
+    return pid, ticks
+
 
 def python(script: str) -> tuple[str, ...]:
     return (sys.executable, "-c", script)

@@ -30,11 +30,13 @@ from tests.agent.jobs_support import (
     GPU_A,
     GPU_B,
     IGNORE_TERM,
+    LEAVES_CHILD,
     STUBBORN_CHILD,
     GpuDouble,
     Reaper,
     Rig,
     binding,
+    child_of,
     next_exit,
     wait_dead,
     wait_for_output,
@@ -183,14 +185,19 @@ async def test_a_job_ignoring_sigterm_is_killed_after_the_grace(rig) -> None:
 async def test_stop_kills_grandchildren_in_the_group(rig) -> None:
     async with rig.runner() as jobs:
         started = await rig.start(jobs, binding("p1", STUBBORN_CHILD))
-        line = await wait_for_output(started, "child")
-        child = int(line.split("child ")[1].split()[0])
-        child_ticks = procfs.start_ticks(child)
-        assert child_ticks is not None
+        child, child_ticks = child_of(await wait_for_output(started, "child"))
         assert procfs.read_stat(child).pgid == started.pgid  # type: ignore[union-attr]
         outcome = await jobs.stop("p1", grace_s=0.2)
         assert outcome.termination is Termination.KILLED  # the child outlived SIGTERM
         assert (await next_exit(jobs)).exit_code == 128 + signal.SIGTERM
+        assert not procfs.is_alive(child, child_ticks)
+
+
+async def test_processes_a_job_leaves_behind_end_with_it(rig) -> None:
+    async with rig.runner() as jobs:
+        started = await rig.start(jobs, binding("p1", LEAVES_CHILD))
+        child, child_ticks = child_of(await wait_for_output(started, "child"))
+        assert (await next_exit(jobs)).exit_code == 0
         assert not procfs.is_alive(child, child_ticks)
 
 
@@ -260,6 +267,19 @@ async def test_a_restarted_runner_reconciles_with_the_store(rig) -> None:
         assert isinstance(await second.start(binding("dead")), StartRefused)
         assert isinstance(await rig.start(second, binding("new", "pass")), Started)
     assert {record.binding.pod_uid for record in JobRecords(rig.state).all()} <= {"new"}
+
+
+async def test_a_lost_job_s_leftover_processes_are_stopped(rig) -> None:
+    async with rig.runner() as first:
+        started = await rig.start(first, binding("p1", STUBBORN_CHILD))
+        child, child_ticks = child_of(await wait_for_output(started, "child"))
+    os.kill(started.pid, signal.SIGKILL)
+    await wait_dead(started.pid, started.start_ticks)
+    assert procfs.is_alive(child, child_ticks)
+    async with rig.runner() as second:
+        report = await second.reconcile([binding("p1", STUBBORN_CHILD)])
+        assert [lost.pod_uid for lost in report.lost] == ["p1"]
+        assert not procfs.is_alive(child, child_ticks)
 
 
 async def test_adopted_jobs_are_watched_without_pidfd_too(rig, monkeypatch) -> None:
