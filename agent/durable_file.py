@@ -1,0 +1,67 @@
+"""Durable writes for the agent's small state files: whole-file replacement that is atomic
+across a crash, and appends that are on disk when the call returns.
+
+`replace_file` writes a temporary file beside the target, fsyncs it, renames it over the target
+and fsyncs the directory, so a reader after any crash sees the old content or the new, never a
+mix. `append_durably` adds bytes at the end and fsyncs; a failed append is cut off again, but
+a crash mid-append can leave a torn last line, which readers must ignore. Errors are
+`OSError`s, for the caller to name the file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pathlib
+
+TEMPORARY_SUFFIX = ".new"
+
+
+def replace_file(path: pathlib.Path, data: bytes) -> None:
+    temporary = path.with_name(path.name + TEMPORARY_SUFFIX)
+    try:
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        try:
+            _write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temporary, path)
+    except OSError:
+        temporary.unlink(missing_ok=True)
+        raise
+    fsync_directory(path.parent)
+
+
+def append_durably(path: pathlib.Path, data: bytes) -> None:
+    created = not path.exists()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    try:
+        size = os.fstat(fd).st_size
+        try:
+            _write_all(fd, data)
+            os.fsync(fd)
+        except OSError:
+            with contextlib.suppress(OSError):  # no torn line for the next append to extend
+                os.ftruncate(fd, size)
+            raise
+    finally:
+        os.close(fd)
+    if created:
+        fsync_directory(path.parent)
+
+
+def fsync_directory(directory: pathlib.Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        assert written > 0
+        view = view[written:]

@@ -1,0 +1,60 @@
+"""After a job is killed: waiting until NVML shows none of its processes on its GPUs.
+
+A CUDA context can outlive its process for a while (the driver tears it down and frees the
+memory), and a GPU still holding one must not be handed to the next job. The job's processes
+are known by pid and start time; NVML lists host pids (reference/nvml.md section 3.3). A listed
+pid counts as the job's when /proc has no such process any more (a context left behind) or has
+it with the recorded start time; a listed pid that /proc shows with another start time is a new
+process that reused the number, not the job's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+import anyio
+
+from agent import procfs
+from agent.gpu import GpuGone, GpuProcess, NvmlUnavailable
+from agent.job_outcomes import GpuRelease
+
+
+class GpuProcesses(Protocol):
+    """The part of `agent.gpu.GpuBackend` a stop needs (the call blocks, as NVML does)."""
+
+    def processes(self, uuid: str) -> tuple[GpuProcess, ...]: ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReleaseCheck:
+    release: GpuRelease
+    lingering_pids: tuple[int, ...] = ()
+    detail: str = ""
+
+
+async def wait_released(gpus: GpuProcesses, uuids: tuple[str, ...], pids: Mapping[int, int],
+                        *, timeout_s: float, poll_s: float) -> ReleaseCheck:
+    """Poll the GPUs until none lists one of `pids` (pid to start ticks), up to `timeout_s`."""
+    if not uuids:
+        return ReleaseCheck(release=GpuRelease.NO_GPUS)
+    deadline = anyio.current_time() + timeout_s
+    try:
+        while lingering := await anyio.to_thread.run_sync(_lingering, gpus, uuids, pids):
+            remaining_s = deadline - anyio.current_time()
+            if remaining_s <= 0:
+                return ReleaseCheck(release=GpuRelease.LINGERING, lingering_pids=lingering,
+                                    detail=f"still on the GPUs after {timeout_s} s")
+            await anyio.sleep(min(poll_s, remaining_s))
+    except (NvmlUnavailable, GpuGone) as error:
+        return ReleaseCheck(release=GpuRelease.UNCHECKED,
+                            detail=f"cannot check the GPUs: {error}")
+    return ReleaseCheck(release=GpuRelease.RELEASED)
+
+
+def _lingering(gpus: GpuProcesses, uuids: tuple[str, ...], pids: Mapping[int, int]
+               ) -> tuple[int, ...]:
+    found = {process.pid for uuid in uuids for process in gpus.processes(uuid)}
+    return tuple(sorted(pid for pid in found & pids.keys()
+                        if procfs.start_ticks(pid) in (None, pids[pid])))

@@ -1,0 +1,333 @@
+"""The job runner: starts the commands the store binds to this node's GPUs, watches them end,
+stops them, and finds them again after an agent restart (reference/nvml.md section 3.2).
+
+Use it as an async context manager; it holds one watcher task per job, and `exits` delivers an
+`Exited` for each job that ends, whoever ended it, exactly once per runner:
+
+    async with JobRunner(state_dir, local_gpu_uuids=uuids, gpus=backend) as runner:
+        report = await runner.reconcile(bindings_from_the_store)
+        ...  # report lost ones, start `to_start`, stop `to_stop`
+        outcome = await runner.start(binding)
+        async for exited in runner.exits: ...
+
+A job lives as long as its first process (the session leader the runner launched); when it
+ends, whatever it left running is stopped too (SIGTERM, grace, SIGKILL), as a container's
+processes end with its init, so that none of them runs once the exit is reported (NVML's
+process lists are checked by `stop` only; the agent's monitor cross-checks them otherwise).
+
+Leaving the context stops the watchers, not the jobs: jobs outlive the agent, and the next
+runner on the same state directory adopts them. A pod uid is started at most once, ever: the
+ledger (`agent.started_ledger`) remembers it before the launch. A job's record
+(`agent.job_state`) is on disk before `start` returns and until its exit has been seen.
+
+Failures that concern one job are outcome values (`StartRefused`, `StartFailed`, a
+`StopOutcome` that needs attention); only a damaged state directory raises (`JobStateCorrupt`,
+from the constructor). Disk writes run in worker threads, under one lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pathlib
+import signal
+import time
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+
+import anyio
+from anyio.abc import TaskGroup
+
+from agent import job_group, procfs
+from agent.binding import Binding, job_environment, refusal
+from agent.gpu_release import GpuProcesses, wait_released
+from agent.job_limits import JobLimits
+from agent.job_logs import LOGS_NAME, log_path, open_log, prune_logs
+from agent.job_outcomes import (
+    EXIT_CODE_UNKNOWN,
+    REASON_ADOPTED_EXIT,
+    REASON_LOST,
+    Exited,
+    GpuRelease,
+    ReconcileReport,
+    Started,
+    StartFailed,
+    StartOutcome,
+    StartRefused,
+    StopOutcome,
+    Termination,
+    exit_of_wait_status,
+)
+from agent.job_state import JobRecord, JobRecords
+from agent.process_watch import wait_adopted, wait_child
+from agent.spawn import spawn
+from agent.started_ledger import StartedLedger
+
+logger = logging.getLogger("cellar.agent.jobs")
+REASON_REAPED_ELSEWHERE = "exit status unknown: the process was reaped by someone else"
+
+
+@dataclass(eq=False)
+class _Job:
+    record: JobRecord
+    child: bool  # launched by this runner (its status can be read) or adopted
+    exited: anyio.Event = field(default_factory=anyio.Event)
+    stopping: bool = False
+
+
+class JobRunner:
+    def __init__(self, state_dir: pathlib.Path, *, local_gpu_uuids: Collection[str],
+                 gpus: GpuProcesses, limits: JobLimits | None = None,
+                 inherited_env: Mapping[str, str] | None = None) -> None:
+        """`local_gpu_uuids`: this node's inventory; `gpus`: NVML's process lists (the
+        node's `GpuBackend`); `inherited_env`: the environment jobs start from (the agent's
+        own by default)."""
+        self.limits = (limits or JobLimits()).validate()
+        self._local = frozenset(local_gpu_uuids)
+        self._gpus = gpus
+        self._env = dict(os.environ if inherited_env is None else inherited_env)
+        self._logs = state_dir / LOGS_NAME
+        self._logs.mkdir(parents=True, exist_ok=True)
+        self._ledger = StartedLedger(state_dir, self.limits.started_remembered_max)
+        self._records = JobRecords(state_dir)
+        self._jobs: dict[str, _Job] = {}
+        self._exits_in, self.exits = anyio.create_memory_object_stream[Exited](
+            self.limits.jobs_max)
+        self._tasks: TaskGroup | None = None
+        self._lock: anyio.Lock | None = None
+
+    async def __aenter__(self) -> JobRunner:
+        assert self._tasks is None, "a runner is entered once"
+        self._lock = anyio.Lock()
+        self._tasks = anyio.create_task_group()
+        await self._tasks.__aenter__()
+        return self
+
+    async def __aexit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                        traceback: TracebackType | None) -> bool | None:
+        assert self._tasks is not None
+        self._tasks.cancel_scope.cancel()  # the watchers; the jobs keep running
+        try:
+            # The body's own exception is the caller's: it propagates as it is, not wrapped in
+            # the task group's exception group. A watcher's failure would come out here.
+            await self._tasks.__aexit__(None, None, None)
+        finally:
+            self._exits_in.close()
+            self.exits.close()  # read exits inside: an unread one is "lost" to the next runner
+        return None
+
+    def running(self) -> tuple[JobRecord, ...]:
+        """The jobs this runner watches now, by pod uid."""
+        return tuple(self._jobs[uid].record for uid in sorted(self._jobs))
+
+    async def start(self, binding: Binding) -> StartOutcome:
+        """Validate and launch the binding's command; see the module docstring."""
+        async with self._locked():
+            reason = self._refusal(binding)
+            if reason is not None:
+                return StartRefused(pod_uid=binding.pod_uid, reason=reason)
+            try:
+                await anyio.to_thread.run_sync(self._remember, binding.pod_uid)
+            except OSError as error:
+                return StartFailed(pod_uid=binding.pod_uid,
+                                   reason=f"cannot record the start in {self._ledger.path}: "
+                                          f"{error}")
+            return await self._launch(binding)
+
+    def _refusal(self, binding: Binding) -> str | None:
+        reason = refusal(binding, self._local, self.limits)
+        if reason is not None:
+            return reason
+        uid = binding.pod_uid
+        if uid in self._jobs or uid in self._ledger:
+            return "already started on this node: a pod uid is started at most once"
+        if len(self._jobs) >= self.limits.jobs_max:
+            return f"this node already runs {self.limits.jobs_max} jobs (jobs_max)"
+        return None
+
+    def _remember(self, pod_uid: str) -> None:
+        self._ledger.remember(pod_uid)
+        live_logs = {job.record.log_path for job in self._jobs.values()}
+        try:
+            prune_logs(self._logs, self.limits.logs_kept_max - 1, keep=live_logs)
+        except OSError:
+            logger.exception("cannot prune old job logs in %s", self._logs)
+
+    async def _launch(self, binding: Binding) -> StartOutcome:
+        try:
+            record = self._spawn(binding)
+        except OSError as error:
+            return StartFailed(pod_uid=binding.pod_uid,
+                               reason=f"cannot start {binding.command[0]!r}: {error}")
+        try:
+            await anyio.to_thread.run_sync(self._records.put, record)
+        except OSError as error:
+            await self._abandon(record)
+            return StartFailed(pod_uid=binding.pod_uid,
+                               reason=f"cannot record the job in {self._records.path}, so it "
+                                      f"was killed: {error}")
+        self._track(record, child=True)
+        return Started(pod_uid=binding.pod_uid, pid=record.pid, pgid=record.pgid,
+                       start_ticks=record.start_ticks, log_path=record.log_path)
+
+    def _spawn(self, binding: Binding) -> JobRecord:
+        path = log_path(self._logs, binding.pod_uid)
+        log_fd = open_log(path)
+        try:
+            pid = spawn(binding.command, job_environment(binding, self._env), log_fd)
+        finally:
+            os.close(log_fd)
+        ticks = procfs.start_ticks(pid)
+        assert ticks is not None, "an unreaped child is in /proc"
+        return JobRecord(binding=binding, pid=pid, pgid=pid, start_ticks=ticks,
+                         started_unix_ns=time.time_ns(), log_path=str(path))
+
+    async def _abandon(self, record: JobRecord) -> None:
+        """Kill a job whose record could not be written: no restarted agent could find it."""
+        job_group.signal_job(record, signal.SIGKILL)
+        with anyio.move_on_after(self.limits.kill_wait_s):
+            await wait_child(record.pid, self.limits.exit_poll_s)
+
+    def _track(self, record: JobRecord, *, child: bool) -> None:
+        assert self._tasks is not None, "use the runner inside `async with`"
+        job = _Job(record, child)
+        self._jobs[record.binding.pod_uid] = job
+        self._tasks.start_soon(self._watch, job)
+
+    async def _watch(self, job: _Job) -> None:
+        record, binding = job.record, job.record.binding
+        code, reason = await self._wait_exit(job)
+        if job.stopping:
+            reason = f"stopped by the agent; {reason}"
+        else:
+            await self._end_leftovers(record)
+        job.exited.set()
+        async with self._locked():  # no reconcile between the two: it would call the job lost
+            try:
+                await anyio.to_thread.run_sync(self._records.forget, binding.pod_uid)
+            except OSError:
+                logger.exception("cannot remove the record of %s (pid %d) from %s",
+                                 binding.pod_uid, record.pid, self._records.path)
+            del self._jobs[binding.pod_uid]
+        exited = Exited(pod_uid=binding.pod_uid, group=binding.group, exit_code=code,
+                        reason=reason)
+        try:
+            await self._exits_in.send(exited)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            logger.warning("nobody reads exits any more: %s", exited)
+
+    async def _wait_exit(self, job: _Job) -> tuple[int, str]:
+        record, poll_s = job.record, self.limits.exit_poll_s
+        if not job.child:
+            await wait_adopted(record.pid, record.start_ticks, poll_s)
+            return EXIT_CODE_UNKNOWN, REASON_ADOPTED_EXIT
+        status = await wait_child(record.pid, poll_s)
+        if status is None:
+            return EXIT_CODE_UNKNOWN, REASON_REAPED_ELSEWHERE
+        return exit_of_wait_status(status)
+
+    async def stop(self, pod_uid: str, grace_s: float | None = None) -> StopOutcome:
+        """SIGTERM the job's group, SIGKILL it after `grace_s` (the limits' by default), wait
+        for every process of the job to end, then for NVML to show none of them on the job's
+        GPUs. Stopping a pod that does not run is a no-op outcome (`NOT_RUNNING`)."""
+        job = self._jobs.get(pod_uid)
+        if job is None or job.exited.is_set():
+            return StopOutcome(pod_uid=pod_uid, termination=Termination.NOT_RUNNING,
+                               gpu_release=GpuRelease.NO_GPUS)
+        job.stopping = True
+        seen = {job.record.pid: job.record.start_ticks}  # every process of the job met
+        termination = await self._end_group(
+            job.record, seen, self.limits.grace_s if grace_s is None else grace_s)
+        with anyio.move_on_after(self.limits.kill_wait_s):
+            await job.exited.wait()  # the watcher reaps at once
+        check = await wait_released(
+            self._gpus, job.record.binding.gpu_uuids, seen,
+            timeout_s=self.limits.gpu_release_timeout_s, poll_s=self.limits.gpu_poll_s)
+        if check.release is not GpuRelease.RELEASED and check.release is not GpuRelease.NO_GPUS:
+            logger.warning("%s needs attention: %s %s", pod_uid, check.detail,
+                           check.lingering_pids)
+        return StopOutcome(pod_uid=pod_uid, termination=termination,
+                           gpu_release=check.release, lingering_pids=check.lingering_pids,
+                           detail=check.detail)
+
+    async def _end_group(self, record: JobRecord, seen: dict[int, int], grace_s: float
+                         ) -> Termination:
+        """SIGTERM every process of the job, SIGKILL those left after `grace_s`, and wait
+        until none runs; `seen` collects every process met on the way."""
+        steps = ((signal.SIGTERM, grace_s, Termination.STOPPED),
+                 (signal.SIGKILL, self.limits.kill_wait_s, Termination.KILLED))
+        for sig, wait_s, termination in steps:
+            seen.update(job_group.signal_job(record, sig))
+            if await self._wait_gone(record, seen, wait_s):
+                return termination
+        return Termination.UNKILLABLE
+
+    async def _wait_gone(self, record: JobRecord, seen: dict[int, int], timeout_s: float
+                         ) -> bool:
+        """Wait until no process of the job runs (zombies have ended), up to `timeout_s`."""
+        with anyio.move_on_after(timeout_s):
+            while members := job_group.members(record):
+                seen.update(members)
+                await anyio.sleep(self.limits.group_poll_s)
+            return True
+        return False
+
+    async def _end_leftovers(self, record: JobRecord) -> None:
+        """A job ends with its first process, as a container does: processes it left running
+        are stopped too (with the grace period), so that an exit frees the job's GPUs."""
+        left = job_group.members(record)
+        if left:
+            logger.warning("%s ended, leaving pids %s running: stopping them",
+                           record.binding.pod_uid, sorted(left))
+            await self._end_group(record, {}, self.limits.grace_s)
+
+    async def reconcile(self, expected: Sequence[Binding]) -> ReconcileReport:
+        """Match the store's bindings for this node against the ledger and the live processes;
+        adopt every recorded job still running. See `ReconcileReport` for what the caller
+        must do with the answer."""
+        wanted: dict[str, Binding] = {}
+        for binding in expected:
+            wanted.setdefault(binding.pod_uid, binding)
+        async with self._locked():
+            dead = await self._adopt_records()
+        async with anyio.create_task_group() as tasks:
+            for record in dead.values():
+                tasks.start_soon(self._end_leftovers, record)
+        running = {uid: job.record.binding for uid, job in self._jobs.items()}
+        gone = {uid: binding for uid, binding in wanted.items() if uid not in running}
+        started = {uid for uid in gone if uid in self._ledger or uid in dead}
+        return ReconcileReport(
+            adopted=_by_uid(binding for uid, binding in running.items() if uid in wanted),
+            lost=tuple(Exited(pod_uid=uid, group=gone[uid].group, exit_code=EXIT_CODE_UNKNOWN,
+                              reason=REASON_LOST) for uid in sorted(started)),
+            to_start=_by_uid(binding for uid, binding in gone.items() if uid not in started),
+            to_stop=_by_uid(binding for uid, binding in running.items() if uid not in wanted))
+
+    async def _adopt_records(self) -> dict[str, JobRecord]:
+        """Watch every recorded job whose first process still runs; forget the others and
+        return them."""
+        dead: dict[str, JobRecord] = {}
+        for record in self._records.all():
+            uid = record.binding.pod_uid
+            if uid in self._jobs:
+                continue
+            if procfs.is_alive(record.pid, record.start_ticks):
+                logger.info("adopting %s (pid %d)", uid, record.pid)
+                self._track(record, child=False)
+            else:
+                dead[uid] = record
+        if dead:
+            try:
+                await anyio.to_thread.run_sync(lambda: self._records.forget(*dead))
+            except OSError:
+                logger.exception("cannot forget ended jobs in %s", self._records.path)
+        return dead
+
+    def _locked(self) -> anyio.Lock:
+        assert self._lock is not None, "use the runner inside `async with`"
+        return self._lock
+
+
+def _by_uid(bindings: Iterable[Binding]) -> tuple[Binding, ...]:
+    return tuple(sorted(bindings, key=lambda binding: binding.pod_uid))

@@ -1,0 +1,106 @@
+"""What the agent reads from /proc about processes: state, parent, process group, session and
+start time (field 22 of /proc/<pid>/stat, in clock ticks after boot).
+
+A pid alone names a process only until it is reused; a pid together with its start time names
+one process for the life of the boot. Every liveness question here is asked with both. Zombies
+(state Z) and dead tasks (X) count as not alive: they run nothing and hold no GPU context.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+PROC = pathlib.Path("/proc")
+NOT_RUNNING_STATES = frozenset({"Z", "X", "x"})
+# Fields after the command name: state is field 3 of stat, start time field 22.
+_STATE, _PPID, _PGID, _SID, _START = 0, 1, 2, 3, 19
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProcStat:
+    pid: int
+    state: str
+    ppid: int
+    pgid: int
+    sid: int
+    start_ticks: int
+
+    @property
+    def running(self) -> bool:
+        return self.state not in NOT_RUNNING_STATES
+
+
+def parse_stat(pid: int, text: str) -> ProcStat:
+    """Parse /proc/<pid>/stat. The command name sits in parentheses and may itself hold spaces
+    and parentheses, so the fields are counted from the last closing parenthesis."""
+    fields = text[text.rindex(")") + 2:].split()
+    return ProcStat(pid=pid, state=fields[_STATE], ppid=int(fields[_PPID]),
+                    pgid=int(fields[_PGID]), sid=int(fields[_SID]),
+                    start_ticks=int(fields[_START]))
+
+
+def read_stat(pid: int, proc: pathlib.Path = PROC) -> ProcStat | None:
+    """The process's stat, or None when there is no such process."""
+    try:
+        text = (proc / str(pid) / "stat").read_text(encoding="utf-8", errors="replace")
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return parse_stat(pid, text)
+
+
+def start_ticks(pid: int) -> int | None:
+    stat = read_stat(pid)
+    return None if stat is None else stat.start_ticks
+
+
+def is_alive(pid: int, ticks: int) -> bool:
+    """Whether the process that started at `ticks` with this pid still runs (not a zombie, and
+    the pid not reused by another process)."""
+    stat = read_stat(pid)
+    return stat is not None and stat.start_ticks == ticks and stat.running
+
+
+def all_stats(proc: pathlib.Path = PROC) -> Iterator[ProcStat]:
+    """Every process now, skipping those that exit while being read."""
+    with os.scandir(proc) as entries:
+        pids = [int(entry.name) for entry in entries if entry.name.isdigit()]
+    for pid in pids:
+        stat = read_stat(pid, proc)
+        if stat is not None:
+            yield stat
+
+
+def job_members(leader: int, leader_ticks: int, pgid: int) -> dict[int, ProcStat]:
+    """The running processes of a job, by pid: its process group, its session (the
+    job was started as a session leader, so its session id is the leader's pid), and every
+    descendant of those that moved to a group or session of its own while its parent lived.
+
+    The kernel does not reuse a pid while a group or session of that id has members, so group
+    and session ids name the job until all of it is gone; a process holding the leader's pid
+    with another start time shows that this happened, and then nothing is the job's. A process
+    that double-forks out of the session escapes this: only a cgroup would hold it."""
+    stats = list(all_stats())
+    leader_stat = next((stat for stat in stats if stat.pid == leader), None)
+    if leader_stat is not None and leader_stat.start_ticks != leader_ticks:
+        return {}
+    running = [stat for stat in stats if stat.running]
+    members = {stat.pid: stat for stat in running
+               if (stat.pgid == pgid or leader in (stat.sid, stat.pid))
+               and stat.start_ticks >= leader_ticks}
+    _add_descendants(members, running)
+    return dict(sorted(members.items()))
+
+
+def _add_descendants(members: dict[int, ProcStat], running: list[ProcStat]) -> None:
+    children: dict[int, list[ProcStat]] = {}
+    for stat in running:
+        children.setdefault(stat.ppid, []).append(stat)
+    pending = list(members)
+    while pending:
+        for child in children.get(pending.pop(), ()):
+            if child.pid not in members:
+                members[child.pid] = child
+                pending.append(child.pid)
