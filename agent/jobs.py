@@ -117,6 +117,10 @@ class JobRunner:
             self.exits.close()  # read exits inside: an unread one is "lost" to the next runner
         return None
 
+    def started_before(self, pod_uid: str) -> bool:
+        """Whether this pod uid was ever started here (by this runner or an earlier one)."""
+        return pod_uid in self._jobs or pod_uid in self._ledger
+
     def running(self) -> tuple[JobRecord, ...]:
         """The jobs this runner watches now, by pod uid."""
         return tuple(self._jobs[uid].record for uid in sorted(self._jobs))

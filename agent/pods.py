@@ -1,0 +1,144 @@
+"""The pods the store binds to this node: reconciled at registration, started on START_POD,
+stopped on KILL_POD, and their starts and exits reported back.
+
+An effect is a hint: before starting a pod the agent asks the store whether the pod is still
+bound here (effects are replayed after a restart, and a gang may have been released since).
+The last effect handled is remembered in the state directory, so a restarted agent resumes
+where it was. Outcomes the store must hear are reported until it answers
+(`agent.store_link`): a job that could not start is reported exited with 127 and the reason,
+a job lost while the agent was away with its lost reason.
+"""
+
+from __future__ import annotations
+
+import logging
+import pathlib
+from collections import Counter
+from contextlib import aclosing
+from typing import Any
+
+import anyio
+
+from agent.binding import Binding
+from agent.durable_file import replace_file
+from agent.job_outcomes import Exited, Started, StopOutcome
+from agent.jobs import JobRunner
+from agent.store_link import StoreLink
+from statemachine.effects import EffectKind
+from statemachine.errors import Rejection
+from statemachine.results import NodeRegistered, PodAssignment
+
+logger = logging.getLogger("cellar.agent.pods")
+EXIT_CODE_NOT_STARTED = 127  # as a shell says for a command it could not run
+EFFECTS_CURSOR = "effects-after"
+WATCH_WAIT_S = 5.0
+
+
+def binding_of(pod: PodAssignment | dict[str, Any]) -> Binding:
+    """A binding from a registration's pod or from a START_POD effect (a plain map)."""
+    if isinstance(pod, PodAssignment):
+        return Binding(group=pod.group, pod_uid=pod.pod_uid, gpu_uuids=pod.gpu_uuids,
+                       command=pod.command, env=pod.env)
+    return Binding(group=str(pod["group"]), pod_uid=str(pod["pod_uid"]),
+                   gpu_uuids=tuple(pod.get("gpu_uuids", ())),
+                   command=tuple(pod.get("command", ())),
+                   env=tuple((str(name), str(value)) for name, value in pod.get("env", ())))
+
+
+class Pods:
+    def __init__(self, link: StoreLink, runner: JobRunner, state_dir: pathlib.Path) -> None:
+        self.link = link
+        self.runner = runner
+        self.cursor_path = state_dir / EFFECTS_CURSOR
+        self.counts: Counter[str] = Counter()
+
+    async def reconcile(self, registered: NodeRegistered) -> None:
+        """After registering: adopt what runs, report what was lost, start what never ran,
+        stop what the store does not know."""
+        report = await self.runner.reconcile([binding_of(pod) for pod in registered.pods])
+        for binding in report.adopted:
+            await self._acknowledge(binding)
+        for exited in report.lost:
+            self.counts["jobs_lost"] += 1
+            await self._report_exit(exited)
+        for binding in report.to_start:
+            await self.start(binding)
+        async with anyio.create_task_group() as tasks:
+            for binding in report.to_stop:
+                tasks.start_soon(self.stop, binding.pod_uid)
+
+    async def start(self, binding: Binding) -> None:
+        if self.runner.started_before(binding.pod_uid):
+            return  # at most once: reconciliation decides what became of it
+        outcome = await self.runner.start(binding)
+        if isinstance(outcome, Started):
+            self.counts["jobs_started"] += 1
+            await self._acknowledge(binding)
+            return
+        self.counts["jobs_not_started"] += 1
+        logger.error("pod %s could not start: %s", binding.pod_uid, outcome.reason)
+        await self._report_exit(Exited(pod_uid=binding.pod_uid, group=binding.group,
+                                       exit_code=EXIT_CODE_NOT_STARTED,
+                                       reason=f"could not start: {outcome.reason}"))
+
+    async def stop(self, pod_uid: str) -> StopOutcome:
+        outcome = await self.runner.stop(pod_uid)
+        if outcome.needs_attention:
+            self.counts["stops_needing_attention"] += 1
+            logger.error("pod %s: %s", pod_uid, outcome.detail)
+        return outcome
+
+    async def _acknowledge(self, binding: Binding) -> None:
+        result = await self.link.ack_started(binding.group, binding.pod_uid, binding.gpu_uuids)
+        if isinstance(result, Rejection):
+            logger.warning("the store refused the start of %s (%s): stopping it",
+                           binding.pod_uid, result)
+            await self.stop(binding.pod_uid)
+
+    async def _report_exit(self, exited: Exited) -> None:
+        result = await self.link.report_exit(exited.group, exited.pod_uid, exited.exit_code,
+                                             exited.reason[:256])
+        if isinstance(result, Rejection):
+            logger.info("the store no longer knows %s (%s)", exited.pod_uid, result)
+
+    async def report_exits(self) -> None:
+        """Forever: tell the store about each job that ended."""
+        async for exited in self.runner.exits:
+            self.counts["jobs_exited"] += 1
+            await self._report_exit(exited)
+
+    async def follow_effects(self) -> None:
+        """Forever: act on this node's effects, from where the last run stopped."""
+        after = self._cursor()
+        async with anyio.create_task_group() as stops, aclosing(
+                self.link.store.watch_effects(self.link.node, after,
+                                              wait_s=WATCH_WAIT_S)) as effects:
+            async for effect in effects:
+                await self._effect(effect, stops)
+                self._remember(int(effect["index"]))
+
+    async def _effect(self, effect: dict[str, Any], stops: anyio.abc.TaskGroup) -> None:
+        kind = effect.get("kind")
+        if kind == EffectKind.START_POD.value:
+            binding = binding_of(effect)
+            if await self.link.still_bound_here(binding.group, binding.pod_uid):
+                await self.start(binding)
+        elif kind == EffectKind.KILL_POD.value:
+            self.counts["kills"] += 1
+            stops.start_soon(self.stop, str(effect["pod_uid"]))
+
+    def _cursor(self) -> int:
+        try:
+            return int(self.cursor_path.read_text(encoding="ascii").strip() or 0)
+        except FileNotFoundError:
+            return 0
+        except (OSError, ValueError) as error:
+            logger.warning("cannot read %s (%s): replaying every effect", self.cursor_path,
+                           error)
+            return 0
+
+    def _remember(self, index: int) -> None:
+        try:
+            replace_file(self.cursor_path, f"{index}\n".encode("ascii"))
+        except OSError as error:
+            logger.warning("cannot write %s: %s", self.cursor_path, error)
