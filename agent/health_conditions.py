@@ -16,8 +16,9 @@ opened (`Clearing`):
   reset; then clean checks as for RESET.
 
 While an incident is open its status never drops: a check that finds it at a lower level
-refreshes the evidence but keeps the worse status and its message. `clear` (an operator) closes
-everything at once; polled evidence that is still there opens again at the next sample.
+refreshes the evidence but keeps the worse status, its message and its way of clearing.
+`clear` (an operator) closes everything at once; polled evidence that is still there opens
+again at the next sample.
 """
 
 from __future__ import annotations
@@ -79,7 +80,8 @@ class Conditions:
                                               last_seen_ms=now_ms, quiet_ms=quiet_ms)
             return
         if SEVERITY[check.status] >= SEVERITY[condition.check.status]:
-            condition.check = check
+            condition.check = check  # the worse finding also decides how it clears
+            condition.clearing = clearing
         condition.evidence = True
         condition.clean_checks = 0
         condition.last_seen_ms = now_ms

@@ -12,6 +12,9 @@ window, and which NVLinks have been seen up. Sources, all in reference/nvml.md:
 | nvlink/nvlink_crc | CRC flit or data errors grew | WARN | 2.2 |
 | nvlink/nvlink_crc | ... at nvlink_crc_fail_per_s or faster on one link | FAIL | 2.2 |
 
+A link seen up that is missing from a later sample counts as down: the backend could not say
+it is up.
+
 DCGM's PCIe rule counts replays in the last minute against the lanes times a per-lane rate for
 the link's generation (1e-12 BER x line rate x 60 s). Integers only: the rates are in thousandths
 of a replay per lane per minute, and the allowance is rounded up as DCGM does. Until a whole

@@ -152,6 +152,19 @@ def test_many_distinct_xids_fold_into_one_incident() -> None:
     assert "xid_many" in codes
 
 
+def test_a_fatal_xid_folded_into_many_still_waits_for_a_reset() -> None:
+    gpu = feed(HealthPolicy(xid_warn_quiet_ms=0))
+    for xid in range(1000, 1001 + XID_INCIDENTS_MAX):
+        gpu.xid(xid)
+    incident = gpu.incident("xid_many")
+    assert incident is not None
+    assert incident.status is WARN
+    gpu.xid(48)
+    assert gpu.samples(10).incidents[0].code == "xid_many"
+    assert gpu.verdict().status is FAIL
+    assert gpu.codes() == ["xid_many"]
+
+
 def test_mig_instance_named_in_the_incident() -> None:
     """§1.2: GI/CI are 0xFFFFFFFF unless the event is attributable to a MIG instance."""
     verdict = feed().xid(48, gpu_instance=2)
