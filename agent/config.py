@@ -20,13 +20,15 @@
     retry_ms_max = 30000             # back-off ceiling while NVML or the store is away
 
     [jobs]
+    jobs_max = 256
     grace_ms = 10000                 # SIGTERM, then SIGKILL after this
-    gpu_release_timeout_ms = 10000   # wait for NVML to show the job's processes gone
+    gpu_release_timeout_ms = 30000   # wait for NVML to show the job's processes gone
 
     [models]                         # NVML model name -> the model name the cluster uses
     "NVIDIA H100 80GB HBM3" = "H100"
 
-    [health]                         # the XID lists and thresholds (agent.health_policy)
+    [health]                         # XID lists and thresholds: agent.health_policy's fields
+    application_xids = [13, 31, 43, 45, 68, 109]
 
 The certificate must name this node (`cellar://node/<node>`): the store lets a node agent act
 for its own node only. Every error names the key and the reason.
@@ -38,6 +40,8 @@ import pathlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent.health_policy import HealthPolicy, PolicyError
+from agent.job_limits import JobLimits
 from consensus.runtime.config_fields import (
     Address,
     ConfigError,
@@ -70,12 +74,6 @@ class Intervals:
 
 
 @dataclass(frozen=True, slots=True)
-class JobLimits:
-    grace_ms: int = 10_000
-    gpu_release_timeout_ms: int = 10_000
-
-
-@dataclass(frozen=True, slots=True)
 class AgentConfig:
     node: str
     store: tuple[Address, ...]
@@ -88,7 +86,7 @@ class AgentConfig:
     intervals: Intervals = field(default_factory=Intervals)
     jobs: JobLimits = field(default_factory=JobLimits)
     models: tuple[tuple[str, str], ...] = ()  # NVML name -> cluster model name
-    health: tuple[tuple[str, Any], ...] = ()  # the [health] table, checked by the policy
+    health: HealthPolicy = field(default_factory=HealthPolicy)
 
     @property
     def endpoints(self) -> list[str]:
@@ -115,8 +113,7 @@ def parse_agent_config(raw: dict[str, Any], *, base: pathlib.Path) -> AgentConfi
         else None,
         loop=loop, backend=_backend(raw),
         intervals=_intervals(_table(raw, "intervals")), jobs=_jobs(_table(raw, "jobs")),
-        models=_models(_table(raw, "models")),
-        health=tuple(sorted(_table(raw, "health").items())))
+        models=_models(_table(raw, "models")), health=_health(_table(raw, "health")))
 
 
 def _table(raw: dict[str, Any], key: str) -> dict[str, Any]:
@@ -149,11 +146,27 @@ def _intervals(raw: dict[str, Any]) -> Intervals:
 
 
 def _jobs(raw: dict[str, Any]) -> JobLimits:
-    refuse_unknown(raw, set(JobLimits.__dataclass_fields__), "jobs.", AgentConfigError)
+    refuse_unknown(raw, {"jobs_max", "grace_ms", "gpu_release_timeout_ms"}, "jobs.",
+                   AgentConfigError)
     defaults = JobLimits()
-    return JobLimits(**{name: integer(raw, name, 0, MS_MAX, where="jobs.",
-                                      default=getattr(defaults, name), error=AgentConfigError)
-                        for name in JobLimits.__dataclass_fields__})
+
+    def seconds(key: str, default_s: float) -> float:
+        return integer(raw, key, 0, MS_MAX, where="jobs.", default=round(default_s * 1000),
+                       error=AgentConfigError) / 1000
+
+    jobs_max = integer(raw, "jobs_max", 1, 65_536, where="jobs.", default=defaults.jobs_max,
+                       error=AgentConfigError)
+    return JobLimits(jobs_max=jobs_max, logs_kept_max=max(defaults.logs_kept_max, jobs_max),
+                     grace_s=seconds("grace_ms", defaults.grace_s),
+                     gpu_release_timeout_s=seconds("gpu_release_timeout_ms",
+                                                   defaults.gpu_release_timeout_s)).validate()
+
+
+def _health(raw: dict[str, Any]) -> HealthPolicy:
+    try:
+        return HealthPolicy.from_mapping(raw)
+    except PolicyError as error:
+        raise AgentConfigError(f"health.{error.key}: {error}") from error
 
 
 def _models(raw: dict[str, Any]) -> tuple[tuple[str, str], ...]:

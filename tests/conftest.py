@@ -41,6 +41,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      help="rewrite golden files with the output the code produces now")
 
 
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    """Every anyio test runs on both backends: the runtime promises trio and asyncio alike."""
+    return str(request.param)
+
+
 @pytest.fixture
 def rewrite(request: pytest.FixtureRequest) -> bool:
     return bool(request.config.getoption("--rewrite"))

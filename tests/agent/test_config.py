@@ -36,15 +36,15 @@ grace_ms = 500
 [models]
 "NVIDIA H100 80GB HBM3" = "H100-SXM"
 [health]
-ignored_xids = [13, 31]
+application_xids = [13, 31]
 """, encoding="utf-8")
     config = load_agent_config(path)
     assert config.state_dir == tmp_path / "state"
     assert config.endpoints == ["10.0.0.1:7100", "10.0.0.2:7100", "10.0.0.3:7100"]
     assert config.tls is not None and config.tls.cert == certs / "node-gpu-7.pem"
     assert (config.intervals.poll_ms, config.intervals.heartbeat_ms) == (1000, 2000)
-    assert config.jobs.grace_ms == 500 and config.backend == "fake:h100-8"
-    assert dict(config.health) == {"ignored_xids": [13, 31]}
+    assert config.jobs.grace_s == 0.5 and config.backend == "fake:h100-8"
+    assert config.health.application_xids == frozenset({13, 31})
     assert cluster_model("NVIDIA H100 80GB HBM3", config.models) == "H100-SXM"
 
 
@@ -60,6 +60,9 @@ ignored_xids = [13, 31]
         ({"intervals": {"poll_ms": 1}}, r"intervals\.poll_ms: 1 is outside"),
         ({"intervals": {"poll_s": 1}}, r"intervals\.poll_s: unknown key"),
         ({"jobs": {"grace_ms": "10s"}}, r"jobs\.grace_ms: required, an integer"),
+        ({"jobs": {"grace_s": 10}}, r"jobs\.grace_s: unknown key"),
+        ({"health": {"fail_xids": "79"}}, r"health\.fail_xids: "),
+        ({"health": {"colour": 1}}, r"health\.colour: "),
         ({"models": {"X": 3}}, r"models\.'X': must name a GPU model"),
         ({"colour": "blue"}, "colour: unknown key"),
     ],

@@ -47,10 +47,6 @@ SHOW_ENV = ("import os; print(repr(os.environ.get('CUDA_VISIBLE_DEVICES')), "
             "os.environ.get('CUDA_DEVICE_ORDER'), os.environ.get('FROM_STORE'))")
 
 
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
 
 @pytest.fixture
 def rig(tmp_path: pathlib.Path) -> Iterator[Rig]:

@@ -21,11 +21,6 @@ from statemachine.store import GpuStore
 from tests.consensus.runtime.local import LocalCluster, local_cluster
 
 
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
 def stores(cluster: LocalCluster):
     @asynccontextmanager
     async def store_for(principal: Principal) -> AsyncIterator[GpuStore]:

@@ -30,10 +30,6 @@ NODES = ("node-00", "node-01", "node-02", "node-03")
 FAST = ClientConfig(attempt_timeout_s=1.0, deadline_s=30.0, sessions=16)
 
 
-@pytest.fixture(params=["trio", "asyncio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
 
 @contextmanager
 def running(tmp_path: pathlib.Path, loop: str, **layout: object) -> Iterator[ProcessCluster]:

@@ -22,10 +22,6 @@ ADMIN = Principal(Role.ADMIN, "root")
 SCHEDULER = Principal(Role.SCHEDULER, "sched")
 
 
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
 
 def node(name: str) -> Principal:
     return Principal(Role.NODE, name)

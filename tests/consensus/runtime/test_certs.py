@@ -22,10 +22,6 @@ pytestmark = pytest.mark.anyio
 HOST = "127.0.0.1"
 
 
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
 
 @pytest.fixture(scope="module")
 def made(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:

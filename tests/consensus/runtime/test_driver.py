@@ -22,10 +22,6 @@ def kvs(cluster: LocalCluster) -> list[SessionKv]:
     return machines
 
 
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
 
 async def test_commands_are_replicated_and_reads_see_them() -> None:
     with anyio.fail_after(30):

@@ -37,10 +37,6 @@ from consensus.runtime.framing import (
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
 
 class ChunkReceiveStream(anyio.abc.ByteReceiveStream):
     """Hands out the given chunks (cut further to the reader's max_bytes), then ends."""

@@ -9,11 +9,6 @@ from consensus.runtime.metrics import Histogram, Metrics
 from consensus.runtime.metrics_http import serve_metrics
 
 
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
 def test_histogram_quantiles_are_bucket_bounds() -> None:
     histogram = Histogram((0.001, 0.01, 0.1))
     for value in (0.0005, 0.002, 0.003, 0.05, 5.0):

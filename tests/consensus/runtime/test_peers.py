@@ -51,10 +51,6 @@ CONNECTION_ENDED = (OSError, anyio.BrokenResourceError, anyio.EndOfStream,
                     anyio.ClosedResourceError)
 
 
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
 
 @pytest.fixture(scope="module")
 def certificates(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:

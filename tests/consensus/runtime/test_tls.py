@@ -35,10 +35,6 @@ EVERY_ROLE = [Identity.replica(0), Identity.replica(14), Identity(IdentityRole.A
               Identity(IdentityRole.NODE, "gpu-node-17")]
 
 
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
 
 @pytest.fixture(scope="module")
 def certificates(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:

@@ -1,0 +1,141 @@
+"""The node agent: one process per GPU node, acting for that node only.
+
+It starts NVML (retrying with back-off while the driver is away: the GPU count is then unknown,
+and nothing is registered rather than zero GPUs), registers the node's GPUs with a fresh
+incarnation, reconciles the jobs the store expects with the ones running, and then runs until
+stopped: heartbeats, the health monitor (`agent.monitor`), the pods loop (`agent.pods`: effects
+in, starts, stops and exits out) and the metrics page. The store client follows failovers by
+itself; if the store says this incarnation is over (the node was registered again elsewhere or
+deregistered), the agent registers again and reconciles.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import anyio
+from anyio.abc import TaskStatus
+
+from agent.config import AgentConfig
+from agent.exporter import AgentView, render
+from agent.gpu import DeviceInfo, GpuBackend, NvmlUnavailable
+from agent.health import HealthTracker
+from agent.inventory import fresh_boot_id, gpu_inventory
+from agent.jobs import JobRunner
+from agent.monitor import Monitor, monotonic_ms
+from agent.pods import Pods
+from agent.store_link import StoreLink, is_stale
+from consensus.runtime.metrics_http import serve_metrics
+from statemachine.store import GpuStore
+
+logger = logging.getLogger("cellar.agent")
+START_RETRY_MS_MIN = 500
+
+
+class IncarnationOver(Exception):
+    """The store registered this node again since: register anew."""
+
+
+@dataclass
+class Agent:
+    config: AgentConfig
+    backend: GpuBackend
+    store: GpuStore
+
+    def __post_init__(self) -> None:
+        self.view = AgentView(node=self.config.node)
+        self.link = StoreLink(self.store, self.config.node,
+                              retry_ms_max=self.config.intervals.retry_ms_max)
+        self.registrations = 0
+        self.metrics_port = 0
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        devices = await self._start_backend()
+        self.view.devices = devices
+        tracker = HealthTracker(self.config.health, devices, now_ms=monotonic_ms())
+        intervals = self.config.intervals
+        monitor = Monitor(self.backend, tracker, self.link, self.view,
+                          poll_ms=intervals.poll_ms, event_wait_ms=intervals.event_wait_ms,
+                          retry_ms_max=intervals.retry_ms_max)
+        await self._first_look(monitor)
+        self.config.state_dir.mkdir(parents=True, exist_ok=True)
+        async with JobRunner(self.config.state_dir, local_gpu_uuids=[d.uuid for d in devices],
+                             gpus=self.backend, limits=self.config.jobs) as runner:
+            pods = Pods(self.link, runner, self.config.state_dir)
+            async with anyio.create_task_group() as tasks:
+                if self.config.metrics is not None:
+                    self.metrics_port = await tasks.start(self._serve_metrics, pods, runner)
+                tasks.start_soon(monitor.poll_forever)
+                tasks.start_soon(monitor.events_forever)
+                tasks.start_soon(pods.report_exits)
+                await self._serve_incarnations(pods, devices, task_status)
+
+    async def _serve_incarnations(self, pods: Pods, devices: tuple[DeviceInfo, ...],
+                                  task_status: TaskStatus[None]) -> None:
+        """Register, reconcile and serve; again whenever the store ends the incarnation."""
+        inventory = gpu_inventory(devices, self.config.models)
+        while True:
+            registered = await self.link.register(fresh_boot_id(), inventory)
+            self.registrations += 1
+            logger.info("registered %s: incarnation %d, %d pods expected", self.config.node,
+                        registered.incarnation, len(registered.pods))
+            await pods.reconcile(registered)
+            if self.registrations == 1:
+                task_status.started()
+            try:
+                async with anyio.create_task_group() as tasks:
+                    tasks.start_soon(self._heartbeats)
+                    tasks.start_soon(pods.follow_effects)
+            except* IncarnationOver:
+                logger.warning("the store ended incarnation %d: registering again",
+                               registered.incarnation)
+
+    async def _first_look(self, monitor: Monitor) -> None:
+        """Sample every GPU before registering, so the first report says what is known."""
+        try:
+            await monitor.sample_all()
+        except NvmlUnavailable as error:
+            logger.warning("NVML failed right after it started: %s", error)
+
+    async def _start_backend(self) -> tuple[DeviceInfo, ...]:
+        delay_ms = START_RETRY_MS_MIN
+        while True:
+            try:
+                await anyio.to_thread.run_sync(self.backend.start)
+                devices = await anyio.to_thread.run_sync(self.backend.devices)
+            except NvmlUnavailable as error:
+                self.view.nvml_up = False
+                logger.error("NVML unavailable, GPU count unknown: %s (again in %d ms)", error,
+                             delay_ms)
+                await anyio.sleep(delay_ms / 1000)
+                delay_ms = min(delay_ms * 2, self.config.intervals.retry_ms_max)
+                continue
+            self.view.nvml_up = True
+            logger.info("NVML started: %d GPUs", len(devices))
+            return devices
+
+    async def _heartbeats(self) -> None:
+        while True:
+            result = await self.link.heartbeat()
+            if is_stale(result):
+                raise IncarnationOver(str(result))
+            self.view.counters["heartbeats"] = self.view.counters.get("heartbeats", 0) + 1
+            await anyio.sleep(self.config.intervals.heartbeat_ms / 1000)
+
+    async def _serve_metrics(self, pods: Pods, runner: JobRunner, *,
+                             task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED
+                             ) -> None:
+        """Serve /metrics; reports the bound port (metrics = "HOST:0" picks a free one)."""
+        address = self.config.metrics
+        assert address is not None
+
+        def page() -> str:
+            self.view.allocated = {uuid for record in runner.running()
+                                   for uuid in record.binding.gpu_uuids}
+            self.view.counters.update({name: float(count)
+                                       for name, count in pods.counts.items()})
+            self.view.counters["store_calls_retried"] = float(self.link.calls_retried)
+            return render(self.view)
+
+        await serve_metrics(address.host, address.port, page, task_status=task_status)

@@ -1,0 +1,165 @@
+"""Watching the GPUs: polled counters and pushed events go into the health tracker, and what
+changes goes to the store at once.
+
+Two loops share one tracker (both run in the agent's event loop; only the blocking NVML calls
+run in worker threads). The poll loop samples every GPU each `poll_ms`; a GPU that stopped
+answering is observed gone, NVML gone for the whole node is observed unavailable and NVML is
+started again with back-off. The event loop waits for XID and ECC events `event_wait_ms` at a
+time. Changed verdicts are reported as soon as they are seen; the full set is sent again with
+every poll while a GPU is not healthy (the store's recovery hysteresis counts passes) and
+every `FULL_REPORT_EVERY_POLLS` polls otherwise, so a lost report is repaired.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+import anyio
+
+from agent.exporter import AgentView, GpuHealthView
+from agent.gpu import EventKind, EventWaitFailed, GpuBackend, GpuEvent, GpuGone, NvmlUnavailable
+from agent.health import HealthTracker
+from agent.health_model import SEVERITY, Verdict
+from agent.store_link import StoreLink
+from statemachine.commands import HealthStatus
+
+logger = logging.getLogger("cellar.agent.monitor")
+FULL_REPORT_EVERY_POLLS = 12
+
+
+def monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+class Monitor:
+    def __init__(self, backend: GpuBackend, tracker: HealthTracker, link: StoreLink,
+                 view: AgentView, *, poll_ms: int, event_wait_ms: int, retry_ms_max: int,
+                 clock_ms: Callable[[], int] = monotonic_ms) -> None:
+        self.backend = backend
+        self.tracker = tracker
+        self.link = link
+        self.view = view
+        self.poll_ms = poll_ms
+        self.event_wait_ms = event_wait_ms
+        self.retry_ms_max = retry_ms_max
+        self.clock_ms = clock_ms
+        self.polls = 0
+        self._restart_delay_ms = poll_ms
+
+    # --- polling ------------------------------------------------------------------------------
+
+    async def poll_forever(self) -> None:
+        while True:
+            await self.poll_once()
+            await anyio.sleep(self.poll_ms / 1000)
+
+    async def poll_once(self) -> None:
+        self.polls += 1
+        try:
+            await self.sample_all()
+            self.view.nvml_up, self.view.last_collect_s = True, time.time()
+        except NvmlUnavailable as error:
+            self._count("nvml_unavailable")
+            self.view.nvml_up = False
+            self.tracker.observe_unavailable(error.message, self.clock_ms())
+            await self._restart_backend()
+        await self.report(full=self._full_report_due())
+
+    async def sample_all(self) -> None:
+        """Read every GPU once into the tracker (raises NvmlUnavailable for the node)."""
+        for device in self.view.devices:
+            try:
+                sample = await anyio.to_thread.run_sync(self.backend.sample, device.uuid)
+            except GpuGone as error:
+                self._count("gpus_gone")
+                self.tracker.observe_gone(device.uuid, error.code, error.message,
+                                          self.clock_ms())
+                continue
+            self.view.samples[device.uuid] = sample
+            self.tracker.observe_sample(sample, self.clock_ms())
+
+    async def _restart_backend(self) -> None:
+        """NVML went away: start it again, waiting longer each time it still fails."""
+        await anyio.sleep(self._restart_delay_ms / 1000)
+        try:
+            await anyio.to_thread.run_sync(self.backend.stop)
+            await anyio.to_thread.run_sync(self.backend.start)
+            devices = await anyio.to_thread.run_sync(self.backend.devices)
+        except NvmlUnavailable as error:
+            self._restart_delay_ms = min(self._restart_delay_ms * 2, self.retry_ms_max)
+            logger.warning("NVML still unavailable (%s); next try in %d ms", error,
+                           self._restart_delay_ms)
+            return
+        logger.info("NVML is back with %d GPUs", len(devices))
+        self._restart_delay_ms = self.poll_ms
+        self.tracker.observe_devices(devices, self.clock_ms())
+
+    def _full_report_due(self) -> bool:
+        unhealthy = any(verdict.status is not HealthStatus.PASS
+                        for verdict in self.tracker.verdicts())
+        return unhealthy or self.polls % FULL_REPORT_EVERY_POLLS == 1
+
+    # --- events -------------------------------------------------------------------------------
+
+    async def events_forever(self) -> None:
+        while True:
+            try:
+                event = await anyio.to_thread.run_sync(self.backend.wait_event,
+                                                       self.event_wait_ms,
+                                                       abandon_on_cancel=True)
+            except EventWaitFailed as error:
+                self._count("event_wait_failures")
+                self.tracker.observe_event_wait_failed(error.message, self.clock_ms())
+                await self.report()
+                await anyio.sleep(self.event_wait_ms / 1000)
+                continue
+            except NvmlUnavailable:
+                await anyio.sleep(self.poll_ms / 1000)  # the poll loop brings NVML back
+                continue
+            self.tracker.observe_event_wait_ok(self.clock_ms())
+            if event is not None:
+                self._event(event)
+            await self.report()
+
+    def _event(self, event: GpuEvent) -> None:
+        self._count("events")
+        if event.kind is EventKind.XID and event.xid is not None:
+            key = (event.uuid, event.xid)
+            count, _ = self.view.xid_counts.get(key, (0, 0.0))
+            self.view.xid_counts[key] = (count + 1, time.time())
+            self.view.last_xid[event.uuid] = event.xid
+        self.tracker.observe_event(event, self.clock_ms())
+
+    # --- reporting ----------------------------------------------------------------------------
+
+    async def report(self, *, full: bool = False) -> None:
+        """Send the changed verdicts (or all of them) to the store; note job faults."""
+        changed = self.tracker.take_changes()
+        verdicts = self.tracker.verdicts() if full else changed
+        self.view.health = {verdict.uuid: health_view(verdict)
+                            for verdict in self.tracker.verdicts()}
+        for fault in self.tracker.take_job_faults():
+            self._count("job_faults")
+            logger.warning("job fault on %s: %s", fault.uuid, fault.label)
+        for verdict in changed:
+            logger.info("GPU %s is %s%s", verdict.uuid, verdict.status.value,
+                        f": {verdict.reason}" if verdict.reason else "")
+        if verdicts:
+            self._count("health_reports")
+            await self.link.report_health([verdict.report() for verdict in verdicts])
+
+    def _count(self, name: str) -> None:
+        self.view.counters[name] = self.view.counters.get(name, 0) + 1
+
+
+def health_view(verdict: Verdict) -> GpuHealthView:
+    """The overall status and, per watch with an incident, the worst status on it."""
+    worst: dict[str, HealthStatus] = {}
+    for incident in verdict.incidents:
+        current = worst.get(incident.watch.value)
+        if current is None or SEVERITY[incident.status] > SEVERITY[current]:
+            worst[incident.watch.value] = incident.status
+    return GpuHealthView(uuid=verdict.uuid, status=verdict.status,
+                         watches=tuple(sorted(worst.items())))

@@ -1,0 +1,109 @@
+"""The agent end to end, on the fake GPU backend and an in-process cluster: every fault scenario
+ends in the right health state in the store and the right effect on placements."""
+
+from __future__ import annotations
+
+import pathlib
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import pytest
+
+from agent.fake_backend import FakeGpuBackend
+from statemachine.results import GroupPhase, GroupStatus
+from tests.agent.agent_support import (
+    ADMIN,
+    SCHEDULER,
+    configured_cluster,
+    eventually,
+    gpu_view,
+    running_agent,
+    store,
+)
+
+pytestmark = pytest.mark.anyio
+GPU = 3  # the GPU the scenarios hit
+
+
+
+Scenario = Callable[[FakeGpuBackend, str], None]
+SCENARIOS: list[tuple[str, Scenario, str, bool]] = [
+    # name, what happens to GPU 3, its status in the store, whether it still takes placements
+    ("xid storm (79, fallen off the bus)",
+     lambda gpus, uuid: gpus.xid_storm(uuid, 79, 20), "fail", False),
+    ("application xid storm (13, repeated)",
+     lambda gpus, uuid: gpus.xid_storm(uuid, 13, 5), "warn", True),
+    ("rising uncorrectable ECC", lambda gpus, uuid: gpus.raise_ecc(uuid, uncorrected=2),
+     "fail", False),
+    ("row remap failure", lambda gpus, uuid: gpus.row_remap_failure(uuid), "fail", False),
+    ("row remap pending", lambda gpus, uuid: gpus.row_remap_pending(uuid), "warn", True),
+    ("GPU fallen off the bus", lambda gpus, uuid: gpus.lose(uuid), "fail", False),
+    ("overheating", lambda gpus, uuid: gpus.overheat(uuid), "warn", True),
+    ("NVLink replay errors", lambda gpus, uuid: gpus.nvlink_errors(uuid, 0, replay=3),
+     "fail", False),
+    ("NVLink CRC errors", lambda gpus, uuid: gpus.nvlink_errors(uuid, 0, crc=2),
+     "warn", True),
+    ("NVLink down", lambda gpus, uuid: gpus.nvlink_down(uuid, 1), "fail", False),
+]
+
+
+@pytest.mark.parametrize(("name", "scenario", "status", "placeable"), SCENARIOS,
+                         ids=[scenario[0] for scenario in SCENARIOS])
+async def test_a_fault_reaches_the_store(tmp_path: pathlib.Path, name: str,
+                                         scenario: Scenario, status: str,
+                                         placeable: bool) -> None:
+    gpus = FakeGpuBackend.from_profile("a100-8", seed=1)
+    uuid = gpus.uuids()[GPU]
+    with anyio.fail_after(30):
+        async with configured_cluster() as cluster, store(cluster, ADMIN) as admin, \
+                running_agent(cluster, "n0", gpus, tmp_path):
+            await _until_status(admin, uuid, "pass")
+            scenario(gpus, uuid)
+            view = await _until_status(admin, uuid, status)
+            assert view["placeable"] is placeable, (name, view)
+            others = [await gpu_view(admin, "n0", other) for other in gpus.uuids()
+                      if other != uuid]
+            assert {other["status"] for other in others} == {"pass"}, name
+
+
+async def test_a_failed_gpu_keeps_a_whole_node_gang_off_its_node(
+        tmp_path: pathlib.Path) -> None:
+    """The effect on placements: an 8-GPU pod fits n0 no longer, and waits, saying why."""
+    gpus = FakeGpuBackend.from_profile("a100-8", seed=1)
+    with anyio.fail_after(30):
+        async with configured_cluster() as cluster, store(cluster, ADMIN) as admin, \
+                store(cluster, SCHEDULER) as scheduler, running_agent(cluster, "n0", gpus,
+                                                                      tmp_path):
+            await _until_status(admin, gpus.uuids()[GPU], "pass")
+            before = await scheduler.submit_gang("before", "b", -1, [(1, 8)])
+            assert isinstance(before, GroupStatus) and before.phase is GroupPhase.ALLOCATED
+            await scheduler.release_gang("before")
+            gpus.inject_xid(gpus.uuids()[GPU], 48)
+            await _until_status(admin, gpus.uuids()[GPU], "fail")
+            after = await scheduler.submit_gang("after", "b", -1, [(1, 8)])
+            assert isinstance(after, GroupStatus) and after.phase is GroupPhase.PENDING
+            assert after.why_pending, after
+
+
+async def test_a_missing_driver_makes_every_gpu_unknown_never_healthy(
+        tmp_path: pathlib.Path) -> None:
+    gpus = FakeGpuBackend.from_profile("a100-8", seed=1)
+    with anyio.fail_after(30):
+        async with configured_cluster() as cluster, store(cluster, ADMIN) as admin, \
+                running_agent(cluster, "n0", gpus, tmp_path):
+            await _until_status(admin, gpus.uuids()[0], "pass")
+            gpus.driver_missing()
+            for uuid in gpus.uuids():
+                view = await _until_status(admin, uuid, "unknown")
+                assert "NVML" in view["reason"] or "nvml" in view["reason"], view
+            gpus.restore_driver()
+            for uuid in gpus.uuids():
+                await _until_status(admin, uuid, "pass")
+
+
+async def _until_status(admin: Any, uuid: str, status: str) -> dict[str, Any]:
+    async def probe() -> dict[str, Any] | None:
+        view = await gpu_view(admin, "n0", uuid)
+        return view if view["status"] == status else None
+    return await eventually(probe, what=f"GPU {uuid} {status}")
