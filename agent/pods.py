@@ -73,6 +73,8 @@ class Pods:
         outcome = await self.runner.start(binding)
         if isinstance(outcome, Started):
             self.counts["jobs_started"] += 1
+            logger.info("started pod %s of %s: pid %d on %s", binding.pod_uid, binding.group,
+                        outcome.pid, ",".join(binding.gpu_uuids) or "no GPU")
             await self._acknowledge(binding)
             return
         self.counts["jobs_not_started"] += 1
@@ -105,6 +107,8 @@ class Pods:
         """Forever: tell the store about each job that ended."""
         async for exited in self.runner.exits:
             self.counts["jobs_exited"] += 1
+            logger.info("pod %s exited with %d%s", exited.pod_uid, exited.exit_code,
+                        f" ({exited.reason})" if exited.reason else "")
             await self._report_exit(exited)
 
     async def follow_effects(self) -> None:

@@ -157,6 +157,59 @@ class ReplicaProcess:
         self.start()
 
 
+class AgentProcess:
+    """One `cellar agent` for `node` against this cluster, on a fake GPU backend by default;
+    its configuration, state directory and log live under the cluster's directory."""
+
+    def __init__(self, layout: Layout, node: str, *, backend: str = "fake:a100-8",
+                 poll_ms: int = 200, heartbeat_ms: int = 500, grace_ms: int = 1000) -> None:
+        self.layout = layout
+        self.node = node
+        self.directory = layout.directory / f"agent-{node}"
+        self.config_path = self.directory / "agent.toml"
+        self.log_path = self.directory / "agent.log"
+        self.settings = {"backend": backend, "poll_ms": poll_ms, "heartbeat_ms": heartbeat_ms,
+                         "grace_ms": grace_ms}
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def write(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        settings = self.settings
+        lines = [f'node = "{self.node}"',
+                 "store = [" + ", ".join(f'"{endpoint}"' for endpoint in self.layout.endpoints)
+                 + "]", 'state_dir = "state"', f'backend = "{settings["backend"]}"',
+                 'loop = "asyncio"', f"insecure = {'true' if self.layout.insecure else 'false'}"]
+        if not self.layout.insecure:
+            stem = self.layout.certs / f"node-{self.node}"
+            lines += ["[tls]", f'ca = "{self.layout.certs / "ca.pem"}"', f'cert = "{stem}.pem"',
+                      f'key = "{stem}.key"']
+        lines += ["[intervals]", f"poll_ms = {settings['poll_ms']}",
+                  f"heartbeat_ms = {settings['heartbeat_ms']}", "event_wait_ms = 200",
+                  "[jobs]", f"grace_ms = {settings['grace_ms']}", "gpu_release_timeout_ms = 2000"]
+        self.config_path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+    def start(self) -> None:
+        self.write()
+        command = [sys.executable, "-m", "cellar", "agent", "--config", str(self.config_path)]
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(  # noqa: S603
+                command, stdout=log, stderr=subprocess.STDOUT, cwd=self.directory,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+    def stop(self, timeout_s: float = 10.0) -> int | None:
+        """SIGTERM (the agent leaves its jobs running), then SIGKILL if it hangs."""
+        if self.process is None:
+            return None
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+
 class ProcessCluster:
     def __init__(self, layout: Layout) -> None:
         self.layout = layout

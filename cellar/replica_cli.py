@@ -10,12 +10,11 @@ from __future__ import annotations
 import argparse
 import logging
 import pathlib
-import signal
 import sys
-from typing import Any
 
 import anyio
 
+from cellar.daemon_process import EXIT_CONFIG, loop_options, serve_until_signalled
 from consensus.runtime.logs import configure_logging
 from consensus.runtime.node import ReplicaNode
 from consensus.runtime.node_config import NodeConfigError, load_node_config
@@ -25,7 +24,6 @@ from statemachine.codec import encode_command
 from statemachine.commands import Tick
 from statemachine.machine import Machine
 
-EXIT_CONFIG = 78
 logger = logging.getLogger("cellar.replica")
 
 
@@ -46,19 +44,6 @@ def tick_command(now_ms: int) -> bytes:
     return encode_command(Tick())
 
 
-def loop_options(loop: str) -> tuple[str, dict[str, Any]]:
-    if loop == "trio":
-        return "trio", {}
-    if loop == "uvloop":
-        try:
-            import uvloop  # noqa: F401, PLC0415 - only to know whether it is there
-        except ImportError:
-            logger.warning("uvloop is not installed; running on plain asyncio")
-            return "asyncio", {}
-        return "asyncio", {"use_uvloop": True}
-    return "asyncio", {}
-
-
 def run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, json_lines=not args.plain_logs)
     try:
@@ -74,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         node = ReplicaNode(config, log, Machine(), system_command=tick_command)
         backend, options = loop_options(config.loop)
-        anyio.run(serve_until_signalled, node, backend=backend, backend_options=options)
+        anyio.run(serve_until_signalled, node.run, backend=backend, backend_options=options)
     except StorageError as error:
         logger.error("stopping: %s", error)
         print(f"cellar replica: {error}", file=sys.stderr)
@@ -82,13 +67,3 @@ def run(args: argparse.Namespace) -> int:
     finally:
         log.close()
     return 0
-
-
-async def serve_until_signalled(node: ReplicaNode) -> None:
-    async with anyio.create_task_group() as tasks:
-        await tasks.start(node.run)
-        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-            async for received in signals:
-                logger.info("stopping on signal %s", signal.Signals(received).name)
-                tasks.cancel_scope.cancel()
-                break

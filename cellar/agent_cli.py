@@ -1,0 +1,87 @@
+"""`cellar agent --config FILE`: the node agent daemon for one GPU node.
+
+It reads the node's GPUs through NVML (or a fake backend, `backend = "fake:PROFILE"`, for
+trials without a GPU), registers them with the store under the node's certificate, reports
+their health, and runs the jobs the store binds to them. Exit status: 0 after a clean stop
+(SIGTERM or SIGINT; the jobs keep running and the next start adopts them), 78 for a bad
+configuration file or a certificate that does not name this node.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import pathlib
+import sys
+import zlib
+
+import anyio
+
+from agent.config import AgentConfig, AgentConfigError, load_agent_config
+from agent.daemon import Agent
+from agent.gpu import GpuBackend
+from cellar.daemon_process import EXIT_CONFIG, loop_options, serve_until_signalled
+from consensus.runtime.certs import identity_in_file
+from consensus.runtime.client import CellarClient, ClientConfig
+from consensus.runtime.connect import connector
+from consensus.runtime.logs import configure_logging
+from consensus.runtime.tls import IdentityRefused, IdentityRole, TlsConfig
+from statemachine.store import GpuStore
+
+logger = logging.getLogger("cellar.agent")
+CLIENT = ClientConfig(attempt_timeout_s=2.0, deadline_s=10.0, sessions=16)
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", type=pathlib.Path, required=True,
+                        help="the agent's TOML configuration")
+    parser.add_argument("--log-level", default="info",
+                        choices=("debug", "info", "warning", "error"))
+    parser.add_argument("--plain-logs", action="store_true",
+                        help="human-readable log lines instead of JSON")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    configure_logging(args.log_level, json_lines=not args.plain_logs)
+    try:
+        config = load_agent_config(args.config)
+        tls = tls_for(config)
+        gpus = gpu_backend(config)
+    except (AgentConfigError, IdentityRefused, ValueError) as error:
+        print(f"cellar agent: {error}", file=sys.stderr)
+        return EXIT_CONFIG
+    client = CellarClient(config.endpoints, connector(tls, insecure=config.insecure), CLIENT)
+    backend, options = loop_options(config.loop)
+    anyio.run(_serve, config, gpus, client, backend=backend, backend_options=options)
+    return 0
+
+
+def tls_for(config: AgentConfig) -> TlsConfig | None:
+    """The node's TLS files, after checking the certificate names this node."""
+    if config.tls is None:
+        return None
+    identity = identity_in_file(config.tls.cert)
+    if identity.role is not IdentityRole.NODE or identity.name != config.node:
+        raise AgentConfigError(f"tls.cert: {config.tls.cert} names {identity}, but this agent "
+                               f"acts for cellar://node/{config.node}")
+    return TlsConfig(ca_file=config.tls.ca, cert_file=config.tls.cert,
+                     key_file=config.tls.key)
+
+
+def gpu_backend(config: AgentConfig) -> GpuBackend:
+    if config.backend.startswith("fake:"):
+        from agent.fake_backend import FakeGpuBackend  # noqa: PLC0415 - trials only
+
+        logger.warning("using the fake GPU backend %r: no real GPU is read", config.backend)
+        seed = zlib.crc32(config.node.encode())  # each fake node its own GPU UUIDs
+        return FakeGpuBackend.from_profile(config.backend.removeprefix("fake:"), seed=seed)
+    from agent.nvml_backend import NvmlBackend  # noqa: PLC0415 - loads NVML only when used
+
+    return NvmlBackend()
+
+
+async def _serve(config: AgentConfig, backend: GpuBackend, client: CellarClient) -> None:
+    async with client:
+        agent = Agent(config, backend, GpuStore(client))
+        await serve_until_signalled(agent.run)
