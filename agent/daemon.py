@@ -21,12 +21,13 @@ from agent.config import AgentConfig
 from agent.exporter import AgentView, render
 from agent.gpu import DeviceInfo, GpuBackend, NvmlUnavailable
 from agent.health import HealthTracker
-from agent.inventory import fresh_boot_id, gpu_inventory
+from agent.inventory import fresh_boot_id, gpu_inventory, gpu_links
 from agent.jobs import JobRunner
 from agent.monitor import Monitor, monotonic_ms
 from agent.pods import Pods
 from agent.store_link import StoreLink, is_stale
 from consensus.runtime.metrics_http import serve_metrics
+from statemachine.commands import GpuLink
 from statemachine.store import GpuStore
 
 logger = logging.getLogger("cellar.agent")
@@ -75,8 +76,9 @@ class Agent:
                                   task_status: TaskStatus[None]) -> None:
         """Register, reconcile and serve; again whenever the store ends the incarnation."""
         inventory = gpu_inventory(devices, self.config.models)
+        links = await self._links(devices)
         while True:
-            registered = await self.link.register(fresh_boot_id(), inventory)
+            registered = await self.link.register(fresh_boot_id(), inventory, links)
             self.registrations += 1
             logger.info("registered %s: incarnation %d, %d pods expected", self.config.node,
                         registered.incarnation, len(registered.pods))
@@ -90,6 +92,14 @@ class Agent:
             except* IncarnationOver:
                 logger.warning("the store ended incarnation %d: registering again",
                                registered.incarnation)
+
+    async def _links(self, devices: tuple[DeviceInfo, ...]) -> tuple[GpuLink, ...]:
+        try:
+            topology = await anyio.to_thread.run_sync(self.backend.topology)
+        except NvmlUnavailable as error:
+            logger.warning("cannot read the GPU topology: %s", error)
+            return ()
+        return gpu_links(devices, topology)
 
     async def _first_look(self, monitor: Monitor) -> None:
         """Sample every GPU before registering, so the first report says what is known."""

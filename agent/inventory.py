@@ -13,8 +13,8 @@ import pathlib
 import secrets
 
 from agent.config import cluster_model
-from agent.gpu import DeviceInfo
-from statemachine.commands import GpuInventory
+from agent.gpu import DeviceInfo, Topology
+from statemachine.commands import GpuInventory, GpuLink
 
 MIB = 1 << 20
 KERNEL_BOOT_ID = pathlib.Path("/proc/sys/kernel/random/boot_id")
@@ -25,8 +25,20 @@ def gpu_inventory(devices: tuple[DeviceInfo, ...],
     return tuple(GpuInventory(uuid=device.uuid, index=device.index,
                               pci_bus_id=device.pci_bus_id,
                               model=cluster_model(device.model, models),
-                              memory_mib=device.memory_bytes // MIB)
+                              memory_mib=device.memory_bytes // MIB,
+                              numa_node=device.numa_node, mig_enabled=device.mig_enabled)
                  for device in sorted(devices, key=lambda device: device.index))
+
+
+def gpu_links(devices: tuple[DeviceInfo, ...], topology: Topology) -> tuple[GpuLink, ...]:
+    """The measured connections between pairs of this node's GPUs, by GPU index."""
+    index = {device.uuid: device.index for device in devices}
+    links = []
+    for pair in topology.pairs:
+        if pair.uuid_a in index and pair.uuid_b in index:
+            a, b = sorted((index[pair.uuid_a], index[pair.uuid_b]))
+            links.append(GpuLink(a=a, b=b, level=pair.level, nvlinks=pair.nvlinks))
+    return tuple(sorted(links, key=lambda link: (link.a, link.b)))
 
 
 def fresh_boot_id(kernel_boot_id: pathlib.Path = KERNEL_BOOT_ID) -> str:

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import anyio
 
 from consensus.runtime.client import ClientError
-from statemachine.commands import GpuInventory, HealthReport
+from statemachine.commands import GpuInventory, GpuLink, HealthReport
 from statemachine.errors import Code, Rejection
 from statemachine.results import NodeRegistered, PodPhase, Result
 from statemachine.store import GpuStore
@@ -48,12 +48,13 @@ class StoreLink:
             await anyio.sleep(delay_ms / 1000)
             delay_ms = min(delay_ms * 2, self.retry_ms_max)
 
-    async def register(self, boot_id: str, gpus: Sequence[GpuInventory]) -> NodeRegistered:
+    async def register(self, boot_id: str, gpus: Sequence[GpuInventory],
+                       links: Sequence[GpuLink] = ()) -> NodeRegistered:
         """Register with a fresh incarnation; a refusal (this node is not in the cluster's
         configuration, or its GPUs do not match it) is logged and tried again later."""
         while True:
             result = await self._until_answered("register", lambda: self.store.register_node(
-                self.node, boot_id, gpus))
+                self.node, boot_id, gpus, links))
             if isinstance(result, NodeRegistered):
                 self.incarnation = result.incarnation
                 return result

@@ -162,14 +162,16 @@ class AgentProcess:
     its configuration, state directory and log live under the cluster's directory."""
 
     def __init__(self, layout: Layout, node: str, *, backend: str = "fake:a100-8",
-                 poll_ms: int = 200, heartbeat_ms: int = 500, grace_ms: int = 1000) -> None:
+                 poll_ms: int = 200, heartbeat_ms: int = 500, event_wait_ms: int = 200,
+                 grace_ms: int = 1000) -> None:
         self.layout = layout
         self.node = node
         self.directory = layout.directory / f"agent-{node}"
         self.config_path = self.directory / "agent.toml"
         self.log_path = self.directory / "agent.log"
-        self.settings = {"backend": backend, "poll_ms": poll_ms, "heartbeat_ms": heartbeat_ms,
-                         "grace_ms": grace_ms}
+        self.settings: dict[str, str | int] = {
+            "backend": backend, "poll_ms": poll_ms, "heartbeat_ms": heartbeat_ms,
+            "event_wait_ms": event_wait_ms, "grace_ms": grace_ms}
         self.process: subprocess.Popen[bytes] | None = None
 
     def write(self) -> None:
@@ -184,7 +186,8 @@ class AgentProcess:
             lines += ["[tls]", f'ca = "{self.layout.certs / "ca.pem"}"', f'cert = "{stem}.pem"',
                       f'key = "{stem}.key"']
         lines += ["[intervals]", f"poll_ms = {settings['poll_ms']}",
-                  f"heartbeat_ms = {settings['heartbeat_ms']}", "event_wait_ms = 200",
+                  f"heartbeat_ms = {settings['heartbeat_ms']}",
+                  f"event_wait_ms = {settings['event_wait_ms']}",
                   "[jobs]", f"grace_ms = {settings['grace_ms']}", "gpu_release_timeout_ms = 2000"]
         self.config_path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 

@@ -28,6 +28,7 @@ from statemachine.commands import (
     Deregister,
     Drain,
     GpuInventory,
+    GpuLink,
     HealthReport,
     HealthStatus,
     Heartbeat,
@@ -66,20 +67,39 @@ def encode_command(command: Command) -> bytes:
 _NODE_FIELDS = ("node", "incarnation")
 
 
+INVENTORY_FIELDS = ("uuid", "index", "pci_bus_id", "model", "memory_mib", "numa_node",
+                    "mig_enabled")
+LINK_FIELDS = ("a", "b", "level", "nvlinks")
+
+
 def _inventory(record: Record) -> GpuInventory:
     return GpuInventory(uuid=record.text("uuid", length_max=limits.UUID_LENGTH_MAX),
                         index=record.integer("index", high=limits.GPUS_PER_NODE_MAX - 1),
                         pci_bus_id=record.text("pci_bus_id",
                                                length_max=limits.PCI_BUS_ID_LENGTH_MAX),
                         model=record.text("model"),
-                        memory_mib=record.integer("memory_mib"))
+                        memory_mib=record.integer("memory_mib"),
+                        numa_node=record.integer("numa_node", low=-1,
+                                                 high=limits.NUMA_NODE_MAX)
+                        if record.has("numa_node") else -1,
+                        mig_enabled=record.flag("mig_enabled") if record.has("mig_enabled")
+                        else False)
+
+
+def _link(record: Record) -> GpuLink:
+    last = limits.GPUS_PER_NODE_MAX - 1
+    return GpuLink(a=record.integer("a", high=last), b=record.integer("b", high=last),
+                   level=record.integer("level", high=limits.TOPOLOGY_LEVEL_MAX),
+                   nvlinks=record.integer("nvlinks", high=limits.NVLINKS_PER_PAIR_MAX))
 
 
 def _register(record: Record) -> RegisterNode:
-    gpus = record.records("gpus", ("uuid", "index", "pci_bus_id", "model", "memory_mib"),
-                          length_max=limits.GPUS_PER_NODE_MAX)
+    gpus = record.records("gpus", INVENTORY_FIELDS, length_max=limits.GPUS_PER_NODE_MAX)
+    links = record.records("links", LINK_FIELDS, length_max=limits.GPU_LINKS_MAX) \
+        if record.has("links") else []
     return RegisterNode(node=record.text("node"), boot_id=record.text("boot_id"),
-                        gpus=tuple(_inventory(gpu) for gpu in gpus))
+                        gpus=tuple(_inventory(gpu) for gpu in gpus),
+                        links=tuple(_link(link) for link in links))
 
 
 def _report(record: Record) -> HealthReport:
@@ -157,10 +177,13 @@ COMMANDS: dict[str, tuple[tuple[str, ...], Callable[[Record], Any], Callable[[An
                                                                              dict[str, Any]]]] = {
     "apply_config": (("expected_version", "spec"), _apply_config, _encode_apply_config),
     "register_node": (
-        ("node", "boot_id", "gpus"), _register,
+        ("node", "boot_id", "gpus", "links"), _register,
         lambda command: {"node": command.node, "boot_id": command.boot_id, "gpus": [
             {"uuid": gpu.uuid, "index": gpu.index, "pci_bus_id": gpu.pci_bus_id,
-             "model": gpu.model, "memory_mib": gpu.memory_mib} for gpu in command.gpus]}),
+             "model": gpu.model, "memory_mib": gpu.memory_mib, "numa_node": gpu.numa_node,
+             "mig_enabled": gpu.mig_enabled} for gpu in command.gpus],
+            "links": [{"a": link.a, "b": link.b, "level": link.level, "nvlinks": link.nvlinks}
+                      for link in command.links]}),
     "heartbeat": (
         _NODE_FIELDS,
         lambda record: Heartbeat(node=record.text("node"),

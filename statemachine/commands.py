@@ -31,6 +31,19 @@ class GpuInventory:
     pci_bus_id: str
     model: str
     memory_mib: int
+    numa_node: int = -1  # -1: unknown
+    mig_enabled: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GpuLink:
+    """How two of a node's GPUs (by index, a < b) reach each other, as NVML sees it: the PCIe
+    topology level (0 same board ... 50 across sockets) and the NVLink links between them."""
+
+    a: int
+    b: int
+    level: int
+    nvlinks: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -65,6 +78,7 @@ class RegisterNode:
     node: str
     boot_id: str
     gpus: tuple[GpuInventory, ...]
+    links: tuple[GpuLink, ...] = ()  # the measured topology, for operators to see
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

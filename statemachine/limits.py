@@ -31,6 +31,10 @@ QUOTA_ENTRIES_MAX = 64
 CELLS_MAX = 1 << 20  # all physical cells of a configuration, every level counted
 LEVELS_MAX = 16
 GPUS_PER_NODE_MAX = 64
+GPU_LINKS_MAX = GPUS_PER_NODE_MAX * (GPUS_PER_NODE_MAX - 1) // 2  # one per pair of GPUs
+NUMA_NODE_MAX = 4095
+TOPOLOGY_LEVEL_MAX = 100
+NVLINKS_PER_PAIR_MAX = 64
 FANOUT_MAX = 4096
 
 MEMBERS_MAX = 16  # member kinds in one gang

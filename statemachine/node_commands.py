@@ -19,6 +19,7 @@ from statemachine.commands import (
     Deregister,
     Drain,
     GpuInventory,
+    GpuLink,
     HealthReport,
     HealthStatus,
     Heartbeat,
@@ -49,8 +50,11 @@ def register_node(state: State, command: RegisterNode) -> NodeRegistered:
     config = state.configured()
     record = state.node(command.node)
     gpus = _check_inventory(state, record, command.gpus)
+    links = _check_links(record, command.links, len(gpus))
     if not (record.registered and record.boot_id == command.boot_id and record.gpus == gpus):
         _record_boot(state, record, command.boot_id, gpus)
+    if record.links != links:
+        state.set(record, "links", links)
     state.set(record, "lease_expires_ms", state.now_ms + config.spec.policy.lease_ms)
     if record.liveness is not Liveness.UP:
         state.set(record, "liveness", Liveness.UP)
@@ -86,6 +90,20 @@ def _check_inventory(state: State, record: NodeRecord,
             raise mismatch(f"GPU {gpu.uuid} is already registered on node {owner}")
     if len({gpu.uuid for gpu in ordered}) != len(ordered):
         raise mismatch("duplicate GPU UUIDs")
+    return ordered
+
+
+def _check_links(record: NodeRecord, links: tuple[GpuLink, ...],
+                 gpu_count: int) -> tuple[GpuLink, ...]:
+    ordered = tuple(sorted(links, key=lambda link: (link.a, link.b)))
+    for link in ordered:
+        if not 0 <= link.a < link.b < gpu_count:
+            raise refuse(Code.INVENTORY_MISMATCH,
+                         f"node {record.node}: a link joins GPUs {link.a} and {link.b}; it "
+                         f"must name two GPUs among 0..{gpu_count - 1}, the lower first")
+    if len({(link.a, link.b) for link in ordered}) != len(ordered):
+        raise refuse(Code.INVENTORY_MISMATCH, f"node {record.node}: a pair of GPUs is "
+                                              "linked twice")
     return ordered
 
 

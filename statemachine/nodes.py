@@ -17,7 +17,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from statemachine.commands import GpuInventory, HealthStatus
+from statemachine.commands import GpuInventory, GpuLink, HealthStatus
 
 
 class Liveness(enum.StrEnum):
@@ -49,6 +49,7 @@ class NodeRecord:
     boot_id: str = ""
     incarnation: int = 0
     gpus: tuple[GpuInventory, ...] = ()  # by index, once registered
+    links: tuple[GpuLink, ...] = ()  # by (a, b), as the agent measured them
     health: tuple[GpuHealth, ...] = ()  # by index, once registered
     lease_expires_ms: int = 0
     cordoned: bool = False

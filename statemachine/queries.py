@@ -89,7 +89,9 @@ def answer(state: State, query: Query) -> dict[str, Any] | Rejection:
         record = state.nodes.get(query.node)
         if record is None:
             return Rejection(code=Code.UNKNOWN_NODE, message=f"no node {query.node!r}")
-        return {"type": "node", **_node_summary(state, record), "gpus": _gpus(state, record)}
+        return {"type": "node", **_node_summary(state, record), "gpus": _gpus(state, record),
+                "links": [{"a": link.a, "b": link.b, "level": link.level,
+                           "nvlinks": link.nvlinks} for link in record.links]}
     if isinstance(query, ClusterQuery):
         return {"type": "cluster", **_cluster(state)}
     if isinstance(query, EffectsQuery):
@@ -160,6 +162,7 @@ def _gpus(state: State, record: NodeRecord) -> list[dict[str, Any]]:
         leaf = topology.leaf_of(record.index, gpu.index)
         found.append({"index": gpu.index, "uuid": gpu.uuid, "pci_bus_id": gpu.pci_bus_id,
                       "model": gpu.model, "memory_mib": gpu.memory_mib,
+                      "numa_node": gpu.numa_node, "mig_enabled": gpu.mig_enabled,
                       "status": health.status.value, "reason": health.reason,
                       "since_ms": health.since_ms, "failed": health.failed,
                       "admin_bad": health.admin_bad, "placeable": cells.usable[leaf],

@@ -14,7 +14,7 @@ import hashlib
 from typing import Any
 
 from consensus.codec import pack, unpack
-from statemachine.commands import GpuInventory, HealthStatus, Member
+from statemachine.commands import GpuInventory, GpuLink, HealthStatus, Member
 from statemachine.config_check import check_spec
 from statemachine.groups import Group, Pod
 from statemachine.nodes import GpuHealth, Liveness, NodeRecord
@@ -59,10 +59,11 @@ def _node(record: NodeRecord) -> list[Any]:
     return [record.node, record.index, record.liveness.value, record.boot_id,
             record.incarnation, record.lease_expires_ms, record.cordoned, record.draining,
             record.admin_bad,
-            [[gpu.uuid, gpu.index, gpu.pci_bus_id, gpu.model, gpu.memory_mib]
-             for gpu in record.gpus],
+            [[gpu.uuid, gpu.index, gpu.pci_bus_id, gpu.model, gpu.memory_mib, gpu.numa_node,
+              gpu.mig_enabled] for gpu in record.gpus],
             [[health.status.value, health.reason, health.since_ms, health.failed,
-              health.passes, health.admin_bad] for health in record.health]]
+              health.passes, health.admin_bad] for health in record.health],
+            [[link.a, link.b, link.level, link.nvlinks] for link in record.links]]
 
 
 def _group(group: Group) -> list[Any]:
@@ -111,14 +112,16 @@ def decode_snapshot(data: bytes) -> tuple[State, Sessions, int]:
 
 def _load_node(fields: list[Any]) -> NodeRecord:
     (node, index, liveness, boot_id, incarnation, lease, cordoned, draining, admin_bad,
-     gpus, health) = fields
+     gpus, health, links) = fields
     return NodeRecord(
         node=node, index=index, liveness=Liveness(liveness), boot_id=boot_id,
         incarnation=incarnation, lease_expires_ms=lease, cordoned=cordoned, draining=draining,
         admin_bad=admin_bad,
         gpus=tuple(GpuInventory(uuid=uuid, index=gpu_index, pci_bus_id=pci, model=model,
-                                memory_mib=memory)
-                   for uuid, gpu_index, pci, model, memory in gpus),
+                                memory_mib=memory, numa_node=numa, mig_enabled=mig)
+                   for uuid, gpu_index, pci, model, memory, numa, mig in gpus),
+        links=tuple(GpuLink(a=a, b=b, level=level, nvlinks=nvlinks)
+                    for a, b, level, nvlinks in links),
         health=tuple(GpuHealth(status=HealthStatus(status), reason=reason, since_ms=since,
                                failed=failed, passes=passes, admin_bad=bad)
                      for status, reason, since, failed, passes, bad in health))

@@ -28,6 +28,7 @@ from statemachine.commands import (
     Deregister,
     Drain,
     GpuInventory,
+    GpuLink,
     HealthReport,
     Heartbeat,
     MarkBad,
@@ -100,9 +101,10 @@ class GpuStore:
 
     # --- node agents (a node agent's certificate names its node) -------------------------------
 
-    async def register_node(self, node: str, boot_id: str,
-                            gpus: Sequence[GpuInventory]) -> Result | Rejection:
-        return await self.command(RegisterNode(node=node, boot_id=boot_id, gpus=tuple(gpus)))
+    async def register_node(self, node: str, boot_id: str, gpus: Sequence[GpuInventory],
+                            links: Sequence[GpuLink] = ()) -> Result | Rejection:
+        return await self.command(RegisterNode(node=node, boot_id=boot_id, gpus=tuple(gpus),
+                                               links=tuple(links)))
 
     async def heartbeat(self, node: str, incarnation: int) -> Result | Rejection:
         return await self.command(Heartbeat(node=node, incarnation=incarnation))

@@ -17,6 +17,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     ),
     "checker": ("cellar.bench.checker", "linearizability checks per second on large histories"),
     "storage": ("cellar.bench.storage", "the durable record log against SQLite: syncs, recovery"),
+    "agent": ("cellar.bench.agent",
+              "the node agent's CPU and memory per GPU, and fault-to-refusal time"),
     "cluster": ("cellar.bench.cluster",
                 "a local cluster end to end: commits/s, latency, reads/s, failover time"),
 }

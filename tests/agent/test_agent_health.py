@@ -107,3 +107,20 @@ async def _until_status(admin: Any, uuid: str, status: str) -> dict[str, Any]:
         view = await gpu_view(admin, "n0", uuid)
         return view if view["status"] == status else None
     return await eventually(probe, what=f"GPU {uuid} {status}")
+
+
+async def test_registration_carries_the_measured_inventory_and_topology(
+        tmp_path: pathlib.Path) -> None:
+    gpus = FakeGpuBackend.from_profile("a100-8", seed=1)
+    gpus.start()
+    devices, topology = gpus.devices(), gpus.topology()
+    with anyio.fail_after(30):
+        async with configured_cluster() as cluster, store(cluster, ADMIN) as admin, \
+                running_agent(cluster, "n0", gpus, tmp_path):
+            view: Any = await admin.node("n0")
+    assert [(gpu["uuid"], gpu["model"], gpu["numa_node"]) for gpu in view["gpus"]] == [
+        (device.uuid, "A100", device.numa_node)
+        for device in sorted(devices, key=lambda device: device.index)]
+    assert len(view["links"]) == len(topology.pairs) == 28  # every pair of 8 GPUs
+    assert sum(link["nvlinks"] for link in view["links"]) == sum(
+        pair.nvlinks for pair in topology.pairs)

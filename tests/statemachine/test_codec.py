@@ -4,6 +4,7 @@ but the decode error."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -22,6 +23,7 @@ from statemachine.commands import (
     Cordon,
     Deregister,
     Drain,
+    GpuLink,
     HealthReport,
     HealthStatus,
     Heartbeat,
@@ -54,6 +56,9 @@ from tests.statemachine.builders import gang, inventory, rack_spec, vc
 EXAMPLES: list[Command] = [
     ApplyConfig(expected_version=3, spec=rack_spec(policy=PolicySpec(lease_ms=5))),
     RegisterNode(node="n0", boot_id="boot", gpus=inventory("n0")),
+    RegisterNode(node="n0", boot_id="boot", gpus=tuple(
+        replace(gpu, numa_node=1, mig_enabled=True) for gpu in inventory("n0")),
+        links=(GpuLink(a=0, b=1, level=0, nvlinks=12),)),
     Heartbeat(node="n0", incarnation=2),
     ReportHealth(node="n0", incarnation=2, reports=(
         HealthReport(uuid="GPU-1", status=HealthStatus.FAIL, reason="xid 79"),

@@ -5,6 +5,7 @@ deregistration. A refused command must leave the state exactly as it was."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -17,6 +18,7 @@ from statemachine.commands import (
     Deregister,
     Drain,
     GpuInventory,
+    GpuLink,
     HealthReport,
     HealthStatus,
     Heartbeat,
@@ -28,9 +30,11 @@ from statemachine.commands import (
 )
 from statemachine.effects import EffectKind
 from statemachine.errors import Code
+from statemachine.queries import NodeQuery, answer
 from statemachine.results import Done, GroupPhase, NodeRegistered, PodBound
 from statemachine.sessions import Sessions
-from statemachine.snapshot_codec import encode_snapshot
+from statemachine.snapshot_codec import decode_snapshot, encode_snapshot
+from statemachine.state import State
 from tests.statemachine.builders import (
     ADMIN,
     SCHEDULER,
@@ -51,6 +55,12 @@ def driver() -> Driver:
     driver.configure(rack_spec(racks=2))
     driver.register("n0", "n1")
     return driver
+
+
+def node_view(state: State, node: str) -> dict[str, Any]:
+    view = answer(state, NodeQuery(node=node))
+    assert isinstance(view, dict), view
+    return view
 
 
 def snapshot(driver: Driver) -> bytes:
@@ -195,3 +205,25 @@ def test_pod_acknowledgements_are_checked(driver: Driver) -> None:
 
 def bind_first(group: str) -> BindPod:
     return BindPod(group=group, member=0, pod_uid="p")
+
+
+def test_the_measured_topology_is_kept_and_checked(driver: Driver) -> None:
+    """NUMA nodes, MIG modes and the GPU links an agent measured are kept with the node (shown
+    to operators, kept in snapshots); links naming GPUs the node lacks are refused."""
+    gpus = tuple(replace(gpu, numa_node=gpu.index // 4, mig_enabled=gpu.index == 7)
+                 for gpu in inventory("n2"))
+    links = (GpuLink(a=1, b=2, level=10, nvlinks=0), GpuLink(a=0, b=1, level=0, nvlinks=12))
+    refused_unchanged(driver, RegisterNode(node="n2", boot_id="b", gpus=gpus, links=(
+        GpuLink(a=3, b=8, level=10, nvlinks=0),)), "n2", Code.INVENTORY_MISMATCH)
+    refused_unchanged(driver, RegisterNode(node="n2", boot_id="b", gpus=gpus, links=(
+        links[0], links[0])), "n2", Code.INVENTORY_MISMATCH)
+    driver.ok(RegisterNode(node="n2", boot_id="b", gpus=gpus, links=links),
+              node_principal("n2"))
+    view = node_view(driver.state, "n2")
+    assert view["links"] == [{"a": 0, "b": 1, "level": 0, "nvlinks": 12},
+                             {"a": 1, "b": 2, "level": 10, "nvlinks": 0}]
+    assert [(gpu["numa_node"], gpu["mig_enabled"]) for gpu in view["gpus"]][6:] == [
+        (1, False), (1, True)]
+    restored, _, _ = decode_snapshot(snapshot(driver))
+    assert restored.nodes["n2"].links == driver.state.nodes["n2"].links
+    assert restored.nodes["n2"].gpus == gpus
