@@ -124,3 +124,22 @@ async def test_registration_carries_the_measured_inventory_and_topology(
     assert len(view["links"]) == len(topology.pairs) == 28  # every pair of 8 GPUs
     assert sum(link["nvlinks"] for link in view["links"]) == sum(
         pair.nvlinks for pair in topology.pairs)
+
+
+async def test_an_nvml_error_in_the_middle_of_a_poll_is_reported_and_survived(
+        tmp_path: pathlib.Path) -> None:
+    """A signal NVML cannot read keeps its last good value for a while, then the GPU is
+    UNKNOWN with the reason; the agent keeps heartbeating, and a good read clears it."""
+    gpus = FakeGpuBackend.from_profile("a100-8", seed=1)
+    uuid = gpus.uuids()[GPU]
+    with anyio.fail_after(30):
+        async with configured_cluster() as cluster, store(cluster, ADMIN) as admin, \
+                running_agent(cluster, "n0", gpus, tmp_path) as agent:
+            await _until_status(admin, uuid, "pass")
+            gpus.fail(uuid, "temperature_c", 999)  # NVML_ERROR_UNKNOWN, transient
+            view = await _until_status(admin, uuid, "unknown")
+            assert "temperature_c" in view["reason"], view
+            beats = agent.view.counters["heartbeats"]
+            gpus.set(uuid, "temperature_c", 45)
+            await _until_status(admin, uuid, "pass")
+            assert agent.view.counters["heartbeats"] > beats
