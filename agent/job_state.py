@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.binding import Binding
-from agent.durable_file import replace_file
 from agent.job_errors import JobStateCorrupt
+from consensus.runtime.durable_file import replace_file
 
 JOBS_NAME = "jobs.json"
 FORMAT = "cellar-agent-jobs"

@@ -20,10 +20,10 @@ from typing import Any
 import anyio
 
 from agent.binding import Binding
-from agent.durable_file import replace_file
 from agent.job_outcomes import Exited, Started, StopOutcome
 from agent.jobs import JobRunner
 from agent.store_link import StoreLink
+from consensus.runtime.durable_file import replace_file
 from statemachine.effects import EffectKind
 from statemachine.errors import Rejection
 from statemachine.results import NodeRegistered, PodAssignment

@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 import pathlib
 
-from agent.durable_file import append_durably, replace_file
 from agent.job_errors import JobStateCorrupt
+from consensus.runtime.durable_file import append_durably, replace_file
 
 LEDGER_NAME = "started.log"
 

@@ -54,6 +54,7 @@ from consensus.codec import decode_record, encode_record
 from consensus.errors import InvalidMessage
 from consensus.record_log import compact_records
 from consensus.records import CPromiseRecord, EpochRecord, Record, SnapshotRecord, ViewRecord
+from consensus.runtime.durable_file import fsync_directory, write_all
 from consensus.runtime.storage_errors import (
     DataDirectoryMissing,
     LogCorrupt,
@@ -170,7 +171,7 @@ class DurableLog:
             return
         data = b"".join([frame(encode_record(record)) for record in records])
         try:
-            _write_all(self._fd, data)
+            write_all(self._fd, data)
         except OSError as error:
             raise self._fail(StorageFailed(self._path, "appending records", error)) from error
         self._records.extend(records)
@@ -263,7 +264,7 @@ def _ensure_directory(directory: pathlib.Path, *, create: bool) -> None:
         raise DataDirectoryMissing.no_directory(directory)
     try:
         directory.mkdir(parents=True)
-        _fsync_directory(directory.parent)
+        fsync_directory(directory.parent)
     except OSError as error:
         raise StorageFailed(directory, "creating the data directory", error) from error
 
@@ -309,7 +310,7 @@ def _replace_file(directory: pathlib.Path, path: pathlib.Path, data: bytes) -> N
     try:
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
         try:
-            _write_all(fd, data)
+            write_all(fd, data)
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -318,7 +319,7 @@ def _replace_file(directory: pathlib.Path, path: pathlib.Path, data: bytes) -> N
         raise StorageFailed(temporary, "writing the new log", error) from error
     try:
         os.replace(temporary, path)
-        _fsync_directory(directory)
+        fsync_directory(directory)
     except OSError as error:
         raise StorageFailed(path, "renaming the new log into place", error) from error
 
@@ -345,27 +346,11 @@ def _truncate(path: pathlib.Path, size: int) -> None:
 def _remove(path: pathlib.Path, directory: pathlib.Path) -> None:
     try:
         path.unlink()
-        _fsync_directory(directory)
+        fsync_directory(directory)
     except OSError as error:
         raise StorageFailed(path, "removing an unfinished compaction", error) from error
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        assert written > 0
-        view = view[written:]
 
 
 def _datasync(fd: int) -> None:
     sync = getattr(os, "fdatasync", os.fsync)  # macOS has no fdatasync
     sync(fd)
-
-
-def _fsync_directory(directory: pathlib.Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

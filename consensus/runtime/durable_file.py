@@ -1,5 +1,5 @@
-"""Durable writes for the agent's small state files: whole-file replacement that is atomic
-across a crash, and appends that are on disk when the call returns.
+"""Durable writes, shared by the replica's log and the agent's state files: whole-file
+replacement that is atomic across a crash, and appends that are on disk when the call returns.
 
 `replace_file` writes a temporary file beside the target, fsyncs it, renames it over the target
 and fsyncs the directory, so a reader after any crash sees the old content or the new, never a
@@ -22,7 +22,7 @@ def replace_file(path: pathlib.Path, data: bytes) -> None:
     try:
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         try:
-            _write_all(fd, data)
+            write_all(fd, data)
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -39,7 +39,7 @@ def append_durably(path: pathlib.Path, data: bytes) -> None:
     try:
         size = os.fstat(fd).st_size
         try:
-            _write_all(fd, data)
+            write_all(fd, data)
             os.fsync(fd)
         except OSError:
             with contextlib.suppress(OSError):  # no torn line for the next append to extend
@@ -59,7 +59,7 @@ def fsync_directory(directory: pathlib.Path) -> None:
         os.close(fd)
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         written = os.write(fd, view)
