@@ -46,6 +46,8 @@ class Layout:
     insecure: bool = False
     tick_ms: int = 5
     loop: str = "uvloop"
+    machine: str = "gpu"  # or "kv": the plain key-value store
+    sync: bool = True  # False only to compare with stores that do not sync
     snapshot_every_slots: int = 20_000
     limits: dict[str, int] = field(default_factory=dict)  # more [limits] entries
     peer_ports: list[int] = field(default_factory=list)
@@ -88,7 +90,8 @@ class Layout:
         lines = [f"replica_id = {replica}", f'data_dir = "data-{replica}"',
                  f"tick_ms = {self.tick_ms}", f'loop = "{self.loop}"',
                  f'metrics = "{HOST}:{self.metrics_ports[replica]}"',
-                 f"insecure = {'true' if self.insecure else 'false'}"]
+                 f"insecure = {'true' if self.insecure else 'false'}",
+                 f'machine = "{self.machine}"', f"sync = {'true' if self.sync else 'false'}"]
         if not self.insecure:
             stem = f"certs/replica-{replica}"
             lines += ["[tls]", 'ca = "certs/ca.pem"', f'cert = "{stem}.pem"',

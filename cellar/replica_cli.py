@@ -1,4 +1,5 @@
-"""`cellar replica --config FILE`: run one replica of the GPU-allocation store.
+"""`cellar replica --config FILE`: run one replica of the GPU-allocation store (or, with
+`machine = "kv"`, of the plain key-value store the peer benchmark uses).
 
 Exit status: 0 after a clean stop (SIGTERM or SIGINT), 78 for a bad configuration file, and
 the data directory's own codes for storage trouble (see consensus.runtime.storage_errors: a
@@ -15,6 +16,7 @@ import sys
 import anyio
 
 from cellar.daemon_process import EXIT_CONFIG, loop_options, serve_until_signalled
+from cellar.kv.machine import KvMachine
 from consensus.runtime.logs import configure_logging
 from consensus.runtime.node import ReplicaNode
 from consensus.runtime.node_config import NodeConfigError, load_node_config
@@ -52,12 +54,17 @@ def run(args: argparse.Namespace) -> int:
         print(f"cellar replica: {error}", file=sys.stderr)
         return EXIT_CONFIG
     try:
-        log = DurableLog.open(config.data_dir, create=args.init)
+        log = DurableLog.open(config.data_dir, create=args.init, synced=config.sync)
     except StorageError as error:
         print(f"cellar replica: {error}", file=sys.stderr)
         return error.exit_code
     try:
-        node = ReplicaNode(config, log, Machine(), system_command=tick_command)
+        if not config.sync:
+            logger.warning("sync = false: acknowledged commands can be lost on power failure")
+        if config.machine == "kv":
+            node = ReplicaNode(config, log, KvMachine())
+        else:
+            node = ReplicaNode(config, log, Machine(), system_command=tick_command)
         backend, options = loop_options(config.loop)
         anyio.run(serve_until_signalled, node.run, backend=backend, backend_options=options)
     except StorageError as error:

@@ -4,6 +4,8 @@
     data_dir = "data/replica-0"
     tick_ms = 10
     loop = "uvloop"              # asyncio | uvloop | trio
+    machine = "gpu"              # gpu (the GPU-allocation store) | kv (a plain key-value store)
+    sync = true                  # false: not fsynced before acknowledging (benchmarks only)
     metrics = "127.0.0.1:9400"   # optional Prometheus endpoint
     insecure = false             # plain TCP, for local development only
 
@@ -47,6 +49,7 @@ __all__ = ["Address", "NodeConfig", "NodeConfigError", "PeerEntry", "TlsFiles",
            "load_node_config", "parse_node_config"]
 
 LOOPS = ("asyncio", "uvloop", "trio")
+MACHINES = ("gpu", "kv")
 LIMIT_DEFAULTS = {
     "inputs_max": 65_536,
     "snapshot_every_slots": 20_000,
@@ -78,6 +81,8 @@ class NodeConfig:
     insecure: bool
     tick_ms: int
     loop: str
+    machine: str
+    sync: bool  # False: acknowledged writes can be lost on a power failure (benchmarks only)
     metrics: Address | None
     limits: dict[str, int]
 
@@ -92,7 +97,7 @@ def load_node_config(path: pathlib.Path) -> NodeConfig:
 
 def parse_node_config(raw: dict[str, Any], *, base: pathlib.Path) -> NodeConfig:
     refuse_unknown(raw, {"replica_id", "data_dir", "tick_ms", "loop", "metrics", "insecure",
-                         "tls", "peers", "limits"}, error=NodeConfigError)
+                         "machine", "sync", "tls", "peers", "limits"}, error=NodeConfigError)
     peers = _peers(raw.get("peers"))
     replica_id = integer(raw, "replica_id", 0, REPLICA_COUNT_MAX - 1, error=NodeConfigError)
     if replica_id not in {peer.replica_id for peer in peers}:
@@ -102,10 +107,14 @@ def parse_node_config(raw: dict[str, Any], *, base: pathlib.Path) -> NodeConfig:
     loop = raw.get("loop", "uvloop")
     if loop not in LOOPS:
         raise NodeConfigError(f"loop: {loop!r} is not one of {', '.join(LOOPS)}")
+    machine = raw.get("machine", "gpu")
+    if machine not in MACHINES:
+        raise NodeConfigError(f"machine: {machine!r} is not one of {', '.join(MACHINES)}")
     return NodeConfig(
         replica_id=replica_id, data_dir=base / text(raw, "data_dir", error=NodeConfigError),
         peers=peers, tls=tls, insecure=insecure,
         tick_ms=integer(raw, "tick_ms", 1, 1000, default=10, error=NodeConfigError), loop=loop,
+        machine=machine, sync=flag(raw, "sync", default=True, error=NodeConfigError),
         metrics=address(raw["metrics"], "metrics", NodeConfigError) if "metrics" in raw
         else None,
         limits=_limits(raw.get("limits", {})),

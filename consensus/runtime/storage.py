@@ -112,13 +112,14 @@ class DurableLog:
 
     __slots__ = ("_compact_after_bytes", "_compacted_from", "_compacted_size", "_compactions",
                  "_directory", "_failed", "_fd", "_lock", "_path", "_records", "_recovered",
-                 "_size", "_snapshot_durable", "_snapshot_unsynced", "_syncs", "_unsynced",
-                 "recovery")
+                 "_size", "_snapshot_durable", "_snapshot_unsynced", "_synced", "_syncs",
+                 "_unsynced", "recovery")
 
     def __init__(self, directory: pathlib.Path, lock: DirectoryLock, fd: int, *,
                  records: list[Record], size: int, recovery: Recovery,
-                 compact_after_bytes: int) -> None:
+                 compact_after_bytes: int, synced: bool = True) -> None:
         self._directory = directory
+        self._synced = synced
         self._path = directory / LOG_NAME
         self._lock = lock
         self._fd = fd
@@ -138,8 +139,12 @@ class DurableLog:
 
     @classmethod
     def open(cls, directory: pathlib.Path, *, create: bool,
-             compact_after_bytes: int = COMPACT_AFTER_BYTES) -> DurableLog:
-        """Lock `directory`, check and load its log (creating both when `create`)."""
+             compact_after_bytes: int = COMPACT_AFTER_BYTES, synced: bool = True) -> DurableLog:
+        """Lock `directory`, check and load its log (creating both when `create`).
+
+        `synced=False` skips the fdatasync of appended records (compaction still syncs): writes
+        reach the page cache only, so a power failure can lose acknowledged commands. It exists
+        to compare with stores that do not sync; never run a real cluster that way."""
         assert compact_after_bytes > 0
         directory = pathlib.Path(directory)
         _ensure_directory(directory, create=create)
@@ -154,7 +159,7 @@ class DurableLog:
         for line in recovery.lines():
             logger.log(logging.WARNING if repaired else logging.INFO, "%s", line)
         return cls(directory, lock, fd, records=records, size=size, recovery=recovery,
-                   compact_after_bytes=compact_after_bytes)
+                   compact_after_bytes=compact_after_bytes, synced=synced)
 
     @property
     def path(self) -> pathlib.Path:
@@ -186,7 +191,8 @@ class DurableLog:
         if not self._unsynced:
             return
         try:
-            _datasync(self._fd)
+            if self._synced:
+                _datasync(self._fd)
         except OSError as error:
             raise self._fail(StorageFailed(self._path, "fdatasync", error)) from error
         self._unsynced = False

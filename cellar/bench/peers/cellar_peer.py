@@ -1,0 +1,89 @@
+"""Cellar as a system under test: `cellar replica` processes with the key-value machine.
+
+The cluster is the same one `cellar dev` and `cellar bench cluster` start (mutual TLS, uvloop,
+its own data directories), with `machine = "kv"`. `synced=True` is Cellar as it ships: every
+record fdatasync'd before a replica acknowledges it. `synced=False` skips those syncs, to
+compare on equal terms with a store that does not sync its journal.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from dataclasses import dataclass
+
+from cellar.bench.peers.kv import Durability
+from cellar.kv.store import KvStore
+from cellar.local_cluster import Layout, ProcessCluster
+from consensus.runtime.client import CellarClient, ClientConfig
+from consensus.runtime.tls import IdentityRole
+
+BENCH_PRINCIPAL = "bench"
+SESSIONS_PER_CLIENT = 1024  # concurrent commands one client may have in flight
+
+
+class CellarKvClient:
+    """A KvClient over one CellarClient (its own connections and session pool)."""
+
+    def __init__(self, client: CellarClient) -> None:
+        self._client = client
+        self._store = KvStore(client)
+
+    async def put(self, key: bytes, value: bytes) -> None:
+        await self._store.put(key, value)
+
+    async def get(self, key: bytes) -> bytes | None:
+        return await self._store.get(key)
+
+    async def aclose(self) -> None:
+        await self._client.__aexit__(None, None, None)
+
+
+@dataclass
+class CellarCluster:
+    layout: Layout
+    processes: ProcessCluster
+    name: str
+    replicas: int
+    durability: Durability
+
+    async def connect(self) -> CellarKvClient:
+        config = ClientConfig(sessions=SESSIONS_PER_CLIENT, attempt_timeout_s=2.0,
+                              deadline_s=20.0)
+        client = self.layout.client(IdentityRole.ADMIN, BENCH_PRINCIPAL, config)
+        await client.__aenter__()
+        return CellarKvClient(client)
+
+    def stop(self) -> None:
+        self.processes.stop()
+
+
+@dataclass(frozen=True, slots=True)
+class CellarSystem:
+    replicas: int = 3
+    synced: bool = True
+
+    @property
+    def name(self) -> str:
+        return f"cellar-{self.replicas}" + ("" if self.synced else "-nosync")
+
+    def prepare(self, work_dir: pathlib.Path) -> None:
+        del work_dir  # nothing to install: Cellar is this package
+
+    def start(self, directory: pathlib.Path) -> CellarCluster:
+        layout = Layout(directory, self.replicas, machine="kv", sync=self.synced)
+        layout.write(admins=[BENCH_PRINCIPAL])
+        processes = ProcessCluster(layout)
+        processes.start()
+        try:
+            processes.wait_ports()
+        except BaseException:
+            processes.stop()
+            raise
+        return CellarCluster(layout, processes, self.name, self.replicas, self.durability)
+
+    @property
+    def durability(self) -> Durability:
+        if self.synced:
+            return Durability(True, "every record fdatasync'd by each replica before it "
+                                    "acknowledges (group commit batches them)")
+        return Durability(False, "records written to the page cache, not fsynced (sync = false)")

@@ -1,0 +1,96 @@
+"""The key-value store's commands, queries, replies and snapshots, in msgpack.
+
+A put is `[1, key, value]`, a get `[2, key]`; replies are `[OK]` / `[OK, value]` or `[code]`.
+Keys are at most `KEY_BYTES_MAX` bytes, values `VALUE_BYTES_MAX`, and every decoded field is
+checked before use: a malformed command becomes a BAD_REQUEST reply, never an exception.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from consensus.codec import pack, unpack
+from consensus.errors import InvalidMessage
+from consensus.validation import expect_bytes, expect_int, expect_list
+
+KEY_BYTES_MAX = 1024
+VALUE_BYTES_MAX = 64 * 1024
+COMMAND_BYTES_MAX = KEY_BYTES_MAX + VALUE_BYTES_MAX + 64
+SNAPSHOT_BYTES_MAX = 1 << 31
+ITEMS_MAX = 1 << 24
+
+
+SessionRow = tuple[str, int, bytes, int]  # name, last sequence, its reply, expiry (ms)
+
+
+class Operation(enum.IntEnum):
+    PUT = 1
+    GET = 2
+
+
+class Code(enum.IntEnum):
+    OK = 0
+    BAD_REQUEST = 1
+    STALE_SEQUENCE = 2  # an older command of the session, whose reply is gone
+
+
+def encode_put(key: bytes, value: bytes) -> bytes:
+    return pack([Operation.PUT, key, value])
+
+
+def encode_get(key: bytes) -> bytes:
+    return pack([Operation.GET, key])
+
+
+def decode_request(data: bytes) -> tuple[Operation, bytes, bytes]:
+    """(operation, key, value); the value is b"" for a get."""
+    raw = expect_list(unpack(data, bytes_max=COMMAND_BYTES_MAX, what="kv request"),
+                      "kv request", length_max=3)
+    if not raw:
+        raise InvalidMessage("kv request: empty")
+    operation = Operation(expect_int(raw[0], "kv.operation", low=1, high=len(Operation)))
+    arity = 3 if operation is Operation.PUT else 2
+    if len(raw) != arity:
+        raise InvalidMessage(f"kv request: {operation.name} takes {arity} fields, got {len(raw)}")
+    key = expect_bytes(raw[1], "kv.key", length_max=KEY_BYTES_MAX)
+    value = expect_bytes(raw[2], "kv.value", length_max=VALUE_BYTES_MAX) if arity == 3 else b""
+    return operation, key, value
+
+
+def encode_reply(code: Code, value: bytes | None = None) -> bytes:
+    return pack([code] if value is None else [code, value])
+
+
+def decode_reply(data: bytes) -> tuple[Code, bytes | None]:
+    raw = expect_list(unpack(data, bytes_max=COMMAND_BYTES_MAX, what="kv reply"), "kv reply",
+                      length_max=2)
+    if not raw:
+        raise InvalidMessage("kv reply: empty")
+    code = Code(expect_int(raw[0], "kv.code", low=0, high=len(Code) - 1))
+    value = expect_bytes(raw[1], "kv.value", length_max=VALUE_BYTES_MAX) if len(raw) == 2 \
+        else None
+    return code, value
+
+
+def encode_snapshot(data: dict[bytes, bytes], sessions: list[SessionRow]) -> bytes:
+    return pack([sorted(data.items()), sorted(sessions)])
+
+
+def decode_snapshot(data: bytes) -> tuple[dict[bytes, bytes], list[SessionRow]]:
+    raw = expect_list(unpack(data, bytes_max=SNAPSHOT_BYTES_MAX, what="kv snapshot"),
+                      "kv snapshot", length_max=2)
+    if len(raw) != 2:
+        raise InvalidMessage("kv snapshot: expected [items, sessions]")
+    items = expect_list(raw[0], "kv.items", length_max=ITEMS_MAX)
+    pairs = (expect_list(item, "kv.item", length_max=2) for item in items)
+    data_out = {expect_bytes(pair[0], "kv.key", length_max=KEY_BYTES_MAX):
+                expect_bytes(pair[1], "kv.value", length_max=VALUE_BYTES_MAX) for pair in pairs}
+    sessions = []
+    for entry in expect_list(raw[1], "kv.sessions", length_max=ITEMS_MAX):
+        fields = expect_list(entry, "kv.session", length_max=4)
+        if len(fields) != 4 or type(fields[0]) is not str:
+            raise InvalidMessage("kv.session: expected [name, sequence, reply, expires_ms]")
+        sessions.append((fields[0], expect_int(fields[1], "kv.sequence"),
+                         expect_bytes(fields[2], "kv.reply", length_max=COMMAND_BYTES_MAX),
+                         expect_int(fields[3], "kv.expires_ms")))
+    return data_out, sessions

@@ -1,0 +1,81 @@
+"""The key-value state machine: puts and linearizable gets of byte strings, exactly once.
+
+Each command arrives in an envelope with the client's session and sequence; a retried sequence
+gets its cached reply and changes nothing (the GPU store's `Sessions` table does that work here
+too). Gets are queries, answered by the runtime at the read index. Deterministic: the state is
+a dict (insertion-ordered), the snapshot sorts it, and no clock is read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from cellar.kv.codec import (
+    Code,
+    Operation,
+    decode_request,
+    decode_snapshot,
+    encode_reply,
+    encode_snapshot,
+)
+from consensus.codec import decode_envelope
+from consensus.errors import InvalidMessage
+from statemachine.sessions import Sessions, session_key
+
+SESSION_TTL_MS = 10 * 60 * 1000
+_OK = encode_reply(Code.OK)
+
+
+class KvMachine:
+    """Implements consensus.state_machine.StateMachine."""
+
+    __slots__ = ("data", "sessions")
+
+    def __init__(self) -> None:
+        self.data: dict[bytes, bytes] = {}
+        self.sessions = Sessions()
+
+    def apply(self, command: bytes) -> bytes:
+        try:
+            envelope = decode_envelope(command)
+            operation, key, value = decode_request(envelope.body)
+        except InvalidMessage:
+            return encode_reply(Code.BAD_REQUEST)
+        if operation is not Operation.PUT:
+            return encode_reply(Code.BAD_REQUEST)
+        name = session_key(envelope.principal, envelope.session)
+        if envelope.sequence:
+            verdict, cached = self.sessions.lookup(name, envelope.sequence)
+            if verdict == "retry":
+                return cached
+            if verdict == "stale":
+                return encode_reply(Code.STALE_SEQUENCE)
+        self.data[key] = value
+        if envelope.sequence:
+            self.sessions.record(name, envelope.sequence, _OK,
+                                 envelope.now_ms + SESSION_TTL_MS)
+        return _OK
+
+    def query(self, query: bytes) -> bytes:
+        try:
+            operation, key, _ = decode_request(query)
+        except InvalidMessage:
+            return encode_reply(Code.BAD_REQUEST)
+        if operation is not Operation.GET:
+            return encode_reply(Code.BAD_REQUEST)
+        return encode_reply(Code.OK, self.data.get(key))
+
+    def snapshot(self) -> bytes:
+        sessions = [(name, session.last_sequence, session.reply, session.expires_ms)
+                    for name, session in self.sessions.table.items()]
+        return encode_snapshot(self.data, sessions)
+
+    def restore(self, snapshot: bytes) -> None:
+        data, sessions = decode_snapshot(snapshot)
+        self.data = data
+        self.sessions = Sessions()
+        for name, sequence, reply, expires_ms in sessions:
+            self.sessions.record(name, sequence, reply, expires_ms)
+
+    def digest(self) -> bytes:
+        return hashlib.blake2b(self.snapshot(), digest_size=16).digest()
