@@ -38,6 +38,7 @@ from consensus.runtime.client_codec import (
     decode_status,
     encode_request,
 )
+from consensus.runtime.outbox import Outbox
 from consensus.runtime.streams import FrameStream
 
 Connect = Callable[[str], Awaitable[FrameStream]]
@@ -82,7 +83,7 @@ class _Connection:
         self._stream = stream
         self._waiting: dict[int, tuple[anyio.Event, list[Response]]] = {}
         self._ids = 0
-        self._lock = anyio.Lock()
+        self.outbox = Outbox(stream)  # requests of every caller, many per write
         self.broken = False
 
     async def read_responses(self) -> None:
@@ -108,8 +109,7 @@ class _Connection:
         request_id, event = self._ids, anyio.Event()
         box: list[Response] = []
         self._waiting[request_id] = (event, box)
-        async with self._lock:
-            await self._stream.send(encode_request(build(request_id)))
+        self.outbox.put(encode_request(build(request_id)))
         with anyio.move_on_after(timeout_s):
             await event.wait()
         self._waiting.pop(request_id, None)
@@ -118,6 +118,17 @@ class _Connection:
                 raise anyio.BrokenResourceError
             raise TimeoutError
         return box[0]
+
+    async def write_requests(self) -> None:
+        try:
+            await self.outbox.run()
+        except _BROKEN:
+            pass
+        finally:
+            self.broken = True
+            for event, _ in self._waiting.values():
+                event.set()
+            self._waiting.clear()
 
     async def close(self) -> None:
         self.broken = True
@@ -132,7 +143,9 @@ class CellarClient:
         self._endpoints = list(endpoints)
         self._connect = connect
         self.config = config
-        self._preferred = 0
+        # Clients start at different replicas, so each replica leads its share of the
+        # commands (SDPaxos spreads the work of replication over every replica).
+        self._preferred = secrets.randbelow(len(self._endpoints))
         self._connections: dict[str, _Connection] = {}
         self._sessions: list[list[Any]] = [[secrets.token_hex(8), 0]
                                            for _ in range(config.sessions)]
@@ -165,6 +178,7 @@ class CellarClient:
             connection = _Connection(endpoint, await self._connect(endpoint))
             self._connections[endpoint] = connection
             self._tasks.start_soon(connection.read_responses)
+            self._tasks.start_soon(connection.write_requests)
         return connection
 
     def _rotation(self) -> list[str]:

@@ -4,7 +4,7 @@ Peer frames, client proposals and reads reach it through one bounded channel; ti
 as ticks counted from the monotonic clock (after a pause it catches up on every missed tick
 before it handles anything else, so a lease is never judged on stale time). Each Ready is
 handled as `consensus.ready` prescribes: messages that may leave at once go out, the records
-are appended and synced (the only blocking call, made in this thread: see `_handle`), then
+are appended and synced (in a worker thread, while this task waits: see `_handle`), then
 the messages that promised them leave, a snapshot is installed, the executed commands are
 applied to the state machine and their results handed to the waiting clients, and
 `advance()` lets the core count its own acceptance.
@@ -19,6 +19,7 @@ the page cache is unknown, and continuing could lose what was acknowledged.
 
 from __future__ import annotations
 
+import heapq
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from typing import Any, Protocol
 
 import anyio
 import anyio.lowlevel
+import anyio.to_thread
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from consensus.codec import MESSAGE_BYTES_MAX, encode_envelope, encode_messages
@@ -62,6 +64,10 @@ class DriverConfig:
     drain_max: int = 8192  # inputs handled before the next Ready
     snapshot_every_slots: int = 20_000
     frame_bytes_max: int = MESSAGE_BYTES_MAX // 4
+    # Append and sync in a worker thread, so the loop keeps serving the network meanwhile
+    # (the process should lower sys.setswitchinterval, or the worker may wait up to 5 ms for
+    # the interpreter lock after the sync returns).
+    persist_in_thread: bool = True
 
 
 class _Waiter:
@@ -92,6 +98,27 @@ class _Waiter:
         return self.value
 
 
+Done = Callable[[bytes | None, Exception | None], None]
+
+
+class _Callback:
+    """A result handed to a function instead of an awaiting task (`Driver.submit`): no task,
+    event or cancel scope per command. The driver fails it once its deadline passes."""
+
+    __slots__ = ("deadline", "done", "started")
+
+    def __init__(self, done: Done, started: float, deadline: float) -> None:
+        self.done = done
+        self.started = started
+        self.deadline = deadline
+
+    def resolve(self, value: bytes) -> None:
+        self.done(value, None)
+
+    def fail(self, error: Exception) -> None:
+        self.done(None, error)
+
+
 class Driver:
     def __init__(self, replica: Replica, store: RecordStore, machine: StateMachine,
                  send: Callable[[int, bytes], bool], metrics: Metrics, *,
@@ -110,8 +137,9 @@ class Driver:
         self._outputs: MemoryObjectReceiveStream[tuple[Any, ...]]
         self._inputs, self._outputs = anyio.create_memory_object_stream[tuple[Any, ...]](
             config.inputs_max)
-        self._proposals: dict[int, _Waiter] = {}
-        self._reads: dict[int, tuple[bytes, _Waiter]] = {}
+        self._proposals: dict[int, _Waiter | _Callback] = {}
+        self._reads: dict[int, tuple[bytes, _Waiter | _Callback]] = {}
+        self._deadlines: list[tuple[float, str, int]] = []  # heap: callbacks' expiry
         self._read_ids = 0
         self._ticks_done = 0
         self._origin = clock()
@@ -147,6 +175,22 @@ class Driver:
             f"no result within {timeout_s:.3f} s; the command may still be applied"))
         self.metrics.observe("command_latency_seconds", self._clock() - started)
         return reply
+
+    def submit(self, command: bytes, timeout_s: float, done: Done) -> None:
+        """`propose` for callers that would rather not wait in a task: `done(reply, None)`, or
+        `done(None, error)` with the error `propose` would raise, is called exactly once, from
+        the driver's task (or at once when the input queue is full)."""
+        now = self._clock()
+        if not self._offer(("propose", command, _Callback(done, now, now + timeout_s)),
+                           "driver.proposals_refused"):
+            done(None, Overloaded("the replica's input queue is full"))
+
+    def submit_read(self, query: bytes, timeout_s: float, done: Done) -> None:
+        """`read`, with the result handed to `done` as `submit` does."""
+        now = self._clock()
+        if not self._offer(("read", query, _Callback(done, now, now + timeout_s)),
+                           "driver.reads_refused"):
+            done(None, Overloaded("the replica's input queue is full"))
 
     async def read(self, query: bytes, timeout_s: float) -> bytes:
         """A linearizable read: the query runs once this replica executed every slot the
@@ -187,6 +231,7 @@ class Driver:
             while True:
                 await self._next_inputs()
                 self._catch_up_ticks()
+                self._expire_callbacks()
                 self._maybe_system_command()
                 while self.replica.has_ready():
                     ready = self.replica.ready()
@@ -198,15 +243,22 @@ class Driver:
             self._fail_all(OutcomeUnknown("the replica stopped"))
 
     async def _next_inputs(self) -> None:
-        tick_s = self.config.tick_ms / 1000
-        wait_s = max(0.0, self._origin + (self._ticks_done + 1) * tick_s - self._clock())
-        with anyio.move_on_after(wait_s):
-            self._take(await self._outputs.receive())
+        try:  # under load inputs are waiting: no timed wait (and its cancel scope) needed
+            self._take(self._outputs.receive_nowait())
+        except anyio.WouldBlock:
+            await self._wait_for_input()
         for _ in range(self.config.drain_max):
             try:
                 self._take(self._outputs.receive_nowait())
             except anyio.WouldBlock:
                 break
+
+    async def _wait_for_input(self) -> None:
+        """Until an input arrives or the next tick is due."""
+        tick_s = self.config.tick_ms / 1000
+        wait_s = max(0.0, self._origin + (self._ticks_done + 1) * tick_s - self._clock())
+        with anyio.move_on_after(wait_s):
+            self._take(await self._outputs.receive())
 
     def _catch_up_ticks(self) -> None:
         due = int((self._clock() - self._origin) * 1000 // self.config.tick_ms)
@@ -242,9 +294,27 @@ class Driver:
         elif kind == "read":
             self._read_ids += 1
             self._reads[self._read_ids] = (item[1], item[2])
+            self._watch_deadline(item[2], "read", self._read_ids)
             self.replica.read(self._read_ids)
 
-    def _take_proposal(self, command: bytes, waiter: _Waiter) -> None:
+    def _watch_deadline(self, waiter: _Waiter | _Callback, kind: str, key: int) -> None:
+        if isinstance(waiter, _Callback):
+            heapq.heappush(self._deadlines, (waiter.deadline, kind, key))
+
+    def _expire_callbacks(self) -> None:
+        """Fail the callbacks whose deadline passed (awaiting tasks time out on their own)."""
+        now = self._clock()
+        while self._deadlines and self._deadlines[0][0] <= now:
+            _, kind, key = heapq.heappop(self._deadlines)
+            if kind == "propose":
+                waiter = self._proposals.pop(key, None)
+                if waiter is not None:
+                    waiter.fail(OutcomeUnknown("no result in time; the command may still be "
+                                               "applied"))
+            elif (read := self._reads.pop(key, None)) is not None:
+                read[1].fail(OutcomeUnknown("no read index in time (no sequencer lease?)"))
+
+    def _take_proposal(self, command: bytes, waiter: _Waiter | _Callback) -> None:
         try:
             tag = self.replica.propose(command)
         except ProposalDropped as error:
@@ -252,6 +322,7 @@ class Driver:
             waiter.fail(Overloaded(str(error)))
             return
         self._proposals[tag] = waiter
+        self._watch_deadline(waiter, "propose", tag)
         self.metrics.count("driver.proposals")
 
     # --- one Ready ----------------------------------------------------------------------------
@@ -259,14 +330,19 @@ class Driver:
     async def _handle(self, ready: Ready) -> None:
         self._send_messages(ready.messages)
         if ready.records:
-            # Let the transport write what may leave now, then persist in this thread: a
-            # worker thread would have to wait for the interpreter lock while this loop runs
-            # (up to a 5 ms switch interval), and inputs arriving meanwhile simply queue in
-            # the kernel and join the next Ready (group commit).
-            await anyio.lowlevel.checkpoint()
             started = self._clock()
-            self._persist(ready.records, ready.must_sync)
+            if self.config.persist_in_thread:
+                # The loop goes on reading, decrypting and queueing inputs while the disk
+                # syncs; they join the next Ready (group commit). Only this task touches the
+                # store, and it waits here, so the store is never used by two threads at once.
+                await anyio.to_thread.run_sync(self._persist, ready.records, ready.must_sync)
+            else:
+                await anyio.lowlevel.checkpoint()  # let the transport write what may leave
+                self._persist(ready.records, ready.must_sync)
             self.metrics.observe("storage_persist_seconds", self._clock() - started)
+            self.metrics.count("storage.records", len(ready.records))
+            if ready.must_sync:
+                self.metrics.count("storage.syncs")
         self._send_messages(ready.messages_after_persist)
         if ready.snapshot_to_install is not None:
             self._machine.restore(ready.snapshot_to_install.state)
@@ -280,8 +356,6 @@ class Driver:
         self._store.append(records)
         if must_sync:
             self._store.sync()
-            self.metrics.count("storage.syncs")
-        self.metrics.count("storage.records", len(records))
 
     def _send_messages(self, messages: list[tuple[int, Message]]) -> None:
         by_peer: dict[int, list[Message]] = {}
@@ -308,6 +382,9 @@ class Driver:
                 if command.origin == self.replica.config.replica_id:
                     waiter = self._proposals.pop(command.tag, None)
                     if waiter is not None:
+                        if isinstance(waiter, _Callback):
+                            self.metrics.observe("command_latency_seconds",
+                                                 self._clock() - waiter.started)
                         waiter.resolve(reply)
         if ready.executed:
             self.metrics.count("driver.commands_applied",
@@ -315,11 +392,13 @@ class Driver:
             self._applied.set()
             self._applied = anyio.Event()
         for read_id in ready.reads:
-            query, waiter = self._reads.pop(read_id)
-            waiter.resolve(self._machine.query(query))
+            read = self._reads.pop(read_id, None)  # None: its callback expired
+            if read is not None:
+                read[1].resolve(self._machine.query(read[0]))
         for read_id in ready.reads_refused:
-            _, waiter = self._reads.pop(read_id)
-            waiter.fail(Overloaded("too many reads pending"))
+            read = self._reads.pop(read_id, None)
+            if read is not None:
+                read[1].fail(Overloaded("too many reads pending"))
         self.metrics.count("driver.readied", len(ready.readied))
 
     def _maybe_compact(self) -> None:

@@ -3,12 +3,15 @@
 The principal comes from the client's certificate, never from the request: the server stamps
 it onto each command's envelope with its own clock (`now_ms`), so the state machine can refuse
 a node agent acting for another node or a non-admin issuing admin commands. Requests on one
-connection are answered concurrently (bounded), each response tagged with its request id. A
-request that does not decode is answered BAD_REQUEST and counted; the connection goes on.
+connection are answered concurrently (bounded: a permit per request until its answer is
+written), each response tagged with its request id; commands and reads are handed to the driver
+with a callback, and their responses leave through the connection's `Outbox`, many per write.
+A request that does not decode is answered BAD_REQUEST and counted; the connection goes on.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Any
@@ -30,8 +33,9 @@ from consensus.runtime.client_codec import (
     encode_response,
     encode_status,
 )
-from consensus.runtime.driver import Driver, OutcomeUnknown, Overloaded
+from consensus.runtime.driver import Done, Driver, Overloaded
 from consensus.runtime.framing import TransportError
+from consensus.runtime.outbox import Outbox
 from consensus.runtime.streams import FrameStream
 
 INFLIGHT_PER_CONNECTION_MAX = 1024
@@ -49,13 +53,13 @@ class ClientServer:
 
     async def serve(self, principal: Principal, connection: FrameStream) -> None:
         """Answer requests until the client hangs up."""
-        metrics = self._driver.metrics
-        metrics.count("server.connections")
-        limiter = anyio.Semaphore(self._inflight_max)
-        send_lock = anyio.Lock()
+        self._driver.metrics.count("server.connections")
+        limiter = anyio.Semaphore(self._inflight_max)  # a permit per request until answered
+        outbox = Outbox(connection, on_written=lambda frames: _release(limiter, frames))
         ended: TransportError | None = None
         async with anyio.create_task_group() as tasks:
-            while True:
+            tasks.start_soon(outbox.run)
+            while not outbox.broken:
                 try:
                     frame = await connection.receive()
                 except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
@@ -63,57 +67,65 @@ class ClientServer:
                 except TransportError as error:  # an oversized or truncated frame
                     ended = error
                     break
-                try:
-                    request = decode_request(frame)
-                except InvalidMessage as error:
-                    metrics.count("server.bad_requests")
-                    await _send(connection, send_lock,
-                                Response(0, Code.BAD_REQUEST, message=error.reason))
-                    continue
                 await limiter.acquire()
-                tasks.start_soon(self._answer, principal, request, connection, send_lock,
-                                 limiter)
+                self._dispatch(principal, frame, outbox, tasks)
             tasks.cancel_scope.cancel()
         if ended is not None:
             raise ended  # outside the task group: the listener counts it and drops the client
 
-    async def _answer(self, principal: Principal, request: Request, connection: FrameStream,
-                      send_lock: anyio.Lock, limiter: anyio.Semaphore) -> None:
+    def _dispatch(self, principal: Principal, frame: bytes, outbox: Outbox,
+                  tasks: anyio.abc.TaskGroup) -> None:
+        """Commands and reads go to the driver with a callback (no task each); the rare
+        watches and status requests get a task."""
         try:
-            response = await self._respond(principal, request)
-            await _send(connection, send_lock, response)
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-            pass
-        finally:
-            limiter.release()
+            request = decode_request(frame)
+        except InvalidMessage as error:
+            self._driver.metrics.count("server.bad_requests")
+            _answer(outbox, Response(0, Code.BAD_REQUEST, message=error.reason))
+            return
+        if not self._driver.running:
+            _answer(outbox, Response(request.request_id, Code.UNAVAILABLE,
+                                     message="the replica is not running"))
+        elif isinstance(request, Propose):
+            envelope = Envelope(principal=principal, session=request.session,
+                                sequence=request.sequence, now_ms=self._now_ms(),
+                                body=request.body)
+            self._driver.submit(encode_envelope(envelope), request.timeout_ms / 1000,
+                                _responder(outbox, request.request_id))
+        elif isinstance(request, Read):
+            self._driver.submit_read(request.query, request.timeout_ms / 1000,
+                                     _responder(outbox, request.request_id))
+        else:
+            tasks.start_soon(self._answer_slowly, request, outbox)
 
-    async def _respond(self, principal: Principal, request: Request) -> Response:
-        driver, request_id = self._driver, request.request_id
-        if not driver.running:
-            return Response(request_id, Code.UNAVAILABLE, message="the replica is not running")
-        try:
-            if isinstance(request, Propose):
-                envelope = Envelope(principal=principal, session=request.session,
-                                    sequence=request.sequence, now_ms=self._now_ms(),
-                                    body=request.body)
-                reply = await driver.propose(encode_envelope(envelope),
-                                             request.timeout_ms / 1000)
-                return Response(request_id, Code.OK, reply)
-            if isinstance(request, Read):
-                return Response(request_id, Code.OK,
-                                await driver.read(request.query, request.timeout_ms / 1000))
-            if isinstance(request, Watch):
-                result, slot = await driver.local_read(request.query, request.after_slot,
-                                                       request.wait_ms / 1000)
-                return Response(request_id, Code.OK, result, slot)
+    async def _answer_slowly(self, request: Request, outbox: Outbox) -> None:
+        request_id = request.request_id
+        if isinstance(request, Watch):
+            result, slot = await self._driver.local_read(request.query, request.after_slot,
+                                                         request.wait_ms / 1000)
+            response = Response(request_id, Code.OK, result, slot)
+        else:
             assert isinstance(request, Status)
-            return Response(request_id, Code.OK, encode_status(self._status()))
-        except OutcomeUnknown as error:
-            return Response(request_id, Code.UNKNOWN, message=str(error))
-        except Overloaded as error:
-            return Response(request_id, Code.OVERLOADED, message=str(error))
+            response = Response(request_id, Code.OK, encode_status(self._status()))
+        _answer(outbox, response)
 
 
-async def _send(connection: FrameStream, lock: anyio.Lock, response: Response) -> None:
-    async with lock:
-        await connection.send(encode_response(response))
+def _responder(outbox: Outbox, request_id: int) -> Done:
+    def done(reply: bytes | None, error: Exception | None) -> None:
+        if reply is not None:
+            _answer(outbox, Response(request_id, Code.OK, reply))
+        elif isinstance(error, Overloaded):
+            _answer(outbox, Response(request_id, Code.OVERLOADED, message=str(error)))
+        else:  # OutcomeUnknown: timed out, or the replica stopped
+            _answer(outbox, Response(request_id, Code.UNKNOWN, message=str(error)))
+    return done
+
+
+def _answer(outbox: Outbox, response: Response) -> None:
+    with contextlib.suppress(anyio.BrokenResourceError):  # the client is gone
+        outbox.put(encode_response(response))
+
+
+def _release(limiter: anyio.Semaphore, permits: int) -> None:
+    for _ in range(permits):
+        limiter.release()

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 
 class FrameStream(Protocol):
     async def send(self, frame: bytes) -> None:
         """Send one frame; raises on a broken connection."""
+        ...
+
+    async def send_many(self, frames: Sequence[bytes]) -> None:
+        """Send `frames` in order, in as few writes as the stream allows."""
         ...
 
     async def receive(self) -> bytes:

@@ -43,6 +43,10 @@ class MemoryFrames:
     async def send(self, frame: bytes) -> None:
         await self._send.send(frame)
 
+    async def send_many(self, frames: Sequence[bytes]) -> None:
+        for frame in frames:
+            await self._send.send(frame)
+
     async def receive(self) -> bytes:
         return await self._receive.receive()
 

@@ -25,7 +25,7 @@ from consensus.record_log import compact_records
 from consensus.records import RECORD_TYPES, CAcceptRecord, Record, SnapshotRecord, ViewRecord
 from consensus.replica import Replica
 from consensus.runtime import storage_errors
-from consensus.runtime.storage import COMPACTING_NAME, LOG_NAME, DurableLog
+from consensus.runtime.storage import COMPACT_AFTER_BYTES, COMPACTING_NAME, LOG_NAME, DurableLog
 from consensus.runtime.storage_errors import (
     DataDirectoryLocked,
     DataDirectoryMissing,
@@ -45,8 +45,9 @@ from tests.consensus.test_record_log import raw_records, state_of
 DANGER = "Do not simply delete the directory"
 
 
-def write(directory: pathlib.Path, records: list[Record], **options: int) -> None:
-    with DurableLog.open(directory, create=True, **options) as log:
+def write(directory: pathlib.Path, records: list[Record], *,
+          compact_after_bytes: int = COMPACT_AFTER_BYTES) -> None:
+    with DurableLog.open(directory, create=True, compact_after_bytes=compact_after_bytes) as log:
         log.append(records)
         log.sync()
 
