@@ -11,7 +11,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cellar.bench.peers import etcd_wire
-from cellar.bench.peers.etcd import EtcdCluster, EtcdSystem, find_etcd
+from cellar.bench.peers.etcd import (
+    EtcdCluster,
+    EtcdSystem,
+    find_etcd,
+    member_command,
+    plan_members,
+)
 
 keys = st.binary(min_size=1, max_size=64)
 values = st.binary(max_size=2000)
@@ -119,10 +125,14 @@ def test_a_live_cluster_serves_concurrent_clients(tmp_path: pathlib.Path) -> Non
     try:
         assert (cluster.name, cluster.replicas, cluster.durability.synced) == ("etcd", 3, True)
 
-        async def run() -> None:
+        async def run(writers: range) -> None:
             await asyncio.gather(*(writer_then_reader(cluster, writer, 40)
-                                   for writer in range(8)))
-        asyncio.run(run())
+                                   for writer in writers))
+        asyncio.run(run(range(8)))
+        # The load generator runs on uvloop: grpc.aio must work there too.
+        uvloop = pytest.importorskip("uvloop")
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(run(range(8, 12)))
     finally:
         cluster.stop()
     assert all(process.poll() is not None for process in cluster.processes)
@@ -130,3 +140,16 @@ def test_a_live_cluster_serves_concurrent_clients(tmp_path: pathlib.Path) -> Non
     assert system.version and system.version[0].isdigit()
     assert sorted(path.name for path in (tmp_path / "cluster").iterdir()) == [
         "etcd-0.data", "etcd-0.log", "etcd-1.data", "etcd-1.log", "etcd-2.data", "etcd-2.log"]
+
+
+def test_members_form_one_static_cluster_with_default_durability(tmp_path: pathlib.Path) -> None:
+    members = plan_members(tmp_path)
+    commands = [member_command(pathlib.Path("/usr/bin/etcd"), member, members, "token-1")
+                for member in members]
+    initial = {command[command.index("--initial-cluster") + 1] for command in commands}
+    assert len(initial) == 1 and initial.pop().count("http://127.0.0.1:") == 3
+    ports = {member.client_port for member in members} | {member.peer_port for member in members}
+    assert len(ports) == 6
+    for command in commands:
+        assert "--unsafe-no-fsync" not in command
+        assert command[command.index("--initial-cluster-state") + 1] == "new"
