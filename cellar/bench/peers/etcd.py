@@ -233,8 +233,8 @@ class EtcdCluster:
     def _retry_until(self, deadline: float, attempt: Any) -> None:
         grpc = grpc_module()
         while True:
-            exited = [member.name for member, process in zip(self.members, self.processes,
-                                                              strict=True) if process.poll()]
+            pairs = zip(self.members, self.processes, strict=True)
+            exited = [member.name for member, process in pairs if process.poll() is not None]
             if exited:
                 raise RuntimeError(f"etcd members exited: {exited}\n{self.log_tails()}")
             try:
