@@ -120,7 +120,9 @@ class _Connection:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return cls(reader, writer)
 
-    def request(self, op: int, key: bytes, value: bytes = b"") -> asyncio.Future[wire.Reply]:
+    def request(self, op: int, key: bytes,
+                value: bytes = b"") -> tuple[int, asyncio.Future[wire.Reply]]:
+        """Send (at the end of this loop turn) and return the request id and reply future."""
         if self.closed:
             raise ConnectionError("connection closed")
         request_id = next(self.ids)
@@ -129,12 +131,11 @@ class _Connection:
         if not self.outgoing:
             asyncio.get_running_loop().call_soon(self._flush)
         self.outgoing.append(wire.encode_request(wire.Request(op, request_id, key, value)))
-        return future
+        return request_id, future
 
-    def forget(self, future: asyncio.Future[wire.Reply]) -> None:
-        for request_id, pending in list(self.pending.items()):
-            if pending is future:
-                del self.pending[request_id]
+    def forget(self, request_id: int) -> None:
+        """Stop waiting for `request_id` (answered, timed out or cancelled)."""
+        self.pending.pop(request_id, None)
 
     def _flush(self) -> None:
         data, self.outgoing = b"".join(self.outgoing), []
@@ -200,14 +201,14 @@ class PySyncObjClient:
         async with asyncio.timeout(self.timeout_s):
             while True:
                 connection = await self._leader_connection()
-                future = connection.request(op, key, value)
+                request_id, future = connection.request(op, key, value)
                 try:
                     reply = await future
                 except ConnectionError:
                     await self._drop(connection)
                     continue
                 finally:
-                    connection.forget(future)
+                    connection.forget(request_id)
                 if reply.status in (wire.STATUS_OK, wire.STATUS_ABSENT):
                     return reply
                 if reply.status == wire.STATUS_BAD_REQUEST:
@@ -257,7 +258,7 @@ async def _ask_status(address: tuple[str, int]) -> tuple[_Connection | None, str
         return None, ""
     try:
         async with asyncio.timeout(1.0):
-            status = await connection.request(wire.OP_STATUS, b"")
+            status = await connection.request(wire.OP_STATUS, b"")[1]
     except (OSError, TimeoutError):
         await connection.aclose()
         return None, ""

@@ -133,3 +133,28 @@ def test_a_live_cluster_serves_concurrent_callers(tmp_path: pathlib.Path) -> Non
         cluster.stop()
     assert all(process.poll() is not None for process in cluster.processes)
     assert all((tmp_path / f"node-{index}" / "journal.bin").exists() for index in range(3))
+
+
+async def puts_survive_the_leader(cluster: peer.PySyncObjCluster) -> None:
+    client = await cluster.connect()
+    try:
+        await client.put(b"before", b"1")
+        assert client.connection is not None
+        leader = tuple(client.connection.writer.get_extra_info("peername")[:2])
+        cluster.processes[[node.client for node in cluster.nodes].index(leader)].kill()
+        await client.put(b"after", b"2")
+        assert (await client.get(b"before"), await client.get(b"after")) == (b"1", b"2")
+    finally:
+        await client.aclose()
+
+
+@pytest.mark.live
+@pytest.mark.timeout(60)
+def test_the_client_follows_a_new_leader_after_the_old_one_dies(tmp_path: pathlib.Path) -> None:
+    system = peer.PySyncObjSystem()
+    system.prepare(installed_venv())
+    cluster = system.start(tmp_path)
+    try:
+        asyncio.run(puts_survive_the_leader(cluster))
+    finally:
+        cluster.stop()
