@@ -218,7 +218,7 @@ def describe_system(outcome: SystemOutcome) -> str:
              ("synced" if outcome.durability.synced else "not synced")
              + f": {outcome.durability.description}",
              f"version {outcome.version}" if outcome.version else None]
-    return "; ".join(part for part in parts if part)
+    return "; ".join(part for part in parts if part) or "durability unknown: not loaded"
 
 
 def _ratio_text(value: float | None) -> str:
