@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint sweep bench clean
+.PHONY: demo test lint sweep bench bench-peers clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Cellar needs Python 3.11 or newer; set PYTHON=python3.11")'
@@ -20,6 +20,9 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+bench-peers: $(STAMP)
+	$(BIN)/cellar bench peers
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -21,6 +21,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
               "the node agent's CPU and memory per GPU, and fault-to-refusal time"),
     "cluster": ("cellar.bench.cluster",
                 "a local cluster end to end: commits/s, latency, reads/s, failover time"),
+    "peers": ("cellar.bench.peers.suite",
+              "Cellar beside etcd and PySyncObj: the same workload, ratios, a report"),
 }
 
 

@@ -20,11 +20,12 @@ client process gets. `--json` prints one object with `commits_per_s`, `p50_ms`, 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import pathlib
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 
@@ -191,16 +192,33 @@ async def _load(workers: list[Worker], seconds: float, operation: Operation) -> 
 
 async def _failover(cluster: ProcessCluster, admin: CellarClient,
                     workers: list[Worker]) -> float:
-    """Milliseconds from SIGKILL of the sequencer to the first commit of a call sent after it."""
-    sequencer = await _sequencer(cluster, admin)
+    calls = [functools.partial(_heartbeat, worker) for worker in workers]
+    try:
+        return await failover_ms(cluster, admin, calls)
+    except FailoverError as error:
+        raise SystemExit(str(error)) from None
+
+
+class FailoverError(Exception):
+    """The sequencer could not be found, or no call committed in time after killing it."""
+
+
+async def failover_ms(cluster: ProcessCluster, admin: CellarClient,
+                      calls: Sequence[Callable[[], Awaitable[object]]]) -> float:
+    """Milliseconds from SIGKILL of the sequencer to the first commit of a call sent after it.
+
+    Each of `calls` is one caller, repeated back to back until a call that started after the
+    kill commits; `ClientError`s (the cluster electing a new sequencer) are retried. Shared by
+    `cellar bench cluster` and `cellar bench peers`."""
+    sequencer = await sequencer_replica(cluster, admin)
     killed_at: list[float] = []
     first_commit: list[float] = []
 
-    async def loop(worker: Worker) -> None:
+    async def loop(call: Callable[[], Awaitable[object]]) -> None:
         while not first_commit:
             started = time.monotonic()
             try:
-                await _heartbeat(worker)
+                await call()
             except ClientError:
                 continue
             if killed_at and started >= killed_at[0]:
@@ -208,22 +226,24 @@ async def _failover(cluster: ProcessCluster, admin: CellarClient,
 
     with anyio.move_on_after(FAILOVER_WAIT_S + 1.0):
         async with anyio.create_task_group() as tasks:
-            for worker in workers:
-                tasks.start_soon(loop, worker)
+            for call in calls:
+                tasks.start_soon(loop, call)
             await anyio.sleep(0.5)
             cluster.processes[sequencer].kill()
             killed_at.append(time.monotonic())
     if not first_commit:
-        raise SystemExit(f"no commit within {FAILOVER_WAIT_S:.0f} s of killing the sequencer")
+        raise FailoverError(f"no commit within {FAILOVER_WAIT_S:.0f} s of killing the "
+                            "sequencer")
     return (first_commit[0] - killed_at[0]) * 1000
 
 
-async def _sequencer(cluster: ProcessCluster, admin: CellarClient) -> int:
+async def sequencer_replica(cluster: ProcessCluster, admin: CellarClient) -> int:
+    """The id of the replica that says it is the sequencer (asked through `status`)."""
     for endpoint in cluster.layout.endpoints:
         status = await admin.status(endpoint)
         if status.get("is_sequencer"):
             return int(str(status["replica_id"]))
-    raise SystemExit("no replica says it is the sequencer")
+    raise FailoverError("no replica says it is the sequencer")
 
 
 def as_json(args: argparse.Namespace, spreads: dict[str, Spread]) -> dict[str, object]:

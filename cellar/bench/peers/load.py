@@ -1,0 +1,131 @@
+"""The load generator of `cellar bench peers`: callers repeating one operation back to back for
+a fixed time over shared `KvClient`s, counting what completed, failed and timed out.
+
+Callers are spread round-robin over a few client connections (the same number for every
+system), so each system sees the same concurrency over the same number of connections. Each
+caller cycles over its own `KEYS_PER_CALLER` keys. A failed call is counted, never raised: the
+phase reports how many calls completed per second over its actual length (the last calls end
+after the deadline), their p50 and p99, and the failures beside them.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+
+import anyio
+
+from cellar.bench.peers.kv import KvClient
+from cellar.bench.stats import percentile
+
+KEYS_PER_CALLER = 1000
+ERROR_PAUSE_S = 0.01  # after a failed call, so a refused connection does not spin the loop
+
+Operation = Callable[[KvClient, bytes], Awaitable[object]]
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseResult:
+    """What `callers` callers completed in one phase."""
+
+    callers: int
+    elapsed_s: float
+    ops: int
+    errors: int
+    timeouts: int
+    p50_ms: float | None  # None when no call completed
+    p99_ms: float | None
+    first_error: str | None
+
+    @property
+    def ops_per_s(self) -> float:
+        return self.ops / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    @property
+    def all_failed(self) -> bool:
+        return self.ops == 0 and self.errors + self.timeouts > 0
+
+
+@dataclass
+class _Tally:
+    """The running counts of one phase, shared by its callers (one event loop: no locks)."""
+
+    latencies_s: list[float] = field(default_factory=list)
+    errors: int = 0
+    timeouts: int = 0
+    first_error: str | None = None
+
+    def failed(self, error: Exception) -> None:
+        if isinstance(error, TimeoutError):
+            self.timeouts += 1
+        else:
+            self.errors += 1
+        if self.first_error is None:
+            self.first_error = f"{type(error).__name__}: {error}"
+
+    def result(self, callers: int, elapsed_s: float) -> PhaseResult:
+        ordered = sorted(self.latencies_s)
+        p50_ms = percentile(ordered, 0.5) * 1000 if ordered else None
+        p99_ms = percentile(ordered, 0.99) * 1000 if ordered else None
+        return PhaseResult(callers, elapsed_s, len(ordered), self.errors, self.timeouts,
+                           p50_ms, p99_ms, self.first_error)
+
+
+def key_for(caller: int, number: int) -> bytes:
+    """The `number`th key caller `caller` touches: its own `KEYS_PER_CALLER` keys in turn."""
+    return b"bench-%05d-%04d" % (caller, number % KEYS_PER_CALLER)
+
+
+def random_value(size_bytes: int) -> bytes:
+    return os.urandom(size_bytes)
+
+
+def put_operation(value: bytes) -> Operation:
+    """Put `value` (made once, shared by every call) under each key."""
+
+    async def put(client: KvClient, key: bytes) -> None:
+        await client.put(key, value)
+
+    return put
+
+
+async def get_operation(client: KvClient, key: bytes) -> bytes | None:
+    return await client.get(key)
+
+
+@dataclass(frozen=True, slots=True)
+class _Phase:
+    deadline: float  # time.monotonic() after which callers start no new call
+    operation: Operation
+    timeout_s: float
+    tally: _Tally
+
+
+async def run_phase(clients: Sequence[KvClient], callers: int, seconds: float,
+                    operation: Operation, *, timeout_s: float) -> PhaseResult:
+    """`callers` callers repeating `operation` for `seconds`, caller i on clients[i % n]."""
+    if not clients or callers < 1:
+        raise ValueError("a phase needs at least one client and one caller")
+    started = time.monotonic()
+    phase = _Phase(started + seconds, operation, timeout_s, _Tally())
+    async with anyio.create_task_group() as tasks:
+        for caller in range(callers):
+            tasks.start_soon(_caller, phase, clients[caller % len(clients)], caller)
+    return phase.tally.result(callers, time.monotonic() - started)
+
+
+async def _caller(phase: _Phase, client: KvClient, caller: int) -> None:
+    number = 0
+    while (began := time.monotonic()) < phase.deadline:
+        key = key_for(caller, number)
+        number += 1
+        try:
+            with anyio.fail_after(phase.timeout_s):
+                await phase.operation(client, key)
+        except Exception as error:  # counted; the phase goes on
+            phase.tally.failed(error)
+            await anyio.sleep(ERROR_PAUSE_S)
+            continue
+        phase.tally.latencies_s.append(time.monotonic() - began)

@@ -1,0 +1,141 @@
+"""The workload every system runs once per round, and the names of the figures it yields.
+
+On a fresh cluster: a warm-up; one caller putting 16-byte and 1 KB values back to back (the
+latency figures); the concurrent-caller throughput points for both sizes; linearizable reads
+(one caller, then the highest caller count); then an optional extra step (Cellar's failover).
+A round is one flat `{figure name: value}` dict; the names carry their units.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+from cellar.bench.peers.kv import KvClient, KvCluster
+from cellar.bench.peers.load import (
+    Operation,
+    PhaseResult,
+    get_operation,
+    put_operation,
+    random_value,
+    run_phase,
+)
+
+SIZES_BYTES = (16, 1024)
+SIZE_LABELS = {16: "16b", 1024: "1kb"}
+WARMUP_CALLERS_MAX = 16
+
+Extra = Callable[[KvCluster, Sequence[KvClient]], Awaitable[dict[str, float]]]
+
+
+class RoundFailed(Exception):
+    """Every call of a phase failed (or no client could connect): the round is abandoned."""
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    clients: tuple[int, ...]  # concurrent callers at each throughput point
+    seconds: float  # each throughput and read point
+    latency_seconds: float  # each single-caller phase
+    warmup_seconds: float
+    connections: int  # KvClients the callers share
+    timeout_s: float  # one call's limit; beyond it the call counts as a timeout
+
+    @property
+    def read_callers(self) -> int:
+        return max(self.clients)
+
+
+def single_name(operation: str) -> str:
+    """The prefix of a single-caller phase's figures: "put_16b" -> "put_16b_single"."""
+    return f"{operation}_single"
+
+
+def point_name(operation: str, callers: int) -> str:
+    """The prefix of one throughput point's figures: ("put_1kb", 64) -> "put_1kb_c64"."""
+    return f"{operation}_c{callers}"
+
+
+def put_label(size_bytes: int) -> str:
+    return f"put_{SIZE_LABELS.get(size_bytes, f'{size_bytes}b')}"
+
+
+def figures_of(prefix: str, phase: PhaseResult) -> dict[str, float]:
+    """`{prefix}_ops_per_s`, and `{prefix}_p50_ms` / `_p99_ms` when any call completed."""
+    figures = {f"{prefix}_ops_per_s": phase.ops_per_s}
+    if phase.p50_ms is not None and phase.p99_ms is not None:
+        figures |= {f"{prefix}_p50_ms": phase.p50_ms, f"{prefix}_p99_ms": phase.p99_ms}
+    return figures
+
+
+async def measure(cluster: KvCluster, workload: Workload, extra: Extra | None) -> dict[
+        str, float]:
+    """Every figure of one round on `cluster` (already started; the caller stops it).
+
+    Clients are opened and closed in this task, outside any cancel scope, last opened first
+    closed: a client may hold a task group of its own (Cellar's does)."""
+    clients: list[KvClient] = []
+    try:
+        for _ in range(workload.connections):
+            clients.append(await _connect(cluster))
+        return await _phases(cluster, clients, workload, extra)
+    finally:
+        for client in reversed(clients):
+            await client.aclose()
+
+
+async def _connect(cluster: KvCluster) -> KvClient:
+    try:
+        return await cluster.connect()
+    except Exception as error:
+        raise RoundFailed(f"could not connect: {type(error).__name__}: {error}") from error
+
+
+async def _phases(cluster: KvCluster, clients: Sequence[KvClient], workload: Workload,
+                  extra: Extra | None) -> dict[str, float]:
+    counts = _Counts(clients, workload.timeout_s)
+    values = {size: random_value(size) for size in SIZES_BYTES}
+    await counts.run("warm-up", min(WARMUP_CALLERS_MAX, max(workload.clients)),
+                     workload.warmup_seconds, put_operation(values[16]))
+    figures: dict[str, float] = {}
+    for size, value in values.items():
+        prefix = single_name(put_label(size))
+        figures |= figures_of(prefix, await counts.run(
+            prefix, 1, workload.latency_seconds, put_operation(value)))
+    for size, value in values.items():
+        for callers in workload.clients:
+            prefix = point_name(put_label(size), callers)
+            figures |= figures_of(prefix, await counts.run(
+                prefix, callers, workload.seconds, put_operation(value)))
+    prefix = single_name("get")
+    figures |= figures_of(prefix, await counts.run(
+        prefix, 1, workload.latency_seconds, get_operation))
+    prefix = point_name("get", workload.read_callers)
+    figures |= figures_of(prefix, await counts.run(
+        prefix, workload.read_callers, workload.seconds, get_operation))
+    figures |= {"errors": float(counts.errors), "timeouts": float(counts.timeouts)}
+    if extra is not None:
+        figures |= await extra(cluster, clients)
+    return figures
+
+
+@dataclass
+class _Counts:
+    """Runs a round's phases on its clients, summing their failures; a phase in which every
+    call failed ends the round."""
+
+    clients: Sequence[KvClient]
+    timeout_s: float
+    errors: int = 0
+    timeouts: int = 0
+
+    async def run(self, label: str, callers: int, seconds: float,
+                  operation: Operation) -> PhaseResult:
+        phase = await run_phase(self.clients, callers, seconds, operation,
+                                timeout_s=self.timeout_s)
+        self.errors += phase.errors
+        self.timeouts += phase.timeouts
+        if phase.all_failed:
+            raise RoundFailed(f"every call of the {label} phase failed ({phase.errors} errors, "
+                              f"{phase.timeouts} timeouts; first: {phase.first_error})")
+        return phase

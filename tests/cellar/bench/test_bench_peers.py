@@ -1,0 +1,243 @@
+"""`cellar bench peers`: the load generator counts what it did against an in-memory cluster,
+the ratios are right on made-up figures (a skipped peer gives null), nothing is installed with
+`--no-install`, and one tiny live run of the real suite writes every output."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import pathlib
+
+import anyio
+import pytest
+
+from cellar.bench.peers import suite
+from cellar.bench.peers.kv import Durability, PeerUnavailable
+from cellar.bench.peers.load import (
+    KEYS_PER_CALLER,
+    PhaseResult,
+    key_for,
+    put_operation,
+    run_phase,
+)
+from cellar.bench.peers.report import (
+    HEADLINE_RATIOS,
+    Results,
+    SystemOutcome,
+    as_json,
+    markdown,
+    ratios,
+    table_lines,
+    wan_lines,
+)
+from cellar.bench.peers.wan import WanRow
+from cellar.bench.peers.workload import RoundFailed, Workload, measure
+from cellar.cli import main
+
+
+class FakeClient:
+    """An in-memory KvClient; `fail_every` makes every nth call raise, `delay_s` slows it."""
+
+    def __init__(self, store: dict[bytes, bytes], *, fail_every: int = 0,
+                 delay_s: float = 0.0) -> None:
+        self.store = store
+        self.calls = 0
+        self.fail_every = fail_every
+        self.delay_s = delay_s
+        self.closed = False
+
+    async def _call(self) -> None:
+        self.calls += 1
+        await anyio.sleep(self.delay_s)
+        if self.fail_every and self.calls % self.fail_every == 0:
+            raise ConnectionError("refused")
+
+    async def put(self, key: bytes, value: bytes) -> None:
+        await self._call()
+        self.store[key] = value
+
+    async def get(self, key: bytes) -> bytes | None:
+        await self._call()
+        return self.store.get(key)
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+class FakeCluster:
+    name = "fake"
+    replicas = 1
+    durability = Durability(False, "a dict")
+
+    def __init__(self, **client_options: float) -> None:
+        self.store: dict[bytes, bytes] = {}
+        self.clients: list[FakeClient] = []
+        self.options = client_options
+
+    async def connect(self) -> FakeClient:
+        client = FakeClient(self.store, **self.options)  # type: ignore[arg-type]
+        self.clients.append(client)
+        return client
+
+    def stop(self) -> None:
+        pass
+
+
+TINY = Workload(clients=(1, 3), seconds=0.05, latency_seconds=0.05, warmup_seconds=0.02,
+                connections=2, timeout_s=1.0)
+
+
+def test_a_phase_counts_every_call_once() -> None:
+    clients = [FakeClient({}, fail_every=5), FakeClient({}, fail_every=5)]
+
+    async def phase_of() -> PhaseResult:
+        return await run_phase(clients, 6, 0.1, put_operation(b"v" * 16), timeout_s=1.0)
+
+    phase = anyio.run(phase_of)
+    assert phase.ops + phase.errors == sum(client.calls for client in clients)
+    assert phase.ops > 0 and phase.errors > 0 and phase.timeouts == 0
+    assert phase.first_error == "ConnectionError: refused"
+    assert phase.callers == 6 and phase.ops_per_s == pytest.approx(phase.ops / phase.elapsed_s)
+    assert phase.p50_ms is not None and phase.p99_ms is not None
+    assert phase.p99_ms >= phase.p50_ms
+    assert set(clients[0].store) <= {key_for(caller, number) for caller in range(0, 6, 2)
+                                     for number in range(KEYS_PER_CALLER)}
+
+
+def test_slow_calls_count_as_timeouts() -> None:
+    async def slow_phase() -> PhaseResult:
+        return await run_phase([FakeClient({}, delay_s=0.2)], 2, 0.05, put_operation(b"v"),
+                               timeout_s=0.02)
+
+    phase = anyio.run(slow_phase)
+    assert phase.ops == 0 and phase.errors == 0 and phase.timeouts >= 2 and phase.all_failed
+
+
+def test_a_round_on_a_fake_cluster_yields_every_figure() -> None:
+    cluster = FakeCluster()
+    figures = anyio.run(measure, cluster, TINY, None)
+    for prefix in ("put_16b_single", "put_1kb_single", "put_16b_c1", "put_16b_c3",
+                   "put_1kb_c1", "put_1kb_c3", "get_single", "get_c3"):
+        assert figures[f"{prefix}_ops_per_s"] > 0, prefix
+        assert figures[f"{prefix}_p99_ms"] >= figures[f"{prefix}_p50_ms"] >= 0
+    assert figures["errors"] == 0 and figures["timeouts"] == 0
+    assert len(cluster.clients) == 2 and all(client.closed for client in cluster.clients)
+    assert {len(value) for value in cluster.store.values()} <= {16, 1024}  # 1 KB last
+
+
+def test_a_round_in_which_everything_fails_is_abandoned_clearly() -> None:
+    cluster = FakeCluster(fail_every=1)
+    with pytest.raises(RoundFailed, match="every call of the warm-up phase failed"):
+        anyio.run(measure, cluster, TINY, None)
+    assert all(client.closed for client in cluster.clients)
+
+
+def _outcome(name: str, rounds: list[dict[str, float]], synced: bool = True) -> SystemOutcome:
+    return SystemOutcome(name, 3, Durability(synced, "test"), "1.0", tuple(rounds))
+
+
+def _figures(c1: float, c3: float, p50_ms: float, read: float) -> dict[str, float]:
+    return {"put_16b_c1_ops_per_s": c1, "put_16b_c3_ops_per_s": c3,
+            "put_16b_single_p50_ms": p50_ms, "put_1kb_c1_ops_per_s": c1 / 2,
+            "put_1kb_single_p50_ms": p50_ms * 2, "get_c3_ops_per_s": read,
+            "get_single_p50_ms": p50_ms / 2}
+
+
+def synthetic_results() -> Results:
+    cellar = [_figures(100, 300, 2.0, 900), _figures(120, 280, 3.0, 1000),
+              _figures(90, 310, 2.5, 950)]  # medians: peak 300, p50 2.5, reads 950
+    etcd = [_figures(50, 150, 5.0, 380), _figures(60, 140, 5.0, 400),
+            _figures(40, 160, 5.0, 390)]  # medians: peak 150, p50 5.0, reads 390
+    systems = (_outcome("cellar-3", cellar), _outcome("etcd", etcd),
+               _outcome("cellar-3-nosync", cellar, synced=False),
+               SystemOutcome("pysyncobj", None, None, None, skipped="not installed"))
+    wan = (WanRow(3, "CA", 20.0, 20.0, 20.0, 21.0), WanRow(3, "OH", 52.0, 72.0, 52.0, None))
+    return Results("cellar bench peers --rounds 3", "2025-01-01T00:00:00+00:00",
+                   {"cpu_model": "test", "cores": 2}, {"rounds": 3, "connections": 4},
+                   (1, 3), systems, wan)
+
+
+def test_ratios_say_how_much_better_cellar_is_and_null_against_a_skipped_peer() -> None:
+    found = ratios(synthetic_results())
+    assert found["ratio_throughput_etcd"] == pytest.approx(300 / 150)
+    assert found["ratio_latency_etcd"] == pytest.approx(5.0 / 2.5)
+    assert found["ratio_throughput_1kb_etcd"] == pytest.approx(50 / 25)
+    assert found["ratio_latency_1kb_etcd"] == pytest.approx(10.0 / 5.0)
+    assert found["ratio_read_throughput_etcd"] == pytest.approx(950 / 390)
+    assert found["ratio_read_latency_etcd"] == pytest.approx(2.5 / 1.25)
+    pysyncobj = [name for name in found if "pysyncobj" in name]
+    assert len(pysyncobj) == 12 and all(found[name] is None for name in pysyncobj)
+
+
+def test_the_json_has_the_headline_ratios_on_top_and_no_nan() -> None:
+    document = json.loads(json.dumps(as_json(synthetic_results()), allow_nan=False))
+    for name in HEADLINE_RATIOS:
+        assert name in document and document[name] == document["ratios"][name]
+    assert document["ratio_throughput_pysyncobj"] is None
+    assert document["skipped"] == {"pysyncobj": "not installed"}
+    assert document["systems"]["etcd"]["spread"]["put_16b_c3_ops_per_s"] == {
+        "min": 140, "median": 150, "max": 160, "runs": 3}
+    assert document["sim_wan"][1]["multipaxos_ms"] == 72.0
+
+
+def test_the_table_and_the_page_show_every_system_and_ratio() -> None:
+    results = synthetic_results()
+    text = "\n".join(table_lines(results) + wan_lines(results.wan or ()))
+    page = markdown(results, ["throughput.png"])
+    for shown in (text, page):
+        assert "put 16 B, 3 callers" in shown and "not installed" in shown
+        assert "ratio_throughput_etcd" in shown and "2.00" in shown
+    assert "![throughput.png](throughput.png)" in page and "Multi-Paxos" in page
+
+
+class NeedsInstall:
+    name = "needs-install"
+
+    def prepare(self, work_dir: pathlib.Path) -> None:
+        if os.environ.get(suite.NO_INSTALL_ENV) == "1":
+            raise PeerUnavailable("not installed; run without --no-install to install")
+        raise AssertionError("the test would have installed something")
+
+
+def test_no_install_makes_an_install_a_skip_and_restores_the_environment(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path) -> None:
+    monkeypatch.delenv(suite.NO_INSTALL_ENV, raising=False)
+    monkeypatch.setitem(suite.SYSTEMS, "needs-install",
+                        suite.SystemEntry(__name__, "NeedsInstall"))
+    monkeypatch.setitem(suite.SYSTEMS, "missing",
+                        suite.SystemEntry("cellar.bench.peers.no_such_peer", "NoSystem"))
+    with suite.install_policy(False):
+        prepared = [suite.prepare(name, tmp_path) for name in ("needs-install", "missing")]
+    assert prepared[0].reason == "not installed; run without --no-install to install"
+    assert prepared[1].reason is not None and "No module named" in prepared[1].reason
+    assert suite.NO_INSTALL_ENV not in os.environ
+
+
+@pytest.mark.live
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_tiny_live_run_writes_every_output(tmp_path: pathlib.Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    assert main(["bench", "peers", "--systems", "cellar-3,etcd,pysyncobj", "--rounds", "1",
+                 "--clients", "1,4", "--seconds", "0.3", "--latency-seconds", "0.3",
+                 "--warmup-seconds", "0.2", "--connections", "2", "--no-install", "--no-sim",
+                 "--work-dir", str(tmp_path / "work"), "--out", str(out), "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    for name in HEADLINE_RATIOS:
+        assert name in document
+    cellar = document["systems"]["cellar-3"]
+    assert cellar["status"] == "measured" and cellar["durability"]["synced"] is True
+    assert cellar["median"]["put_16b_c4_ops_per_s"] > 0
+    assert math.isfinite(cellar["median"]["put_16b_single_p50_ms"])
+    assert document["failover_ms"]["median"] > 0
+    for peer in ("etcd", "pysyncobj"):
+        status = document["systems"][peer]["status"]
+        assert status == "measured" or peer in document["skipped"]
+        if status == "skipped":
+            assert document[f"ratio_throughput_{peer}"] is None
+    assert document["machine"]["cores"] >= 1 and document["sim_wan"] is None
+    for name in ("results.json", "report.md", "throughput.png", "latency.png"):
+        assert (out / name).stat().st_size > 0, name
+    assert not list((tmp_path / "work").glob("clusters-*"))
