@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from cellar.bench.peers import etcd_wire
-from cellar.bench.peers.kv import Durability, PeerUnavailable
+from cellar.bench.peers.kv import Durability, PeerUnavailable, refuse_install_if_asked
 from cellar.local_cluster import HOST, free_ports
 
 ETCD_PATHS = ("/usr/bin/etcd", "/usr/local/bin/etcd")
@@ -125,6 +125,7 @@ class EtcdSystem:
         grpc_module()
         binary = find_etcd()
         if binary is None:
+            refuse_install_if_asked("etcd (Debian's etcd-server)")
             install_etcd_server()
             binary = find_etcd()
         if binary is None:

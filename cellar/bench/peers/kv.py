@@ -8,9 +8,19 @@ the same process, so the figures differ only by what sits behind `put` and `get`
 
 from __future__ import annotations
 
+import os
 import pathlib
 from dataclasses import dataclass
 from typing import Protocol
+
+NO_INSTALL_ENV = "CELLAR_BENCH_NO_INSTALL"
+
+
+def refuse_install_if_asked(what: str) -> None:
+    """Raise `PeerUnavailable` when installs are off (`CELLAR_BENCH_NO_INSTALL=1`, which
+    `cellar bench peers --no-install` and the tests set): `prepare` calls it before installing."""
+    if os.environ.get(NO_INSTALL_ENV) == "1":
+        raise PeerUnavailable(f"{what} is not installed; run without --no-install to install it")
 
 
 class PeerUnavailable(Exception):

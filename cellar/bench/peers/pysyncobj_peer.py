@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from cellar.bench.peers import pysyncobj_node as wire
-from cellar.bench.peers.kv import Durability, PeerUnavailable
+from cellar.bench.peers.kv import Durability, PeerUnavailable, refuse_install_if_asked
 from cellar.local_cluster import HOST, free_ports
 
 PYSYNCOBJ_VERSION = "0.3.17"
@@ -77,6 +77,7 @@ def create_venv(work_dir: pathlib.Path) -> pathlib.Path:
     python = venv_python(work_dir)
     if venv_works(python):
         return python
+    refuse_install_if_asked(f"pysyncobj {PYSYNCOBJ_VERSION} (in {work_dir / VENV_NAME})")
     work_dir.mkdir(parents=True, exist_ok=True)
     _run_or_raise([sys.executable, "-m", "venv", "--clear", str(work_dir / VENV_NAME)],
                   "creating its virtual environment")
@@ -374,10 +375,9 @@ def wait_ready(cluster: PySyncObjCluster, timeout_s: float = READY_TIMEOUT_S) ->
 class PySyncObjSystem:
     """The KvSystem for PySyncObj; `conf` overrides SyncObjConf defaults on every node."""
 
-    name = "pysyncobj"
-
     def __init__(self, conf: Mapping[str, object] | None = None,
-                 ready_timeout_s: float = READY_TIMEOUT_S) -> None:
+                 ready_timeout_s: float = READY_TIMEOUT_S, name: str = "pysyncobj") -> None:
+        self.name = name
         self.conf = dict(conf or {})
         self.ready_timeout_s = ready_timeout_s
         self.python: pathlib.Path | None = None
@@ -389,5 +389,6 @@ class PySyncObjSystem:
         if self.python is None:
             raise PeerUnavailable("pysyncobj: prepare() was not called")
         cluster = launch(self.python, directory, self.conf)
+        cluster.name = self.name
         wait_ready(cluster, self.ready_timeout_s)
         return cluster

@@ -75,7 +75,11 @@ class Metric:
 class Pairing:
     label: str  # the end of the ratio's name
     cellar: str
-    peer: str
+    peers: tuple[str, ...]  # configurations of one peer: each ratio takes its best figure
+
+    @property
+    def peer(self) -> str:
+        return " or ".join(self.peers)
 
 
 def median_of(figure: str) -> Picker:
@@ -114,10 +118,11 @@ METRICS = (
     Metric("read_latency", "one-caller linearizable get p50", False,
            median_of(f"{single_name('get')}_p50_ms")),
 )
+PYSYNCOBJ_CONFIGURATIONS = ("pysyncobj", "pysyncobj-nobatch")
 PAIRINGS = (
-    Pairing("etcd", "cellar-3", "etcd"),  # both sync every write
-    Pairing("pysyncobj", "cellar-3-nosync", "pysyncobj"),  # neither syncs
-    Pairing("pysyncobj_cellar_synced", "cellar-3", "pysyncobj"),  # Cellar as it ships
+    Pairing("etcd", "cellar-3", ("etcd",)),  # both sync every write
+    Pairing("pysyncobj", "cellar-3-nosync", PYSYNCOBJ_CONFIGURATIONS),  # neither syncs
+    Pairing("pysyncobj_cellar_synced", "cellar-3", PYSYNCOBJ_CONFIGURATIONS),  # as it ships
 )
 
 
@@ -132,13 +137,21 @@ def ratio(cellar: float | None, peer: float | None, *, higher_is_better: bool) -
 def ratios(results: Results) -> dict[str, float | None]:
     found: dict[str, float | None] = {}
     for pairing in PAIRINGS:
-        cellar, peer = results.system(pairing.cellar), results.system(pairing.peer)
         for metric in METRICS:
-            values = [None if side is None or side.skipped is not None
-                      else metric.pick(side.spreads, results.clients) for side in (cellar, peer)]
+            cellar = _figure(results, pairing.cellar, metric)
+            peers = [value for name in pairing.peers
+                     if (value := _figure(results, name, metric)) is not None]
+            best = (max if metric.higher_is_better else min)(peers) if peers else None
             found[f"ratio_{metric.name}_{pairing.label}"] = ratio(
-                values[0], values[1], higher_is_better=metric.higher_is_better)
+                cellar, best, higher_is_better=metric.higher_is_better)
     return found
+
+
+def _figure(results: Results, system: str, metric: Metric) -> float | None:
+    outcome = results.system(system)
+    if outcome is None or outcome.skipped is not None:
+        return None
+    return metric.pick(outcome.spreads, results.clients)
 
 
 def ratio_meaning(name: str) -> str:

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import anyio
 
-from cellar.bench.peers.kv import Durability, KvSystem, PeerUnavailable
+from cellar.bench.peers.kv import NO_INSTALL_ENV, Durability, KvSystem, PeerUnavailable
 from cellar.bench.peers.load import KEYS_PER_CALLER
 from cellar.bench.peers.machine import machine_info
 from cellar.bench.peers.plots import write_plots
@@ -50,27 +50,33 @@ from cellar.bench.peers.report import (
 from cellar.bench.peers.wan import wan_table
 from cellar.bench.peers.workload import SIZES_BYTES, RoundFailed, Workload, measure
 
-NO_INSTALL_ENV = "CELLAR_BENCH_NO_INSTALL"
 DEFAULT_WORK_DIR = pathlib.Path("~/.cache/cellar/bench-peers")
 FAILOVER_SYSTEM = "cellar-3"
 
 
 @dataclass(frozen=True, slots=True)
 class SystemEntry:
-    """Where a system's class lives, imported only when the system is chosen."""
+    """Where a system's class lives, imported only when the system is chosen, and the keyword
+    arguments its constructor takes."""
 
     module: str
     attribute: str
-    replicas: int | None = None  # keyword arguments of Cellar's constructor
-    synced: bool | None = None
+    options: tuple[tuple[str, object], ...] = ()
 
 
+_CELLAR = "cellar.bench.peers.cellar_peer"
+_PYSYNCOBJ = "cellar.bench.peers.pysyncobj_peer"
 SYSTEMS: dict[str, SystemEntry] = {
-    "cellar-3": SystemEntry("cellar.bench.peers.cellar_peer", "CellarSystem", 3, True),
-    "cellar-5": SystemEntry("cellar.bench.peers.cellar_peer", "CellarSystem", 5, True),
-    "cellar-3-nosync": SystemEntry("cellar.bench.peers.cellar_peer", "CellarSystem", 3, False),
+    "cellar-3": SystemEntry(_CELLAR, "CellarSystem", (("replicas", 3), ("synced", True))),
+    "cellar-5": SystemEntry(_CELLAR, "CellarSystem", (("replicas", 5), ("synced", True))),
+    "cellar-3-nosync": SystemEntry(_CELLAR, "CellarSystem",
+                                   (("replicas", 3), ("synced", False))),
     "etcd": SystemEntry("cellar.bench.peers.etcd", "EtcdSystem"),
-    "pysyncobj": SystemEntry("cellar.bench.peers.pysyncobj_peer", "PySyncObjSystem"),
+    # PySyncObj as it ships (appends batched every 0.1 s: its best throughput) and with
+    # batching off (its best latency); each ratio takes the peer's better figure.
+    "pysyncobj": SystemEntry(_PYSYNCOBJ, "PySyncObjSystem"),
+    "pysyncobj-nobatch": SystemEntry(_PYSYNCOBJ, "PySyncObjSystem", (
+        ("conf", {"appendEntriesUseBatch": False}), ("name", "pysyncobj-nobatch"))),
 }
 
 
@@ -164,10 +170,7 @@ def load_system(name: str) -> KvSystem:
     except (ImportError, AttributeError) as error:
         raise PeerUnavailable(f"{entry.module}.{entry.attribute} cannot be loaded: "
                               f"{type(error).__name__}: {error}") from error
-    if entry.replicas is None:
-        system: KvSystem = factory()
-    else:
-        system = factory(replicas=entry.replicas, synced=entry.synced)
+    system: KvSystem = factory(**dict(entry.options))
     return system
 
 

@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from cellar.bench.peers import suite
-from cellar.bench.peers.kv import Durability, PeerUnavailable
+from cellar.bench.peers.kv import NO_INSTALL_ENV, Durability, PeerUnavailable
 from cellar.bench.peers.load import (
     KEYS_PER_CALLER,
     PhaseResult,
@@ -195,14 +195,14 @@ class NeedsInstall:
     name = "needs-install"
 
     def prepare(self, work_dir: pathlib.Path) -> None:
-        if os.environ.get(suite.NO_INSTALL_ENV) == "1":
+        if os.environ.get(NO_INSTALL_ENV) == "1":
             raise PeerUnavailable("not installed; run without --no-install to install")
         raise AssertionError("the test would have installed something")
 
 
 def test_no_install_makes_an_install_a_skip_and_restores_the_environment(
         monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path) -> None:
-    monkeypatch.delenv(suite.NO_INSTALL_ENV, raising=False)
+    monkeypatch.delenv(NO_INSTALL_ENV, raising=False)
     monkeypatch.setitem(suite.SYSTEMS, "needs-install",
                         suite.SystemEntry(__name__, "NeedsInstall"))
     monkeypatch.setitem(suite.SYSTEMS, "missing",
@@ -211,7 +211,7 @@ def test_no_install_makes_an_install_a_skip_and_restores_the_environment(
         prepared = [suite.prepare(name, tmp_path) for name in ("needs-install", "missing")]
     assert prepared[0].reason == "not installed; run without --no-install to install"
     assert prepared[1].reason is not None and "No module named" in prepared[1].reason
-    assert suite.NO_INSTALL_ENV not in os.environ
+    assert NO_INSTALL_ENV not in os.environ
 
 
 @pytest.mark.live
