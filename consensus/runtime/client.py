@@ -149,7 +149,7 @@ class CellarClient:
         self._connections: dict[str, _Connection] = {}
         self._sessions: list[list[Any]] = [[secrets.token_hex(8), 0]
                                            for _ in range(config.sessions)]
-        self._free = anyio.Semaphore(config.sessions)
+        self._session_freed: anyio.Event | None = None  # set when a session comes back
         self._stack = AsyncExitStack()
         self._tasks: TaskGroup | None = None
 
@@ -189,51 +189,73 @@ class CellarClient:
 
     async def propose(self, body: bytes, *, deadline_s: float | None = None) -> bytes:
         """Apply `body` exactly once and return the state machine's reply."""
-        async with self._free:
-            session = self._sessions.pop()
-            try:
-                session[1] += 1
-                return await self._propose(session[0], session[1], body,
-                                           deadline_s or self.config.deadline_s)
-            finally:
-                self._sessions.append(session)
+        session = await self._take_session()
+        try:
+            session[1] += 1
+            return await self._propose(session[0], session[1], body,
+                                       deadline_s or self.config.deadline_s)
+        finally:
+            self._sessions.append(session)
+            if self._session_freed is not None:
+                self._session_freed.set()
+
+    async def _take_session(self) -> list[Any]:
+        """A free session; waits only when every one is in use (no checkpoint otherwise)."""
+        while not self._sessions:
+            if self._session_freed is None or self._session_freed.is_set():
+                self._session_freed = anyio.Event()
+            await self._session_freed.wait()
+        return self._sessions.pop()
 
     async def _propose(self, session: str, sequence: int, body: bytes, deadline_s: float) -> bytes:
         handed_over = False
         timeout_ms = int(self.config.attempt_timeout_s * 1000)
-        with anyio.move_on_after(deadline_s):
-            while True:
-                for endpoint in self._rotation():
-                    try:
-                        response = await self._attempt(endpoint, lambda request_id: Propose(
-                            request_id, session, sequence, body, timeout_ms))
-                    except _NotSent:
-                        continue
-                    if response is None:
-                        handed_over = True  # the request may have reached the replica
-                        continue
-                    if response.code is Code.OK:
-                        return response.payload
-                    if response.code is Code.BAD_REQUEST:
-                        raise Rejected(response.message)
-                    handed_over |= response.code is Code.UNKNOWN
-                    await anyio.sleep(self.config.retry_backoff_s)
-                await anyio.sleep(self.config.retry_backoff_s)
+        deadline = anyio.current_time() + deadline_s
+        while anyio.current_time() < deadline:
+            for endpoint in self._rotation():
+                try:
+                    response = await self._attempt(endpoint, lambda request_id: Propose(
+                        request_id, session, sequence, body, timeout_ms), deadline)
+                except _NotSent:
+                    continue
+                if response is None:
+                    handed_over = True  # the request may have reached the replica
+                    continue
+                if response.code is Code.OK:
+                    return response.payload
+                if response.code is Code.BAD_REQUEST:
+                    raise Rejected(response.message)
+                handed_over |= response.code is Code.UNKNOWN
+                await self._pause(deadline)
+            await self._pause(deadline)
         if handed_over:
             raise OutcomeUnknown(f"no result within {deadline_s:.1f} s; the command (session "
                                  f"{session}, sequence {sequence}) may still be applied")
         raise Unavailable(f"no replica took the command within {deadline_s:.1f} s")
 
-    async def _attempt(self, endpoint: str, build: Callable[[int], Request]) -> Response | None:
-        """One try at one replica; None when the request went out but no reply came back;
-        raises _NotSent when it could not even be sent."""
+    async def _pause(self, deadline: float) -> None:
+        await anyio.sleep(max(0.0, min(self.config.retry_backoff_s,
+                                       deadline - anyio.current_time())))
+
+    async def _attempt(self, endpoint: str, build: Callable[[int], Request],
+                       deadline: float) -> Response | None:
+        """One try at one replica, within `deadline` (anyio's clock); None when the request
+        went out but no reply came back; raises _NotSent when it could not even be sent.
+        One cancel scope per try: deadlines are passed down rather than nested."""
+        remaining_s = deadline - anyio.current_time()
+        if remaining_s <= 0:
+            raise _NotSent
         try:
-            connection = await self._connection(endpoint)
-        except _BROKEN as error:
+            connection = self._connections.get(endpoint)
+            if connection is None or connection.broken:
+                with anyio.fail_after(remaining_s):
+                    connection = await self._connection(endpoint)
+        except (*_BROKEN, TimeoutError) as error:
             self._preferred += 1
             raise _NotSent from error
         try:
-            response = await connection.request(build, self.config.attempt_timeout_s + 1.0)
+            response = await connection.request(
+                build, min(self.config.attempt_timeout_s + 1.0, remaining_s))
         except (*_BROKEN, TimeoutError):
             self._preferred += 1
             return None
@@ -241,25 +263,30 @@ class CellarClient:
             self._preferred += 1
         return response
 
-    async def _try(self, endpoint: str, build: Callable[[int], Request]) -> Response | None:
+    async def _try(self, endpoint: str, build: Callable[[int], Request],
+                   deadline_s: float | None = None) -> Response | None:
+        deadline = anyio.current_time() + (deadline_s or self.config.deadline_s)
         try:
-            return await self._attempt(endpoint, build)
+            return await self._attempt(endpoint, build, deadline)
         except _NotSent:
             return None
 
     async def read(self, query: bytes, *, deadline_s: float | None = None) -> bytes:
         """A linearizable read of `query`."""
         timeout_ms = int(self.config.attempt_timeout_s * 1000)
-        with anyio.move_on_after(deadline_s or self.config.deadline_s):
-            while True:
-                for endpoint in self._rotation():
-                    response = await self._try(endpoint, lambda request_id: Read(
-                        request_id, query, timeout_ms))
-                    if response is not None and response.code is Code.OK:
-                        return response.payload
-                    if response is not None and response.code is Code.BAD_REQUEST:
-                        raise Rejected(response.message)
-                await anyio.sleep(self.config.retry_backoff_s)
+        deadline = anyio.current_time() + (deadline_s or self.config.deadline_s)
+        while anyio.current_time() < deadline:
+            for endpoint in self._rotation():
+                try:
+                    response = await self._attempt(endpoint, lambda request_id: Read(
+                        request_id, query, timeout_ms), deadline)
+                except _NotSent:
+                    continue
+                if response is not None and response.code is Code.OK:
+                    return response.payload
+                if response is not None and response.code is Code.BAD_REQUEST:
+                    raise Rejected(response.message)
+            await self._pause(deadline)
         raise Unavailable("no replica answered the read in time")
 
     async def watch(self, query: bytes, after_slot: int, *, wait_s: float = 10.0

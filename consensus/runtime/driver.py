@@ -64,9 +64,11 @@ class DriverConfig:
     drain_max: int = 8192  # inputs handled before the next Ready
     snapshot_every_slots: int = 20_000
     frame_bytes_max: int = MESSAGE_BYTES_MAX // 4
-    # Append and sync in a worker thread, so the loop keeps serving the network meanwhile
-    # (the process should lower sys.setswitchinterval, or the worker may wait up to 5 ms for
-    # the interpreter lock after the sync returns).
+    # Under load (the loop took several inputs at once), append and sync in a worker thread,
+    # so the loop keeps serving the network meanwhile and the next Ready gathers a bigger
+    # batch; a lone input is persisted right here, sparing two thread hand-offs of latency.
+    # (The process should lower sys.setswitchinterval, or the worker may wait up to 5 ms for
+    # the interpreter lock after the sync returns.)
     persist_in_thread: bool = True
 
 
@@ -149,6 +151,7 @@ class Driver:
         self._system_command = system_command  # e.g. the state machine's Tick(now_ms)
         self._wall_ms = wall_ms
         self._system_due = 0.0
+        self._inputs_last_turn = 0  # inputs the loop took at once last time: a load gauge
 
     # --- inputs, from other tasks -----------------------------------------------------------------
 
@@ -260,11 +263,14 @@ class Driver:
 
     async def _next_inputs(self) -> None:
         self._take(await self._outputs.receive())
+        taken = 1
         for _ in range(self.config.drain_max):
             try:
                 self._take(self._outputs.receive_nowait())
             except anyio.WouldBlock:
                 break
+            taken += 1
+        self._inputs_last_turn = taken
 
     def _catch_up_ticks(self) -> None:
         due = int((self._clock() - self._origin) * 1000 // self.config.tick_ms)
@@ -337,7 +343,7 @@ class Driver:
         self._send_messages(ready.messages)
         if ready.records:
             started = self._clock()
-            if self.config.persist_in_thread:
+            if self.config.persist_in_thread and self._inputs_last_turn > 1:
                 # The loop goes on reading, decrypting and queueing inputs while the disk
                 # syncs; they join the next Ready (group commit). Only this task touches the
                 # store, and it waits here, so the store is never used by two threads at once.
