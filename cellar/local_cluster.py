@@ -106,12 +106,13 @@ class Layout:
     def tls_for(self, identity: Identity) -> TlsConfig | None:
         return None if self.insecure else TlsConfig.in_directory(self.certs, identity)
 
-    def client(self, role: IdentityRole, name: str,
-               config: ClientConfig | None = None) -> CellarClient:
-        """A client with `role:name`'s certificate (in insecure mode every client is an admin)."""
+    def client(self, role: IdentityRole, name: str, config: ClientConfig | None = None, *,
+               first: int | None = None) -> CellarClient:
+        """A client with `role:name`'s certificate (in insecure mode every client is an admin),
+        trying replica `first` first (default: one at random)."""
         tls = self.tls_for(Identity(role, name))
         return CellarClient(self.endpoints, connector(tls, insecure=self.insecure),
-                            config or ClientConfig())
+                            config or ClientConfig(), first=first)
 
 
 class ReplicaProcess:

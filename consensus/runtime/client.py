@@ -137,15 +137,15 @@ class _Connection:
 
 class CellarClient:
     def __init__(self, endpoints: Sequence[str], connect: Connect,
-                 config: ClientConfig = ClientConfig()) -> None:
+                 config: ClientConfig = ClientConfig(), *, first: int | None = None) -> None:
         if not endpoints:
             raise ValueError("a client needs at least one replica endpoint")
         self._endpoints = list(endpoints)
         self._connect = connect
         self.config = config
-        # Clients start at different replicas, so each replica leads its share of the
-        # commands (SDPaxos spreads the work of replication over every replica).
-        self._preferred = secrets.randbelow(len(self._endpoints))
+        # Clients start at different replicas (`first`, or one at random), so each replica
+        # leads its share of the commands: SDPaxos spreads replication over every replica.
+        self._preferred = secrets.randbelow(len(self._endpoints)) if first is None else first
         self._connections: dict[str, _Connection] = {}
         self._sessions: list[list[Any]] = [[secrets.token_hex(8), 0]
                                            for _ in range(config.sessions)]

@@ -45,11 +45,15 @@ class CellarCluster:
     name: str
     replicas: int
     durability: Durability
+    connections: int = 0
 
     async def connect(self) -> CellarKvClient:
         config = ClientConfig(sessions=SESSIONS_PER_CLIENT, attempt_timeout_s=2.0,
                               deadline_s=20.0)
-        client = self.layout.client(IdentityRole.ADMIN, BENCH_PRINCIPAL, config)
+        # Connections go to the replicas in turn, so every replica leads its share.
+        client = self.layout.client(IdentityRole.ADMIN, BENCH_PRINCIPAL, config,
+                                    first=self.connections % self.replicas)
+        self.connections += 1
         await client.__aenter__()
         return CellarKvClient(client)
 

@@ -49,6 +49,7 @@ from cellar.bench.peers.report import (
 )
 from cellar.bench.peers.wan import wan_table
 from cellar.bench.peers.workload import SIZES_BYTES, RoundFailed, Workload, measure
+from cellar.daemon_process import loop_options
 
 DEFAULT_WORK_DIR = pathlib.Path("~/.cache/cellar/bench-peers")
 FAILOVER_SYSTEM = "cellar-3"
@@ -101,8 +102,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add("--systems", type=_names, default=tuple(SYSTEMS),
         help=f"comma-separated subset of {','.join(SYSTEMS)} (default all)")
     add("--rounds", type=int, default=3, help="fresh clusters per system (default 3)")
-    add("--clients", type=_counts, default=(1, 16, 64, 256),
-        help="concurrent callers at each throughput point (default 1,16,64,256)")
+    add("--clients", type=_counts, default=(1, 16, 64, 256, 1024),
+        help="concurrent callers at each throughput point (default 1,16,64,256,1024)")
     add("--connections", type=int, default=4, help="clients the callers share (default 4)")
     add("--seconds", type=float, default=3.0, help="each throughput point (default 3)")
     add("--latency-seconds", type=float, default=3.0, help="each one-caller phase (default 3)")
@@ -183,7 +184,10 @@ def round_figures(system: KvSystem, directory: pathlib.Path, workload: Workload,
         if failover and system.name == FAILOVER_SYSTEM:
             from cellar.bench.peers.failover import cellar_failover  # noqa: PLC0415
             extra = cellar_failover
-        figures = anyio.run(measure, cluster, workload, extra)
+        # Every system's clients run on the same loop: uvloop (grpc.aio works on it too).
+        backend, options = loop_options("uvloop")
+        figures = anyio.run(measure, cluster, workload, extra, backend=backend,
+                            backend_options=options)
         return figures, cluster.durability, cluster.replicas
     finally:
         cluster.stop()
