@@ -4,11 +4,15 @@ streams."""
 
 from __future__ import annotations
 
+import itertools
+
 import anyio
 import pytest
 
-from consensus.codec import unpack
+from consensus.codec import encode_envelope, unpack
+from consensus.envelope import Envelope, Principal, Role
 from consensus.runtime.client import OutcomeUnknown
+from consensus.runtime.driver import OutcomeUnknown as DriverOutcomeUnknown
 from jepsen.sim.kv_codec import decode_reply, encode_get, encode_put
 from tests.consensus.runtime.kv_machine import SessionKv
 from tests.consensus.runtime.local import LocalCluster, local_cluster
@@ -78,3 +82,38 @@ async def test_watches_resume_from_the_executed_slot() -> None:
                 tasks.start_soon(client.propose, encode_put("w", 2))
                 result, later = await client.watch(encode_get("w"), slot, wait_s=5)
             assert later > slot
+
+
+async def test_submitted_commands_call_back_once_with_the_reply_or_an_error() -> None:
+    """`Driver.submit`: the reply reaches the callback; without a quorum the callback gets
+    OutcomeUnknown at its deadline, from the driver's own expiry (no task waits on it)."""
+    outcomes: list[tuple[bytes | None, Exception | None]] = []
+    with anyio.fail_after(30):
+        async with local_cluster(SessionKv) as (cluster, client):
+            await client.propose(encode_put("a", 1))  # a view is established
+            driver = cluster.drivers[0]
+            driver.submit(envelope_of(encode_put("b", 2)), 5.0,
+                          lambda reply, error: outcomes.append((reply, error)))
+            while not outcomes:
+                await anyio.sleep(0.01)
+            assert outcomes[0][0] is not None and outcomes[0][1] is None
+            cluster.down.update({0, 2})  # replica 1 is alone: no quorum, no sequencer
+            driver = cluster.drivers[1]
+            driver.submit(envelope_of(encode_put("c", 3)), 0.3,
+                          lambda reply, error: outcomes.append((reply, error)))
+            driver.submit_read(encode_get("a"), 0.3,
+                               lambda reply, error: outcomes.append((reply, error)))
+            while len(outcomes) < 3:
+                await anyio.sleep(0.01)
+            await anyio.sleep(0.2)
+    assert len(outcomes) == 3, outcomes  # each callback exactly once
+    assert all(reply is None and isinstance(error, DriverOutcomeUnknown)
+               for reply, error in outcomes[1:])
+
+
+def envelope_of(body: bytes) -> bytes:
+    return encode_envelope(Envelope(principal=Principal(Role.ADMIN, "tester"), session="cb",
+                                    sequence=next(_sequences), now_ms=1000, body=body))
+
+
+_sequences = itertools.count(1)

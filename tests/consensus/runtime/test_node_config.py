@@ -42,6 +42,14 @@ def test_a_good_file_loads(tmp_path: pathlib.Path) -> None:
     assert config.data_dir == tmp_path / "data/r1"
     assert config.limits["inputs_max"] == 100 and config.limits["snapshot_every_slots"] > 0
     assert str(config.metrics) == "127.0.0.1:9401"
+    assert config.machine == "gpu" and config.sync  # the defaults: the GPU store, synced
+
+
+def test_the_key_value_machine_and_unsynced_storage_are_chosen_explicitly() -> None:
+    raw = base()
+    raw.update(machine="kv", sync=False)
+    config = parse_node_config(raw, base=pathlib.Path("."))
+    assert config.machine == "kv" and not config.sync
 
 
 def base() -> dict[str, Any]:
@@ -62,6 +70,8 @@ def base() -> dict[str, Any]:
     (lambda raw: raw["limits"].update(inputs_max=0), "limits.inputs_max"),
     (lambda raw: raw["limits"].update(speed=3), "limits.speed: unknown"),
     (lambda raw: raw.update(tick_ms=0), r"tick_ms: 0 is outside"),
+    (lambda raw: raw.update(machine="sql"), "machine: 'sql' is not one of gpu, kv"),
+    (lambda raw: raw.update(sync="no"), "sync"),
 ])
 def test_bad_files_name_the_key(change: Any, message: str) -> None:
     raw = base()

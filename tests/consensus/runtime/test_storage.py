@@ -462,3 +462,18 @@ def test_close_twice_is_harmless_and_use_after_close_is_a_bug(tmp_path: pathlib.
     log.close()
     with pytest.raises(AssertionError, match="after close"):
         log.append([ViewRecord(1)])
+
+
+def test_an_unsynced_log_writes_without_fdatasync_and_still_reopens(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`synced=False` (benchmarks against stores that do not sync): records reach the file,
+    and a clean reopen finds them, but no fdatasync is ever asked for on the appends."""
+    calls: list[int] = []
+    monkeypatch.setattr(os, "fdatasync", calls.append)
+    records = [ViewRecord(1), ViewRecord(2)]
+    with DurableLog.open(tmp_path, create=True, synced=False) as log:
+        log.append(records)
+        log.sync()
+    assert calls == []
+    monkeypatch.undo()
+    assert reopen(tmp_path) == records

@@ -1,0 +1,92 @@
+"""The key-value machine behind `machine = "kv"`: against a plain dict, exactly once, with
+canonical snapshots, and malformed input answered rather than raised."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from cellar.kv.codec import Code, decode_reply, decode_request, encode_get, encode_put
+from cellar.kv.machine import KvMachine
+from consensus.codec import encode_envelope, pack
+from consensus.envelope import Envelope, Principal, Role
+
+CLIENT = Principal(Role.ADMIN, "bench")
+keys = st.binary(min_size=0, max_size=8)
+values = st.binary(min_size=0, max_size=64)
+# (session index, key, value): each command is a put in one of three sessions
+commands = st.lists(st.tuples(st.integers(0, 2), keys, values), max_size=60)
+
+
+def envelope(session: str, sequence: int, body: bytes, principal: Principal = CLIENT) -> bytes:
+    return encode_envelope(Envelope(principal=principal, session=session, sequence=sequence,
+                                    now_ms=1000, body=body))
+
+
+def get(machine: KvMachine, key: bytes) -> bytes | None:
+    code, value = decode_reply(machine.query(encode_get(key)))
+    assert code is Code.OK
+    return value
+
+
+@given(commands)
+def test_puts_match_a_dict_and_retries_change_nothing(script: list[tuple[int, bytes, bytes]]
+                                                      ) -> None:
+    machine, reference = KvMachine(), {}
+    sequences = [0, 0, 0]
+    for session, key, value in script:
+        sequences[session] += 1
+        command = envelope(f"s{session}", sequences[session], encode_put(key, value))
+        assert decode_reply(machine.apply(command)) == (Code.OK, None)
+        assert machine.apply(command) == machine.apply(command)  # a retry: the cached reply
+        reference[key] = value
+    assert machine.data == reference
+    for key, value in reference.items():
+        assert get(machine, key) == value
+    assert get(machine, b"never written" * 3) is None
+
+
+@given(commands)
+def test_snapshots_restore_the_same_state_and_are_canonical(
+        script: list[tuple[int, bytes, bytes]]) -> None:
+    machine = KvMachine()
+    for sequence, (session, key, value) in enumerate(script, start=1):
+        machine.apply(envelope(f"s{session}", sequence, encode_put(key, value)))
+    copy = KvMachine()
+    copy.restore(machine.snapshot())
+    assert copy.data == machine.data and copy.digest() == machine.digest()
+    assert copy.snapshot() == machine.snapshot()
+
+
+def test_a_stale_sequence_is_refused_and_its_put_not_applied() -> None:
+    machine = KvMachine()
+    machine.apply(envelope("s", 2, encode_put(b"k", b"new")))
+    code, _ = decode_reply(machine.apply(envelope("s", 1, encode_put(b"k", b"old"))))
+    assert code is Code.STALE_SEQUENCE and get(machine, b"k") == b"new"
+
+
+def test_sessions_belong_to_their_principal() -> None:
+    machine = KvMachine()
+    other = Principal(Role.ADMIN, "someone-else")
+    machine.apply(envelope("s", 1, encode_put(b"k", b"mine")))
+    machine.apply(envelope("s", 1, encode_put(b"k", b"theirs"), principal=other))
+    assert get(machine, b"k") == b"theirs"  # not mistaken for a retry of the first
+
+
+@given(st.binary(max_size=64))
+def test_malformed_commands_are_answered_bad_request(garbage: bytes) -> None:
+    machine = KvMachine()
+    assert decode_reply(machine.apply(garbage))[0] is Code.BAD_REQUEST
+    assert decode_reply(machine.apply(envelope("s", 1, garbage)))[0] in (Code.BAD_REQUEST,
+                                                                        Code.OK)
+    assert decode_reply(machine.query(garbage))[0] is Code.BAD_REQUEST
+
+
+def test_oversized_keys_and_wrong_operations_are_refused() -> None:
+    machine = KvMachine()
+    too_long = pack([1, b"k" * 2000, b"v"])
+    assert decode_reply(machine.apply(envelope("s", 1, too_long)))[0] is Code.BAD_REQUEST
+    assert decode_reply(machine.apply(envelope("s", 2, encode_get(b"k"))))[0] \
+        is Code.BAD_REQUEST  # a get is a query, never a command
+    assert decode_reply(machine.query(encode_put(b"k", b"v")))[0] is Code.BAD_REQUEST
+    assert decode_request(encode_put(b"k", b"v"))[1:] == (b"k", b"v")
