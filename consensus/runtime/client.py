@@ -15,6 +15,7 @@ after a reconnect. Async on anyio; `SyncClient` wraps it for scripts.
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
@@ -49,6 +50,10 @@ _BROKEN = (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceErr
 
 class _NotSent(Exception):
     """A request that never left this process."""
+
+
+class _Expired(Exception):
+    """The deadline passed before the request could be sent: stop trying."""
 
 
 class ClientError(ConsensusError):
@@ -211,23 +216,24 @@ class CellarClient:
         handed_over = False
         timeout_ms = int(self.config.attempt_timeout_s * 1000)
         deadline = anyio.current_time() + deadline_s
-        while anyio.current_time() < deadline:
-            for endpoint in self._rotation():
-                try:
-                    response = await self._attempt(endpoint, lambda request_id: Propose(
-                        request_id, session, sequence, body, timeout_ms), deadline)
-                except _NotSent:
-                    continue
-                if response is None:
-                    handed_over = True  # the request may have reached the replica
-                    continue
-                if response.code is Code.OK:
-                    return response.payload
-                if response.code is Code.BAD_REQUEST:
-                    raise Rejected(response.message)
-                handed_over |= response.code is Code.UNKNOWN
+        with contextlib.suppress(_Expired):  # _attempt raises it once the deadline passed
+            while True:
+                for endpoint in self._rotation():
+                    try:
+                        response = await self._attempt(endpoint, lambda request_id: Propose(
+                            request_id, session, sequence, body, timeout_ms), deadline)
+                    except _NotSent:
+                        continue
+                    if response is None:
+                        handed_over = True  # the request may have reached the replica
+                        continue
+                    if response.code is Code.OK:
+                        return response.payload
+                    if response.code is Code.BAD_REQUEST:
+                        raise Rejected(response.message)
+                    handed_over |= response.code is Code.UNKNOWN
+                    await self._pause(deadline)
                 await self._pause(deadline)
-            await self._pause(deadline)
         if handed_over:
             raise OutcomeUnknown(f"no result within {deadline_s:.1f} s; the command (session "
                                  f"{session}, sequence {sequence}) may still be applied")
@@ -244,7 +250,7 @@ class CellarClient:
         One cancel scope per try: deadlines are passed down rather than nested."""
         remaining_s = deadline - anyio.current_time()
         if remaining_s <= 0:
-            raise _NotSent
+            raise _Expired
         try:
             connection = self._connections.get(endpoint)
             if connection is None or connection.broken:
@@ -268,25 +274,26 @@ class CellarClient:
         deadline = anyio.current_time() + (deadline_s or self.config.deadline_s)
         try:
             return await self._attempt(endpoint, build, deadline)
-        except _NotSent:
+        except (_NotSent, _Expired):
             return None
 
     async def read(self, query: bytes, *, deadline_s: float | None = None) -> bytes:
         """A linearizable read of `query`."""
         timeout_ms = int(self.config.attempt_timeout_s * 1000)
         deadline = anyio.current_time() + (deadline_s or self.config.deadline_s)
-        while anyio.current_time() < deadline:
-            for endpoint in self._rotation():
-                try:
-                    response = await self._attempt(endpoint, lambda request_id: Read(
-                        request_id, query, timeout_ms), deadline)
-                except _NotSent:
-                    continue
-                if response is not None and response.code is Code.OK:
-                    return response.payload
-                if response is not None and response.code is Code.BAD_REQUEST:
-                    raise Rejected(response.message)
-            await self._pause(deadline)
+        with contextlib.suppress(_Expired):
+            while True:
+                for endpoint in self._rotation():
+                    try:
+                        response = await self._attempt(endpoint, lambda request_id: Read(
+                            request_id, query, timeout_ms), deadline)
+                    except _NotSent:
+                        continue
+                    if response is not None and response.code is Code.OK:
+                        return response.payload
+                    if response is not None and response.code is Code.BAD_REQUEST:
+                        raise Rejected(response.message)
+                await self._pause(deadline)
         raise Unavailable("no replica answered the read in time")
 
     async def watch(self, query: bytes, after_slot: int, *, wait_s: float = 10.0

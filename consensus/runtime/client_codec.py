@@ -91,6 +91,10 @@ class Response:
     message: str = ""
 
 
+_REQUEST_KIND_MAX = max(RequestKind)  # computed once: iterating an enum is slow
+_CODE_MAX = max(Code)
+
+
 def encode_request(request: Request) -> bytes:
     if isinstance(request, Propose):
         return pack([RequestKind.PROPOSE, request.request_id, request.session,
@@ -108,7 +112,7 @@ def decode_request(data: bytes) -> Request:
                       length_max=6)
     if len(raw) < 2:
         raise InvalidMessage("request: expected a kind and an id")
-    kind = expect_int(raw[0], "request.kind", low=1, high=max(RequestKind))
+    kind = expect_int(raw[0], "request.kind", low=1, high=_REQUEST_KIND_MAX)
     request_id = expect_int(raw[1], "request.id")
     if kind == RequestKind.PROPOSE:
         _, _, session, sequence, body, timeout_ms = expect_fields(raw, "propose", 6)
@@ -141,7 +145,7 @@ def decode_response(data: bytes) -> Response:
                       "response", length_max=5)
     request_id, code, payload, slot, message = expect_fields(raw, "response", 5)
     return Response(expect_int(request_id, "response.id"),
-                    Code(expect_int(code, "response.code", high=max(Code))),
+                    Code(expect_int(code, "response.code", high=_CODE_MAX)),
                     expect_bytes(payload, "response.payload", length_max=RESPONSE_BYTES_MAX),
                     expect_int(slot, "response.slot"),
                     expect_str(message, "response.message", length_max=4096, allow_empty=True))
