@@ -102,10 +102,14 @@ class _Connection:
         except _BROKEN:
             pass
         finally:
-            self.broken = True
-            for event, _ in self._waiting.values():
-                event.set()
-            self._waiting.clear()
+            self._break()
+
+    def _break(self) -> None:
+        """The connection is unusable: wake every waiting caller (they find no response)."""
+        self.broken = True
+        for event, _ in self._waiting.values():
+            event.set()
+        self._waiting.clear()
 
     async def request(self, build: Callable[[int], Request], timeout_s: float) -> Response:
         if self.broken:
@@ -130,10 +134,7 @@ class _Connection:
         except _BROKEN:
             pass
         finally:
-            self.broken = True
-            for event, _ in self._waiting.values():
-                event.set()
-            self._waiting.clear()
+            self._break()
 
     async def close(self) -> None:
         self.broken = True

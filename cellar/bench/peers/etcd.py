@@ -26,7 +26,6 @@ import itertools
 import os
 import pathlib
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -36,7 +35,12 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from cellar.bench.peers import etcd_wire
-from cellar.bench.peers.kv import Durability, PeerUnavailable, refuse_install_if_asked
+from cellar.bench.peers.kv import (
+    Durability,
+    PeerUnavailable,
+    refuse_install_if_asked,
+    stop_processes,
+)
 from cellar.local_cluster import HOST, free_ports
 
 ETCD_PATHS = ("/usr/bin/etcd", "/usr/local/bin/etcd")
@@ -253,16 +257,7 @@ class EtcdCluster:
         return client
 
     def stop(self) -> None:
-        for process in self.processes:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + self.grace_s
-        for process in self.processes:
-            try:
-                process.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_processes(self.processes, self.grace_s)
         for log in self._logs:
             log.close()
         self._logs.clear()

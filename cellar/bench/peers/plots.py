@@ -75,10 +75,12 @@ def _latency(axis: Axes, systems: list[SystemOutcome], size_bytes: int) -> None:
     for offset, quantile in ((-width / 2, "p50"), (width / 2, "p99")):
         heights = [outcome.spreads.get(f"{prefix}_{quantile}_ms") for outcome in systems]
         axis.bar([index + offset for index in range(len(systems))],
-                 [0.0 if spread is None else spread.median for spread in heights],
+                 [float("nan") if spread is None else spread.median for spread in heights],
                  width, label=quantile)
-    axis.set_xticks(range(len(systems)), [outcome.name for outcome in systems])
-    axis.set_ylabel("ms (median over rounds)")
+    axis.set_xticks(range(len(systems)), [outcome.name for outcome in systems], rotation=30,
+                    ha="right")
+    axis.set_yscale("log")  # PySyncObj's batched 100 ms beside everyone's 1-10 ms
+    axis.set_ylabel("ms (median over rounds, log scale)")
     axis.set_title(f"one caller, {SIZE_TEXT[size_bytes]} puts")
     axis.grid(True, axis="y", alpha=0.3)
     if systems:

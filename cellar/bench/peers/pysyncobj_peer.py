@@ -16,16 +16,19 @@ import contextlib
 import itertools
 import os
 import pathlib
-import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from cellar.bench.peers import pysyncobj_node as wire
-from cellar.bench.peers.kv import Durability, PeerUnavailable, refuse_install_if_asked
+from cellar.bench.peers.kv import (
+    Durability,
+    PeerUnavailable,
+    refuse_install_if_asked,
+    stop_processes,
+)
 from cellar.local_cluster import HOST, free_ports
 
 PYSYNCOBJ_VERSION = "0.3.17"
@@ -298,16 +301,7 @@ class PySyncObjCluster:
 
     def stop(self) -> None:
         """SIGTERM every node, then SIGKILL those still running after `STOP_GRACE_S`."""
-        for process in self.processes:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + STOP_GRACE_S
-        for process in self.processes:
-            try:
-                process.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_processes(self.processes, STOP_GRACE_S)
 
     def log_tails(self, chars: int = 1500) -> str:
         parts = []
@@ -378,6 +372,7 @@ class PySyncObjSystem:
     def __init__(self, conf: Mapping[str, object] | None = None,
                  ready_timeout_s: float = READY_TIMEOUT_S, name: str = "pysyncobj") -> None:
         self.name = name
+        self.version = PYSYNCOBJ_VERSION
         self.conf = dict(conf or {})
         self.ready_timeout_s = ready_timeout_s
         self.python: pathlib.Path | None = None

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from cellar.bench.peers.kv import Durability
 from cellar.bench.peers.wan import WanRow
@@ -171,7 +172,7 @@ def as_json(results: Results) -> dict[str, object]:
     document: dict[str, object] = {
         "benchmark": "cellar bench peers", "command_line": results.command_line,
         "started_at": results.started_at, "machine": dict(results.machine),
-        "settings": dict(results.settings),
+        "settings": dict(results.settings), "clients": list(results.clients),
         "systems": {outcome.name: _system_json(outcome) for outcome in results.systems},
         "skipped": {outcome.name: outcome.skipped for outcome in results.systems
                     if outcome.skipped is not None},
@@ -180,6 +181,22 @@ def as_json(results: Results) -> dict[str, object]:
         "sim_wan": None if results.wan is None else [asdict(row) for row in results.wan]}
     document.update({name: found[name] for name in HEADLINE_RATIOS})
     return document
+
+
+def results_from_json(document: Mapping[str, Any]) -> Results:
+    """The `Results` a `results.json` was written from (to redraw its report and plots)."""
+    systems = []
+    for name, entry in document["systems"].items():
+        durability = entry["durability"]
+        systems.append(SystemOutcome(
+            name, entry["replicas"], None if durability is None else Durability(**durability),
+            entry["version"], tuple(entry["rounds"]), tuple(entry["failures"]),
+            entry["reason"] if entry["status"] == "skipped" else None))
+    wan = document["sim_wan"]
+    return Results(document["command_line"], document["started_at"], document["machine"],
+                   document["settings"],
+                   tuple(document.get("clients") or document["settings"]["clients"]),
+                   tuple(systems), None if wan is None else tuple(WanRow(**row) for row in wan))
 
 
 def _system_json(outcome: SystemOutcome) -> dict[str, object]:

@@ -44,6 +44,7 @@ from cellar.bench.peers.report import (
     SystemOutcome,
     as_json,
     markdown,
+    results_from_json,
     table_lines,
     wan_lines,
 )
@@ -120,6 +121,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add("--no-sim", action="store_true", help="skip the simulator's WAN table")
     add("--sim-seconds", type=int, default=4, help="simulated seconds per WAN run (default 4)")
     add("--json", action="store_true", help="print one JSON object instead of the table")
+    add("--redraw", type=pathlib.Path, default=None, metavar="RESULTS_JSON",
+        help="measure nothing: redraw the table, report and plots of an earlier results.json "
+             "(into --out, default beside it)")
     parser.set_defaults(handler=run)
 
 
@@ -243,6 +247,8 @@ class _Collected:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.redraw is not None:
+        return redraw(args.redraw, args.out or args.redraw.parent, as_json=args.json)
     workload = workload_of(args)
     started = datetime.datetime.now().astimezone()
     work_dir = args.work_dir.expanduser()
@@ -267,6 +273,20 @@ def run(args: argparse.Namespace) -> int:
     else:
         print("\n".join([*table_lines(results), "", *(wan_lines(wan) if wan else []),
                          f"results in {out}"]))
+    return 0
+
+
+def redraw(path: pathlib.Path, out: pathlib.Path, *, as_json: bool) -> int:
+    try:
+        results = results_from_json(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise SystemExit(f"cellar bench peers: cannot redraw {path}: {error}") from error
+    document = write_outputs(results, out)
+    if as_json:
+        print_json(document)
+    else:
+        print("\n".join([*table_lines(results), "", *(wan_lines(results.wan) if results.wan
+                                                        else []), f"results in {out}"]))
     return 0
 
 

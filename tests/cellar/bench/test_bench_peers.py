@@ -4,6 +4,7 @@ the ratios are right on made-up figures (a skipped peer gives null), nothing is 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -28,6 +29,7 @@ from cellar.bench.peers.report import (
     as_json,
     markdown,
     ratios,
+    results_from_json,
     table_lines,
     wan_lines,
 )
@@ -179,6 +181,23 @@ def test_the_json_has_the_headline_ratios_on_top_and_no_nan() -> None:
     assert document["systems"]["etcd"]["spread"]["put_16b_c3_ops_per_s"] == {
         "min": 140, "median": 150, "max": 160, "runs": 3}
     assert document["sim_wan"][1]["multipaxos_ms"] == 72.0
+
+
+def test_a_saved_results_json_redraws_to_the_same_document() -> None:
+    document = json.loads(json.dumps(as_json(synthetic_results())))
+    assert as_json(results_from_json(document)) == document
+
+
+def test_a_peer_run_two_ways_is_compared_at_its_better_figure() -> None:
+    """PySyncObj as shipped (throughput) and with batching off (latency): each ratio takes
+    whichever configuration did better on that figure."""
+    results = synthetic_results()
+    batched = _outcome("pysyncobj", [_figures(10, 200, 100.0, 150)], synced=False)
+    unbatched = _outcome("pysyncobj-nobatch", [_figures(80, 120, 1.0, 100)], synced=False)
+    found = ratios(dataclasses.replace(results, systems=(*results.systems[:3], batched,
+                                                           unbatched)))
+    assert found["ratio_throughput_pysyncobj"] == pytest.approx(300 / 200)  # the batched one
+    assert found["ratio_latency_pysyncobj"] == pytest.approx(1.0 / 2.5)  # the unbatched one
 
 
 def test_the_table_and_the_page_show_every_system_and_ratio() -> None:
