@@ -58,7 +58,7 @@ class ClientServer:
         outbox = Outbox(connection, on_written=lambda frames: _release(limiter, frames))
         ended: TransportError | None = None
         async with anyio.create_task_group() as tasks:
-            tasks.start_soon(outbox.run)
+            tasks.start_soon(_write_until_broken, outbox)
             while not outbox.broken:
                 try:
                     frame = await connection.receive()
@@ -108,6 +108,12 @@ class ClientServer:
             assert isinstance(request, Status)
             response = Response(request_id, Code.OK, encode_status(self._status()))
         _answer(outbox, response)
+
+
+async def _write_until_broken(outbox: Outbox) -> None:
+    """The client hanging up ends the writer quietly; the reader then sees the end too."""
+    with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+        await outbox.run()
 
 
 def _responder(outbox: Outbox, request_id: int) -> Done:

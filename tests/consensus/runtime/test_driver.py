@@ -12,10 +12,12 @@ import pytest
 from consensus.codec import encode_envelope, unpack
 from consensus.envelope import Envelope, Principal, Role
 from consensus.runtime.client import OutcomeUnknown
+from consensus.runtime.client_codec import Propose, encode_request
 from consensus.runtime.driver import OutcomeUnknown as DriverOutcomeUnknown
+from consensus.runtime.server import ClientServer
 from jepsen.sim.kv_codec import decode_reply, encode_get, encode_put
 from tests.consensus.runtime.kv_machine import SessionKv
-from tests.consensus.runtime.local import LocalCluster, local_cluster
+from tests.consensus.runtime.local import LocalCluster, MemoryFrames, local_cluster
 
 pytestmark = pytest.mark.anyio
 
@@ -117,3 +119,23 @@ def envelope_of(body: bytes) -> bytes:
 
 
 _sequences = itertools.count(1)
+
+
+async def test_a_client_hanging_up_with_answers_pending_ends_its_connection_quietly() -> None:
+    """Its answers cannot be written (the outbox breaks); serving that connection ends
+    without an error, and the replica goes on serving others."""
+    with anyio.fail_after(30):
+        async with local_cluster(SessionKv) as (cluster, client):
+            to_server, from_client = anyio.create_memory_object_stream[bytes](100)
+            to_client, from_server = anyio.create_memory_object_stream[bytes](100)
+            server = ClientServer(cluster.drivers[0], now_ms=lambda: 1000)
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(server.serve, Principal(Role.ADMIN, "gone"),
+                                 MemoryFrames(to_client, from_client))
+                await from_server.aclose()  # the client stops reading...
+                for request_id in range(1, 4):
+                    await to_server.send(encode_request(Propose(
+                        request_id, "gone", request_id, encode_put("g", request_id), 2000)))
+                await anyio.sleep(0.3)
+                await to_server.aclose()  # ...and hangs up
+            await client.propose(encode_put("after", 1))
