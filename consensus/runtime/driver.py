@@ -262,14 +262,16 @@ class Driver:
             await anyio.sleep(tick_s / 2)  # at most two wake-ups per tick, whatever the clock
 
     async def _next_inputs(self) -> None:
-        self._take(await self._outputs.receive())
-        taken = 1
+        item = await self._outputs.receive()
+        self._take(item)
+        taken = 0 if item[0] == "tick" else 1  # a tick is no sign of load
         for _ in range(self.config.drain_max):
             try:
-                self._take(self._outputs.receive_nowait())
+                item = self._outputs.receive_nowait()
             except anyio.WouldBlock:
                 break
-            taken += 1
+            self._take(item)
+            taken += 0 if item[0] == "tick" else 1
         self._inputs_last_turn = taken
 
     def _catch_up_ticks(self) -> None:
