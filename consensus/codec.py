@@ -41,6 +41,7 @@ from consensus.validation import (
 ENVELOPE_TAG = 1
 ENVELOPE_BYTES_MAX = BODY_BYTES_MAX + 4096
 _ROLES = tuple(role.value for role in Role)
+_ROLE_OF = {role.value: role for role in Role}  # one dict lookup per envelope, not an enum call
 
 
 def pack(value: Any) -> bytes:
@@ -74,10 +75,12 @@ def decode_envelope(data: bytes) -> Envelope:
     tag, role, name, session, sequence, now_ms, body = expect_fields(raw, "envelope", 7)
     if expect_int(tag, "envelope.tag") != ENVELOPE_TAG:
         raise InvalidMessage(f"envelope.tag: expected {ENVELOPE_TAG}, got {tag}")
+    known = _ROLE_OF.get(role) if type(role) is str else None
+    if known is None:
+        expect_choice(role, "envelope.role", _ROLES)  # raises, naming what was wrong
+    assert known is not None
     principal = Principal(
-        Role(expect_choice(role, "envelope.role", _ROLES)),
-        expect_str(name, "envelope.principal", length_max=PRINCIPAL_NAME_LENGTH_MAX),
-    )
+        known, expect_str(name, "envelope.principal", length_max=PRINCIPAL_NAME_LENGTH_MAX))
     return Envelope(
         principal=principal,
         session=expect_str(session, "envelope.session", length_max=SESSION_LENGTH_MAX,
