@@ -1,15 +1,11 @@
-"""etcd as a peer of `cellar bench peers`: installing it, a 3-member loopback cluster, and a
-gRPC client.
+"""etcd as a peer of `cellar bench peers`: installing it and running a 3-member loopback
+cluster (its client is `etcd_client`).
 
 - `EtcdSystem.prepare` finds the `etcd` binary, or installs Debian's `etcd-server` (as root,
   with service starts kept from leaving a packaged etcd on port 2379), and needs `grpcio`.
 - `EtcdCluster` runs three members with etcd's default durability: each fdatasyncs its WAL
   before acknowledging, batching the entries that arrived since the last sync.
-- `EtcdClient` speaks the KV service over one `grpc.aio` channel with raw-bytes calls (the
-  messages are encoded in `etcd_wire`). The channel holds a subchannel to each of the three
-  members and balances calls round robin, as the Go client does; followers forward puts to the
-  leader and serve linearizable ranges after a ReadIndex round trip. One channel serves every
-  concurrent caller of a client: HTTP/2 multiplexes the calls on it.
+- `EtcdClient` (in `etcd_client`) speaks the KV service over `grpc.aio`.
 
 grpc.aio under uvloop: grpcio 1.85 works on a uvloop loop (puts, gets, channel_ready, close;
 `asyncio.Runner(loop_factory=uvloop.new_event_loop)` on 3.11), and was as fast or a little
@@ -20,9 +16,6 @@ than one, and 4 channels per client no better than 1.
 
 from __future__ import annotations
 
-import asyncio
-import importlib
-import itertools
 import os
 import pathlib
 import shutil
@@ -35,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from cellar.bench.peers import etcd_wire
+from cellar.bench.peers.etcd_client import PUT, RANGE, EtcdClient, grpc_module
 from cellar.bench.peers.kv import (
     Durability,
     PeerUnavailable,
@@ -47,8 +41,6 @@ ETCD_PATHS = ("/usr/bin/etcd", "/usr/local/bin/etcd")
 PACKAGED_CLIENT_PORT = 2379  # where a packaged etcd service would listen
 QUOTA_BACKEND_BYTES = 8 * 1024**3  # etcd's suggested maximum; the benchmark stays far below
 MEMBERS = 3
-PUT = "/etcdserverpb.KV/Put"
-RANGE = "/etcdserverpb.KV/Range"
 DURABILITY = Durability(
     synced=True,
     description="each member fdatasyncs its WAL before acknowledging (entries that arrive "
@@ -105,15 +97,6 @@ def etcd_version(binary: pathlib.Path) -> str:
     output = _run([str(binary), "--version"], timeout_s=30.0).stdout.strip()
     first = output.splitlines()[0] if output else "unknown"
     return first.split(":", 1)[1].strip() if first.startswith("etcd Version:") else first
-
-
-def grpc_module(name: str = "grpc") -> Any:
-    """grpc (or grpc.aio), imported only when etcd is used: the rest of the suite runs
-    without grpcio. Raises PeerUnavailable when grpcio is missing."""
-    try:
-        return importlib.import_module(name)
-    except ImportError as error:
-        raise PeerUnavailable(f"grpcio is not installed ({error}); pip install grpcio") from error
 
 
 @dataclass
@@ -261,39 +244,3 @@ class EtcdCluster:
         for log in self._logs:
             log.close()
         self._logs.clear()
-
-
-class EtcdClient:
-    """Put and linearizable get over one grpc.aio channel balanced across `endpoints`."""
-
-    def __init__(self, endpoints: Sequence[str], timeout_s: float = 10.0,
-                 channels: int = 1) -> None:
-        aio = grpc_module("grpc.aio")
-        target = "ipv4:" + ",".join(endpoints)
-        # A local subchannel pool gives each channel connections of its own, as separate Go
-        # clients would have, instead of gRPC's process-wide sharing of identical targets.
-        options = [("grpc.lb_policy_name", "round_robin"), ("grpc.use_local_subchannel_pool", 1)]
-        self._channels = [aio.insecure_channel(target, options=options)
-                          for _ in range(channels)]
-        self._puts = [channel.unary_unary(PUT) for channel in self._channels]
-        self._ranges = [channel.unary_unary(RANGE) for channel in self._channels]
-        self._next = itertools.count()
-        self.timeout_s = timeout_s
-
-    async def ready(self, timeout_s: float) -> None:
-        for channel in self._channels:
-            await asyncio.wait_for(channel.channel_ready(), timeout_s)
-
-    async def put(self, key: bytes, value: bytes) -> None:
-        index = next(self._next) % len(self._puts)
-        await self._puts[index](etcd_wire.put_request(key, value), timeout=self.timeout_s)
-
-    async def get(self, key: bytes) -> bytes | None:
-        index = next(self._next) % len(self._ranges)
-        response = await self._ranges[index](etcd_wire.range_request(key),
-                                             timeout=self.timeout_s)
-        return etcd_wire.first_value(response)
-
-    async def aclose(self) -> None:
-        for channel in self._channels:
-            await channel.close()
