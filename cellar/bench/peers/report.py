@@ -155,6 +155,29 @@ def _figure(results: Results, system: str, metric: Metric) -> float | None:
     return metric.pick(outcome.spreads, results.clients)
 
 
+def figure_ratios(results: Results) -> dict[str, dict[str, float | None]]:
+    """Every figure both sides of a pairing measured, as a ratio oriented like the headline
+    ones (ops/s: Cellar / peer; ms: peer / Cellar), against the peer's better configuration."""
+    found: dict[str, dict[str, float | None]] = {}
+    for pairing in PAIRINGS:
+        cellar = results.system(pairing.cellar)
+        if cellar is None or cellar.skipped is not None:
+            continue
+        peers = [outcome.spreads for name in pairing.peers
+                 if (outcome := results.system(name)) is not None and outcome.skipped is None]
+        table: dict[str, float | None] = {}
+        for figure, spread in cellar.spreads.items():
+            higher_is_better = figure.endswith("_ops_per_s")
+            if not (higher_is_better or figure.endswith("_ms")) or figure == "failover_ms":
+                continue
+            values = [spreads[figure].median for spreads in peers if figure in spreads]
+            if values:
+                best = (max if higher_is_better else min)(values)
+                table[figure] = ratio(spread.median, best, higher_is_better=higher_is_better)
+        found[pairing.label] = table
+    return found
+
+
 def ratio_meaning(name: str) -> str:
     for pairing in PAIRINGS:
         for metric in METRICS:
@@ -176,7 +199,7 @@ def as_json(results: Results) -> dict[str, object]:
         "systems": {outcome.name: _system_json(outcome) for outcome in results.systems},
         "skipped": {outcome.name: outcome.skipped for outcome in results.systems
                     if outcome.skipped is not None},
-        "ratios": found,
+        "ratios": found, "ratios_by_figure": figure_ratios(results),
         "failover_ms": None if failover is None else failover.as_dict(),
         "sim_wan": None if results.wan is None else [asdict(row) for row in results.wan]}
     document.update({name: found[name] for name in HEADLINE_RATIOS})
@@ -356,6 +379,18 @@ def _md_wan_and_failover(results: Results) -> list[str]:
     return lines
 
 
+def _md_figure_ratios(results: Results) -> list[str]:
+    by_pairing = figure_ratios(results)
+    labels = [pairing.label for pairing in PAIRINGS if by_pairing.get(pairing.label)]
+    if not labels:
+        return []
+    figures = sorted({figure for label in labels for figure in by_pairing[label]})
+    rows = [[figure, *("n/a" if (value := by_pairing[label].get(figure)) is None
+                       else f"{value:.2f}" for label in labels)] for figure in figures]
+    return ["## Every figure as a ratio (above 1: Cellar better)", "", *_md_table(
+        ["figure", *labels], rows)]
+
+
 def markdown(results: Results, images: Sequence[str]) -> str:
     """The report page; `images` are file names beside it (none when matplotlib is absent)."""
     lines = [f"# cellar bench peers, {results.started_at}", "",
@@ -365,6 +400,6 @@ def markdown(results: Results, images: Sequence[str]) -> str:
                  ["ratio", "value", "meaning"],
                  [[name, "n/a" if value is None else f"{value:.2f}", ratio_meaning(name)]
                   for name, value in ratios(results).items()]),
-             *_md_wan_and_failover(results), "## Figures", ""]
+             *_md_figure_ratios(results), *_md_wan_and_failover(results), "## Figures", ""]
     lines += [f"![{image}]({image})" for image in images] or ["(matplotlib not installed)"]
     return "\n".join(lines) + "\n"

@@ -27,6 +27,7 @@ from cellar.bench.peers.report import (
     Results,
     SystemOutcome,
     as_json,
+    figure_ratios,
     markdown,
     ratios,
     results_from_json,
@@ -181,6 +182,15 @@ def test_the_json_has_the_headline_ratios_on_top_and_no_nan() -> None:
     assert document["systems"]["etcd"]["spread"]["put_16b_c3_ops_per_s"] == {
         "min": 140, "median": 150, "max": 160, "runs": 3}
     assert document["sim_wan"][1]["multipaxos_ms"] == 72.0
+
+
+def test_every_figure_both_sides_measured_gets_an_oriented_ratio() -> None:
+    by_figure = figure_ratios(synthetic_results())
+    assert by_figure["etcd"]["put_16b_c3_ops_per_s"] == pytest.approx(300 / 150)
+    assert by_figure["etcd"]["put_16b_single_p50_ms"] == pytest.approx(5.0 / 2.5)
+    assert by_figure["etcd"]["get_c3_ops_per_s"] == pytest.approx(950 / 390)
+    assert by_figure["pysyncobj"] == {}  # skipped: nothing to compare with
+    assert "| put_16b_c3_ops_per_s | 2.00 |" in markdown(synthetic_results(), [])
 
 
 def test_a_saved_results_json_redraws_to_the_same_document() -> None:
