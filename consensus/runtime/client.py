@@ -270,9 +270,8 @@ class CellarClient:
             self._preferred += 1
         return response
 
-    async def _try(self, endpoint: str, build: Callable[[int], Request],
-                   deadline_s: float | None = None) -> Response | None:
-        deadline = anyio.current_time() + (deadline_s or self.config.deadline_s)
+    async def _try(self, endpoint: str, build: Callable[[int], Request]) -> Response | None:
+        deadline = anyio.current_time() + self.config.deadline_s
         try:
             return await self._attempt(endpoint, build, deadline)
         except (_NotSent, _Expired):

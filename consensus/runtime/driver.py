@@ -72,40 +72,13 @@ class DriverConfig:
     persist_in_thread: bool = True
 
 
-class _Waiter:
-    """A result a client task awaits while the driver task fills it in."""
-
-    __slots__ = ("error", "event", "value")
-
-    def __init__(self) -> None:
-        self.event = anyio.Event()
-        self.value: bytes = b""
-        self.error: Exception | None = None
-
-    def resolve(self, value: bytes) -> None:
-        self.value = value
-        self.event.set()
-
-    def fail(self, error: Exception) -> None:
-        self.error = error
-        self.event.set()
-
-    async def wait(self, timeout_s: float, on_timeout: Callable[[], Exception]) -> bytes:
-        with anyio.move_on_after(timeout_s):
-            await self.event.wait()
-        if not self.event.is_set():
-            raise on_timeout()
-        if self.error is not None:
-            raise self.error
-        return self.value
-
-
 Done = Callable[[bytes | None, Exception | None], None]
 
 
 class _Callback:
-    """A result handed to a function instead of an awaiting task (`Driver.submit`): no task,
-    event or cancel scope per command. The driver fails it once its deadline passes."""
+    """Where a command's or read's result goes: a function, called once from the driver's task
+    (no task, event or cancel scope per command). The driver fails it once its deadline
+    passes."""
 
     __slots__ = ("deadline", "done", "started")
 
@@ -139,9 +112,9 @@ class Driver:
         self._outputs: MemoryObjectReceiveStream[tuple[Any, ...]]
         self._inputs, self._outputs = anyio.create_memory_object_stream[tuple[Any, ...]](
             config.inputs_max)
-        self._proposals: dict[int, _Waiter | _Callback] = {}
-        self._reads: dict[int, tuple[bytes, _Waiter | _Callback]] = {}
-        self._deadlines: list[tuple[float, str, int]] = []  # heap: callbacks' expiry
+        self._proposals: dict[int, _Callback] = {}
+        self._reads: dict[int, tuple[bytes, _Callback]] = {}
+        self._deadlines: list[tuple[float, str, int]] = []  # heap: (deadline, kind, key)
         self._read_ids = 0
         self._ticks_done = 0
         self._origin = clock()
@@ -168,41 +141,24 @@ class Driver:
             return False
         return True
 
-    async def propose(self, command: bytes, timeout_s: float) -> bytes:
-        """Replicate `command` and return the state machine's reply to it."""
-        waiter = _Waiter()
-        if not self._offer(("propose", command, waiter), "driver.proposals_refused"):
-            raise Overloaded("the replica's input queue is full")
-        started = self._clock()
-        reply = await waiter.wait(timeout_s, lambda: OutcomeUnknown(
-            f"no result within {timeout_s:.3f} s; the command may still be applied"))
-        self.metrics.observe("command_latency_seconds", self._clock() - started)
-        return reply
-
     def submit(self, command: bytes, timeout_s: float, done: Done) -> None:
-        """`propose` for callers that would rather not wait in a task: `done(reply, None)`, or
-        `done(None, error)` with the error `propose` would raise, is called exactly once, from
-        the driver's task (or at once when the input queue is full)."""
-        now = self._clock()
-        if not self._offer(("propose", command, _Callback(done, now, now + timeout_s)),
-                           "driver.proposals_refused"):
-            done(None, Overloaded("the replica's input queue is full"))
+        """Replicate `command`: `done(reply, None)` with the state machine's reply, or
+        `done(None, error)` (Overloaded: nothing was proposed; OutcomeUnknown: no result within
+        `timeout_s`, the command may still be applied), called exactly once, from the driver's
+        task (or at once when the input queue is full)."""
+        self._submit("propose", command, timeout_s, done, "driver.proposals_refused")
 
     def submit_read(self, query: bytes, timeout_s: float, done: Done) -> None:
-        """`read`, with the result handed to `done` as `submit` does."""
-        now = self._clock()
-        if not self._offer(("read", query, _Callback(done, now, now + timeout_s)),
-                           "driver.reads_refused"):
-            done(None, Overloaded("the replica's input queue is full"))
+        """A linearizable read, answered through `done` as `submit` answers: the query runs once
+        this replica executed every slot the sequencer had allocated when asked (its read
+        index, under its lease)."""
+        self._submit("read", query, timeout_s, done, "driver.reads_refused")
 
-    async def read(self, query: bytes, timeout_s: float) -> bytes:
-        """A linearizable read: the query runs once this replica executed every slot the
-        sequencer had allocated when asked (its read index, under its lease)."""
-        waiter = _Waiter()
-        if not self._offer(("read", query, waiter), "driver.reads_refused"):
-            raise Overloaded("the replica's input queue is full")
-        return await waiter.wait(timeout_s, lambda: OutcomeUnknown(
-            f"no read index within {timeout_s:.3f} s (no sequencer lease?)"))
+    def _submit(self, kind: str, payload: bytes, timeout_s: float, done: Done,
+                refused: str) -> None:
+        now = self._clock()
+        if not self._offer((kind, payload, _Callback(done, now, now + timeout_s)), refused):
+            done(None, Overloaded("the replica's input queue is full"))
 
     async def local_read(self, query: bytes, after_slot: int, wait_s: float) -> tuple[bytes, int]:
         """Run `query` on this replica's state, once it has executed past `after_slot` or after
@@ -311,12 +267,11 @@ class Driver:
             self._watch_deadline(item[2], "read", self._read_ids)
             self.replica.read(self._read_ids)
 
-    def _watch_deadline(self, waiter: _Waiter | _Callback, kind: str, key: int) -> None:
-        if isinstance(waiter, _Callback):
-            heapq.heappush(self._deadlines, (waiter.deadline, kind, key))
+    def _watch_deadline(self, waiter: _Callback, kind: str, key: int) -> None:
+        heapq.heappush(self._deadlines, (waiter.deadline, kind, key))
 
     def _expire_callbacks(self) -> None:
-        """Fail the callbacks whose deadline passed (awaiting tasks time out on their own)."""
+        """Fail the callbacks whose deadline passed."""
         now = self._clock()
         while self._deadlines and self._deadlines[0][0] <= now:
             _, kind, key = heapq.heappop(self._deadlines)
@@ -328,7 +283,7 @@ class Driver:
             elif (read := self._reads.pop(key, None)) is not None:
                 read[1].fail(OutcomeUnknown("no read index in time (no sequencer lease?)"))
 
-    def _take_proposal(self, command: bytes, waiter: _Waiter | _Callback) -> None:
+    def _take_proposal(self, command: bytes, waiter: _Callback) -> None:
         try:
             tag = self.replica.propose(command)
         except ProposalDropped as error:
@@ -396,9 +351,8 @@ class Driver:
                 if command.origin == self.replica.config.replica_id:
                     waiter = self._proposals.pop(command.tag, None)
                     if waiter is not None:
-                        if isinstance(waiter, _Callback):
-                            self.metrics.observe("command_latency_seconds",
-                                                 self._clock() - waiter.started)
+                        self.metrics.observe("command_latency_seconds",
+                                             self._clock() - waiter.started)
                         waiter.resolve(reply)
         if ready.executed:
             self.metrics.count("driver.commands_applied",
