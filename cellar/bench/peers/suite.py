@@ -266,14 +266,8 @@ def run(args: argparse.Namespace) -> int:
     results = Results(command_line(args), started.isoformat(timespec="seconds"),
                       machine_info(work_dir), _settings(args), tuple(args.clients),
                       tuple(_outcome(item, collected[item.name]) for item in prepared), wan)
-    out = args.out if args.out is not None else default_out(started)
-    document = write_outputs(results, out)
-    if args.json:
-        print_json(document)
-    else:
-        print("\n".join([*table_lines(results), "", *(wan_lines(wan) if wan else []),
-                         f"results in {out}"]))
-    return 0
+    return publish(results, args.out if args.out is not None else default_out(started),
+                   as_json=args.json)
 
 
 def redraw(path: pathlib.Path, out: pathlib.Path, *, as_json: bool) -> int:
@@ -281,12 +275,17 @@ def redraw(path: pathlib.Path, out: pathlib.Path, *, as_json: bool) -> int:
         results = results_from_json(json.loads(path.read_text(encoding="utf-8")))
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise SystemExit(f"cellar bench peers: cannot redraw {path}: {error}") from error
+    return publish(results, out, as_json=as_json)
+
+
+def publish(results: Results, out: pathlib.Path, *, as_json: bool) -> int:
+    """Write the outputs under `out`, then print the JSON document or the table."""
     document = write_outputs(results, out)
     if as_json:
         print_json(document)
     else:
-        print("\n".join([*table_lines(results), "", *(wan_lines(results.wan) if results.wan
-                                                        else []), f"results in {out}"]))
+        wan = wan_lines(results.wan) if results.wan else []
+        print("\n".join([*table_lines(results), "", *wan, f"results in {out}"]))
     return 0
 
 
