@@ -47,6 +47,7 @@ from consensus.runtime.config_fields import (
     ConfigError,
     TlsFiles,
     address,
+    choice,
     flag,
     integer,
     load_toml,
@@ -100,9 +101,7 @@ def load_agent_config(path: pathlib.Path) -> AgentConfig:
 def parse_agent_config(raw: dict[str, Any], *, base: pathlib.Path) -> AgentConfig:
     refuse_unknown(raw, KEYS, error=AgentConfigError)
     insecure = flag(raw, "insecure", default=False, error=AgentConfigError)
-    loop = raw.get("loop", "uvloop")
-    if loop not in LOOPS:
-        raise AgentConfigError(f"loop: {loop!r} is not one of {', '.join(LOOPS)}")
+    loop = choice(raw, "loop", LOOPS, default="uvloop", error=AgentConfigError)
     return AgentConfig(
         node=text(raw, "node", error=AgentConfigError),
         store=_store(raw.get("store")),

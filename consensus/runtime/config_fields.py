@@ -57,6 +57,14 @@ def text(raw: dict[str, Any], key: str, *, where: str = "", default: str | None 
     return value
 
 
+def choice(raw: dict[str, Any], key: str, choices: tuple[str, ...], *, default: str,
+           error: type[ConfigError] = ConfigError) -> str:
+    value = raw.get(key, default)
+    if value not in choices:
+        raise error(f"{key}: {value!r} is not one of {', '.join(choices)}")
+    return str(value)
+
+
 def integer(raw: dict[str, Any], key: str, low: int, high: int, *, where: str = "",
             default: int | None = None, error: type[ConfigError] = ConfigError) -> int:
     value = raw.get(key, default)

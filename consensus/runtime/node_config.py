@@ -37,6 +37,7 @@ from consensus.runtime.config_fields import (
     ConfigError,
     TlsFiles,
     address,
+    choice,
     flag,
     integer,
     load_toml,
@@ -104,12 +105,8 @@ def parse_node_config(raw: dict[str, Any], *, base: pathlib.Path) -> NodeConfig:
         raise NodeConfigError(f"replica_id: {replica_id} is not among the peers' ids")
     insecure = flag(raw, "insecure", default=False, error=NodeConfigError)
     tls = None if insecure else tls_files(raw.get("tls"), base, NodeConfigError)
-    loop = raw.get("loop", "uvloop")
-    if loop not in LOOPS:
-        raise NodeConfigError(f"loop: {loop!r} is not one of {', '.join(LOOPS)}")
-    machine = raw.get("machine", "gpu")
-    if machine not in MACHINES:
-        raise NodeConfigError(f"machine: {machine!r} is not one of {', '.join(MACHINES)}")
+    loop = choice(raw, "loop", LOOPS, default="uvloop", error=NodeConfigError)
+    machine = choice(raw, "machine", MACHINES, default="gpu", error=NodeConfigError)
     return NodeConfig(
         replica_id=replica_id, data_dir=base / text(raw, "data_dir", error=NodeConfigError),
         peers=peers, tls=tls, insecure=insecure,
