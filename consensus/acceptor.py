@@ -97,12 +97,10 @@ class Acceptor:
         ctx = self._ctx
         end = message.start + len(message.values)
         if message.sender == ctx.id:
-            # The sequencer's own allocation, looped back once persisted.
-            if message.view != ctx.view:
-                return
-            ctx.olog.mark_durable(message.start, end, message.view)
-            self._learner.accepted(message.start, end, ctx.id)
-            self._learner.on_ack(OAck(ctx.id, message.view, message.start, end))
+            # The sequencer's own allocation, looped back once persisted: its vote.
+            if message.view == ctx.view:
+                self._sequencer.on_durable(end)
+                self._learner.on_ack(OAck(ctx.id, message.view, message.start, end))
             return
         refusal = self._o_accept_refusal(message)
         if refusal is not None:
@@ -113,7 +111,7 @@ class Acceptor:
             changed |= ctx.olog.accept(message.start + offset, value, ctx.view)
         if changed:
             ctx.persist(OAcceptRecord(ctx.view, message.start, message.values))
-        self._learner.accepted(message.start, end, message.sender)
+        self._learner.accepted(message.start, end, message.durable_end)
         self._acknowledge(message, end)
 
     def _o_accept_refusal(self, message: OAccept) -> str | None:

@@ -60,7 +60,9 @@ class CatchUp:
         "_received_at",
         "_receiving",
         "commit_hint",
+        "commit_hint_heard",
         "on_install",
+        "settle_upto",
         "snapshot",
     )
 
@@ -71,6 +73,10 @@ class CatchUp:
         self._asked_at = 0
         self._next_peer = 0
         self.commit_hint = 0  # the sequencer's commit prefix, from its heartbeats
+        # False from a restart until the sequencer's next heartbeat: how far behind is unknown
+        self.commit_hint_heard = True
+        # Behind enough to need a peer's snapshot: settle up to the prefix then known first
+        self.settle_upto = 0
         self.snapshot: SnapshotRecord | None = None  # the latest, served to laggards
         self._receiving: _Transfer | None = None
         self._received = bytearray()
@@ -188,6 +194,7 @@ class CatchUp:
         self.snapshot = SnapshotRecord(meta, state)
         if from_peer:
             ctx.persist(self.snapshot)
+            self.settle_upto = max(self.settle_upto, self.commit_hint)
         pending = ctx.outbox.pending
         pending.executed.clear()  # superseded: the snapshot covers them
         pending.snapshot_to_install = SnapshotInstall(meta, state)

@@ -28,6 +28,7 @@ from consensus.command_log import initial_ballot
 from consensus.config import Defect, Mode
 from consensus.context import Context, Status
 from consensus.errors import ConsensusError
+from consensus.learner import Learner
 from consensus.messages import (
     NOOP,
     Batch,
@@ -66,7 +67,7 @@ class Leader:
                  "_sequencer", "_surplus_upto", "_unready", "ballot", "lagging", "next_index",
                  "on_lost_index", "on_ordered", "on_replicated", "retaking")
 
-    def __init__(self, ctx: Context, sequencer: Sequencer) -> None:
+    def __init__(self, ctx: Context, sequencer: Sequencer, learner: Learner) -> None:
         self._ctx = ctx
         self._sequencer = sequencer
         self.ballot = initial_ballot(ctx.id)
@@ -81,7 +82,7 @@ class Leader:
         self._order_asked_at = 0
         self._own_committed = 0  # O-instances for this replica known committed
         self._surplus_upto = -1  # surplus own slots to fill once the retake is done
-        self._prefix = _PrefixCounter(ctx)
+        self._prefix = _PrefixCounter(ctx, learner)
         self._created_at: dict[int, int] = {}  # own index -> tick proposed (straggler delays)
         self.on_replicated: Callable[[int], None] = lambda ticks: None
         self.on_lost_index: Callable[[], None] = lambda: None
@@ -403,10 +404,11 @@ class _PrefixCounter:
     current view (5 replicas), incrementally."""
 
     __slots__ = ("_accepted_count", "_accepted_cursor", "_accepted_view", "_commit_count",
-                 "_commit_cursor", "_ctx")
+                 "_commit_cursor", "_ctx", "_learner")
 
-    def __init__(self, ctx: Context) -> None:
+    def __init__(self, ctx: Context, learner: Learner) -> None:
         self._ctx = ctx
+        self._learner = learner
         self.reset()
 
     def reset(self) -> None:
@@ -429,12 +431,20 @@ class _PrefixCounter:
         ctx = self._ctx
         if self._accepted_view != ctx.view or self._accepted_cursor < ctx.olog.base:
             self.reset()
-        prefix = ctx.olog.accepted_prefix(ctx.view)
+        prefix = self.accepted_prefix()
         while self._accepted_cursor < prefix:
             if ctx.olog.slots[self._accepted_cursor].value == ctx.id:
                 self._accepted_count += 1
             self._accepted_cursor += 1
         return self._accepted_count
+
+    def accepted_prefix(self) -> int:
+        """Slots below are committed, or accepted durably in this view both here and by the
+        sequencer (whose O-accepts leave before its own sync)."""
+        olog, view = self._ctx.olog, self._ctx.view
+        prefix = olog.accepted_prefix(view)
+        vouched = self._learner.sequencer_durable_end
+        return prefix if prefix <= vouched else max(vouched, olog.commit_prefix)
 
     def own_accepted_anywhere(self) -> int:
         """The defective rule: own slots accepted here, whatever precedes them."""

@@ -1,10 +1,12 @@
 """Learning which O-instances are committed, and announcing one's own.
 
 An O-instance is committed once a majority accepted it in one view. A replica counts the
-acceptances of every slot it accepted from the sequencer of its view: the sequencer itself
-(implicitly: it persisted before sending), its own (once persisted), and the O-ACKs acceptors
-send to the sequencer and to the command leaders named in the slots. With 3 replicas the
-sequencer and one acceptor are a majority, so acceptance alone commits (one round trip).
+acceptances of the slots it holds from the sequencer of its view: its own (once persisted),
+the O-ACKs acceptors send to the sequencer and to the command leaders named in the slots, and
+the sequencer's, which is explicit: O-accepts leave the sequencer before its own sync, so
+each carries the end of its durable prefix, and an O-ack from the sequencer raises it once a
+run is persisted. With 3 replicas the sequencer and one acceptor are a majority, so
+acceptance alone commits (one round trip, the two syncs side by side).
 
 Every commit, from counting, from an O-commit message, from a heartbeat's commit prefix, from
 catch-up or from an established view, goes through `commit`, which persists it, tells the
@@ -22,12 +24,14 @@ from consensus.records import OCommitRecord
 
 
 class Learner:
-    __slots__ = ("_acks", "_acks_view", "_announce", "_committed", "_ctx", "on_own_commit")
+    __slots__ = ("_acks", "_acks_view", "_announce", "_committed", "_ctx", "_sequencer_durable",
+                 "on_own_commit")
 
     def __init__(self, ctx: Context) -> None:
         self._ctx = ctx
         self._acks: dict[int, set[int]] = {}
         self._acks_view = 0
+        self._sequencer_durable = 0  # the sequencer of this view vouched for slots below
         self._announce: list[int] = []
         self._committed: list[tuple[int, int]] = []  # (slot, value) committed this step
         self.on_own_commit: Callable[[int], None] = lambda slot: None
@@ -36,32 +40,62 @@ class Learner:
         """Acceptances count only within one view."""
         self._acks.clear()
         self._acks_view = self._ctx.view
+        self._sequencer_durable = 0
 
-    def accepted(self, start: int, end: int, sequencer: int) -> None:
-        """This replica accepted O[start:end] from `sequencer` in the current view."""
-        olog = self._ctx.olog
-        if self._acks_view != self._ctx.view:
-            self.reset_view()
-        for slot in range(start, end):
-            entry = olog.slots.get(slot)
-            if entry is not None and not entry.committed:
-                self._acks.setdefault(slot, {sequencer})
+    @property
+    def sequencer_durable_end(self) -> int:
+        """Slots below this are durably accepted by the sequencer of this view (as far as this
+        replica heard)."""
+        return self._sequencer_durable if self._acks_view == self._ctx.view else 0
+
+    def accepted(self, start: int, end: int, sequencer_durable_end: int) -> None:
+        """This replica accepted O[start:end] from the sequencer of its view, which was durable
+        below `sequencer_durable_end` when it sent them."""
+        self._fresh_view()
+        sequencer = self._ctx.sequencer
+        for slot in range(start, min(end, self._sequencer_durable)):
+            self._count(slot, sequencer)
+        self._sequencer_durable_upto(sequencer_durable_end)
 
     def on_ack(self, message: OAck) -> None:
         ctx = self._ctx
-        if message.view != ctx.view or self._acks_view != ctx.view:
+        if message.view != ctx.view:
             return
+        self._fresh_view()
         if message.sender == ctx.id:
             ctx.olog.mark_durable(message.start, message.end, ctx.view)
-        majority = ctx.majority
+        if message.sender == ctx.sequencer:
+            self._sequencer_durable_upto(message.end)
+            return
         for slot in range(message.start, message.end):
-            acks = self._acks.get(slot)
-            if acks is None:
-                continue
-            acks.add(message.sender)
-            if len(acks) >= majority:
-                entry = ctx.olog.slots[slot]
-                self.commit(slot, entry.value)
+            self._count(slot, message.sender)
+
+    def _fresh_view(self) -> None:
+        if self._acks_view != self._ctx.view:
+            self.reset_view()
+
+    def _sequencer_durable_upto(self, end: int) -> None:
+        """The sequencer's vote for every slot below `end` (it persists its runs in order)."""
+        ctx = self._ctx
+        if end <= self._sequencer_durable:
+            return
+        first = max(self._sequencer_durable, ctx.olog.commit_prefix)
+        self._sequencer_durable = end
+        for slot in range(first, min(end, ctx.olog.end)):
+            self._count(slot, ctx.sequencer)
+
+    def _count(self, slot: int, voter: int) -> None:
+        """`voter` accepted this view's value for `slot`; held here, it commits on a majority."""
+        ctx = self._ctx
+        entry = ctx.olog.slots.get(slot)
+        if entry is None or entry.committed or entry.view != ctx.view:
+            return
+        acks = self._acks.get(slot)
+        if acks is None:
+            acks = self._acks[slot] = set()
+        acks.add(voter)
+        if len(acks) >= ctx.majority:
+            self.commit(slot, entry.value)
 
     def on_commit_message(self, message: OCommit) -> None:
         for slot, value in zip(message.slots, message.values, strict=True):

@@ -158,16 +158,24 @@ class CPromise(Message):
 @dataclass(frozen=True, slots=True)
 class OAccept(Message):
     """The sequencer proposes O[start + k] = values[k]: a contiguous run (batched, and carrying
-    every earlier entry the receiver has not been sent: the paper's piggybacking)."""
+    every earlier entry the receiver has not been sent: the paper's piggybacking).
+
+    It leaves before the sequencer's own acceptance is on disk, so that the sequencer's sync
+    and the acceptors' run side by side; `durable_end` says how far the sequencer's acceptance
+    in this view was durable when it was sent (its vote for every slot below), and an O-ack
+    from the sequencer raises it once the run is persisted."""
 
     TAG: ClassVar[int] = 20
     start: int
     values: tuple[int, ...]
+    durable_end: int
 
 
 @dataclass(frozen=True, slots=True)
 class OAck(Message):
-    """The sender accepted O[start:end] in `view` (sent to the sequencer and the learners)."""
+    """The sender accepted O[start:end] in `view` (sent to the sequencer and the learners).
+    From the sequencer itself it follows its O-accepts once they are persisted, and vouches for
+    every slot below `end` (it persists its runs in order)."""
 
     TAG: ClassVar[int] = 21
     start: int

@@ -147,7 +147,7 @@ class Replica:
         self._sequencer = Sequencer(ctx)
         self._learner = Learner(ctx)
         self._executor = Executor(ctx)
-        self._leader = Leader(ctx, self._sequencer)
+        self._leader = Leader(ctx, self._sequencer, self._learner)
         self._acceptor = Acceptor(ctx, self._learner, self._sequencer)
         self._election = Election(ctx, self._sequencer, self._learner, self._leader)
         self._recovery = Recovery(ctx, self._leader.on_retaken)
@@ -307,8 +307,17 @@ class Replica:
             self._start_retake()
 
     def _lagging(self) -> bool:
-        behind = self._catchup.commit_hint - self._executor.exec_slot
-        return behind > self.config.lead_lag_slots_max
+        """Too far behind to propose: the others may run a new command and compact past it
+        before this replica executes it, and then no result reaches its client. After a
+        restart, how far behind is unknown until the sequencer's first heartbeat; after a
+        snapshot from a peer (the others compact quickly), it first executes up to the
+        committed prefix it knew then."""
+        catchup, executed = self._catchup, self._executor.exec_slot
+        if not catchup.commit_hint_heard and not self._ctx.is_sequencer:
+            return True
+        if executed < catchup.settle_upto:
+            return True
+        return catchup.commit_hint - executed > self.config.lead_lag_slots_max
 
     def _start_retake(self) -> None:
         """Another replica recovered part of this replica's space: take it back."""
@@ -333,6 +342,7 @@ class Replica:
         ctx = self._ctx
         if message.view == ctx.view and message.sender == ctx.sequencer:
             self._catchup.commit_hint = max(self._catchup.commit_hint, message.commit_prefix)
+            self._catchup.commit_hint_heard = True
             if ctx.status is Status.NORMAL:
                 self._learner.commit_prefix_of_view(message.commit_prefix)
         self._election.on_heartbeat(message)
@@ -441,6 +451,7 @@ class Replica:
         ctx.lease_until = ctx.config.lease_ticks  # it may have granted a lease before
         self._election.highest_view_seen = ctx.view
         self._learner.reset_view()
+        self._catchup.commit_hint_heard = False
         own = ctx.clog[ctx.id]
         leader.next_index = own.max_index + 1
         if ballot_owner(own.promised) == ctx.id:

@@ -8,8 +8,12 @@ slot would later carry a newer command ahead of older, answered ones).
 Allocations are batched: at each flush one O-accept goes to each destination, carrying every
 slot that destination was not yet sent (the paper's piggybacking, which the 5-replica ready
 rule needs). Thrifty: destinations are the command leaders named in the new slots plus the
-sequencer's nearest majority. The sequencer persists its own acceptance first, so an O-accept
-leaving it means the sequencer has accepted (learners count it implicitly).
+sequencer's nearest majority. O-accepts leave before the sequencer's own acceptance is on
+disk, so its sync and the acceptors' overlap (as a Raft leader's and followers' do); its vote
+reaches learners explicitly: each O-accept says how far its acceptance was durable when sent,
+and once a run is persisted an O-ack from the sequencer follows it. This is safe because a
+sequencer never proposes twice in one view: a restarted one does not resume its view
+(after a restart it awaits a new view: `Replica._rejoin`).
 
 It also sends heartbeats, holds the read lease (granted by followers in answer to heartbeats,
 counted from when each heartbeat was sent), and answers read-index requests.
@@ -21,7 +25,7 @@ from collections.abc import Callable
 
 from consensus.config import Defect
 from consensus.context import Context, Status
-from consensus.messages import NO_INDEX, Heartbeat, LeaseGrant, OAccept, ReadIndexReply
+from consensus.messages import NO_INDEX, Heartbeat, LeaseGrant, OAccept, OAck, ReadIndexReply
 from consensus.quorum import majority_floor
 from consensus.records import OAcceptRecord
 
@@ -29,7 +33,7 @@ from consensus.records import OAcceptRecord
 class Sequencer:
     __slots__ = ("_ctx", "_flushed_upto", "_grants", "_lease_round", "_next_heartbeat",
                  "_progress_tick", "_progress_upto", "_round_sent_at", "_waiting", "counts",
-                 "next_slot", "on_deposed", "sent_upto")
+                 "durable_upto", "next_slot", "on_deposed", "sent_upto")
 
     def __init__(self, ctx: Context) -> None:
         self._ctx = ctx
@@ -37,6 +41,7 @@ class Sequencer:
         self.counts = [0] * ctx.replica_count
         self.sent_upto = [0] * ctx.replica_count
         self._flushed_upto = 0
+        self.durable_upto = 0  # own acceptances in this view are on disk below this slot
         self._lease_round = 0
         self._round_sent_at: dict[int, int] = {}
         self._grants = [-1] * ctx.replica_count
@@ -51,7 +56,7 @@ class Sequencer:
         `accepted` holds, per replica, the highest C-index the voters accepted; those
         C-instances are ordered at once, and so are requests that came while establishing."""
         ctx = self._ctx
-        self.next_slot = self._flushed_upto = self._progress_upto = end
+        self.next_slot = self._flushed_upto = self._progress_upto = self.durable_upto = end
         self.counts = [ctx.olog.count(replica, end) for replica in range(ctx.replica_count)]
         self.sent_upto = [end] * ctx.replica_count
         self._grants = [-1] * ctx.replica_count
@@ -101,12 +106,19 @@ class Sequencer:
         values = tuple(ctx.olog.slots[slot].value for slot in range(start, end))
         ctx.persist(OAcceptRecord(ctx.view, start, values))
         self._flushed_upto = end
-        ctx.send(ctx.id, OAccept(ctx.id, ctx.view, start, values), after_persist=True)
+        ctx.send(ctx.id, OAccept(ctx.id, ctx.view, start, values, self.durable_upto),
+                 after_persist=True)
         destinations = set(ctx.nearest_peers(ctx.config.faults_tolerated))
         destinations.update(value for value in values if value >= 0)
         destinations.discard(ctx.id)
+        vote = OAck(ctx.id, ctx.view, start, end)
         for peer in sorted(destinations):
             self._send_run(peer)
+            ctx.send(peer, vote, after_persist=True)
+
+    def on_durable(self, end: int) -> None:
+        """Own acceptances below `end` are on disk (runs are persisted in order)."""
+        self.durable_upto = max(self.durable_upto, end)
 
     def _send_run(self, peer: int) -> None:
         ctx = self._ctx
@@ -115,7 +127,7 @@ class Sequencer:
         if start >= end:
             return
         values = tuple(ctx.olog.slots[slot].value for slot in range(start, end))
-        ctx.send(peer, OAccept(ctx.id, ctx.view, start, values), after_persist=True)
+        ctx.send(peer, OAccept(ctx.id, ctx.view, start, values, self.durable_upto))
         self.sent_upto[peer] = end
 
     def on_ack_gap(self, peer: int, accepted_upto: int) -> None:

@@ -115,8 +115,9 @@ def test_garbage_frames_are_refused_not_crashed_on(data: bytes) -> None:
         ([10, 0, 0, 1, 0, 1, [0, 1]], "whole number of commands"),
         ([10, 0, 0, 1, 0, 1, [0, 1, "text"]], "origin, int tag, bytes payload"),
         ([10, 0, 0, 1, 0, 1, [-1, 1, b"x"]], "out of range"),
-        ([20, 0, 0, 0, [0, "one"]], "OAccept.values"),
-        ([20, 0, 0, 0, [0, -2]], "OAccept.values"),
+        ([20, 0, 0, 0, [0, "one"], 0], "OAccept.values"),
+        ([20, 0, 0, 0, [0, -2], 0], "OAccept.values"),
+            ([20, 0, 0, 0, [0], -1], "OAccept.durable_end"),
     ],
 )
 def test_malformed_messages_name_what_is_wrong(raw: list[Any], reason: str) -> None:
@@ -135,7 +136,7 @@ def test_oversized_frames_are_refused_before_decoding() -> None:
         (CAccept(7, 0, 1, 0, 1, ()), "sender"),
         (CAccept(0, 0, 9, 0, 1, ()), "space"),
         (CAccept(0, 0, 1, 0, 1, (Command(8, 1, b""),)), "origin"),
-        (OAccept(0, 0, 0, (1, 6)), "values"),
+        (OAccept(0, 0, 0, (1, 6), 0), "values"),
         (Vote(0, 1, 0, 0, (), (0, 0)), "c_max_index"),
     ],
 )

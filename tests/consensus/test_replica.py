@@ -15,6 +15,7 @@ from consensus.messages import (
     Command,
     CRequest,
     OAccept,
+    OAck,
     SnapshotChunk,
     SnapshotMeta,
 )
@@ -57,6 +58,42 @@ def test_a_leader_counts_itself_only_once_persisted() -> None:
     assert leader.inspect.committed_c(1, 0) is not None
 
 
+def test_the_sequencer_sends_its_o_accept_before_its_sync_and_its_vote_after() -> None:
+    """The sequencer's sync overlaps the acceptors': its O-accept leaves at once, vouching
+    for nothing of this run, and its O-ack follows once the run is on disk."""
+    sequencer = Replica(ReplicaConfig(replica_id=0, replica_count=3), Prng(0))
+    sequencer.step(CRequest(1, 0, 1, 0))
+    ready = sequencer.ready()
+    assert ready.must_sync
+    early = {peer: message for peer, message in ready.messages if isinstance(message, OAccept)}
+    assert early and all(message.durable_end == 0 for message in early.values())
+    votes = {peer: message for peer, message in ready.messages_after_persist
+             if isinstance(message, OAck)}
+    assert votes == {peer: OAck(0, 0, 0, 1) for peer in early}
+    assert not any(isinstance(message, OAccept) for _, message in ready.messages_after_persist)
+
+
+def test_an_acceptor_counts_the_sequencers_vote_only_once_vouched_for() -> None:
+    """With 3 replicas the sequencer's vote and one acceptor's commit a slot, but only once
+    the sequencer said its acceptance is durable (in an O-ack, or a later O-accept)."""
+    for vouch in (OAck(0, 0, 0, 1), OAccept(0, 0, 1, (2,), 1)):
+        acceptor = Replica(ReplicaConfig(replica_id=2, replica_count=3), Prng(2))
+        acceptor.step(OAccept(0, 0, 0, (1,), 0))
+        acceptor.ready()
+        acceptor.advance()  # its own acceptance is durable
+        acceptor.ready()
+        assert acceptor.inspect.committed_o(0) is None
+        acceptor.step(vouch)
+        acceptor.ready()
+        assert acceptor.inspect.committed_o(0) == 1
+    resent = Replica(ReplicaConfig(replica_id=2, replica_count=3), Prng(2))
+    resent.step(OAccept(0, 0, 0, (1,), 1))  # a resend: the sequencer's sync was done
+    resent.ready()
+    resent.advance()
+    resent.ready()
+    assert resent.inspect.committed_o(0) == 1
+
+
 def test_the_dedup_guard_gives_one_slot_per_instance() -> None:
     """Fig. 5 l.13: duplicated triggers must not add O-instances."""
     state = harness("cluster 3", "propose 1 a", "process 1", "duplicate", "duplicate",
@@ -80,14 +117,15 @@ def test_o_accepts_from_an_older_view_are_dropped() -> None:
     state = harness("cluster 3", "partition 0 | 1 2", "run n=200")
     replica = state.node(1)
     assert replica.inspect.view > 0
-    replica.step(OAccept(0, 0, 0, (0,)))
+    replica.step(OAccept(0, 0, 0, (0,), 1))
     assert counter(state, 1, "dropped.o_accept_view") >= 1
     assert replica.inspect.o_value(0) is None
 
 
 def test_five_replicas_ready_on_the_sequencers_o_accept() -> None:
     """§2.2: with 5 replicas a non-sequencer leader is ready with its C-instance committed
-    and the O-prefix accepted by itself and the sequencer, no third O-acceptance."""
+    and the O-prefix accepted by itself and the sequencer (the sequencer's O-ack vouching for
+    its acceptance), no third O-acceptance."""
     state = harness("cluster 5", "propose 2 x", "process 2", "deliver", "process",
                     "drop 0->3 0->4 0->1", "deliver", "process")
     assert "2 ready C(2,0)" in state.output
@@ -103,10 +141,27 @@ def test_the_prefix_condition_holds_back_a_leader_with_a_gap() -> None:
         leader.advance()
         for peer in (3, 4):
             leader.step(CAck(peer, 0, 2, 0, 2))
-        leader.step(OAccept(0, 0, 1, (2,)))  # slot 1, with slot 0 never seen
+        leader.step(OAccept(0, 0, 1, (2,), 2))  # slot 1, with slot 0 never seen here
         leader.ready()
         leader.advance()
         assert bool(leader.ready().readied) is ready
+
+
+def test_five_replicas_wait_for_the_sequencer_to_vouch_for_its_acceptance() -> None:
+    """The 5-replica rule counts the sequencer's acceptance, which its O-accept (sent before
+    its sync) does not prove: the leader waits for the sequencer's O-ack."""
+    leader = Replica(ReplicaConfig(replica_id=2, replica_count=5), Prng(2))
+    leader.propose(b"x")
+    leader.ready()
+    leader.advance()
+    for peer in (3, 4):
+        leader.step(CAck(peer, 0, 2, 0, 2))
+    leader.step(OAccept(0, 0, 0, (2,), 0))
+    leader.ready()
+    leader.advance()
+    assert leader.ready().readied == []
+    leader.step(OAck(0, 0, 0, 1))
+    assert len(leader.ready().readied) == 1
 
 
 def test_reads_wait_for_a_lease() -> None:
@@ -135,7 +190,7 @@ def test_a_restarted_replica_keeps_its_promises() -> None:
     restarted = state.node(2)
     assert restarted.inspect.view > 0
     assert restarted.inspect.committed_c(1, 0) is not None
-    restarted.step(OAccept(0, 0, 1, (0,)))
+    restarted.step(OAccept(0, 0, 1, (0,), 2))
     assert counter(state, 2, "dropped.o_accept_view") == 1
 
 
@@ -191,7 +246,7 @@ def test_a_command_whose_index_was_recovered_with_a_noop_is_not_ready() -> None:
     leader.propose(b"a")
     leader.ready()
     leader.advance()
-    leader.step(OAccept(0, 0, 0, (1,)))  # ordered at slot 0
+    leader.step(OAccept(0, 0, 0, (1,), 1))  # ordered at slot 0, the sequencer's vote durable
     leader.ready()
     leader.advance()
     leader.step(CCommit(2, 0, 1, 0, 18, ()))  # replica 2 recovered index 0 as a no-op
