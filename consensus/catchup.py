@@ -60,7 +60,7 @@ class CatchUp:
         "_received_at",
         "_receiving",
         "commit_hint",
-        "commit_hint_heard",
+        "commit_hint_view",
         "on_install",
         "settle_upto",
         "snapshot",
@@ -73,15 +73,28 @@ class CatchUp:
         self._asked_at = 0
         self._next_peer = 0
         self.commit_hint = 0  # the sequencer's commit prefix, from its heartbeats
-        # False from a restart until the sequencer's next heartbeat: how far behind is unknown
-        self.commit_hint_heard = True
-        # Behind enough to need a peer's snapshot: settle up to the prefix then known first
+        # The view whose sequencer sent the hint; after a restart or a view change (another
+        # view: -1 after a restart), how far behind this replica is stays unknown until the
+        # sequencer's next heartbeat
+        self.commit_hint_view = 0
+        # Behind after a restart, a view change, or enough to need a peer's snapshot:
+        # execute up to here before proposing
         self.settle_upto = 0
         self.snapshot: SnapshotRecord | None = None  # the latest, served to laggards
         self._receiving: _Transfer | None = None
         self._received = bytearray()
         self._received_at = 0
         self.on_install: Callable[[], None] = lambda: None
+
+    def on_commit_hint(self, prefix: int) -> None:
+        """The heartbeat of this view's sequencer says slots below `prefix` are committed."""
+        if self.commit_hint_view != self._ctx.view:  # its first word: settle up to it
+            self.commit_hint_view = self._ctx.view
+            self.settle_upto = max(self.settle_upto, prefix)
+        self.commit_hint = max(self.commit_hint, prefix)
+
+    def knows_how_far_behind(self) -> bool:
+        return self.commit_hint_view == self._ctx.view
 
     def behind(self) -> bool:
         executor = self._executor

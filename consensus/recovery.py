@@ -10,7 +10,10 @@ it; it then learns which of its commands lost their index and proposes them agai
 
 A round that meets a higher ballot gives up (another recoverer, or the owner, is at work); a
 round that meets an acceptor which truncated past `k` gives up too: this replica is behind and
-must catch up from a snapshot instead.
+must catch up from a snapshot instead. After giving up, a replica waits a random backoff
+(drawn from a window that doubles with each failure in a row) before it tries that space
+again: recoverers that retried at once preempted each other forever (a simulated 5-replica
+cluster stalled for seconds with four recoverers and the owner dueling over one index).
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from consensus.command_log import next_ballot
 from consensus.context import Context
 from consensus.messages import NOOP, Batch, CAccept, CAck, CCommit, CNack, CPrepare, CPromise
 from consensus.records import CCommitRecord
+
+_BACKOFF_DOUBLINGS_MAX = 4  # the backoff window grows to recovery_ticks * 4 at most
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,17 +56,25 @@ class Round:
 
 
 class Recovery:
-    __slots__ = ("_ctx", "_highest_seen", "_on_retaken", "rounds")
+    __slots__ = ("_ctx", "_failures", "_highest_seen", "_not_before", "_on_retaken",
+                 "_owner_retry_from", "rounds")
 
     def __init__(self, ctx: Context, on_retaken: Callable[[Retaken], None]) -> None:
         self._ctx = ctx
         self._on_retaken = on_retaken
         self._highest_seen = [0] * ctx.replica_count
+        self._failures = [0] * ctx.replica_count  # rounds given up in a row, per space
+        self._not_before = [0] * ctx.replica_count  # backoff: no round before this tick
+        self._owner_retry_from: int | None = None  # the owner's retake, waiting its backoff
         self.rounds: dict[int, Round] = {}
 
     def start(self, space: int, from_index: int) -> None:
         ctx = self._ctx
         if space in self.rounds:
+            return
+        if ctx.now < self._not_before[space]:
+            if space == ctx.id:  # the owner must retake its space: once the backoff ends
+                self._owner_retry_from = from_index
             return
         base = max(ctx.clog[space].promised, self._highest_seen[space])
         ballot = next_ballot(base, ctx.id)
@@ -149,6 +162,7 @@ class Recovery:
         if round_.acks:
             return
         del self.rounds[round_.space]
+        self._failures[round_.space] = 0
         self._ctx.count("recovery.finished")
         if round_.owner:
             self._on_retaken(Retaken(round_.ballot, round_.chosen, round_.top,
@@ -167,11 +181,18 @@ class Recovery:
         return True
 
     def _give_up(self, round_: Round, reason: str) -> None:
-        self.rounds.pop(round_.space, None)
-        self._ctx.count(reason)
+        ctx, space = self._ctx, round_.space
+        self.rounds.pop(space, None)
+        ctx.count(reason)
+        self._failures[space] = min(self._failures[space] + 1, _BACKOFF_DOUBLINGS_MAX)
+        window_ticks = max(1, ctx.config.recovery_ticks // 4) << self._failures[space]
+        self._not_before[space] = ctx.now + 1 + ctx.prng.below(window_ticks)
 
     def on_tick(self) -> None:
         ctx = self._ctx
+        if self._owner_retry_from is not None and ctx.now >= self._not_before[ctx.id]:
+            from_index, self._owner_retry_from = self._owner_retry_from, None
+            self.start(ctx.id, from_index)
         for space in sorted(self.rounds):
             round_ = self.rounds[space]
             if ctx.now - round_.started >= ctx.config.recovery_ticks:

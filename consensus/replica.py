@@ -309,11 +309,11 @@ class Replica:
     def _lagging(self) -> bool:
         """Too far behind to propose: the others may run a new command and compact past it
         before this replica executes it, and then no result reaches its client. After a
-        restart, how far behind is unknown until the sequencer's first heartbeat; after a
-        snapshot from a peer (the others compact quickly), it first executes up to the
-        committed prefix it knew then."""
+        restart or a view change it waits for the first heartbeat of the view's sequencer and
+        executes up to the committed prefix that names; after a peer's snapshot, up to the
+        prefix known then."""
         catchup, executed = self._catchup, self._executor.exec_slot
-        if not catchup.commit_hint_heard and not self._ctx.is_sequencer:
+        if not catchup.knows_how_far_behind() and not self._ctx.is_sequencer:
             return True
         if executed < catchup.settle_upto:
             return True
@@ -341,8 +341,7 @@ class Replica:
     def _on_heartbeat(self, message: Heartbeat) -> None:
         ctx = self._ctx
         if message.view == ctx.view and message.sender == ctx.sequencer:
-            self._catchup.commit_hint = max(self._catchup.commit_hint, message.commit_prefix)
-            self._catchup.commit_hint_heard = True
+            self._catchup.on_commit_hint(message.commit_prefix)
             if ctx.status is Status.NORMAL:
                 self._learner.commit_prefix_of_view(message.commit_prefix)
         self._election.on_heartbeat(message)
@@ -451,7 +450,7 @@ class Replica:
         ctx.lease_until = ctx.config.lease_ticks  # it may have granted a lease before
         self._election.highest_view_seen = ctx.view
         self._learner.reset_view()
-        self._catchup.commit_hint_heard = False
+        self._catchup.commit_hint_view = -1
         own = ctx.clog[ctx.id]
         leader.next_index = own.max_index + 1
         if ballot_owner(own.promised) == ctx.id:
