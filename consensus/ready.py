@@ -13,9 +13,12 @@ The driver (the runtime, the simulator, a golden script) drains `replica.ready()
    and fails those in `reads_refused`;
 6. may call `replica.compact(snapshot, executed_slots)` when `replica.may_compact` says the
    state machine holds exactly what the core executed (not after `advance`, which may
-   execute more);
+   execute more), once step 1 is done;
 7. calls `replica.advance()`: the core then counts its own persisted acceptances (messages it
    addressed to itself after persisting) and may have more work.
+
+Steps 3 to 5 do not wait for steps 1 and 2: what executes is chosen by a majority already,
+and a read's index is the sequencer's, so a driver may answer its clients first.
 
 `readied` lists the tags of this replica's commands that became ready in the paper's sense
 (their global position is fixed): the latency the paper measures; `readied_instances` the

@@ -265,6 +265,8 @@ class Replica:
             return True
         if self._leader.pending_count() and ctx.status is Status.NORMAL:
             return True
+        if self._sequencer.has_unflushed():
+            return True
         return self._executor.runnable() or self._reads.has_servable()
 
     def advance(self) -> None:

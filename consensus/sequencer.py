@@ -97,6 +97,10 @@ class Sequencer:
         self._ctx.olog.accept(slot, space, self._ctx.view)
         self._ctx.count("sequencer.allocated")
 
+    def has_unflushed(self) -> bool:
+        """Allocations wait for `flush` (a C-request allocates without queueing anything)."""
+        return self.next_slot > self._flushed_upto and self._ctx.is_sequencer
+
     def flush(self) -> None:
         """Persist this step's allocations and send the O-accepts they need."""
         ctx = self._ctx

@@ -297,6 +297,9 @@ class Driver:
     # --- one Ready ----------------------------------------------------------------------------
 
     async def _handle(self, ready: Ready) -> None:
+        # Executed commands and reads are chosen whatever this replica persists, so their
+        # results leave first: the client's answer is then not queued behind the peers'.
+        self._install_and_apply(ready)
         self._send_messages(ready.messages)
         if ready.records:
             started = self._clock()
@@ -306,20 +309,23 @@ class Driver:
                 # store, and it waits here, so the store is never used by two threads at once.
                 await anyio.to_thread.run_sync(self._persist, ready.records, ready.must_sync)
             else:
-                await anyio.lowlevel.checkpoint()  # let the transport write what may leave
+                if ready.must_sync:  # let the transport write what may leave before the sync
+                    await anyio.lowlevel.checkpoint()  # (a write alone is quick: no yield)
                 self._persist(ready.records, ready.must_sync)
             self.metrics.observe("storage_persist_seconds", self._clock() - started)
             self.metrics.count("storage.records", len(ready.records))
             if ready.must_sync:
                 self.metrics.count("storage.syncs")
         self._send_messages(ready.messages_after_persist)
+        self._maybe_compact()  # before advance, which may execute what is not applied yet
+        self.replica.advance()
+
+    def _install_and_apply(self, ready: Ready) -> None:
         if ready.snapshot_to_install is not None:
             self._machine.restore(ready.snapshot_to_install.state)
             self._last_snapshot = ready.snapshot_to_install.meta.slot
             self.metrics.count("driver.snapshots_installed")
         self._apply(ready)
-        self._maybe_compact()  # before advance, which may execute what is not applied yet
-        self.replica.advance()
 
     def _persist(self, records: list[Record], must_sync: bool) -> None:
         self._store.append(records)

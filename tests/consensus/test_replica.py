@@ -73,6 +73,18 @@ def test_the_sequencer_sends_its_o_accept_before_its_sync_and_its_vote_after() -
     assert not any(isinstance(message, OAccept) for _, message in ready.messages_after_persist)
 
 
+def test_a_c_request_alone_makes_the_sequencer_ready() -> None:
+    """Drivers poll `has_ready` after each input: an allocation made for a C-request (which
+    queues nothing by itself) must count, or its O-accept waits for some unrelated input
+    (the runtime lost about 1.5 ms per command that way)."""
+    sequencer = Replica(ReplicaConfig(replica_id=0, replica_count=3), Prng(0))
+    assert not sequencer.has_ready()
+    sequencer.step(CRequest(1, 0, 1, 0))
+    assert sequencer.has_ready()
+    assert any(isinstance(message, OAccept) for _, message in sequencer.ready().messages)
+    assert not sequencer.has_ready()
+
+
 def test_an_acceptor_counts_the_sequencers_vote_only_once_vouched_for() -> None:
     """With 3 replicas the sequencer's vote and one acceptor's commit a slot, but only once
     the sequencer said its acceptance is durable (in an O-ack, or a later O-accept)."""
