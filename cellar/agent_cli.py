@@ -20,11 +20,16 @@ import anyio
 from agent.config import AgentConfig, AgentConfigError, load_agent_config
 from agent.daemon import Agent
 from agent.gpu import GpuBackend
-from cellar.daemon_process import EXIT_CONFIG, loop_options, serve_until_signalled
+from cellar.daemon_process import (
+    EXIT_CONFIG,
+    add_logging_arguments,
+    loop_options,
+    serve_until_signalled,
+    start_logging,
+)
 from consensus.runtime.certs import identity_in_file
 from consensus.runtime.client import CellarClient, ClientConfig
 from consensus.runtime.connect import connector
-from consensus.runtime.logs import configure_logging
 from consensus.runtime.tls import IdentityRefused, IdentityRole, TlsConfig
 from statemachine.store import GpuStore
 
@@ -35,15 +40,12 @@ CLIENT = ClientConfig(attempt_timeout_s=2.0, deadline_s=10.0, sessions=16)
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=pathlib.Path, required=True,
                         help="the agent's TOML configuration")
-    parser.add_argument("--log-level", default="info",
-                        choices=("debug", "info", "warning", "error"))
-    parser.add_argument("--plain-logs", action="store_true",
-                        help="human-readable log lines instead of JSON")
+    add_logging_arguments(parser)
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    configure_logging(args.log_level, json_lines=not args.plain_logs)
+    start_logging(args)
     try:
         config = load_agent_config(args.config)
         tls = tls_for(config)

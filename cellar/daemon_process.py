@@ -1,8 +1,10 @@
-"""What the long-running commands (`cellar replica`, `cellar agent`) share: the event loop a
-configuration asks for, and running a service until SIGTERM or SIGINT stops it cleanly."""
+"""What the long-running commands (`cellar replica`, `cellar agent`) share: their logging
+options, the event loop a configuration asks for, and running a service until SIGTERM or SIGINT
+stops it cleanly."""
 
 from __future__ import annotations
 
+import argparse
 import logging
 import signal
 from collections.abc import Awaitable, Callable
@@ -11,9 +13,23 @@ from typing import Any
 import anyio
 from anyio.abc import TaskStatus
 
+from consensus.runtime.logs import configure_logging
+
 EXIT_CONFIG = 78  # EX_CONFIG: a bad configuration file
 logger = logging.getLogger("cellar")
 Service = Callable[..., Awaitable[None]]  # async def run(*, task_status) -> None
+
+
+def add_logging_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--log-level", default="info",
+                        choices=("debug", "info", "warning", "error"))
+    parser.add_argument("--plain-logs", action="store_true",
+                        help="human-readable log lines instead of JSON")
+
+
+def start_logging(args: argparse.Namespace) -> None:
+    """Logging as `add_logging_arguments`'s options ask: JSON lines unless --plain-logs."""
+    configure_logging(args.log_level, json_lines=not args.plain_logs)
 
 
 def loop_options(loop: str) -> tuple[str, dict[str, Any]]:

@@ -16,9 +16,14 @@ import sys
 
 import anyio
 
-from cellar.daemon_process import EXIT_CONFIG, loop_options, serve_until_signalled
+from cellar.daemon_process import (
+    EXIT_CONFIG,
+    add_logging_arguments,
+    loop_options,
+    serve_until_signalled,
+    start_logging,
+)
 from cellar.kv.machine import KvMachine
-from consensus.runtime.logs import configure_logging
 from consensus.runtime.node import ReplicaNode
 from consensus.runtime.node_config import NodeConfigError, load_node_config
 from consensus.runtime.storage import DurableLog
@@ -37,10 +42,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="the replica's TOML configuration")
     parser.add_argument("--init", action="store_true",
                         help="create the data directory if it does not exist yet")
-    parser.add_argument("--log-level", default="info",
-                        choices=("debug", "info", "warning", "error"))
-    parser.add_argument("--plain-logs", action="store_true",
-                        help="human-readable log lines instead of JSON")
+    add_logging_arguments(parser)
     parser.set_defaults(handler=run)
 
 
@@ -59,7 +61,7 @@ def quiet_garbage_collector() -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    configure_logging(args.log_level, json_lines=not args.plain_logs)
+    start_logging(args)
     try:
         config = load_node_config(args.config)
     except NodeConfigError as error:

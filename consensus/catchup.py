@@ -93,6 +93,11 @@ class CatchUp:
             self.settle_upto = max(self.settle_upto, prefix)
         self.commit_hint = max(self.commit_hint, prefix)
 
+    def on_restart(self) -> None:
+        """Restored from disk: how far behind this replica is stays unknown until the
+        sequencer's next heartbeat."""
+        self.commit_hint_view = -1
+
     def knows_how_far_behind(self) -> bool:
         return self.commit_hint_view == self._ctx.view
 

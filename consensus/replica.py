@@ -452,7 +452,7 @@ class Replica:
         ctx.lease_until = ctx.config.lease_ticks  # it may have granted a lease before
         self._election.highest_view_seen = ctx.view
         self._learner.reset_view()
-        self._catchup.commit_hint_view = -1
+        self._catchup.on_restart()
         own = ctx.clog[ctx.id]
         leader.next_index = own.max_index + 1
         if ballot_owner(own.promised) == ctx.id:

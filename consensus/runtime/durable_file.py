@@ -19,18 +19,28 @@ TEMPORARY_SUFFIX = ".new"
 
 def replace_file(path: pathlib.Path, data: bytes) -> None:
     temporary = path.with_name(path.name + TEMPORARY_SUFFIX)
+    write_file_durably(temporary, data)
     try:
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-        try:
-            write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
         os.replace(temporary, path)
     except OSError:
         temporary.unlink(missing_ok=True)
         raise
     fsync_directory(path.parent)
+
+
+def write_file_durably(path: pathlib.Path, data: bytes, mode: int = 0o600) -> None:
+    """Create (or empty) `path`, write `data` and fsync it; on failure the file is removed
+    (the space given back), so only the rename that follows can publish it."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
+        try:
+            write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:
+        path.unlink(missing_ok=True)
+        raise
 
 
 def append_durably(path: pathlib.Path, data: bytes) -> None:

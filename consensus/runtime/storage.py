@@ -54,7 +54,7 @@ from consensus.codec import decode_record, encode_record
 from consensus.errors import InvalidMessage
 from consensus.record_log import compact_records
 from consensus.records import CPromiseRecord, EpochRecord, Record, SnapshotRecord, ViewRecord
-from consensus.runtime.durable_file import fsync_directory, write_all
+from consensus.runtime.durable_file import fsync_directory, write_all, write_file_durably
 from consensus.runtime.storage_errors import (
     DataDirectoryMissing,
     LogCorrupt,
@@ -314,14 +314,8 @@ def _replace_file(directory: pathlib.Path, path: pathlib.Path, data: bytes) -> N
     fsync it, rename it over `path`, fsync the directory."""
     temporary = directory / COMPACTING_NAME
     try:
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-        try:
-            write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        write_file_durably(temporary, data, 0o644)  # on failure the old file is whole
     except OSError as error:
-        temporary.unlink(missing_ok=True)  # give the space back; the old file is whole
         raise StorageFailed(temporary, "writing the new log", error) from error
     try:
         os.replace(temporary, path)
