@@ -39,6 +39,7 @@ from consensus.runtime.client_codec import (
     decode_status,
     encode_request,
 )
+from consensus.runtime.deadlines import Deadlines, Waiter
 from consensus.runtime.outbox import Outbox
 from consensus.runtime.streams import FrameStream
 
@@ -81,12 +82,14 @@ class ClientConfig:
 
 
 class _Connection:
-    """One connection to one replica: requests multiplexed by id, a reader task dispatching."""
+    """One connection to one replica: requests multiplexed by id, a reader task dispatching,
+    one task expiring the requests that wait too long."""
 
     def __init__(self, endpoint: str, stream: FrameStream) -> None:
         self.endpoint = endpoint
         self._stream = stream
-        self._waiting: dict[int, tuple[anyio.Event, list[Response]]] = {}
+        self._waiting: dict[int, Waiter[Response]] = {}
+        self.deadlines: Deadlines[Response] = Deadlines()  # made in the event loop
         self._ids = 0
         self.outbox = Outbox(stream)  # requests of every caller, many per write
         self.broken = False
@@ -95,10 +98,9 @@ class _Connection:
         try:
             while True:
                 response = decode_response(await self._stream.receive())
-                waiting = self._waiting.pop(response.request_id, None)
-                if waiting is not None:
-                    waiting[1].append(response)
-                    waiting[0].set()
+                waiter = self._waiting.pop(response.request_id, None)
+                if waiter is not None:
+                    waiter.finish(response)
         except _BROKEN:
             pass
         finally:
@@ -107,26 +109,29 @@ class _Connection:
     def _break(self) -> None:
         """The connection is unusable: wake every waiting caller (they find no response)."""
         self.broken = True
-        for event, _ in self._waiting.values():
-            event.set()
+        for waiter in self._waiting.values():
+            waiter.finish(None)
         self._waiting.clear()
+        self.deadlines.close()
 
-    async def request(self, build: Callable[[int], Request], timeout_s: float) -> Response:
+    async def request(self, build: Callable[[int], Request], deadline: float) -> Response:
+        """The response to `build(request id)`; TimeoutError once `deadline` (anyio's clock)
+        passes, a broken-resource error once the connection breaks."""
         if self.broken:
             raise anyio.BrokenResourceError
         self._ids += 1
-        request_id, event = self._ids, anyio.Event()
-        box: list[Response] = []
-        self._waiting[request_id] = (event, box)
-        self.outbox.put(encode_request(build(request_id)))
-        with anyio.move_on_after(timeout_s):
-            await event.wait()
-        self._waiting.pop(request_id, None)
-        if not box:
+        request_id, waiter = self._ids, self.deadlines.waiter(deadline)
+        self._waiting[request_id] = waiter
+        try:
+            self.outbox.put(encode_request(build(request_id)))
+            response = await waiter.wait()
+        finally:
+            self._waiting.pop(request_id, None)
+        if response is None:
             if self.broken:
                 raise anyio.BrokenResourceError
             raise TimeoutError
-        return box[0]
+        return response
 
     async def write_requests(self) -> None:
         try:
@@ -185,6 +190,7 @@ class CellarClient:
             self._connections[endpoint] = connection
             self._tasks.start_soon(connection.read_responses)
             self._tasks.start_soon(connection.write_requests)
+            self._tasks.start_soon(connection.deadlines.run)
         return connection
 
     def _rotation(self) -> list[str]:
@@ -248,21 +254,22 @@ class CellarClient:
                        deadline: float) -> Response | None:
         """One try at one replica, within `deadline` (anyio's clock); None when the request
         went out but no reply came back; raises _NotSent when it could not even be sent.
-        One cancel scope per try: deadlines are passed down rather than nested."""
-        remaining_s = deadline - anyio.current_time()
-        if remaining_s <= 0:
+        No cancel scope per try: the deadline is passed down to the connection's timer."""
+        now = anyio.current_time()
+        if now >= deadline:
             raise _Expired
         try:
             connection = self._connections.get(endpoint)
             if connection is None or connection.broken:
-                with anyio.fail_after(remaining_s):
+                with anyio.fail_after(deadline - now):
                     connection = await self._connection(endpoint)
+                now = anyio.current_time()
         except (*_BROKEN, TimeoutError) as error:
             self._preferred += 1
             raise _NotSent from error
         try:
             response = await connection.request(
-                build, min(self.config.attempt_timeout_s + 1.0, remaining_s))
+                build, min(now + self.config.attempt_timeout_s + 1.0, deadline))
         except (*_BROKEN, TimeoutError):
             self._preferred += 1
             return None

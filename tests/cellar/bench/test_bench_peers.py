@@ -114,7 +114,18 @@ def test_slow_calls_count_as_timeouts() -> None:
                                timeout_s=0.02)
 
     phase = anyio.run(slow_phase)
-    assert phase.ops == 0 and phase.errors == 0 and phase.timeouts >= 2 and phase.all_failed
+    assert phase.ops == 0 and phase.errors == 0 and phase.timeouts == 2 and phase.all_failed
+    assert phase.elapsed_s < 0.15  # cut off timeout_s after the deadline, not after 0.2 s
+
+
+def test_calls_that_end_late_count_as_timeouts_not_latencies() -> None:
+    async def late_phase() -> PhaseResult:
+        return await run_phase([FakeClient({}, delay_s=0.03)], 1, 0.1, put_operation(b"v"),
+                               timeout_s=0.01)
+
+    phase = anyio.run(late_phase)
+    assert phase.ops == 0 and phase.errors == 0 and phase.timeouts >= 2
+    assert phase.first_error is not None and phase.first_error.startswith("TimeoutError")
 
 
 def test_a_round_on_a_fake_cluster_yields_every_figure() -> None:

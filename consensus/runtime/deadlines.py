@@ -1,0 +1,131 @@
+"""Many waiting requests, one timer: a deadline for each without a cancel scope for each.
+
+A client with hundreds of requests in flight on one connection used to wait for each answer in
+a cancel scope of its own; entering and leaving one arms and disarms a loop timer and reads the
+clock twice, and under load that was a fifth of the client's CPU (py-spy). Here a request waits
+on a `Waiter` whose deadline (anyio's clock) sits in a heap; one task sleeps until the earliest
+deadline and expires every waiter past it. A waiter finished early stays in the heap until its
+deadline comes; the heap is rebuilt from the open ones whenever it doubles, so it never holds
+more than twice the most waiters ever open at once (or COMPACT_ENTRIES_MIN).
+
+On asyncio a waiter sleeps on a bare future of the running loop: anyio's `Event` wraps an
+asyncio `Event`, whose creation and wait were another fifth of the client's CPU. On any other
+backend (trio) it sleeps on an anyio `Event`. Either wait is cancelled like any other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import math
+from typing import Generic, TypeVar
+
+import anyio
+
+T = TypeVar("T")
+COMPACT_ENTRIES_MIN = 1024  # below this many entries the heap is never rebuilt
+
+
+class Waiter(Generic[T]):
+    """One request's answer to come: `finish` with it, or the deadline expires it (None)."""
+
+    __slots__ = ("_event", "_future", "answer", "open")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop | None) -> None:
+        self._future = loop.create_future() if loop is not None else None
+        self._event = anyio.Event() if loop is None else None
+        self.answer: T | None = None
+        self.open = True
+
+    def finish(self, answer: T | None) -> None:
+        """Wake the waiter with `answer` (None: it ends without one). Later calls do nothing."""
+        if self.open:
+            self.open = False
+            self.answer = answer
+            if self._future is not None:
+                if not self._future.done():  # done: its waiter was cancelled
+                    self._future.set_result(None)
+            else:
+                assert self._event is not None
+                self._event.set()
+
+    async def wait(self) -> T | None:
+        """The answer, or None once the deadline passed or the waiter ended without one."""
+        if self._future is not None:
+            await self._future
+        else:
+            assert self._event is not None
+            await self._event.wait()
+        return self.answer
+
+
+class Deadlines(Generic[T]):
+    """Expires waiters at their deadlines; `run` is the one task that does it. Made, and
+    used, inside one event loop."""
+
+    def __init__(self) -> None:
+        self._loop = _running_asyncio_loop()
+        self._heap: list[tuple[float, int, Waiter[T]]] = []
+        self._added = 0  # a tie-breaker: waiters never compare
+        self._compact_at = COMPACT_ENTRIES_MIN  # heap entries that trigger a rebuild
+        self._armed_until = math.inf  # when `run` next wakes on its own
+        self._rearm = anyio.Event()
+        self._closed = False
+
+    def close(self) -> None:
+        """Expire every waiter now and end `run`; later waiters expire as soon as added."""
+        self._closed = True
+        self._armed_until = -math.inf
+        self.expire_due(math.inf)
+        self._rearm.set()
+
+    def waiter(self, deadline: float) -> Waiter[T]:
+        """A new waiter, expired at `deadline` (anyio.current_time's clock) unless finished
+        first."""
+        waiter: Waiter[T] = Waiter(self._loop)
+        self._add(deadline, waiter)
+        return waiter
+
+    def _add(self, deadline: float, waiter: Waiter[T]) -> None:
+        if self._closed:
+            waiter.finish(None)
+            return
+        self._added += 1
+        heapq.heappush(self._heap, (deadline, self._added, waiter))
+        if deadline < self._armed_until:
+            self._rearm.set()
+        if len(self._heap) >= self._compact_at:
+            self._compact()
+
+    def __len__(self) -> int:
+        """Heap entries, finished waiters not yet dropped included."""
+        return len(self._heap)
+
+    def _compact(self) -> None:
+        self._heap = [entry for entry in self._heap if entry[2].open]
+        heapq.heapify(self._heap)
+        self._compact_at = max(COMPACT_ENTRIES_MIN, 2 * len(self._heap))
+
+    def expire_due(self, now: float) -> None:
+        """Finish, without an answer, every waiter whose deadline is at or before `now`."""
+        heap = self._heap
+        while heap and heap[0][0] <= now:
+            heapq.heappop(heap)[2].finish(None)
+
+    async def run(self) -> None:
+        """Expire waiters as their deadlines pass, until closed (or cancelled)."""
+        while not self._closed:
+            now = anyio.current_time()
+            self.expire_due(now)
+            self._armed_until = self._heap[0][0] if self._heap else math.inf
+            self._rearm = anyio.Event()
+            with anyio.move_on_after(self._armed_until - now):
+                await self._rearm.wait()
+
+
+def _running_asyncio_loop() -> asyncio.AbstractEventLoop | None:
+    """The asyncio loop this runs in, or None under another backend (trio)."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
