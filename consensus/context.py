@@ -76,16 +76,16 @@ class Context:
         peers = self.config.peers
         if not self.config.thrifty:
             return peers
-        silent_after = self.now - self.config.election_ticks
-        fastest8 = min(self._delay8[peer] for peer in peers)
-        slow8 = 2 * fastest8 + 16  # twice the fastest, plus two ticks
-
-        def demoted(peer: int) -> bool:
-            return self.heard_at[peer] < silent_after or self._delay8[peer] > slow8
-
-        if not any(demoted(peer) for peer in peers[:count]):
+        if not any(self.is_demoted(peer) for peer in peers[:count]):
             return peers[:count]
-        return tuple(sorted(peers, key=demoted)[:count])
+        return tuple(sorted(peers, key=self.is_demoted)[:count])
+
+    def is_demoted(self, peer: int) -> bool:
+        """Silent for an election timeout, or answering far slower than the fastest peer."""
+        fastest8 = min(self._delay8[other] for other in self.config.peers)
+        slow8 = 2 * fastest8 + 16  # twice the fastest, plus two ticks
+        return (self.heard_at[peer] < self.now - self.config.election_ticks
+                or self._delay8[peer] > slow8)
 
     def send(self, to: int, message: Message, *, after_persist: bool = False) -> None:
         self.outbox.send(to, message, after_persist=after_persist)

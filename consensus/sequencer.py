@@ -7,13 +7,14 @@ slot would later carry a newer command ahead of older, answered ones).
 
 Allocations are batched: at each flush one O-accept goes to each destination, carrying every
 slot that destination was not yet sent (the paper's piggybacking, which the 5-replica ready
-rule needs). Thrifty: destinations are the command leaders named in the new slots plus the
-sequencer's nearest majority. O-accepts leave before the sequencer's own acceptance is on
-disk, so its sync and the acceptors' overlap (as a Raft leader's and followers' do); its vote
-reaches learners explicitly: each O-accept says how far its acceptance was durable when sent,
-and once a run is persisted an O-ack from the sequencer follows it. This is safe because a
-sequencer never proposes twice in one view: a restarted one does not resume its view
-(after a restart it awaits a new view: `Replica._rejoin`).
+rule needs). Thrifty: destinations are the command leaders named in the new slots, and the
+sequencer's nearest peers where those leaders alone do not make a majority with it. O-accepts
+leave before the sequencer's own acceptance is on disk, so its sync and the acceptors' overlap
+(as a Raft leader's and followers' do); its vote reaches learners explicitly: each O-accept
+says how far its acceptance was durable when sent, and once a run is persisted an O-ack from
+the sequencer follows it. This is safe because a sequencer never proposes twice in one view: a
+restarted one does not resume its view (after a restart it awaits a new view:
+`Replica._rejoin`).
 
 It also sends heartbeats, holds the read lease (granted by followers in answer to heartbeats,
 counted from when each heartbeat was sent), and answers read-index requests.
@@ -112,13 +113,27 @@ class Sequencer:
         self._flushed_upto = end
         ctx.send(ctx.id, OAccept(ctx.id, ctx.view, start, values, self.durable_upto),
                  after_persist=True)
-        destinations = set(ctx.nearest_peers(ctx.config.faults_tolerated))
-        destinations.update(value for value in values if value >= 0)
-        destinations.discard(ctx.id)
         vote = OAck(ctx.id, ctx.view, start, end)
-        for peer in sorted(destinations):
+        for peer in self._destinations(values):
             self._send_run(peer)
             ctx.send(peer, vote, after_persist=True)
+
+    def _destinations(self, values: tuple[int, ...]) -> list[int]:
+        """Thrifty: the command leaders the run names, and nearest peers until those that
+        answer make a majority with the sequencer (the paper's "at least a majority including
+        R_n"). With 3 replicas a run for one other leader goes to that leader alone."""
+        ctx = self._ctx
+        destinations = {value for value in values if value >= 0 and value != ctx.id}
+        if not ctx.config.thrifty:
+            return list(ctx.config.peers)
+        counted = sum(1 for peer in destinations if not ctx.is_demoted(peer))
+        for peer in ctx.nearest_peers(len(ctx.config.peers)):
+            if counted >= ctx.config.faults_tolerated:
+                break
+            if peer not in destinations:
+                destinations.add(peer)
+                counted += 1
+        return sorted(destinations)
 
     def on_durable(self, end: int) -> None:
         """Own acceptances below `end` are on disk (runs are persisted in order)."""

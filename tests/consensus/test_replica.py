@@ -73,6 +73,36 @@ def test_the_sequencer_sends_its_o_accept_before_its_sync_and_its_vote_after() -
     assert not any(isinstance(message, OAccept) for _, message in ready.messages_after_persist)
 
 
+def o_accepted_by(sequencer: Replica) -> set[int]:
+    return {peer for peer, message in sequencer.ready().messages if isinstance(message, OAccept)}
+
+
+def test_o_accepts_go_to_a_majority_that_includes_the_leaders_named() -> None:
+    """Thrifty (§2.5): a run goes to the leaders it names and to the nearest peers only as far
+    as a majority with the sequencer needs. With 3 replicas a run for another leader goes to
+    that leader alone; with 5, to it and the nearest other peer."""
+    for count, space, expected in ((3, 1, {1}), (3, 2, {2}), (5, 3, {1, 3}), (5, 1, {1, 2})):
+        sequencer = Replica(ReplicaConfig(replica_id=0, replica_count=count), Prng(0))
+        sequencer.step(CRequest(space, 0, space, 0))
+        assert o_accepted_by(sequencer) == expected, (count, space)
+    own = Replica(ReplicaConfig(replica_id=0, replica_count=3), Prng(0))
+    own.propose(b"a")
+    assert o_accepted_by(own) == {1}
+
+
+def test_a_run_for_a_silent_leader_also_goes_to_a_peer_that_answers() -> None:
+    """A leader silent for an election timeout does not count towards the majority (here its
+    instance comes from a recoverer)."""
+    config = ReplicaConfig(replica_id=0, replica_count=3)
+    sequencer = Replica(config, Prng(0))
+    for _ in range(config.election_ticks + 1):
+        sequencer.tick()
+        sequencer.step(CRequest(2, 0, 2, 0))  # replica 2 keeps talking; replica 1 is silent
+    sequencer.ready()
+    sequencer.step(CRequest(2, 0, 1, 0))
+    assert o_accepted_by(sequencer) == {1, 2}
+
+
 def test_a_c_request_alone_makes_the_sequencer_ready() -> None:
     """Drivers poll `has_ready` after each input: an allocation made for a C-request (which
     queues nothing by itself) must count, or its O-accept waits for some unrelated input
