@@ -41,6 +41,7 @@ from consensus.runtime.client_codec import (
 )
 from consensus.runtime.deadlines import Deadlines, Waiter
 from consensus.runtime.outbox import Outbox
+from consensus.runtime.sequencer_route import SequencerRoute
 from consensus.runtime.streams import FrameStream
 
 Connect = Callable[[str], Awaitable[FrameStream]]
@@ -79,6 +80,9 @@ class ClientConfig:
     deadline_s: float = 15.0  # the whole command, across replicas
     sessions: int = 64  # commands in flight at once
     retry_backoff_s: float = 0.05
+    # Send to the sequencer's replica when known (fewest hops on a LAN), instead of staying
+    # with one replica (`first`, or one at random): see consensus/runtime/sequencer_route.py.
+    prefer_sequencer: bool = False
 
 
 class _Connection:
@@ -161,6 +165,7 @@ class CellarClient:
         self._sessions: list[list[Any]] = [[secrets.token_hex(8), 0]
                                            for _ in range(config.sessions)]
         self._session_freed: anyio.Event | None = None  # set when a session comes back
+        self._route = SequencerRoute(self._endpoints) if config.prefer_sequencer else None
         self._stack = AsyncExitStack()
         self._tasks: TaskGroup | None = None
 
@@ -193,9 +198,33 @@ class CellarClient:
             self._tasks.start_soon(connection.deadlines.run)
         return connection
 
-    def _rotation(self) -> list[str]:
+    def _rotation(self, now: float) -> list[str]:
+        """The endpoints in the order to try them: the preferred one first."""
         first = self._preferred % len(self._endpoints)
-        return self._endpoints[first:] + self._endpoints[:first]
+        rotation = self._endpoints[first:] + self._endpoints[:first]
+        route = self._route
+        if route is not None:
+            if route.wants_a_look(now) and self._tasks is not None:
+                self._tasks.start_soon(route.look, self._ask_status, anyio.current_time)
+            if route.endpoint is not None:
+                rotation.remove(route.endpoint)
+                rotation.insert(0, route.endpoint)
+        return rotation
+
+    def _move_on(self) -> None:
+        """The endpoint tried first failed a request: start the next try elsewhere."""
+        self._preferred += 1
+        if self._route is not None:
+            self._route.forget()
+
+    async def _ask_status(self, endpoint: str) -> dict[str, Any] | None:
+        response = await self._try(endpoint, Status)
+        if response is None or response.code is not Code.OK:
+            return None
+        try:
+            return decode_status(response.payload)
+        except InvalidMessage:
+            return None
 
     # --- commands --------------------------------------------------------------------------
 
@@ -222,10 +251,11 @@ class CellarClient:
     async def _propose(self, session: str, sequence: int, body: bytes, deadline_s: float) -> bytes:
         handed_over = False
         timeout_ms = int(self.config.attempt_timeout_s * 1000)
-        deadline = anyio.current_time() + deadline_s
+        now = anyio.current_time()
+        deadline = now + deadline_s
         with contextlib.suppress(_Expired):  # _attempt raises it once the deadline passed
             while True:
-                for endpoint in self._rotation():
+                for endpoint in self._rotation(now):
                     try:
                         response = await self._attempt(endpoint, lambda request_id: Propose(
                             request_id, session, sequence, body, timeout_ms), deadline)
@@ -265,16 +295,16 @@ class CellarClient:
                     connection = await self._connection(endpoint)
                 now = anyio.current_time()
         except (*_BROKEN, TimeoutError) as error:
-            self._preferred += 1
+            self._move_on()
             raise _NotSent from error
         try:
             response = await connection.request(
                 build, min(now + self.config.attempt_timeout_s + 1.0, deadline))
         except (*_BROKEN, TimeoutError):
-            self._preferred += 1
+            self._move_on()
             return None
         if response.code in (Code.UNAVAILABLE, Code.UNKNOWN):
-            self._preferred += 1
+            self._move_on()
         return response
 
     async def _try(self, endpoint: str, build: Callable[[int], Request]) -> Response | None:
@@ -287,10 +317,11 @@ class CellarClient:
     async def read(self, query: bytes, *, deadline_s: float | None = None) -> bytes:
         """A linearizable read of `query`."""
         timeout_ms = int(self.config.attempt_timeout_s * 1000)
-        deadline = anyio.current_time() + (deadline_s or self.config.deadline_s)
+        now = anyio.current_time()
+        deadline = now + (deadline_s or self.config.deadline_s)
         with contextlib.suppress(_Expired):
             while True:
-                for endpoint in self._rotation():
+                for endpoint in self._rotation(now):
                     try:
                         response = await self._attempt(endpoint, lambda request_id: Read(
                             request_id, query, timeout_ms), deadline)
@@ -307,7 +338,7 @@ class CellarClient:
                     ) -> tuple[bytes, int]:
         """Run `query` once some replica executed past `after_slot` (or `wait_s` passed):
         returns the result and that replica's executed slot, to resume from."""
-        for endpoint in self._rotation():
+        for endpoint in self._rotation(anyio.current_time()):
             response = await self._try(endpoint, lambda request_id: Watch(
                 request_id, query, after_slot, int(wait_s * 1000)))
             if response is not None and response.code is Code.OK:

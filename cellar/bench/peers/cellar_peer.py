@@ -3,7 +3,9 @@
 The cluster is the same one `cellar dev` and `cellar bench cluster` start (mutual TLS, uvloop,
 its own data directories), with `machine = "kv"`. `synced=True` is Cellar as it ships: every
 record fdatasync'd before a replica acknowledges it. `synced=False` skips those syncs, to
-compare on equal terms with a store that does not sync its journal.
+compare on equal terms with a store that does not sync its journal. `prefer_sequencer=True`
+sends every client's commands to the sequencer's replica (fewest hops on a LAN) instead of
+spreading the clients over the replicas.
 """
 
 from __future__ import annotations
@@ -45,12 +47,14 @@ class CellarCluster:
     name: str
     replicas: int
     durability: Durability
+    prefer_sequencer: bool = False
     connections: int = 0
 
     async def connect(self) -> CellarKvClient:
         config = ClientConfig(sessions=SESSIONS_PER_CLIENT, attempt_timeout_s=2.0,
-                              deadline_s=20.0)
-        # Connections go to the replicas in turn, so every replica leads its share.
+                              deadline_s=20.0, prefer_sequencer=self.prefer_sequencer)
+        # Connections go to the replicas in turn, so every replica leads its share (unless
+        # they prefer the sequencer: then they start there once it is found).
         client = self.layout.client(IdentityRole.ADMIN, BENCH_PRINCIPAL, config,
                                     first=self.connections % self.replicas)
         self.connections += 1
@@ -65,10 +69,12 @@ class CellarCluster:
 class CellarSystem:
     replicas: int = 3
     synced: bool = True
+    prefer_sequencer: bool = False  # every client sends to the sequencer's replica
 
     @property
     def name(self) -> str:
-        return f"cellar-{self.replicas}" + ("" if self.synced else "-nosync")
+        return (f"cellar-{self.replicas}" + ("" if self.synced else "-nosync")
+                + ("-seq" if self.prefer_sequencer else ""))
 
     def prepare(self, work_dir: pathlib.Path) -> None:
         del work_dir  # nothing to install: Cellar is this package
@@ -83,11 +89,14 @@ class CellarSystem:
         except BaseException:
             processes.stop()
             raise
-        return CellarCluster(layout, processes, self.name, self.replicas, self.durability)
+        return CellarCluster(layout, processes, self.name, self.replicas, self.durability,
+                             self.prefer_sequencer)
 
     @property
     def durability(self) -> Durability:
+        routed = "; clients send to the sequencer's replica" if self.prefer_sequencer else ""
         if self.synced:
             return Durability(True, "every record fdatasync'd by each replica before it "
-                                    "acknowledges (group commit batches them)")
-        return Durability(False, "records written to the page cache, not fsynced (sync = false)")
+                                    "acknowledges (group commit batches them)" + routed)
+        return Durability(False, "records written to the page cache, not fsynced "
+                                 "(sync = false)" + routed)

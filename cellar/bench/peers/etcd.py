@@ -5,7 +5,10 @@ cluster (its client is `etcd_client`).
   with service starts kept from leaving a packaged etcd on port 2379), and needs `grpcio`.
 - `EtcdCluster` runs three members with etcd's default durability: each fdatasyncs its WAL
   before acknowledging, batching the entries that arrived since the last sync.
-- `EtcdClient` (in `etcd_client`) speaks the KV service over `grpc.aio`.
+- `EtcdClient` (in `etcd_client`) speaks the KV service over `grpc.aio`: round robin over the
+  members, as the Go client does (followers forward puts to the leader), or, for
+  `EtcdSystem(leader_only=True)` ("etcd-leader"), to the leader alone, found by asking each
+  member's Maintenance status.
 
 grpc.aio under uvloop: grpcio 1.85 works on a uvloop loop (puts, gets, channel_ready, close;
 `asyncio.Runner(loop_factory=uvloop.new_event_loop)` on 3.11), and was as fast or a little
@@ -28,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from cellar.bench.peers import etcd_wire
-from cellar.bench.peers.etcd_client import PUT, RANGE, EtcdClient, grpc_module
+from cellar.bench.peers.etcd_client import PUT, RANGE, STATUS, EtcdClient, grpc_module
 from cellar.bench.peers.kv import (
     Durability,
     PeerUnavailable,
@@ -107,6 +110,7 @@ class EtcdSystem:
     binary: pathlib.Path | None = None
     version: str | None = None
     startup_timeout_s: float = 30.0
+    leader_only: bool = False  # clients talk to the leader alone, not to every member
 
     def prepare(self, work_dir: pathlib.Path) -> None:
         grpc_module()
@@ -123,7 +127,8 @@ class EtcdSystem:
         binary = self.binary or find_etcd()
         if binary is None:
             raise PeerUnavailable("etcd is not installed (run prepare first)")
-        cluster = EtcdCluster(members=plan_members(directory.resolve()), binary=binary)
+        cluster = EtcdCluster(members=plan_members(directory.resolve()), binary=binary,
+                              name=self.name, leader_only=self.leader_only)
         cluster.launch()
         try:
             cluster.wait_for_leader(self.startup_timeout_s)
@@ -185,6 +190,7 @@ class EtcdCluster:
     durability: Durability = DURABILITY
     grace_s: float = 2.0  # a stopping leader tries to hand over leadership for ~7 s; no need
     call_timeout_s: float = 10.0
+    leader_only: bool = False
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
     _logs: list[IO[bytes]] = field(default_factory=list)
 
@@ -235,9 +241,24 @@ class EtcdCluster:
                 time.sleep(0.1)
 
     async def connect(self) -> EtcdClient:
-        client = EtcdClient([member.endpoint for member in self.members], self.call_timeout_s)
+        endpoints = [member.endpoint for member in self.members]
+        if self.leader_only:
+            endpoints = [self.leader_endpoint()]
+        client = EtcdClient(endpoints, self.call_timeout_s)
         await client.ready(self.call_timeout_s)
         return client
+
+    def leader_endpoint(self) -> str:
+        """The endpoint of the member that says it is the leader (each names the leader and
+        itself in its Maintenance status)."""
+        grpc = grpc_module()
+        for member in self.members:
+            with grpc.insecure_channel(member.endpoint) as channel:
+                status = channel.unary_unary(STATUS)(b"", timeout=self.call_timeout_s)
+            member_id, leader_id = etcd_wire.member_and_leader(status)
+            if member_id != 0 and member_id == leader_id:
+                return member.endpoint
+        raise RuntimeError("no etcd member says it is the leader")
 
     def stop(self) -> None:
         stop_processes(self.processes, self.grace_s)

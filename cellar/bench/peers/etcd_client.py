@@ -20,6 +20,7 @@ from cellar.bench.peers.kv import PeerUnavailable
 
 PUT = "/etcdserverpb.KV/Put"
 RANGE = "/etcdserverpb.KV/Range"
+STATUS = "/etcdserverpb.Maintenance/Status"
 
 
 def grpc_module(name: str = "grpc") -> Any:

@@ -1,8 +1,10 @@
 """The few etcd v3 protobuf messages the peer benchmark sends and reads, encoded by hand.
 
 The etcd client only needs `PutRequest {key=1, value=2}`, `RangeRequest {key=1}` (linearizable
-by default: `serializable` stays false, so it is left out) and the first `KeyValue.value` (field
-5) of `RangeResponse.kvs` (field 2). A dozen lines of varint and length-delimited codec do that
+by default: `serializable` stays false, so it is left out), the first `KeyValue.value` (field
+5) of `RangeResponse.kvs` (field 2), and from a `StatusResponse` (an empty `StatusRequest`
+asks for it) the member's id (`header` = 1, its `member_id` = 2) and the leader's (`leader` =
+4). A dozen lines of varint and length-delimited codec do that
 without a protobuf or etcd3 dependency, and the gRPC calls carry these raw bytes.
 """
 
@@ -20,6 +22,9 @@ _VARINT_BYTES_MAX = 10  # a 64-bit varint takes at most ten bytes
 
 RANGE_RESPONSE_KVS = 2
 KEY_VALUE_VALUE = 5
+STATUS_RESPONSE_HEADER = 1
+STATUS_RESPONSE_LEADER = 4
+RESPONSE_HEADER_MEMBER_ID = 2
 
 
 class MalformedMessage(ValueError):
@@ -122,3 +127,19 @@ def first_value(range_response: bytes) -> bytes | None:
                 raise MalformedMessage(f"KeyValue.value has wire type {found.wire_type}")
             return found.value
     return b""  # proto3 leaves an empty value out
+
+
+def member_and_leader(status_response: bytes) -> tuple[int, int]:
+    """(the answering member's id, the leader's id) from a Maintenance StatusResponse; an id
+    left out (proto3 omits zero) reads as 0, which no member has."""
+    member = leader = 0
+    for found in list(fields(status_response)):
+        if found.number == STATUS_RESPONSE_LEADER and isinstance(found.value, int):
+            leader = found.value
+        elif found.number == STATUS_RESPONSE_HEADER:
+            if not isinstance(found.value, bytes):
+                raise MalformedMessage("StatusResponse.header is not length-delimited")
+            member = next((field.value for field in list(fields(found.value))
+                           if field.number == RESPONSE_HEADER_MEMBER_ID
+                           and isinstance(field.value, int)), 0)
+    return member, leader

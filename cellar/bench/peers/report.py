@@ -74,9 +74,16 @@ class Metric:
 
 @dataclass(frozen=True, slots=True)
 class Pairing:
+    """Cellar against one peer: each side's configurations, each ratio taking each side's
+    best figure (a user would pick the better configuration for what they need)."""
+
     label: str  # the end of the ratio's name
-    cellar: str
-    peers: tuple[str, ...]  # configurations of one peer: each ratio takes its best figure
+    cellars: tuple[str, ...]
+    peers: tuple[str, ...]
+
+    @property
+    def cellar(self) -> str:
+        return " or ".join(self.cellars)
 
     @property
     def peer(self) -> str:
@@ -120,10 +127,14 @@ METRICS = (
            median_of(f"{single_name('get')}_p50_ms")),
 )
 PYSYNCOBJ_CONFIGURATIONS = ("pysyncobj", "pysyncobj-nobatch")
+# Cellar's clients spread over the replicas (as SDPaxos intends) or sent to the sequencer's.
+CELLAR_SYNCED = ("cellar-3", "cellar-3-seq")
+CELLAR_UNSYNCED = ("cellar-3-nosync", "cellar-3-nosync-seq")
+ETCD_CONFIGURATIONS = ("etcd", "etcd-leader")
 PAIRINGS = (
-    Pairing("etcd", "cellar-3", ("etcd",)),  # both sync every write
-    Pairing("pysyncobj", "cellar-3-nosync", PYSYNCOBJ_CONFIGURATIONS),  # neither syncs
-    Pairing("pysyncobj_cellar_synced", "cellar-3", PYSYNCOBJ_CONFIGURATIONS),  # as it ships
+    Pairing("etcd", CELLAR_SYNCED, ETCD_CONFIGURATIONS),  # both sync every write
+    Pairing("pysyncobj", CELLAR_UNSYNCED, PYSYNCOBJ_CONFIGURATIONS),  # neither syncs
+    Pairing("pysyncobj_cellar_synced", CELLAR_SYNCED, PYSYNCOBJ_CONFIGURATIONS),  # as it ships
 )
 
 
@@ -139,13 +150,16 @@ def ratios(results: Results) -> dict[str, float | None]:
     found: dict[str, float | None] = {}
     for pairing in PAIRINGS:
         for metric in METRICS:
-            cellar = _figure(results, pairing.cellar, metric)
-            peers = [value for name in pairing.peers
-                     if (value := _figure(results, name, metric)) is not None]
-            best = (max if metric.higher_is_better else min)(peers) if peers else None
+            cellar = _best_figure(results, pairing.cellars, metric)
+            peer = _best_figure(results, pairing.peers, metric)
             found[f"ratio_{metric.name}_{pairing.label}"] = ratio(
-                cellar, best, higher_is_better=metric.higher_is_better)
+                cellar, peer, higher_is_better=metric.higher_is_better)
     return found
+
+
+def _best_figure(results: Results, systems: Sequence[str], metric: Metric) -> float | None:
+    values = [value for name in systems if (value := _figure(results, name, metric)) is not None]
+    return (max if metric.higher_is_better else min)(values) if values else None
 
 
 def _figure(results: Results, system: str, metric: Metric) -> float | None:
@@ -157,25 +171,31 @@ def _figure(results: Results, system: str, metric: Metric) -> float | None:
 
 def figure_ratios(results: Results) -> dict[str, dict[str, float | None]]:
     """Every figure both sides of a pairing measured, as a ratio oriented like the headline
-    ones (ops/s: Cellar / peer; ms: peer / Cellar), against the peer's better configuration."""
+    ones (ops/s: Cellar / peer; ms: peer / Cellar), each side's better configuration."""
     found: dict[str, dict[str, float | None]] = {}
     for pairing in PAIRINGS:
-        cellar = results.system(pairing.cellar)
-        if cellar is None or cellar.skipped is not None:
+        cellars = _spreads_of(results, pairing.cellars)
+        if not cellars:
             continue
-        peers = [outcome.spreads for name in pairing.peers
-                 if (outcome := results.system(name)) is not None and outcome.skipped is None]
+        peers = _spreads_of(results, pairing.peers)
         table: dict[str, float | None] = {}
-        for figure, spread in cellar.spreads.items():
+        for figure in sorted({figure for spreads in cellars for figure in spreads}):
             higher_is_better = figure.endswith("_ops_per_s")
             if not (higher_is_better or figure.endswith("_ms")) or figure == "failover_ms":
                 continue
-            values = [spreads[figure].median for spreads in peers if figure in spreads]
-            if values:
-                best = (max if higher_is_better else min)(values)
-                table[figure] = ratio(spread.median, best, higher_is_better=higher_is_better)
+            best = max if higher_is_better else min
+            ours = [spreads[figure].median for spreads in cellars if figure in spreads]
+            theirs = [spreads[figure].median for spreads in peers if figure in spreads]
+            if theirs:
+                table[figure] = ratio(best(ours), best(theirs),
+                                      higher_is_better=higher_is_better)
         found[pairing.label] = table
     return found
+
+
+def _spreads_of(results: Results, systems: Sequence[str]) -> list[Mapping[str, Spread]]:
+    return [outcome.spreads for name in systems
+            if (outcome := results.system(name)) is not None and outcome.skipped is None]
 
 
 def ratio_meaning(name: str) -> str:

@@ -73,7 +73,16 @@ SYSTEMS: dict[str, SystemEntry] = {
     "cellar-5": SystemEntry(_CELLAR, "CellarSystem", (("replicas", 5), ("synced", True))),
     "cellar-3-nosync": SystemEntry(_CELLAR, "CellarSystem",
                                    (("replicas", 3), ("synced", False))),
+    # The same, with every client sending to the sequencer's replica (fewest hops on a LAN);
+    # each ratio takes Cellar's better configuration too.
+    "cellar-3-seq": SystemEntry(_CELLAR, "CellarSystem", (
+        ("replicas", 3), ("synced", True), ("prefer_sequencer", True))),
+    "cellar-3-nosync-seq": SystemEntry(_CELLAR, "CellarSystem", (
+        ("replicas", 3), ("synced", False), ("prefer_sequencer", True))),
     "etcd": SystemEntry("cellar.bench.peers.etcd", "EtcdSystem"),
+    # etcd's clients talking to its leader alone: the counterpart of cellar-3-seq.
+    "etcd-leader": SystemEntry("cellar.bench.peers.etcd", "EtcdSystem", (
+        ("name", "etcd-leader"), ("leader_only", True))),
     # PySyncObj as it ships (appends batched every 0.1 s: its best throughput) and with
     # batching off (its best latency); each ratio takes the peer's better figure.
     "pysyncobj": SystemEntry(_PYSYNCOBJ, "PySyncObjSystem"),

@@ -221,6 +221,21 @@ def test_a_peer_run_two_ways_is_compared_at_its_better_figure() -> None:
     assert found["ratio_latency_pysyncobj"] == pytest.approx(1.0 / 2.5)  # the unbatched one
 
 
+def test_cellar_run_two_ways_is_compared_at_its_better_figure_too() -> None:
+    """Clients spread over the replicas (throughput) and sent to the sequencer's replica
+    (latency): Cellar's side of each ratio, and of each figure's ratio, is its better one."""
+    results = synthetic_results()
+    routed = _outcome("cellar-3-seq", [_figures(100, 200, 1.25, 900)])
+    with_routed = dataclasses.replace(results, systems=(*results.systems, routed))
+    found = ratios(with_routed)
+    assert found["ratio_throughput_etcd"] == pytest.approx(300 / 150)  # spread
+    assert found["ratio_latency_etcd"] == pytest.approx(5.0 / 1.25)  # routed
+    by_figure = figure_ratios(with_routed)["etcd"]
+    assert by_figure["put_16b_single_p50_ms"] == pytest.approx(5.0 / 1.25)
+    assert by_figure["put_16b_c3_ops_per_s"] == pytest.approx(300 / 150)
+    assert "cellar-3 or cellar-3-seq" in "\n".join(table_lines(with_routed))
+
+
 def test_the_table_and_the_page_show_every_system_and_ratio() -> None:
     results = synthetic_results()
     text = "\n".join(table_lines(results) + wan_lines(results.wan or ()))

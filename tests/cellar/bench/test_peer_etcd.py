@@ -100,6 +100,18 @@ def test_varints_out_of_range_are_refused() -> None:
             etcd_wire.encode_varint(value)
 
 
+def test_a_status_response_names_the_member_and_the_leader() -> None:
+    header = etcd_wire.encode_bytes_field(1, b"\x08\x07\x10" + etcd_wire.encode_varint(2**63 + 5)
+                                          + b"\x18\x09\x20\x02")
+    version = etcd_wire.encode_bytes_field(2, b"3.4.30")
+    leader = b"\x20" + etcd_wire.encode_varint(2**63 + 5)
+    assert etcd_wire.member_and_leader(header + version + b"\x18\x40" + leader) == (
+        2**63 + 5, 2**63 + 5)
+    assert etcd_wire.member_and_leader(header + version) == (2**63 + 5, 0)  # no leader yet
+    with pytest.raises(etcd_wire.MalformedMessage):
+        etcd_wire.member_and_leader(b"\x0a\x05\x08")  # a truncated header
+
+
 async def writer_then_reader(cluster: EtcdCluster, writer: int, rounds: int) -> None:
     client = await cluster.connect()
     try:
@@ -129,6 +141,11 @@ def test_a_live_cluster_serves_concurrent_clients(tmp_path: pathlib.Path) -> Non
             await asyncio.gather(*(writer_then_reader(cluster, writer, 40)
                                    for writer in writers))
         asyncio.run(run(range(8)))
+        leader = cluster.leader_endpoint()
+        assert leader in [member.endpoint for member in cluster.members]
+        cluster.leader_only = True  # as etcd-leader's clients: the leader alone
+        asyncio.run(run(range(20, 22)))
+        cluster.leader_only = False
         # The load generator runs on uvloop: grpc.aio must work there too.
         uvloop = pytest.importorskip("uvloop")
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:

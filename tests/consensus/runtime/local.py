@@ -62,12 +62,15 @@ class LocalCluster:
     down: set[int] = field(default_factory=set)
     connect: Callable[[str], Awaitable[MemoryFrames]] | None = None
 
-    def client(self, principal: Principal) -> CellarClient:
+    def client(self, principal: Principal, config: ClientConfig | None = None, *,
+               first: int | None = None) -> CellarClient:
         """A client whose connections carry `principal` (use it in `async with`)."""
         assert self.connect is not None
         suffix = f"@{principal.role.value}:{principal.name}"
         return CellarClient([f"{index}{suffix}" for index in range(len(self.drivers))],
-                            self.connect, ClientConfig(attempt_timeout_s=0.5, deadline_s=8.0))
+                            self.connect,
+                            config or ClientConfig(attempt_timeout_s=0.5, deadline_s=8.0),
+                            first=first)
 
 
 @asynccontextmanager

@@ -11,13 +11,13 @@ import pytest
 
 from consensus.codec import encode_envelope, unpack
 from consensus.envelope import Envelope, Principal, Role
-from consensus.runtime.client import OutcomeUnknown
+from consensus.runtime.client import CellarClient, ClientConfig, OutcomeUnknown
 from consensus.runtime.client_codec import Propose, encode_request
 from consensus.runtime.driver import OutcomeUnknown as DriverOutcomeUnknown
 from consensus.runtime.server import ClientServer
 from jepsen.sim.kv_codec import decode_reply, encode_get, encode_put
 from tests.consensus.runtime.kv_machine import SessionKv
-from tests.consensus.runtime.local import LocalCluster, MemoryFrames, local_cluster
+from tests.consensus.runtime.local import SCHEDULER, LocalCluster, MemoryFrames, local_cluster
 
 pytestmark = pytest.mark.anyio
 
@@ -63,6 +63,42 @@ async def test_a_replica_failure_is_survived_by_retrying_elsewhere() -> None:
             await client.propose(encode_put("a", 2))
             assert decode_reply(await client.read(encode_get("a"))) == (True, 2)
             assert cluster.drivers[1].replica.inspect.view > 0
+
+
+async def test_a_client_that_prefers_the_sequencer_sends_it_its_commands() -> None:
+    """The route is found in the background (the first commands go to the client's own
+    replica), then every command goes to the sequencer; after a view change they follow the
+    new one."""
+    config = ClientConfig(attempt_timeout_s=0.5, deadline_s=8.0, prefer_sequencer=True)
+
+    def sequencer() -> int:
+        claims = [(driver.replica.status().view, index)
+                  for index, driver in enumerate(cluster.drivers)
+                  if driver.replica.status().is_sequencer and index not in cluster.down]
+        return max(claims)[1] if claims else -1
+
+    async def led_by_the_sequencer(client: CellarClient) -> bool:
+        """Whether the next 10 commands are all proposed by the sequencer."""
+        before = [driver.metrics.counter("driver.proposals") for driver in cluster.drivers]
+        for index in range(10):
+            await client.propose(encode_put("a", index))
+        gained = [driver.metrics.counter("driver.proposals") - earlier
+                  for driver, earlier in zip(cluster.drivers, before, strict=True)]
+        return gained == [10 if index == sequencer() else 0 for index in range(3)]
+
+    with anyio.fail_after(40):
+        async with local_cluster(SessionKv) as (cluster, _), \
+                cluster.client(SCHEDULER, config, first=2) as client:
+            await client.propose(encode_put("a", 0))
+            assert sequencer() != 2  # so the route is not the client's own replica
+            while not await led_by_the_sequencer(client):
+                await anyio.sleep(0.1)
+            old = sequencer()
+            cluster.down.add(old)
+            await client.propose(encode_put("a", 11))  # through the view change
+            cluster.down.clear()
+            while not await led_by_the_sequencer(client) or sequencer() == old:
+                await anyio.sleep(0.1)
 
 
 async def test_no_quorum_means_outcome_unknown_not_a_guess() -> None:

@@ -1,0 +1,82 @@
+"""Where a client that prefers the sequencer sends its commands: finding that replica.
+
+SDPaxos lets every replica lead its own clients' commands, which is what a client spread over a
+WAN wants (its nearest replica). On a LAN, where every replica is as near as the others, a
+command sent to the sequencer's replica is ready in one round trip with one sync on each side,
+as in Raft; sent elsewhere it also needs the C-request's hop to the sequencer and the O-accept's
+hop back, and a second sync at its leader. `ClientConfig.prefer_sequencer` asks for the former.
+
+The route asks replicas for their status in the background, so no command waits for it: each
+status names the replica itself and, while it serves a view, the view's sequencer. Until the
+route knows, and after the replica it chose fails, the client goes on with its usual rotation.
+It looks again at most once per `LOOK_EVERY_S`, and once per `RECHECK_S` even while it knows,
+since a view change moves the sequencer.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+LOOK_EVERY_S = 1.0  # the least time between two looks
+RECHECK_S = 2.0  # how long a found sequencer is trusted before looking again
+
+AskStatus = Callable[[str], Awaitable[dict[str, Any] | None]]  # None: no answer
+
+
+class SequencerRoute:
+    """The endpoint of the sequencer's replica, once found; `look` finds it."""
+
+    def __init__(self, endpoints: Sequence[str]) -> None:
+        self._endpoints = list(endpoints)
+        self._replica_ids: dict[str, int] = {}  # what each endpoint said it is
+        self.endpoint: str | None = None  # the sequencer's, while trusted
+        self._trusted_until = -math.inf
+        self._look_not_before = -math.inf
+        self.looking = False
+
+    def wants_a_look(self, now: float) -> bool:
+        """Whether to start `look` now: not already looking, and the last look is old enough
+        (or the sequencer it found is no longer trusted)."""
+        if self.looking or now < self._look_not_before:
+            return False
+        if now >= self._trusted_until:
+            self.endpoint = None
+        return self.endpoint is None
+
+    def forget(self) -> None:
+        """The chosen replica failed a request: go back to the usual rotation."""
+        self.endpoint = None
+
+    async def look(self, ask: AskStatus, now: Callable[[], float]) -> None:
+        """Ask replicas, in order, until one is the sequencer or names one whose endpoint is
+        known; gives up quietly (the next look is `LOOK_EVERY_S` later)."""
+        self.looking = True
+        self._look_not_before = now() + LOOK_EVERY_S
+        try:
+            for endpoint in self._endpoints:
+                sequencer = self._sequencer_named(endpoint, await ask(endpoint))
+                found = self._endpoint_of(sequencer)
+                if found is not None:
+                    self.endpoint = found
+                    self._trusted_until = now() + RECHECK_S
+                    return
+        finally:
+            self.looking = False
+
+    def _sequencer_named(self, endpoint: str, status: dict[str, Any] | None) -> int | None:
+        if status is None:
+            return None
+        replica_id, sequencer = status.get("replica_id"), status.get("sequencer")
+        if type(replica_id) is int:
+            self._replica_ids[endpoint] = replica_id
+        if status.get("status") != "normal":  # electing: the sequencer it names may not last
+            return None
+        return sequencer if type(sequencer) is int and sequencer >= 0 else None
+
+    def _endpoint_of(self, replica_id: int | None) -> str | None:
+        if replica_id is None:
+            return None
+        return next((endpoint for endpoint, known in self._replica_ids.items()
+                     if known == replica_id), None)
