@@ -127,8 +127,11 @@ class EtcdSystem:
         binary = self.binary or find_etcd()
         if binary is None:
             raise PeerUnavailable("etcd is not installed (run prepare first)")
+        durability = DURABILITY if not self.leader_only else Durability(
+            True, DURABILITY.description + "; clients talk to the leader alone")
         cluster = EtcdCluster(members=plan_members(directory.resolve()), binary=binary,
-                              name=self.name, leader_only=self.leader_only)
+                              name=self.name, leader_only=self.leader_only,
+                              durability=durability)
         cluster.launch()
         try:
             cluster.wait_for_leader(self.startup_timeout_s)
