@@ -204,6 +204,7 @@ class CatchUp:
     def install(self, meta: SnapshotMeta, state: bytes, *, from_peer: bool) -> None:
         """Replace the executed prefix with a snapshot (from a peer, or at restart)."""
         ctx = self._ctx
+        covered = self._own_tags_covered(meta) if from_peer else []
         ctx.olog.reset_to_snapshot(meta.slot, meta.o_counts)
         for space, count in enumerate(meta.exec_counts):
             ctx.clog[space].truncate(count)
@@ -216,8 +217,27 @@ class CatchUp:
         pending = ctx.outbox.pending
         pending.executed.clear()  # superseded: the snapshot covers them
         pending.snapshot_to_install = SnapshotInstall(meta, state)
+        pending.covered.extend(covered)
         ctx.count("catchup.snapshot_installed")
         self.on_install()
+
+    def _own_tags_covered(self, meta: SnapshotMeta) -> list[int]:
+        """This replica's commands that `meta`'s snapshot applied and this replica's state
+        machine will not: executed earlier in this step (that state is being replaced), or
+        committed here and not executed yet (an instance only accepted here may have been
+        recovered with another value: it is left to time out). Their clients are waiting for
+        a result this replica lacks."""
+        ctx = self._ctx
+        tags = [command.tag for item in ctx.outbox.pending.executed
+                for command in item.commands if command.origin == ctx.id]
+        for space, count in enumerate(meta.exec_counts):
+            log = ctx.clog[space]
+            for index in range(self._executor.exec_counts[space], count):
+                slot = log.get(index)
+                if slot is not None and slot.committed:  # else another value may have won
+                    tags.extend(command.tag for command in slot.batch
+                                if command.origin == ctx.id)
+        return tags
 
     def compact(self, state: bytes) -> SnapshotRecord:
         """Fold the executed prefix into `state`, the state machine's snapshot at this point."""

@@ -6,7 +6,10 @@ The driver (the runtime, the simulator, a golden script) drains `replica.ready()
 2. sends `messages` (these may leave before step 1 finishes) and, only once step 1 is done,
    `messages_after_persist` (acknowledgements and proposals that promise what was persisted);
 3. if `snapshot_to_install` is set, restores the state machine from it before anything else
-   is executed;
+   is executed, and tells the clients of the commands in `covered` (tags of this replica's
+   commands the snapshot applied where this replica did not: their results are gone with the
+   state it replaced) that their command took effect without a result here; with exactly-once
+   sessions the client asks again in its session for the result;
 4. applies `executed` to the state machine in order, handing each command's result to the
    waiting client when `command.origin` is this replica;
 5. runs the reads in `reads` (read ids whose read index is now executed) on the state machine,
@@ -55,6 +58,7 @@ class Ready:
     messages: list[tuple[int, Message]] = field(default_factory=list)
     messages_after_persist: list[tuple[int, Message]] = field(default_factory=list)
     snapshot_to_install: SnapshotInstall | None = None
+    covered: list[int] = field(default_factory=list)  # own tags applied inside that snapshot
     executed: list[Executed] = field(default_factory=list)
     readied: list[int] = field(default_factory=list)
     readied_instances: list[int] = field(default_factory=list)  # own C-indexes now ready
@@ -63,8 +67,8 @@ class Ready:
 
     def is_empty(self) -> bool:
         return not (self.records or self.messages or self.messages_after_persist
-                    or self.snapshot_to_install or self.executed or self.readied or self.reads
-                    or self.reads_refused)
+                    or self.snapshot_to_install or self.covered or self.executed
+                    or self.readied or self.reads or self.reads_refused)
 
 
 class Outbox:

@@ -12,9 +12,10 @@ sequencer's nearest peers where those leaders alone do not make a majority with 
 leave before the sequencer's own acceptance is on disk, so its sync and the acceptors' overlap
 (as a Raft leader's and followers' do); its vote reaches learners explicitly: each O-accept
 says how far its acceptance was durable when sent, and once a run is persisted an O-ack from
-the sequencer follows it. This is safe because a sequencer never proposes twice in one view: a
-restarted one does not resume its view (after a restart it awaits a new view:
-`Replica._rejoin`).
+the sequencer follows it to the leaders the run names (the learners of its slots; the other
+acceptors learn the outcome from O-commits). This is safe because a sequencer never proposes
+twice in one view: a restarted one does not resume its view (after a restart it awaits a new
+view: `Replica._rejoin`).
 
 It also sends heartbeats, holds the read lease (granted by followers in answer to heartbeats,
 counted from when each heartbeat was sent), and answers read-index requests.
@@ -116,7 +117,8 @@ class Sequencer:
         vote = OAck(ctx.id, ctx.view, start, end)
         for peer in self._destinations(values):
             self._send_run(peer)
-            ctx.send(peer, vote, after_persist=True)
+            if peer in values:  # a learner of these slots
+                ctx.send(peer, vote, after_persist=True)
 
     def _destinations(self, values: tuple[int, ...]) -> list[int]:
         """Thrifty: the command leaders the run names, and nearest peers until those that

@@ -325,6 +325,13 @@ class Driver:
             self._machine.restore(ready.snapshot_to_install.state)
             self._last_snapshot = ready.snapshot_to_install.meta.slot
             self.metrics.count("driver.snapshots_installed")
+        for tag in ready.covered:  # applied in the snapshot: the session's cache has the result
+            waiter = self._proposals.pop(tag, None)
+            if waiter is not None:
+                self.metrics.count("driver.commands_covered_by_snapshot")
+                waiter.fail(OutcomeUnknown(
+                    "the command took effect in a snapshot from a peer; its result is not "
+                    "here: ask again in the same session"))
         self._apply(ready)
 
     def _persist(self, records: list[Record], must_sync: bool) -> None:

@@ -261,6 +261,8 @@ class Cluster:
     def _apply(self, node: SimNode, ready: Ready) -> None:
         replica = node.replica
         assert replica is not None
+        for tag in ready.covered:
+            self._command_covered(node, tag)
         for item in ready.executed:
             self.monitor.executed(node.id, replica.inspect, item)
             for command in item.commands:
@@ -346,6 +348,17 @@ class Cluster:
         self.finish(operation, "ok", applied)  # cas: false when the compare failed
         if applied:
             self.workload.observed(operation.key, operation.value[1])  # type: ignore[index]
+
+    def _command_covered(self, node: SimNode, tag: int) -> None:
+        """A snapshot from a peer applied this command; its result is not here. A put's result
+        is known (it took effect); a cas's is not: this store keeps no sessions to ask."""
+        operation = node.pending_tags.pop(tag, None)
+        if operation is None:
+            return
+        if operation.f == "put":
+            self.finish(operation, "ok", operation.value)
+        else:
+            self.finish_unknown(operation)
 
     def _read_done(self, node: SimNode, read_id: int) -> None:
         operation = node.pending_reads.pop(read_id, None)

@@ -90,6 +90,21 @@ def test_o_accepts_go_to_a_majority_that_includes_the_leaders_named() -> None:
     assert o_accepted_by(own) == {1}
 
 
+def test_the_sequencers_vote_goes_to_the_learners_only() -> None:
+    """Its O-ack after the sync matters to the leaders a run names (they learn those slots);
+    a run of its own commands sends none: the acceptors hear the outcome in O-commits."""
+    own = Replica(ReplicaConfig(replica_id=0, replica_count=5), Prng(0))
+    own.propose(b"a")
+    ready = own.ready()
+    assert {peer for peer, message in ready.messages if isinstance(message, OAccept)} == {1, 2}
+    assert not any(isinstance(message, OAck) for _, message in ready.messages_after_persist)
+    other = Replica(ReplicaConfig(replica_id=0, replica_count=5), Prng(0))
+    other.step(CRequest(3, 0, 3, 0))
+    ready = other.ready()
+    assert {peer for peer, message in ready.messages_after_persist
+            if isinstance(message, OAck)} == {3}
+
+
 def test_a_run_for_a_silent_leader_also_goes_to_a_peer_that_answers() -> None:
     """A leader silent for an election timeout does not count towards the majority (here its
     instance comes from a recoverer)."""
@@ -352,3 +367,26 @@ def test_no_compaction_while_an_install_waits_to_be_drained() -> None:
     assert installed(replica) == b"state"
     assert (before, replica.may_compact) == (False, True)
     replica.compact(b"state", replica.executed_slots)
+
+
+def test_own_commands_a_peers_snapshot_applied_are_reported_covered() -> None:
+    """A snapshot from a peer that applied this replica's committed command replaces the state
+    its result would have come from: the Ready names its tag, so the client is told at once
+    (and asks again in its session) instead of waiting for a result that never comes. An
+    instance only accepted here may have been recovered with another value: not reported."""
+    for commit, expected in ((True, True), (False, False)):
+        replica = Replica(ReplicaConfig(replica_id=2, replica_count=3), Prng(2))
+        tag = replica.propose(b"x")
+        replica.ready()
+        replica.advance()
+        if commit:
+            replica.step(CAck(0, 0, 2, 0, 2))
+        ready = replica.ready()
+        assert (replica.inspect.committed_c(2, 0) is not None) is commit
+        assert not any(tag in [command.tag for command in item.commands]
+                       for item in ready.executed)  # no O-instance yet: not executed here
+        for chunk in chunks(0, b"state", 8):
+            replica.step(chunk)
+        ready = replica.ready()
+        assert ready.snapshot_to_install is not None
+        assert ready.covered == ([tag] if expected else [])

@@ -10,14 +10,26 @@ import anyio
 import pytest
 
 from consensus.codec import encode_envelope, unpack
+from consensus.config import ReplicaConfig
 from consensus.envelope import Envelope, Principal, Role
+from consensus.prng import Prng
+from consensus.ready import Ready
+from consensus.replica import Replica
 from consensus.runtime.client import CellarClient, ClientConfig, OutcomeUnknown
 from consensus.runtime.client_codec import Propose, encode_request
+from consensus.runtime.driver import Driver, _Callback
 from consensus.runtime.driver import OutcomeUnknown as DriverOutcomeUnknown
+from consensus.runtime.metrics import Metrics
 from consensus.runtime.server import ClientServer
 from jepsen.sim.kv_codec import decode_reply, encode_get, encode_put
 from tests.consensus.runtime.kv_machine import SessionKv
-from tests.consensus.runtime.local import SCHEDULER, LocalCluster, MemoryFrames, local_cluster
+from tests.consensus.runtime.local import (
+    SCHEDULER,
+    LocalCluster,
+    MemoryFrames,
+    MemoryStore,
+    local_cluster,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -175,3 +187,18 @@ async def test_a_client_hanging_up_with_answers_pending_ends_its_connection_quie
                 await anyio.sleep(0.3)
                 await to_server.aclose()  # ...and hangs up
             await client.propose(encode_put("after", 1))
+
+
+def test_a_command_a_peers_snapshot_applied_is_answered_outcome_unknown_at_once() -> None:
+    """Its result went with the state the snapshot replaced: the client hears at once, and
+    asks again in its session (whose cached reply the snapshot carries)."""
+    replica = Replica(ReplicaConfig(replica_id=0, replica_count=3), Prng(0))
+    driver = Driver(replica, MemoryStore(), SessionKv(), lambda target, frame: True, Metrics())
+    outcomes: list[tuple[bytes | None, Exception | None]] = []
+    driver._proposals[7] = _Callback(lambda reply, error: outcomes.append((reply, error)),
+                                     0.0, 60.0)
+    driver._install_and_apply(Ready(covered=[7, 8]))  # 8: its callback already expired
+    assert len(outcomes) == 1 and outcomes[0][0] is None
+    assert isinstance(outcomes[0][1], DriverOutcomeUnknown)
+    assert "same session" in str(outcomes[0][1]) and not driver._proposals
+    assert driver.metrics.counter("driver.commands_covered_by_snapshot") == 1
