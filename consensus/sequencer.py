@@ -125,9 +125,9 @@ class Sequencer:
         answer make a majority with the sequencer (the paper's "at least a majority including
         R_n"). With 3 replicas a run for one other leader goes to that leader alone."""
         ctx = self._ctx
-        destinations = {value for value in values if value >= 0 and value != ctx.id}
         if not ctx.config.thrifty:
             return list(ctx.config.peers)
+        destinations = {value for value in values if value >= 0 and value != ctx.id}
         counted = sum(1 for peer in destinations if not ctx.is_demoted(peer))
         for peer in ctx.nearest_peers(len(ctx.config.peers)):
             if counted >= ctx.config.faults_tolerated:

@@ -3,10 +3,9 @@
 A client with hundreds of requests in flight on one connection used to wait for each answer in
 a cancel scope of its own; entering and leaving one arms and disarms a loop timer and reads the
 clock twice, and under load that was a fifth of the client's CPU (py-spy). Here a request waits
-on a `Waiter` whose deadline (anyio's clock) sits in a heap; one task sleeps until the earliest
-deadline and expires every waiter past it. A waiter finished early stays in the heap until its
-deadline comes; the heap is rebuilt from the open ones whenever it doubles, so it never holds
-more than twice the most waiters ever open at once (or COMPACT_ENTRIES_MIN).
+on a `Waiter` whose deadline (anyio's clock) sits in an `ExpiryHeap`; one task sleeps until the
+earliest deadline and expires every waiter past it. The driver keeps its callbacks' deadlines
+in an `ExpiryHeap` too, polled from its loop.
 
 On asyncio a waiter sleeps on a bare future of the running loop: anyio's `Event` wraps an
 asyncio `Event`, whose creation and wait were another fifth of the client's CPU. On any other
@@ -18,12 +17,50 @@ from __future__ import annotations
 import asyncio
 import heapq
 import math
+from collections.abc import Callable
 from typing import Generic, TypeVar
 
 import anyio
 
 T = TypeVar("T")
 COMPACT_ENTRIES_MIN = 1024  # below this many entries the heap is never rebuilt
+
+
+class ExpiryHeap(Generic[T]):
+    """Items by deadline, expired lazily: `due` pops the items whose deadline passed. An item
+    that ends early stays until its deadline comes; the heap is rebuilt from the items
+    `still_open` keeps whenever it doubles, so it never holds more than twice the most items
+    ever open at once (or COMPACT_ENTRIES_MIN)."""
+
+    def __init__(self, still_open: Callable[[T], bool]) -> None:
+        self._still_open = still_open
+        self._heap: list[tuple[float, int, T]] = []
+        self._pushed = 0  # a tie-breaker: items never compare
+        self._compact_at = COMPACT_ENTRIES_MIN
+
+    def __len__(self) -> int:
+        """Entries, items that ended early and are not yet dropped included."""
+        return len(self._heap)
+
+    @property
+    def earliest(self) -> float:
+        """The first deadline (infinity when empty)."""
+        return self._heap[0][0] if self._heap else math.inf
+
+    def push(self, deadline: float, item: T) -> None:
+        self._pushed += 1
+        heapq.heappush(self._heap, (deadline, self._pushed, item))
+        if len(self._heap) >= self._compact_at:
+            self._heap = [entry for entry in self._heap if self._still_open(entry[2])]
+            heapq.heapify(self._heap)
+            self._compact_at = max(COMPACT_ENTRIES_MIN, 2 * len(self._heap))
+
+    def due(self, now: float) -> list[T]:
+        """Remove and return the items whose deadline is at or before `now`, earliest first."""
+        heap, found = self._heap, []
+        while heap and heap[0][0] <= now:
+            found.append(heapq.heappop(heap)[2])
+        return found
 
 
 class Waiter(Generic[T]):
@@ -65,15 +102,13 @@ class Deadlines(Generic[T]):
 
     def __init__(self) -> None:
         self._loop = _running_asyncio_loop()
-        self._heap: list[tuple[float, int, Waiter[T]]] = []
-        self._added = 0  # a tie-breaker: waiters never compare
-        self._compact_at = COMPACT_ENTRIES_MIN  # heap entries that trigger a rebuild
+        self._heap: ExpiryHeap[Waiter[T]] = ExpiryHeap(lambda waiter: waiter.open)
         self._armed_until = math.inf  # when `run` next wakes on its own
         self._rearm = anyio.Event()
         self._closed = False
 
     def close(self) -> None:
-        """Expire every waiter now and end `run`; later waiters expire as soon as added."""
+        """Expire every waiter now and end `run`; later waiters expire as soon as made."""
         self._closed = True
         self._armed_until = -math.inf
         self.expire_due(math.inf)
@@ -83,41 +118,29 @@ class Deadlines(Generic[T]):
         """A new waiter, expired at `deadline` (anyio.current_time's clock) unless finished
         first."""
         waiter: Waiter[T] = Waiter(self._loop)
-        self._add(deadline, waiter)
-        return waiter
-
-    def _add(self, deadline: float, waiter: Waiter[T]) -> None:
         if self._closed:
             waiter.finish(None)
-            return
-        self._added += 1
-        heapq.heappush(self._heap, (deadline, self._added, waiter))
+            return waiter
+        self._heap.push(deadline, waiter)
         if deadline < self._armed_until:
             self._rearm.set()
-        if len(self._heap) >= self._compact_at:
-            self._compact()
+        return waiter
 
     def __len__(self) -> int:
         """Heap entries, finished waiters not yet dropped included."""
         return len(self._heap)
 
-    def _compact(self) -> None:
-        self._heap = [entry for entry in self._heap if entry[2].open]
-        heapq.heapify(self._heap)
-        self._compact_at = max(COMPACT_ENTRIES_MIN, 2 * len(self._heap))
-
     def expire_due(self, now: float) -> None:
         """Finish, without an answer, every waiter whose deadline is at or before `now`."""
-        heap = self._heap
-        while heap and heap[0][0] <= now:
-            heapq.heappop(heap)[2].finish(None)
+        for waiter in self._heap.due(now):
+            waiter.finish(None)
 
     async def run(self) -> None:
         """Expire waiters as their deadlines pass, until closed (or cancelled)."""
         while not self._closed:
             now = anyio.current_time()
             self.expire_due(now)
-            self._armed_until = self._heap[0][0] if self._heap else math.inf
+            self._armed_until = self._heap.earliest
             self._rearm = anyio.Event()
             with anyio.move_on_after(self._armed_until - now):
                 await self._rearm.wait()

@@ -19,7 +19,6 @@ the page cache is unknown, and continuing could lose what was acknowledged.
 
 from __future__ import annotations
 
-import heapq
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from consensus.messages import Message
 from consensus.ready import Ready
 from consensus.records import Record
 from consensus.replica import Replica
+from consensus.runtime.deadlines import ExpiryHeap
 from consensus.runtime.metrics import Metrics
 from consensus.state_machine import StateMachine
 
@@ -114,7 +114,7 @@ class Driver:
             config.inputs_max)
         self._proposals: dict[int, _Callback] = {}
         self._reads: dict[int, tuple[bytes, _Callback]] = {}
-        self._deadlines: list[tuple[float, str, int]] = []  # heap: (deadline, kind, key)
+        self._deadlines: ExpiryHeap[tuple[str, int]] = ExpiryHeap(self._still_waiting)
         self._read_ids = 0
         self._ticks_done = 0
         self._origin = clock()
@@ -268,13 +268,15 @@ class Driver:
             self.replica.read(self._read_ids)
 
     def _watch_deadline(self, waiter: _Callback, kind: str, key: int) -> None:
-        heapq.heappush(self._deadlines, (waiter.deadline, kind, key))
+        self._deadlines.push(waiter.deadline, (kind, key))
+
+    def _still_waiting(self, entry: tuple[str, int]) -> bool:
+        kind, key = entry
+        return key in (self._proposals if kind == "propose" else self._reads)
 
     def _expire_callbacks(self) -> None:
         """Fail the callbacks whose deadline passed."""
-        now = self._clock()
-        while self._deadlines and self._deadlines[0][0] <= now:
-            _, kind, key = heapq.heappop(self._deadlines)
+        for kind, key in self._deadlines.due(self._clock()):
             if kind == "propose":
                 waiter = self._proposals.pop(key, None)
                 if waiter is not None:

@@ -129,6 +129,7 @@ async def _caller(phase: _Phase, client: KvClient, caller: int) -> None:
     while (began := time.monotonic()) < phase.deadline:
         key = key_for(caller, number)
         number += 1
+        # Not decremented in a `finally`: a call cut off at the phase's end stays counted open.
         phase.tally.open_calls += 1
         try:
             await phase.operation(client, key)

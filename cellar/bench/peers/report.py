@@ -158,8 +158,16 @@ def ratios(results: Results) -> dict[str, float | None]:
 
 
 def _best_figure(results: Results, systems: Sequence[str], metric: Metric) -> float | None:
-    values = [value for name in systems if (value := _figure(results, name, metric)) is not None]
-    return (max if metric.higher_is_better else min)(values) if values else None
+    return _best([value for name in systems
+                  if (value := _figure(results, name, metric)) is not None],
+                 higher_is_better=metric.higher_is_better)
+
+
+def _best(values: Sequence[float], *, higher_is_better: bool) -> float | None:
+    """The better of several configurations' figures; None when there are none."""
+    if not values:
+        return None
+    return max(values) if higher_is_better else min(values)
 
 
 def _figure(results: Results, system: str, metric: Metric) -> float | None:
@@ -183,11 +191,11 @@ def figure_ratios(results: Results) -> dict[str, dict[str, float | None]]:
             higher_is_better = figure.endswith("_ops_per_s")
             if not (higher_is_better or figure.endswith("_ms")) or figure == "failover_ms":
                 continue
-            best = max if higher_is_better else min
             ours = [spreads[figure].median for spreads in cellars if figure in spreads]
             theirs = [spreads[figure].median for spreads in peers if figure in spreads]
             if theirs:
-                table[figure] = ratio(best(ours), best(theirs),
+                table[figure] = ratio(_best(ours, higher_is_better=higher_is_better),
+                                      _best(theirs, higher_is_better=higher_is_better),
                                       higher_is_better=higher_is_better)
         found[pairing.label] = table
     return found
