@@ -96,12 +96,55 @@ class Waiter(Generic[T]):
         return self.answer
 
 
+class Doorbell:
+    """One task sleeps until another rings, or until a timeout; cheaper than an anyio Event
+    made per sleep (a bare future on asyncio, the loop looked up once). Made, and used, inside
+    one event loop."""
+
+    __slots__ = ("_loop", "_loop_known", "_sleeper")
+
+    def __init__(self) -> None:
+        self._sleeper: Waiter[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_known = False
+
+    def ring(self) -> None:
+        """Wake the sleeper, if one sleeps (a ring with none asleep is not remembered)."""
+        sleeper = self._sleeper
+        if sleeper is not None:
+            self._sleeper = None
+            sleeper.finish(None)
+
+    async def sleep(self, timeout_s: float = math.inf) -> None:
+        """Sleep until rung, or `timeout_s` passed."""
+        if not self._loop_known:
+            self._loop, self._loop_known = running_asyncio_loop(), True
+        loop = self._loop
+        sleeper: Waiter[None] = Waiter(loop)
+        self._sleeper = sleeper
+        try:
+            if loop is None:
+                with anyio.move_on_after(timeout_s):
+                    await sleeper.wait()
+            elif timeout_s == math.inf:
+                await sleeper.wait()
+            else:
+                timer = loop.call_later(max(0.0, timeout_s), sleeper.finish, None)
+                try:
+                    await sleeper.wait()
+                finally:
+                    timer.cancel()
+        finally:
+            if self._sleeper is sleeper:
+                self._sleeper = None
+
+
 class Deadlines(Generic[T]):
     """Expires waiters at their deadlines; `run` is the one task that does it. Made, and
     used, inside one event loop."""
 
     def __init__(self) -> None:
-        self._loop = _running_asyncio_loop()
+        self._loop = running_asyncio_loop()
         self._heap: ExpiryHeap[Waiter[T]] = ExpiryHeap(lambda waiter: waiter.open)
         self._armed_until = math.inf  # when `run` next wakes on its own
         self._rearm = anyio.Event()
@@ -146,7 +189,7 @@ class Deadlines(Generic[T]):
                 await self._rearm.wait()
 
 
-def _running_asyncio_loop() -> asyncio.AbstractEventLoop | None:
+def running_asyncio_loop() -> asyncio.AbstractEventLoop | None:
     """The asyncio loop this runs in, or None under another backend (trio)."""
     try:
         return asyncio.get_running_loop()

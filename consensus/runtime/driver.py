@@ -1,15 +1,16 @@
 """The driver: one task owns a replica and carries out each Ready in the order it demands.
 
-Peer frames, client proposals and reads reach it through one bounded channel; time reaches it
-as ticks counted from the monotonic clock (after a pause it catches up on every missed tick
-before it handles anything else, so a lease is never judged on stale time). Each Ready is
+Peer frames, client proposals and reads reach it through one bounded `Inbox`; time reaches it
+as ticks counted from the monotonic clock: the task sleeps until an input comes or the next tick
+is due, and after a pause it catches up on every missed tick before it handles anything else,
+so a lease is never judged on stale time. Each Ready is
 handled as `consensus.ready` prescribes: messages that may leave at once go out, the records
 are appended and synced (in a worker thread, while this task waits: see `_handle`), then
 the messages that promised them leave, a snapshot is installed, the executed commands are
 applied to the state machine and their results handed to the waiting clients, and
 `advance()` lets the core count its own acceptance.
 
-Group commit comes for free: while one sync runs, inputs queue (in the channel and in the
+Group commit comes for free: while one sync runs, inputs queue (in the inbox and in the
 kernel's socket buffers), and the next Ready carries all of them in one batch of records and
 one sync.
 
@@ -27,7 +28,6 @@ from typing import Any, Protocol
 import anyio
 import anyio.lowlevel
 import anyio.to_thread
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from consensus.codec import MESSAGE_BYTES_MAX, encode_envelope, encode_messages
 from consensus.envelope import SYSTEM_PRINCIPAL, Envelope
@@ -38,6 +38,7 @@ from consensus.ready import Ready
 from consensus.records import Record
 from consensus.replica import Replica
 from consensus.runtime.deadlines import ExpiryHeap
+from consensus.runtime.inbox import Inbox
 from consensus.runtime.metrics import Metrics
 from consensus.state_machine import StateMachine
 
@@ -108,10 +109,7 @@ class Driver:
         self.metrics = metrics
         self.config = config
         self._clock = clock
-        self._inputs: MemoryObjectSendStream[tuple[Any, ...]]
-        self._outputs: MemoryObjectReceiveStream[tuple[Any, ...]]
-        self._inputs, self._outputs = anyio.create_memory_object_stream[tuple[Any, ...]](
-            config.inputs_max)
+        self._inbox: Inbox[tuple[Any, ...]] = Inbox(config.inputs_max)
         self._proposals: dict[int, _Callback] = {}
         self._reads: dict[int, tuple[bytes, _Callback]] = {}
         self._deadlines: ExpiryHeap[tuple[str, int]] = ExpiryHeap(self._still_waiting)
@@ -134,12 +132,10 @@ class Driver:
         self._offer(("frame", sender, frame), "driver.frames_dropped_queue_full")
 
     def _offer(self, item: tuple[Any, ...], dropped: str) -> bool:
-        try:
-            self._inputs.send_nowait(item)
-        except anyio.WouldBlock:
-            self.metrics.count(dropped)
-            return False
-        return True
+        if self._inbox.offer(item):
+            return True
+        self.metrics.count(dropped)
+        return False
 
     def submit(self, command: bytes, timeout_s: float, done: Done) -> None:
         """Replicate `command`: `done(reply, None)` with the state machine's reply, or
@@ -187,9 +183,7 @@ class Driver:
         self._origin = self._clock()
         task_status.started()
         try:
-            async with anyio.create_task_group() as tasks:
-                tasks.start_soon(self._tick_forever)
-                await self._loop()
+            await self._loop()
         finally:
             self.running = False
             self._fail_all(OutcomeUnknown("the replica stopped"))
@@ -206,29 +200,15 @@ class Driver:
                     break
                 await self._handle(ready)
 
-    async def _tick_forever(self) -> None:
-        """Wake the loop when a tick is due (the loop counts ticks from the clock itself, so a
-        wake-up dropped for a full queue loses nothing). A plain sleep in its own task is far
-        cheaper than a timed receive, which would cost a cancel scope per loop turn."""
-        tick_s = self.config.tick_ms / 1000
-        while True:
-            await anyio.sleep(max(0.0, self._origin + (self._ticks_done + 1) * tick_s
-                                  - self._clock()))
-            self._offer(("tick",), "driver.ticks_dropped_queue_full")
-            await anyio.sleep(tick_s / 2)  # at most two wake-ups per tick, whatever the clock
-
     async def _next_inputs(self) -> None:
-        item = await self._outputs.receive()
-        self._take(item)
-        taken = 0 if item[0] == "tick" else 1  # a tick is no sign of load
-        for _ in range(self.config.drain_max):
-            try:
-                item = self._outputs.receive_nowait()
-            except anyio.WouldBlock:
-                break
+        """Wait for inputs or the next tick, whichever comes first, and take what is queued."""
+        tick_s = self.config.tick_ms / 1000
+        next_tick = self._origin + (self._ticks_done + 1) * tick_s
+        await self._inbox.wait(min(tick_s, next_tick - self._clock()))
+        items = self._inbox.take(self.config.drain_max)
+        for item in items:
             self._take(item)
-            taken += 0 if item[0] == "tick" else 1
-        self._inputs_last_turn = taken
+        self._inputs_last_turn = len(items)
 
     def _catch_up_ticks(self) -> None:
         due = int((self._clock() - self._origin) * 1000 // self.config.tick_ms)

@@ -39,6 +39,7 @@ import anyio
 import anyio.abc
 
 from consensus.codec import MESSAGE_BYTES_MAX
+from consensus.runtime.deadlines import Doorbell
 from consensus.runtime.framing import (
     CONNECTIONS_ACCEPTED,
     CONNECTIONS_LOST,
@@ -94,7 +95,7 @@ class Outbox:
         self.bytes_max = bytes_max
         self.queued_bytes = 0
         self._frames: deque[bytes] = deque()
-        self._wakeup: anyio.Event | None = None
+        self._doorbell = Doorbell()
 
     def __len__(self) -> int:
         return len(self._frames)
@@ -106,17 +107,13 @@ class Outbox:
             return False
         self._frames.append(frame)
         self.queued_bytes += len(frame)
-        if self._wakeup is not None:
-            self._wakeup.set()
+        self._doorbell.ring()
         return True
 
     async def wait(self) -> None:
         """Return once at least one frame is queued."""
-        if not self._frames:
-            self._wakeup = anyio.Event()
-            await self._wakeup.wait()
-            self._wakeup = None
-        assert self._frames
+        while not self._frames:
+            await self._doorbell.sleep()
 
     def take(self, frames_max: int, bytes_max: int) -> list[bytes]:
         """Up to `frames_max` frames from the front, at least one, else within `bytes_max`."""

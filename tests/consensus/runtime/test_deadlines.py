@@ -7,7 +7,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from consensus.runtime.deadlines import COMPACT_ENTRIES_MIN, Deadlines, Waiter
+from consensus.runtime.deadlines import COMPACT_ENTRIES_MIN, Deadlines, Doorbell, Waiter
 
 pytestmark = pytest.mark.anyio
 
@@ -82,3 +82,20 @@ async def test_the_heap_is_rebuilt_from_open_waiters_as_it_grows() -> None:
     assert all(waiter.open for waiter in kept)
     deadlines.expire_due(far)
     assert len(deadlines) == 0 and all(waiter.answer is None for waiter in kept)
+
+
+async def test_a_doorbell_wakes_its_sleeper_and_forgets_a_ring_with_none_asleep() -> None:
+    doorbell = Doorbell()
+    doorbell.ring()  # nobody asleep: not remembered, so the next sleep runs to its timeout
+    started = anyio.current_time()
+    await doorbell.sleep(0.05)
+    assert anyio.current_time() - started >= 0.04
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(_ring_soon, doorbell)
+        with anyio.fail_after(2.0):
+            await doorbell.sleep()  # no timeout: only the ring ends it
+
+
+async def _ring_soon(doorbell: Doorbell) -> None:
+    await anyio.sleep(0.01)
+    doorbell.ring()
