@@ -44,8 +44,22 @@ _ROLES = tuple(role.value for role in Role)
 _ROLE_OF = {role.value: role for role in Role}  # one dict lookup per envelope, not an enum call
 
 
+# Idle packers: msgpack.packb builds (and frees) a Packer with its buffer on every call, half
+# the cost of a small pack. A caller takes one for itself (list.pop and append are atomic, so
+# the storage's worker thread and the loop never share one); there are never more than the
+# threads that ever packed at once.
+_idle_packers: list[msgpack.Packer] = []
+
+
 def pack(value: Any) -> bytes:
-    packed: bytes = msgpack.packb(value, use_bin_type=True)
+    try:
+        packer = _idle_packers.pop()
+    except IndexError:
+        packer = msgpack.Packer(use_bin_type=True)
+    try:
+        packed: bytes = packer.pack(value)  # on an error it resets, so the next is clean
+    finally:
+        _idle_packers.append(packer)
     return packed
 
 

@@ -39,7 +39,7 @@ from consensus.runtime.client_codec import (
     decode_status,
     encode_request,
 )
-from consensus.runtime.deadlines import Deadlines, Waiter
+from consensus.runtime.deadlines import Deadlines, Waiter, loop_clock
 from consensus.runtime.outbox import Outbox
 from consensus.runtime.sequencer_route import SequencerRoute
 from consensus.runtime.streams import FrameStream
@@ -156,6 +156,7 @@ class CellarClient:
         if not endpoints:
             raise ValueError("a client needs at least one replica endpoint")
         self._endpoints = list(endpoints)
+        self._now: Callable[[], float] = anyio.current_time  # the loop's own, once entered
         self._connect = connect
         self.config = config
         # Clients start at different replicas (`first`, or one at random), so each replica
@@ -171,6 +172,7 @@ class CellarClient:
 
     async def __aenter__(self) -> CellarClient:
         self._tasks = await self._stack.enter_async_context(anyio.create_task_group())
+        self._now = loop_clock()
         return self
 
     async def __aexit__(self, kind: type[BaseException] | None, error: BaseException | None,
@@ -205,7 +207,7 @@ class CellarClient:
         route = self._route
         if route is not None:
             if route.wants_a_look(now) and self._tasks is not None:
-                self._tasks.start_soon(route.look, self._ask_status, anyio.current_time)
+                self._tasks.start_soon(route.look, self._ask_status, self._now)
             if route.endpoint is not None:
                 rotation.remove(route.endpoint)
                 rotation.insert(0, route.endpoint)
@@ -251,7 +253,7 @@ class CellarClient:
     async def _propose(self, session: str, sequence: int, body: bytes, deadline_s: float) -> bytes:
         handed_over = False
         timeout_ms = int(self.config.attempt_timeout_s * 1000)
-        now = anyio.current_time()
+        now = self._now()
         deadline = now + deadline_s
         with contextlib.suppress(_Expired):  # _attempt raises it once the deadline passed
             while True:
@@ -278,14 +280,14 @@ class CellarClient:
 
     async def _pause(self, deadline: float) -> None:
         await anyio.sleep(max(0.0, min(self.config.retry_backoff_s,
-                                       deadline - anyio.current_time())))
+                                       deadline - self._now())))
 
     async def _attempt(self, endpoint: str, build: Callable[[int], Request],
                        deadline: float) -> Response | None:
         """One try at one replica, within `deadline` (anyio's clock); None when the request
         went out but no reply came back; raises _NotSent when it could not even be sent.
         No cancel scope per try: the deadline is passed down to the connection's timer."""
-        now = anyio.current_time()
+        now = self._now()
         if now >= deadline:
             raise _Expired
         try:
@@ -293,7 +295,7 @@ class CellarClient:
             if connection is None or connection.broken:
                 with anyio.fail_after(deadline - now):
                     connection = await self._connection(endpoint)
-                now = anyio.current_time()
+                now = self._now()
         except (*_BROKEN, TimeoutError) as error:
             self._move_on()
             raise _NotSent from error
@@ -308,7 +310,7 @@ class CellarClient:
         return response
 
     async def _try(self, endpoint: str, build: Callable[[int], Request]) -> Response | None:
-        deadline = anyio.current_time() + self.config.deadline_s
+        deadline = self._now() + self.config.deadline_s
         try:
             return await self._attempt(endpoint, build, deadline)
         except (_NotSent, _Expired):
@@ -317,7 +319,7 @@ class CellarClient:
     async def read(self, query: bytes, *, deadline_s: float | None = None) -> bytes:
         """A linearizable read of `query`."""
         timeout_ms = int(self.config.attempt_timeout_s * 1000)
-        now = anyio.current_time()
+        now = self._now()
         deadline = now + (deadline_s or self.config.deadline_s)
         with contextlib.suppress(_Expired):
             while True:
@@ -338,7 +340,7 @@ class CellarClient:
                     ) -> tuple[bytes, int]:
         """Run `query` once some replica executed past `after_slot` (or `wait_s` passed):
         returns the result and that replica's executed slot, to resume from."""
-        for endpoint in self._rotation(anyio.current_time()):
+        for endpoint in self._rotation(self._now()):
             response = await self._try(endpoint, lambda request_id: Watch(
                 request_id, query, after_slot, int(wait_s * 1000)))
             if response is not None and response.code is Code.OK:

@@ -13,17 +13,18 @@ from collections.abc import Callable
 
 import anyio
 
+from consensus.runtime.deadlines import Doorbell
 from consensus.runtime.streams import FrameStream
 
 
 class Outbox:
-    __slots__ = ("_frames", "_on_written", "_stream", "_wakeup", "broken")
+    __slots__ = ("_doorbell", "_frames", "_on_written", "_stream", "broken")
 
     def __init__(self, stream: FrameStream,
                  on_written: Callable[[int], None] | None = None) -> None:
         self._stream = stream
         self._frames: list[bytes] = []
-        self._wakeup = anyio.Event()
+        self._doorbell = Doorbell()
         self._on_written = on_written  # told how many frames each write carried
         self.broken = False
 
@@ -31,14 +32,14 @@ class Outbox:
         if self.broken:
             raise anyio.BrokenResourceError
         self._frames.append(frame)
-        self._wakeup.set()
+        self._doorbell.ring()
 
     async def run(self) -> None:
         """Write queued frames until the stream breaks (or this task is cancelled)."""
         try:
             while True:
-                await self._wakeup.wait()
-                self._wakeup = anyio.Event()
+                while not self._frames:
+                    await self._doorbell.sleep()
                 frames, self._frames = self._frames, []
                 await self._stream.send_many(frames)
                 if self._on_written is not None:

@@ -4,9 +4,11 @@ field named; semantic checks catch replica ids outside the group."""
 from __future__ import annotations
 
 import dataclasses
+import threading
 import typing
 from typing import Any
 
+import msgpack
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -144,3 +146,16 @@ def test_check_message_catches_replicas_outside_the_group(message: Message,
                                                            reason: str) -> None:
     found = check_message(message, REPLICAS)
     assert found is not None and reason in found
+
+
+def test_a_failed_pack_leaves_the_shared_packer_clean_on_every_thread() -> None:
+    """`pack` reuses idle msgpack Packers; a value one cannot pack must not leave bytes behind
+    for the next, and a thread packing while another does gets a packer of its own."""
+    with pytest.raises(TypeError):
+        pack([1, object()])
+    assert pack([1, b"x", "y"]) == msgpack.packb([1, b"x", "y"], use_bin_type=True)
+    results: list[bytes] = []
+    worker = threading.Thread(target=lambda: results.append(pack({"k": [2, b"z"]})))
+    worker.start()
+    worker.join()
+    assert results == [msgpack.packb({"k": [2, b"z"]}, use_bin_type=True)]
