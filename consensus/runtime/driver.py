@@ -1,14 +1,14 @@
 """The driver: one task owns a replica and carries out each Ready in the order it demands.
 
 Peer frames, client proposals and reads reach it through one bounded `Inbox`; time reaches it
-as ticks counted from the monotonic clock: the task sleeps until an input comes or the next tick
-is due, and after a pause it catches up on every missed tick before it handles anything else,
-so a lease is never judged on stale time. Each Ready is
-handled as `consensus.ready` prescribes: messages that may leave at once go out, the records
-are appended and synced (in a worker thread, while this task waits: see `_handle`), then
-the messages that promised them leave, a snapshot is installed, the executed commands are
-applied to the state machine and their results handed to the waiting clients, and
-`advance()` lets the core count its own acceptance.
+as ticks counted from the monotonic clock: the task sleeps until an input comes or the next
+tick is due, and after a pause it catches up on every missed tick before it handles anything
+else, so a lease is never judged on stale time. Each Ready is handled as `consensus.ready`
+prescribes: messages that may leave at once go out, the records are appended and synced (in a
+worker thread, while this task waits: see `_handle`), then the messages that promised them
+leave, a snapshot is installed, the executed commands are applied to the state machine and
+their results handed to the waiting clients, and `advance()` lets the core count its own
+acceptance.
 
 Group commit comes for free: while one sync runs, inputs queue (in the inbox and in the
 kernel's socket buffers), and the next Ready carries all of them in one batch of records and
