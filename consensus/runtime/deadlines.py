@@ -9,7 +9,9 @@ in an `ExpiryHeap` too, polled from its loop.
 
 On asyncio a waiter sleeps on a bare future of the running loop: anyio's `Event` wraps an
 asyncio `Event`, whose creation and wait were another fifth of the client's CPU. On any other
-backend (trio) it sleeps on an anyio `Event`. Either wait is cancelled like any other.
+backend (trio) it sleeps on an anyio `Event`. Either wait is cancelled like any other. A
+`Doorbell` is the same wait for one task woken again and again, by a ring or a timeout: the
+deadline task, the driver's inbox and the outboxes sleep on one.
 """
 
 from __future__ import annotations
@@ -148,7 +150,7 @@ class Deadlines(Generic[T]):
         self._now = loop_clock()
         self._heap: ExpiryHeap[Waiter[T]] = ExpiryHeap(lambda waiter: waiter.open)
         self._armed_until = math.inf  # when `run` next wakes on its own
-        self._rearm = anyio.Event()
+        self._rearm = Doorbell()  # rung when `run` must wake before then
         self._closed = False
 
     def close(self) -> None:
@@ -156,7 +158,7 @@ class Deadlines(Generic[T]):
         self._closed = True
         self._armed_until = -math.inf
         self.expire_due(math.inf)
-        self._rearm.set()
+        self._rearm.ring()
 
     def waiter(self, deadline: float) -> Waiter[T]:
         """A new waiter, expired at `deadline` (anyio.current_time's clock) unless finished
@@ -167,7 +169,7 @@ class Deadlines(Generic[T]):
             return waiter
         self._heap.push(deadline, waiter)
         if deadline < self._armed_until:
-            self._rearm.set()
+            self._rearm.ring()
         return waiter
 
     def __len__(self) -> int:
@@ -185,9 +187,7 @@ class Deadlines(Generic[T]):
             now = self._now()
             self.expire_due(now)
             self._armed_until = self._heap.earliest
-            self._rearm = anyio.Event()
-            with anyio.move_on_after(self._armed_until - now):
-                await self._rearm.wait()
+            await self._rearm.sleep(self._armed_until - now)
 
 
 def loop_clock() -> Callable[[], float]:
