@@ -40,7 +40,6 @@ def kvs(cluster: LocalCluster) -> list[SessionKv]:
     return machines
 
 
-
 async def test_commands_are_replicated_and_reads_see_them() -> None:
     with anyio.fail_after(30):
         async with local_cluster(SessionKv) as (cluster, client):
