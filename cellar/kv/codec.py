@@ -28,6 +28,9 @@ class Operation(enum.IntEnum):
     GET = 2
 
 
+_OPERATION_OF = {operation.value: operation for operation in Operation}  # no enum call each
+
+
 class Code(enum.IntEnum):
     OK = 0
     BAD_REQUEST = 1
@@ -48,7 +51,7 @@ def decode_request(data: bytes) -> tuple[Operation, bytes, bytes]:
                       "kv request", length_max=3)
     if not raw:
         raise InvalidMessage("kv request: empty")
-    operation = Operation(expect_int(raw[0], "kv.operation", low=1, high=len(Operation)))
+    operation = _OPERATION_OF[expect_int(raw[0], "kv.operation", low=1, high=len(Operation))]
     arity = 3 if operation is Operation.PUT else 2
     if len(raw) != arity:
         raise InvalidMessage(f"kv request: {operation.name} takes {arity} fields, got {len(raw)}")

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consensus.codec import decode_envelope, encode_envelope, pack
+from consensus import codec
+from consensus.codec import PRINCIPALS_CACHED_MAX, decode_envelope, encode_envelope, pack
 from consensus.envelope import BODY_BYTES_MAX, Envelope, Principal, Role
 from consensus.errors import InvalidMessage
 
@@ -63,3 +64,19 @@ def test_trailing_bytes_are_refused() -> None:
                                     sequence=1, now_ms=5, body=b"x"))
     with pytest.raises(InvalidMessage, match="msgpack"):
         decode_envelope(data + b"\x01")
+
+
+def test_decoded_principals_are_cached_within_a_bound_and_still_checked() -> None:
+    def decoded(role: str, name: str) -> Principal:
+        return decode_envelope(pack([1, role, name, "s", 1, 0, b""])).principal
+
+    first = decoded("node", "n1")
+    assert decoded("node", "n1") is first  # built once, then found
+    assert decoded("admin", "n1") == Principal(Role.ADMIN, "n1")  # the role is part of the key
+    for number in range(PRINCIPALS_CACHED_MAX + 10):
+        assert decoded("scheduler", f"s{number}") == Principal(Role.SCHEDULER, f"s{number}")
+    assert len(codec._principals) <= PRINCIPALS_CACHED_MAX
+    with pytest.raises(InvalidMessage, match=r"envelope\.principal"):
+        decoded("node", "x" * 254)  # a name the cache never saw is checked as always
+    with pytest.raises(InvalidMessage, match=r"envelope\.role"):
+        decoded("emperor", "n1")
