@@ -9,7 +9,6 @@ missing, locked or corrupt data directory, or a failed write or sync).
 from __future__ import annotations
 
 import argparse
-import gc
 import logging
 import pathlib
 import sys
@@ -23,6 +22,7 @@ from cellar.daemon_process import (
     serve_until_signalled,
     start_logging,
 )
+from cellar.gc_tuning import quiet_garbage_collector
 from cellar.kv.machine import KvMachine
 from consensus.runtime.node import ReplicaNode
 from consensus.runtime.node_config import NodeConfigError, load_node_config
@@ -34,7 +34,6 @@ from statemachine.machine import Machine
 
 logger = logging.getLogger("cellar.replica")
 SWITCH_INTERVAL_S = 0.0002
-GC_THRESHOLDS = (20_000, 20, 20)  # young-generation allocations, then collections per older
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -49,15 +48,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def tick_command(now_ms: int) -> bytes:
     del now_ms  # the envelope carries the time; Tick itself has no fields
     return encode_command(Tick())
-
-
-def quiet_garbage_collector() -> None:
-    """Everything loaded so far lives as long as the process: freeze it out of the collector's
-    sight, and collect the young generation less often. Full collections were walking every
-    imported module's objects many times a second (15 % of an idle replica's time)."""
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(*GC_THRESHOLDS)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -82,9 +72,9 @@ def run(args: argparse.Namespace) -> int:
         # The driver syncs in a worker thread: let it have the interpreter lock back within
         # 0.2 ms of its sync returning, not the default 5 ms.
         sys.setswitchinterval(SWITCH_INTERVAL_S)
-        quiet_garbage_collector()
         backend, options = loop_options(config.loop)
-        anyio.run(serve_until_signalled, node.run, backend=backend, backend_options=options)
+        with quiet_garbage_collector():
+            anyio.run(serve_until_signalled, node.run, backend=backend, backend_options=options)
     except StorageError as error:
         logger.error("stopping: %s", error)
         print(f"cellar replica: {error}", file=sys.stderr)

@@ -33,6 +33,7 @@ import anyio
 
 from cellar.bench.stats import Spread, percentile
 from cellar.dev.spec import dev_spec, inventory, node_names
+from cellar.gc_tuning import quiet_garbage_collector
 from cellar.local_cluster import Layout, ProcessCluster
 from consensus.runtime.client import CellarClient, ClientConfig, ClientError
 from consensus.runtime.tls import IdentityRole
@@ -97,7 +98,8 @@ def run(args: argparse.Namespace) -> int:
     samples: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="cellar-bench-") as root:
         for number in range(args.runs):
-            figures = one_run(args, pathlib.Path(root) / f"run-{number}")
+            with quiet_garbage_collector():  # this process is the load generator
+                figures = one_run(args, pathlib.Path(root) / f"run-{number}")
             for name, value in figures.items():
                 samples.setdefault(name, []).append(value)
     spreads = {name: Spread.of(values) for name, values in samples.items()}

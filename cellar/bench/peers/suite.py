@@ -51,6 +51,7 @@ from cellar.bench.peers.report import (
 from cellar.bench.peers.wan import wan_table
 from cellar.bench.peers.workload import SIZES_BYTES, RoundFailed, Workload, measure
 from cellar.daemon_process import loop_options
+from cellar.gc_tuning import quiet_garbage_collector
 
 DEFAULT_WORK_DIR = pathlib.Path("~/.cache/cellar/bench-peers")
 FAILOVER_SYSTEM = "cellar-3"
@@ -267,7 +268,8 @@ def run(args: argparse.Namespace) -> int:
         for item in prepared:
             if item.reason is not None:
                 _progress(f"{item.name}: skipped: {item.reason}")
-        collected = _all_rounds(args, workload, prepared, work_dir)
+        with quiet_garbage_collector():  # this process is every system's load generator
+            collected = _all_rounds(args, workload, prepared, work_dir)
     wan = None
     if not args.no_sim:
         _progress("simulated WAN latency table")
