@@ -37,6 +37,9 @@ class Code(enum.IntEnum):
     STALE_SEQUENCE = 2  # an older command of the session, whose reply is gone
 
 
+_CODE_OF = {code.value: code for code in Code}
+
+
 def encode_put(key: bytes, value: bytes) -> bytes:
     return pack([Operation.PUT, key, value])
 
@@ -51,7 +54,7 @@ def decode_request(data: bytes) -> tuple[Operation, bytes, bytes]:
                       "kv request", length_max=3)
     if not raw:
         raise InvalidMessage("kv request: empty")
-    operation = _OPERATION_OF[expect_int(raw[0], "kv.operation", low=1, high=len(Operation))]
+    operation = _OPERATION_OF[expect_int(raw[0], "kv.operation", low=1, high=len(_OPERATION_OF))]
     arity = 3 if operation is Operation.PUT else 2
     if len(raw) != arity:
         raise InvalidMessage(f"kv request: {operation.name} takes {arity} fields, got {len(raw)}")
@@ -69,7 +72,7 @@ def decode_reply(data: bytes) -> tuple[Code, bytes | None]:
                       length_max=2)
     if not raw:
         raise InvalidMessage("kv reply: empty")
-    code = Code(expect_int(raw[0], "kv.code", low=0, high=len(Code) - 1))
+    code = _CODE_OF[expect_int(raw[0], "kv.code", low=0, high=len(_CODE_OF) - 1)]
     value = expect_bytes(raw[1], "kv.value", length_max=VALUE_BYTES_MAX) if len(raw) == 2 \
         else None
     return code, value

@@ -15,7 +15,6 @@ after a reconnect. Async on anyio; `SyncClient` wraps it for scripts.
 
 from __future__ import annotations
 
-import contextlib
 import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
@@ -255,7 +254,7 @@ class CellarClient:
         timeout_ms = int(self.config.attempt_timeout_s * 1000)
         now = self._now()
         deadline = now + deadline_s
-        with contextlib.suppress(_Expired):  # _attempt raises it once the deadline passed
+        try:  # not contextlib.suppress: that costs 0.6 us, and this runs once per command
             while True:
                 for endpoint in self._rotation(now):
                     try:
@@ -273,6 +272,8 @@ class CellarClient:
                     handed_over |= response.code is Code.UNKNOWN
                     await self._pause(deadline)
                 await self._pause(deadline)
+        except _Expired:  # _attempt raises it once the deadline passed
+            pass
         if handed_over:
             raise OutcomeUnknown(f"no result within {deadline_s:.1f} s; the command (session "
                                  f"{session}, sequence {sequence}) may still be applied")
@@ -321,7 +322,7 @@ class CellarClient:
         timeout_ms = int(self.config.attempt_timeout_s * 1000)
         now = self._now()
         deadline = now + (deadline_s or self.config.deadline_s)
-        with contextlib.suppress(_Expired):
+        try:  # not contextlib.suppress, as in _propose
             while True:
                 for endpoint in self._rotation(now):
                     try:
@@ -334,6 +335,8 @@ class CellarClient:
                     if response is not None and response.code is Code.BAD_REQUEST:
                         raise Rejected(response.message)
                 await self._pause(deadline)
+        except _Expired:
+            pass
         raise Unavailable("no replica answered the read in time")
 
     async def watch(self, query: bytes, after_slot: int, *, wait_s: float = 10.0

@@ -92,7 +92,8 @@ class Response:
 
 
 _REQUEST_KIND_MAX = max(RequestKind)  # computed once: iterating an enum is slow
-_CODE_MAX = max(Code)
+_CODE_OF = {code.value: code for code in Code}  # a dict lookup, not an enum call
+_CODE_MAX = max(_CODE_OF)
 
 
 def encode_request(request: Request) -> bytes:
@@ -145,7 +146,7 @@ def decode_response(data: bytes) -> Response:
                       "response", length_max=5)
     request_id, code, payload, slot, message = expect_fields(raw, "response", 5)
     return Response(expect_int(request_id, "response.id"),
-                    Code(expect_int(code, "response.code", high=_CODE_MAX)),
+                    _CODE_OF[expect_int(code, "response.code", high=_CODE_MAX)],
                     expect_bytes(payload, "response.payload", length_max=RESPONSE_BYTES_MAX),
                     expect_int(slot, "response.slot"),
                     expect_str(message, "response.message", length_max=4096, allow_empty=True))
