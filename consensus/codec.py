@@ -78,9 +78,15 @@ def unpack(data: bytes, *, bytes_max: int, what: str) -> Any:
 
 
 def encode_envelope(envelope: Envelope) -> bytes:
-    principal = envelope.principal
-    return pack([ENVELOPE_TAG, principal.role.value, principal.name, envelope.session,
-                 envelope.sequence, envelope.now_ms, envelope.body])
+    return encode_envelope_of(envelope.principal, envelope.session, envelope.sequence,
+                              envelope.now_ms, envelope.body)
+
+
+def encode_envelope_of(principal: Principal, session: str, sequence: int, now_ms: int,
+                       body: bytes) -> bytes:
+    """encode_envelope(Envelope(...)) without building the Envelope (2 us a command)."""
+    return pack([ENVELOPE_TAG, principal.role.value, principal.name, session, sequence, now_ms,
+                 body])
 
 
 def decode_envelope(data: bytes) -> Envelope:

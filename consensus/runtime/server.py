@@ -18,8 +18,8 @@ from typing import Any
 
 import anyio
 
-from consensus.codec import encode_envelope
-from consensus.envelope import Envelope, Principal
+from consensus.codec import encode_envelope_of
+from consensus.envelope import Principal
 from consensus.errors import InvalidMessage
 from consensus.runtime.client_codec import (
     Code,
@@ -87,10 +87,9 @@ class ClientServer:
             _answer(outbox, Response(request.request_id, Code.UNAVAILABLE,
                                      message="the replica is not running"))
         elif isinstance(request, Propose):
-            envelope = Envelope(principal=principal, session=request.session,
-                                sequence=request.sequence, now_ms=self._now_ms(),
-                                body=request.body)
-            self._driver.submit(encode_envelope(envelope), request.timeout_ms / 1000,
+            command = encode_envelope_of(principal, request.session, request.sequence,
+                                         self._now_ms(), request.body)
+            self._driver.submit(command, request.timeout_ms / 1000,
                                 _responder(outbox, request.request_id))
         elif isinstance(request, Read):
             self._driver.submit_read(request.query, request.timeout_ms / 1000,
