@@ -28,6 +28,7 @@ from consensus.errors import InvalidMessage
 from consensus.messages import MESSAGE_TYPES, Batch, Command, Message
 from consensus.records import RECORD_TYPES, Record
 from consensus.validation import (
+    INT64_MAX,
     UINT64_MAX,
     expect_bool,
     expect_bytes,
@@ -167,11 +168,11 @@ def _codec_for(hint: Any, name: str) -> tuple[_Encoder, _Decoder]:
     if hint == Batch:
         return _encode_batch, _decode_batch
     if hint is int:
-        return _identity, lambda raw, where: expect_int(raw, where, low=low)
+        return _identity, _int_decoder(low)
     if hint is bool:
         return _identity, expect_bool
     if hint is bytes:
-        return _identity, lambda raw, where: expect_bytes(raw, where, length_max=RECORD_BYTES_MAX)
+        return _identity, _decode_bytes
     origin = typing.get_origin(hint)
     arguments = typing.get_args(hint)
     if origin in (types.UnionType, typing.Union) and type(None) in arguments:
@@ -182,9 +183,9 @@ def _codec_for(hint: Any, name: str) -> tuple[_Encoder, _Decoder]:
     if origin is tuple and len(arguments) == 2 and arguments[1] is Ellipsis:
         encode_item, decode_item = _codec_for(arguments[0], name)
         return (lambda value: [encode_item(item) for item in value],
-                lambda raw, where: tuple(
+                lambda raw, where: tuple([
                     decode_item(item, where)
-                    for item in expect_list(raw, where, length_max=ITEMS_MAX)))
+                    for item in expect_list(raw, where, length_max=ITEMS_MAX)]))
     if dataclasses.is_dataclass(hint) and isinstance(hint, type):
         return _dataclass_codec(hint)
     raise TypeError(f"no codec for {hint!r} ({name})")
@@ -216,6 +217,24 @@ def _identity(value: Any) -> Any:
     return value
 
 
+# Field decoders check the common, valid case inline and leave the naming of a fault to the
+# `expect_*` function (every field of every message from a peer passes through one).
+
+def _int_decoder(low: int) -> _Decoder:
+    def decode(raw: Any, where: str) -> int:
+        if type(raw) is int and low <= raw <= INT64_MAX:
+            return raw
+        return expect_int(raw, where, low=low)  # raises, naming what was wrong
+
+    return decode
+
+
+def _decode_bytes(raw: Any, where: str) -> bytes:
+    if type(raw) is bytes and len(raw) <= RECORD_BYTES_MAX:
+        return raw
+    return expect_bytes(raw, where, length_max=RECORD_BYTES_MAX)
+
+
 def _dataclass_codec(cls: type) -> tuple[_Encoder, _Decoder]:
     hints = typing.get_type_hints(cls)
     names = [item.name for item in dataclasses.fields(cls)]
@@ -228,10 +247,14 @@ def _dataclass_codec(cls: type) -> tuple[_Encoder, _Decoder]:
         return [encoder(getattr(value, name)) for encoder, name in zip(encoders, names,
                                                                         strict=True)]
 
+    places = [f"{label}.{name}" for name in names]  # where a fault is named, made once
+    count = len(names)
+
     def decode(raw: Any, where: str) -> Any:
-        items = expect_fields(expect_list(raw, where, length_max=len(names)), where, len(names))
-        return cls(*[decoder(item, f"{label}.{name}") for decoder, name, item in
-                     zip(decoders, names, items, strict=True)])
+        if type(raw) is not list or len(raw) != count:
+            expect_fields(expect_list(raw, where, length_max=count), where, count)  # raises
+        return cls(*[decoder(item, place) for decoder, place, item in
+                     zip(decoders, places, raw, strict=True)])
 
     return encode, decode
 
@@ -292,4 +315,4 @@ def _decode_tagged(raw: Any, table: dict[int, tuple[type, _Encoder, _Decoder]],
     if tag not in table:
         raise InvalidMessage(f"{what}.tag: unknown tag {tag}")
     cls, _, decode = table[tag]
-    return decode(list(items[1:]), cls.__name__)
+    return decode(items[1:], cls.__name__)

@@ -13,8 +13,9 @@ or `NO_CL` (a hole the view change filled: no command leader, skipped by executi
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 NO_CL = -1
 NO_INDEX = -1
@@ -341,40 +342,79 @@ MESSAGE_TYPES: tuple[type[Message], ...] = (
     SnapshotChunk,
 )
 
-_REPLICA_FIELDS = frozenset({"sender", "space", "origin"})
-_REPLICA_TUPLES = frozenset({"c_max_index", "exec_counts", "o_counts", "dedup_low",
-                             "dedup_tags"})
-
-
 def check_message(message: Message, replica_count: int) -> str | None:
     """The reason `message` cannot be from a group of `replica_count`, or None if it can."""
-    for item in fields(message):
-        value = getattr(message, item.name)
-        reason = _check_value(item.name, value, replica_count)
+    reason = _check_fields(message, replica_count)
+    return None if reason is None else f"{type(message).__name__}.{reason}"
+
+
+# Every message from a peer is checked, and most fields need no check: each class's checked
+# fields and their checks are found once (on first use) and kept here.
+_Check = Callable[[str, Any, int], "str | None"]
+_checks_by_class: dict[type, tuple[tuple[str, _Check], ...]] = {}
+
+
+def _check_fields(item: Any, replica_count: int) -> str | None:
+    checks = _checks_by_class.get(type(item))
+    if checks is None:
+        checks = _checks_by_class[type(item)] = tuple(
+            (field.name, _CHECKS[field.name]) for field in fields(item)
+            if field.name in _CHECKS)
+    for name, check in checks:
+        reason = check(name, getattr(item, name), replica_count)
         if reason is not None:
-            return f"{type(message).__name__}.{reason}"
+            return reason
     return None
 
 
-def _check_value(name: str, value: object, replica_count: int) -> str | None:
-    if name in _REPLICA_FIELDS and isinstance(value, int) and not 0 <= value < replica_count:
+def _replica(name: str, value: Any, replica_count: int) -> str | None:
+    if isinstance(value, int) and not 0 <= value < replica_count:
         return f"{name}: replica {value} is not in [0, {replica_count})"
-    if name in ("values", "o_values") and isinstance(value, tuple):
+    return None
+
+
+def _replica_or_none(name: str, value: Any, replica_count: int) -> str | None:
+    if isinstance(value, int) and not NO_CL <= value < replica_count:
+        return f"{name}: {value} is not a replica id"
+    return None
+
+
+def _replica_ids(name: str, value: Any, replica_count: int) -> str | None:
+    if isinstance(value, tuple):
         bad = [item for item in value if not NO_CL <= item < replica_count]
         return f"{name}: {bad[0]} is not a replica id" if bad else None
-    if name in _REPLICA_TUPLES and isinstance(value, tuple) and len(value) != replica_count:
+    return None
+
+
+def _one_per_replica(name: str, value: Any, replica_count: int) -> str | None:
+    if isinstance(value, tuple) and len(value) != replica_count:
         return f"{name}: {len(value)} entries for {replica_count} replicas"
-    if name in ("batch", "commands") and isinstance(value, tuple) and value:
+    return None
+
+
+def _command_origins(name: str, value: Any, replica_count: int) -> str | None:
+    if isinstance(value, tuple) and value:
         origins = [command.origin for command in value]
         if not 0 <= min(origins) <= max(origins) < replica_count:
             return f"{name}: a command's origin is not a replica id"
-    if name in ("entries", "c_entries", "meta") and value is not None:
-        items = value if isinstance(value, tuple) else (value,)
-        for item in items:
-            for inner in fields(item):
-                reason = _check_value(inner.name, getattr(item, inner.name), replica_count)
-                if reason is not None:
-                    return f"{name}.{reason}"
-    if name == "value" and isinstance(value, int) and not NO_CL <= value < replica_count:
-        return f"value: {value} is not a replica id"
     return None
+
+
+def _nested(name: str, value: Any, replica_count: int) -> str | None:
+    if value is None:
+        return None
+    for item in value if isinstance(value, tuple) else (value,):
+        reason = _check_fields(item, replica_count)
+        if reason is not None:
+            return f"{name}.{reason}"
+    return None
+
+
+_CHECKS: dict[str, _Check] = {
+    "sender": _replica, "space": _replica, "origin": _replica,
+    "value": _replica_or_none, "values": _replica_ids, "o_values": _replica_ids,
+    "c_max_index": _one_per_replica, "exec_counts": _one_per_replica,
+    "o_counts": _one_per_replica, "dedup_low": _one_per_replica, "dedup_tags": _one_per_replica,
+    "batch": _command_origins, "commands": _command_origins,
+    "entries": _nested, "c_entries": _nested, "meta": _nested,
+}
