@@ -40,12 +40,15 @@ class Code(enum.IntEnum):
 _CODE_OF = {code.value: code for code in Code}
 
 
+_PUT, _GET = Operation.PUT.value, Operation.GET.value  # msgpack packs an int faster than an enum
+
+
 def encode_put(key: bytes, value: bytes) -> bytes:
-    return pack([Operation.PUT, key, value])
+    return pack([_PUT, key, value])
 
 
 def encode_get(key: bytes) -> bytes:
-    return pack([Operation.GET, key])
+    return pack([_GET, key])
 
 
 def decode_request(data: bytes) -> tuple[Operation, bytes, bytes]:

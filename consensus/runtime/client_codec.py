@@ -92,20 +92,23 @@ class Response:
 
 
 _REQUEST_KIND_MAX = max(RequestKind)  # computed once: iterating an enum is slow
+# Packed as plain ints: msgpack packs an int enum member 0.35 us slower.
+_PROPOSE, _READ, _WATCH, _STATUS = (kind.value for kind in (
+    RequestKind.PROPOSE, RequestKind.READ, RequestKind.WATCH, RequestKind.STATUS))
 _CODE_OF = {code.value: code for code in Code}  # a dict lookup, not an enum call
 _CODE_MAX = max(_CODE_OF)
 
 
 def encode_request(request: Request) -> bytes:
     if isinstance(request, Propose):
-        return pack([RequestKind.PROPOSE, request.request_id, request.session,
-                     request.sequence, request.body, request.timeout_ms])
+        return pack([_PROPOSE, request.request_id, request.session, request.sequence,
+                     request.body, request.timeout_ms])
     if isinstance(request, Read):
-        return pack([RequestKind.READ, request.request_id, request.query, request.timeout_ms])
+        return pack([_READ, request.request_id, request.query, request.timeout_ms])
     if isinstance(request, Watch):
-        return pack([RequestKind.WATCH, request.request_id, request.query, request.after_slot,
+        return pack([_WATCH, request.request_id, request.query, request.after_slot,
                      request.wait_ms])
-    return pack([RequestKind.STATUS, request.request_id])
+    return pack([_STATUS, request.request_id])
 
 
 def decode_request(data: bytes) -> Request:
@@ -137,7 +140,7 @@ def decode_request(data: bytes) -> Request:
 
 
 def encode_response(response: Response) -> bytes:
-    return pack([response.request_id, int(response.code), response.payload, response.slot,
+    return pack([response.request_id, response.code.value, response.payload, response.slot,
                  response.message])
 
 

@@ -17,6 +17,7 @@ deadline task, the driver's inbox and the outboxes sleep on one.
 from __future__ import annotations
 
 import asyncio
+import collections
 import heapq
 import math
 from collections.abc import Callable
@@ -30,38 +31,63 @@ COMPACT_ENTRIES_MIN = 1024  # below this many entries the heap is never rebuilt
 
 class ExpiryHeap(Generic[T]):
     """Items by deadline, expired lazily: `due` pops the items whose deadline passed. An item
-    that ends early stays until its deadline comes; the heap is rebuilt from the items
-    `still_open` keeps whenever it doubles, so it never holds more than twice the most items
-    ever open at once (or COMPACT_ENTRIES_MIN)."""
+    that ends early stays until its deadline comes; the entries are rebuilt from the items
+    `still_open` keeps whenever they double, so there are never more than twice the most items
+    ever open at once (or COMPACT_ENTRIES_MIN).
+
+    Deadlines mostly come in order (a connection's requests share one timeout), and those go
+    to the back of a queue: an append, where a push onto a heap of many thousand entries was
+    4 % of the client's CPU at 1024 callers. A deadline earlier than the last queued goes into
+    a heap beside it; `due` takes from whichever holds the earliest."""
 
     def __init__(self, still_open: Callable[[T], bool]) -> None:
         self._still_open = still_open
+        self._queue: collections.deque[tuple[float, T]] = collections.deque()
         self._heap: list[tuple[float, int, T]] = []
         self._pushed = 0  # a tie-breaker: items never compare
         self._compact_at = COMPACT_ENTRIES_MIN
 
     def __len__(self) -> int:
         """Entries, items that ended early and are not yet dropped included."""
-        return len(self._heap)
+        return len(self._queue) + len(self._heap)
 
     @property
     def earliest(self) -> float:
         """The first deadline (infinity when empty)."""
-        return self._heap[0][0] if self._heap else math.inf
+        return min(self._queue[0][0] if self._queue else math.inf,
+                   self._heap[0][0] if self._heap else math.inf)
 
     def push(self, deadline: float, item: T) -> None:
-        self._pushed += 1
-        heapq.heappush(self._heap, (deadline, self._pushed, item))
-        if len(self._heap) >= self._compact_at:
-            self._heap = [entry for entry in self._heap if self._still_open(entry[2])]
-            heapq.heapify(self._heap)
-            self._compact_at = max(COMPACT_ENTRIES_MIN, 2 * len(self._heap))
+        queue = self._queue
+        if not queue or deadline >= queue[-1][0]:
+            queue.append((deadline, item))
+        else:
+            self._pushed += 1
+            heapq.heappush(self._heap, (deadline, self._pushed, item))
+        if len(queue) + len(self._heap) >= self._compact_at:
+            self._compact()
+
+    def _compact(self) -> None:
+        still_open = self._still_open
+        self._queue = collections.deque(
+            entry for entry in self._queue if still_open(entry[1]))
+        self._heap = [entry for entry in self._heap if still_open(entry[2])]
+        heapq.heapify(self._heap)
+        self._compact_at = max(COMPACT_ENTRIES_MIN, 2 * len(self))
 
     def due(self, now: float) -> list[T]:
         """Remove and return the items whose deadline is at or before `now`, earliest first."""
-        heap, found = self._heap, []
-        while heap and heap[0][0] <= now:
-            found.append(heapq.heappop(heap)[2])
+        queue, heap = self._queue, self._heap
+        found: list[T] = []
+        while queue or heap:
+            queued = queue[0][0] if queue else math.inf
+            heaped = heap[0][0] if heap else math.inf
+            if min(queued, heaped) > now:
+                break
+            if queued <= heaped and queue:
+                found.append(queue.popleft()[1])
+            else:
+                found.append(heapq.heappop(heap)[2])
         return found
 
 

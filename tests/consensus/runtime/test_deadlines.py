@@ -99,3 +99,4 @@ async def test_a_doorbell_wakes_its_sleeper_and_forgets_a_ring_with_none_asleep(
 async def _ring_soon(doorbell: Doorbell) -> None:
     await anyio.sleep(0.01)
     doorbell.ring()
+
