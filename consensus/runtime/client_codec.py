@@ -96,6 +96,7 @@ _REQUEST_KIND_MAX = max(RequestKind)  # computed once: iterating an enum is slow
 _PROPOSE, _READ, _WATCH, _STATUS = (kind.value for kind in (
     RequestKind.PROPOSE, RequestKind.READ, RequestKind.WATCH, RequestKind.STATUS))
 _CODE_OF = {code.value: code for code in Code}  # a dict lookup, not an enum call
+_OK = Code.OK.value
 _CODE_MAX = max(_CODE_OF)
 
 
@@ -142,6 +143,12 @@ def decode_request(data: bytes) -> Request:
 def encode_response(response: Response) -> bytes:
     return pack([response.request_id, response.code.value, response.payload, response.slot,
                  response.message])
+
+
+def encode_ok(request_id: int, payload: bytes) -> bytes:
+    """encode_response(Response(request_id, Code.OK, payload)) without building the Response
+    (the answer to every command and read)."""
+    return pack([request_id, _OK, payload, 0, ""])
 
 
 def decode_response(data: bytes) -> Response:

@@ -30,6 +30,7 @@ from consensus.runtime.client_codec import (
     Status,
     Watch,
     decode_request,
+    encode_ok,
     encode_response,
     encode_status,
 )
@@ -118,7 +119,7 @@ async def _write_until_broken(outbox: Outbox) -> None:
 def _responder(outbox: Outbox, request_id: int) -> Done:
     def done(reply: bytes | None, error: Exception | None) -> None:
         if reply is not None:
-            _answer(outbox, Response(request_id, Code.OK, reply))
+            _put(outbox, encode_ok(request_id, reply))
         elif isinstance(error, Overloaded):
             _answer(outbox, Response(request_id, Code.OVERLOADED, message=str(error)))
         else:  # OutcomeUnknown: timed out, or the replica stopped
@@ -127,8 +128,12 @@ def _responder(outbox: Outbox, request_id: int) -> Done:
 
 
 def _answer(outbox: Outbox, response: Response) -> None:
-    with contextlib.suppress(anyio.BrokenResourceError):  # the client is gone
-        outbox.put(encode_response(response))
+    _put(outbox, encode_response(response))
+
+
+def _put(outbox: Outbox, frame: bytes) -> None:
+    if not outbox.broken:  # broken: the client is gone (put would raise)
+        outbox.put(frame)
 
 
 async def _acquire(limiter: anyio.Semaphore) -> None:

@@ -1,0 +1,69 @@
+"""The client protocol's codec: requests and responses round-trip, the answer to a command
+packed from its fields equals the one packed from a Response, and malformed input is refused
+with the field named."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from consensus.codec import pack
+from consensus.errors import InvalidMessage
+from consensus.runtime.client_codec import (
+    TIMEOUT_MS_MAX,
+    Code,
+    Propose,
+    Read,
+    Response,
+    Status,
+    Watch,
+    decode_request,
+    decode_response,
+    encode_ok,
+    encode_request,
+    encode_response,
+)
+
+ids = st.integers(0, 2**63 - 1)
+timeouts = st.integers(0, TIMEOUT_MS_MAX)
+requests = st.one_of(
+    st.builds(Propose, ids, st.text(max_size=128), ids, st.binary(max_size=200), timeouts),
+    st.builds(Read, ids, st.binary(max_size=200), timeouts),
+    st.builds(Watch, ids, st.binary(max_size=200), st.integers(-1, 2**63 - 1), timeouts),
+    st.builds(Status, ids),
+)
+responses = st.builds(Response, ids, st.sampled_from(list(Code)), st.binary(max_size=200),
+                      st.integers(0, 2**63 - 1), st.text(max_size=200))
+
+
+@given(requests)
+def test_requests_round_trip(request: Propose | Read | Watch | Status) -> None:
+    assert decode_request(encode_request(request)) == request
+
+
+@given(responses)
+def test_responses_round_trip(response: Response) -> None:
+    decoded = decode_response(encode_response(response))
+    assert decoded == response and decoded.code is response.code
+
+
+@given(ids, st.binary(max_size=200))
+def test_an_ok_packed_from_its_fields_is_the_same_answer(request_id: int, payload: bytes) -> None:
+    assert encode_ok(request_id, payload) == encode_response(
+        Response(request_id, Code.OK, payload))
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        ([1, 9, b"", 0, ""], "response.code"),
+        ([1, True, b"", 0, ""], "response.code"),
+        ([-1, 0, b"", 0, ""], "response.id"),
+        ([1, 0, "text", 0, ""], "response.payload"),
+        ([1, 0, b""], "expected 5 fields"),
+    ],
+)
+def test_malformed_responses_name_the_field(raw: object, reason: str) -> None:
+    with pytest.raises(InvalidMessage, match=reason):
+        decode_response(pack(raw))
