@@ -127,7 +127,8 @@ class _Connection:
         self._waiting[request_id] = waiter
         try:
             self.outbox.put(encode_request(build(request_id)))
-            response = await waiter.wait()
+            await waiter.signal()
+            response = waiter.answer
         finally:
             self._waiting.pop(request_id, None)
         if response is None:
@@ -231,7 +232,8 @@ class CellarClient:
 
     async def propose(self, body: bytes, *, deadline_s: float | None = None) -> bytes:
         """Apply `body` exactly once and return the state machine's reply."""
-        session = await self._take_session()
+        # A free session is taken without a coroutine of its own (this runs once per command)
+        session = self._sessions.pop() if self._sessions else await self._take_session()
         try:
             session[1] += 1
             return await self._propose(session[0], session[1], body,

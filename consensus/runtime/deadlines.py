@@ -20,7 +20,7 @@ import asyncio
 import collections
 import heapq
 import math
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 
 import anyio
@@ -116,12 +116,16 @@ class Waiter(Generic[T]):
 
     async def wait(self) -> T | None:
         """The answer, or None once the deadline passed or the waiter ended without one."""
-        if self._future is not None:
-            await self._future
-        else:
-            assert self._event is not None
-            await self._event.wait()
+        await self.signal()
         return self.answer
+
+    def signal(self) -> Awaitable[object]:
+        """What to await before reading `answer`: on asyncio the bare future itself, so a
+        caller on the hot path spends no coroutine of its own on the wait."""
+        if self._future is not None:
+            return self._future
+        assert self._event is not None
+        return self._event.wait()
 
 
 class Doorbell:
