@@ -5,9 +5,10 @@ young collection walks every object made since the last one that is still alive.
 with hundreds of requests in flight those are thousands (requests, waiters, futures, frames):
 in the benchmark's load generator at 256 callers a young collection took about 2 ms, and 280
 of them took 0.6 s of a 10-s run. Collecting every 20,000 allocations instead, most objects
-die before a collection sees them: 2 collections, 0.01 s, in the same run. Everything alive at start
-(modules, classes) lives as long as the process, so it is frozen out of the collector's sight:
-full collections no longer walk it (they were 15 % of an idle replica's time).
+die before a collection sees them: 2 collections, 0.01 s, in the same run. Everything alive
+at start (modules, classes) lives as long as the process, so it is frozen out of the
+collector's sight: full collections no longer walk it (they were 15 % of an idle replica's
+time).
 
 A library does not change its host's collector: an application embedding the client wraps
 its own work in `quiet_garbage_collector()` if it wants the same. On leaving, the settings are

@@ -350,7 +350,7 @@ def check_message(message: Message, replica_count: int) -> str | None:
 
 # Every message from a peer is checked, and most fields need no check: each class's checked
 # fields and their checks are found once (on first use) and kept here.
-_Check = Callable[[str, Any, int], "str | None"]
+_Check = Callable[[str, Any, int], str | None]
 _checks_by_class: dict[type, tuple[tuple[str, _Check], ...]] = {}
 
 

@@ -25,7 +25,7 @@ class Session:
 
 
 def session_key(principal: Principal, session: str) -> str:
-    return f"{principal.role.value}:{principal.name}/{session}"  # str(principal), inlined
+    return f"{principal}/{session}"
 
 
 class Sessions:

@@ -28,7 +28,10 @@ class Operation(enum.IntEnum):
     GET = 2
 
 
-_OPERATION_OF = {operation.value: operation for operation in Operation}  # no enum call each
+# Decoders look members up by value (an enum call costs more), and encoders pack plain ints
+# (msgpack packs an int faster than an int enum member).
+_OPERATION_OF = {operation.value: operation for operation in Operation}
+_PUT, _GET = Operation.PUT.value, Operation.GET.value
 
 
 class Code(enum.IntEnum):
@@ -38,9 +41,6 @@ class Code(enum.IntEnum):
 
 
 _CODE_OF = {code.value: code for code in Code}
-
-
-_PUT, _GET = Operation.PUT.value, Operation.GET.value  # msgpack packs an int faster than an enum
 
 
 def encode_put(key: bytes, value: bytes) -> bytes:

@@ -80,14 +80,14 @@ class ExpiryHeap(Generic[T]):
         queue, heap = self._queue, self._heap
         found: list[T] = []
         while queue or heap:
-            queued = queue[0][0] if queue else math.inf
-            heaped = heap[0][0] if heap else math.inf
-            if min(queued, heaped) > now:
-                break
-            if queued <= heaped and queue:
-                found.append(queue.popleft()[1])
-            else:
+            if heap and (not queue or heap[0][0] < queue[0][0]):  # the heap holds the earliest
+                if heap[0][0] > now:
+                    break
                 found.append(heapq.heappop(heap)[2])
+            else:
+                if queue[0][0] > now:
+                    break
+                found.append(queue.popleft()[1])
         return found
 
 
