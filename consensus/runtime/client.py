@@ -206,7 +206,7 @@ class CellarClient:
         rotation = self._endpoints[first:] + self._endpoints[:first]
         route = self._route
         if route is not None:
-            if route.wants_a_look(now) and self._tasks is not None:
+            if route.claim_look(now) and self._tasks is not None:
                 self._tasks.start_soon(route.look, self._ask_status, self._now)
             if route.endpoint is not None:
                 rotation.remove(route.endpoint)

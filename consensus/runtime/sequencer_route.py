@@ -36,14 +36,22 @@ class SequencerRoute:
         self._look_not_before = -math.inf
         self.looking = False
 
-    def wants_a_look(self, now: float) -> bool:
-        """Whether to start `look` now: not already looking, and the last look is old enough
-        (or the sequencer it found is no longer trusted)."""
+    def claim_look(self, now: float) -> bool:
+        """Whether the caller should start `look` now: not already looking, and the last look
+        is old enough (or the sequencer it found is no longer trusted). A yes counts as the
+        look's start, so the callers that ask before the look's task runs get a no."""
         if self.looking or now < self._look_not_before:
             return False
         if now >= self._trusted_until:
             self.endpoint = None
-        return self.endpoint is None
+        if self.endpoint is not None:
+            return False
+        self._started(now)
+        return True
+
+    def _started(self, now: float) -> None:
+        self.looking = True
+        self._look_not_before = now + LOOK_EVERY_S
 
     def forget(self) -> None:
         """The chosen replica failed a request: go back to the usual rotation."""
@@ -52,8 +60,8 @@ class SequencerRoute:
     async def look(self, ask: AskStatus, now: Callable[[], float]) -> None:
         """Ask replicas, in order, until one is the sequencer or names one whose endpoint is
         known; gives up quietly (the next look is `LOOK_EVERY_S` later)."""
-        self.looking = True
-        self._look_not_before = now() + LOOK_EVERY_S
+        if not self.looking:  # not claimed first
+            self._started(now())
         try:
             for endpoint in self._endpoints:
                 sequencer = self._sequencer_named(endpoint, await ask(endpoint))

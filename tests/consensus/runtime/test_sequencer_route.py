@@ -45,9 +45,20 @@ async def test_the_sequencer_is_found_from_what_replicas_say_of_themselves() -> 
     statuses = {"a:1": serving(0, 2),
                 "b:1": None,  # no answer
                 "c:1": serving(2, 2)}
-    assert route.wants_a_look(clock())
+    assert route.claim_look(clock())
     await route.look(asker(statuses, asked), clock)
     assert route.endpoint == "c:1" and asked == ENDPOINTS and not route.looking
+
+
+async def test_one_claim_starts_one_look_whoever_asks_before_it_runs() -> None:
+    """Every command asks before its try; only the first may start a look, even though the
+    look's task has not run yet when the others ask."""
+    clock, asked = Clock(), list[str]()
+    route = SequencerRoute(ENDPOINTS)
+    claims = [route.claim_look(clock()) for _ in range(100)]
+    assert claims == [True] + [False] * 99
+    await route.look(asker({"a:1": serving(0, 0)}, asked), clock)
+    assert asked == ["a:1"] and not route.claim_look(clock())
 
 
 async def test_a_known_endpoint_ends_the_look_early() -> None:
@@ -82,15 +93,16 @@ async def test_looks_are_spaced_and_a_found_sequencer_is_rechecked() -> None:
     clock, asked = Clock(), list[str]()
     route = SequencerRoute(ENDPOINTS)
     await route.look(asker({}, asked), clock)  # nobody answers
-    assert not route.wants_a_look(clock())
+    assert not route.claim_look(clock())
     clock.now_s += LOOK_EVERY_S
-    assert route.wants_a_look(clock())
+    assert route.claim_look(clock())
+    assert not route.claim_look(clock())  # claimed: the look is under way
     await route.look(asker({"b:1": serving(1, 1)}, asked), clock)
     assert route.endpoint == "b:1"
     clock.now_s += LOOK_EVERY_S
-    assert not route.wants_a_look(clock()) and route.endpoint == "b:1"
+    assert not route.claim_look(clock()) and route.endpoint == "b:1"
     clock.now_s += RECHECK_S
-    assert route.wants_a_look(clock()) and route.endpoint is None  # a view may have changed
+    assert route.claim_look(clock()) and route.endpoint is None  # a view may have changed
 
 
 async def test_a_failed_replica_is_forgotten_until_the_next_look() -> None:
@@ -98,6 +110,6 @@ async def test_a_failed_replica_is_forgotten_until_the_next_look() -> None:
     route = SequencerRoute(ENDPOINTS)
     await route.look(asker({"a:1": serving(0, 0)}, asked), clock)
     route.forget()
-    assert route.endpoint is None and not route.wants_a_look(clock())
+    assert route.endpoint is None and not route.claim_look(clock())
     clock.now_s += LOOK_EVERY_S
-    assert route.wants_a_look(clock())
+    assert route.claim_look(clock())
