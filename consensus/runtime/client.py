@@ -28,14 +28,13 @@ from anyio.abc import TaskGroup
 from consensus.errors import ConsensusError, InvalidMessage
 from consensus.runtime.client_codec import (
     Code,
-    Propose,
     Read,
-    Request,
     Response,
     Status,
     Watch,
     decode_response,
     decode_status,
+    encode_propose,
     encode_request,
 )
 from consensus.runtime.deadlines import Deadlines, Waiter, loop_clock
@@ -44,6 +43,7 @@ from consensus.runtime.sequencer_route import SequencerRoute
 from consensus.runtime.streams import FrameStream
 
 Connect = Callable[[str], Awaitable[FrameStream]]
+Encode = Callable[[int], bytes]  # a request's bytes, given its id
 CLOSE_TIMEOUT_S = 1.0
 _BROKEN = (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError,
            InvalidMessage)
@@ -71,6 +71,22 @@ class Unavailable(ClientError):
 
 class Rejected(ClientError):
     """The replica refused the request as malformed."""
+
+
+_MOVE_ON = (Code.UNAVAILABLE, Code.UNKNOWN)  # answers that send the next try elsewhere
+
+
+def _encode_status(request_id: int) -> bytes:
+    return encode_request(Status(request_id))
+
+
+def _no_result(handed_over: bool, deadline_s: float, session: str, sequence: int
+               ) -> ClientError:
+    """The error for a command whose deadline passed without a result."""
+    if handed_over:
+        return OutcomeUnknown(f"no result within {deadline_s:.1f} s; the command (session "
+                              f"{session}, sequence {sequence}) may still be applied")
+    return Unavailable(f"no replica took the command within {deadline_s:.1f} s")
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,25 +133,22 @@ class _Connection:
         self._waiting.clear()
         self.deadlines.close()
 
-    async def request(self, build: Callable[[int], Request], deadline: float) -> Response:
-        """The response to `build(request id)`; TimeoutError once `deadline` (anyio's clock)
-        passes, a broken-resource error once the connection breaks."""
+    async def request(self, encode: Encode, deadline: float) -> Response | None:
+        """The response to `encode(request id)`, or None once `deadline` (anyio's clock)
+        passes or the connection breaks."""
         if self.broken:
-            raise anyio.BrokenResourceError
+            return None
         self._ids += 1
         request_id, waiter = self._ids, self.deadlines.waiter(deadline)
         self._waiting[request_id] = waiter
         try:
-            self.outbox.put(encode_request(build(request_id)))
+            self.outbox.put(encode(request_id))
             await waiter.signal()
-            response = waiter.answer
+        except anyio.BrokenResourceError:  # from put: the writer ended
+            return None
         finally:
             self._waiting.pop(request_id, None)
-        if response is None:
-            if self.broken:
-                raise anyio.BrokenResourceError
-            raise TimeoutError
-        return response
+        return waiter.answer
 
     async def write_requests(self) -> None:
         try:
@@ -220,7 +233,7 @@ class CellarClient:
             self._route.forget()
 
     async def _ask_status(self, endpoint: str) -> dict[str, Any] | None:
-        response = await self._try(endpoint, Status)
+        response = await self._try(endpoint, _encode_status)
         if response is None or response.code is not Code.OK:
             return None
         try:
@@ -231,13 +244,40 @@ class CellarClient:
     # --- commands --------------------------------------------------------------------------
 
     async def propose(self, body: bytes, *, deadline_s: float | None = None) -> bytes:
-        """Apply `body` exactly once and return the state machine's reply."""
-        # A free session is taken without a coroutine of its own (this runs once per command)
+        """Apply `body` exactly once and return the state machine's reply. (One coroutine from
+        here to the connection's waiter while the first replica answers: this runs per
+        command.)"""
+        deadline_s = deadline_s or self.config.deadline_s
         session = self._sessions.pop() if self._sessions else await self._take_session()
-        try:
-            session[1] += 1
-            return await self._propose(session[0], session[1], body,
-                                       deadline_s or self.config.deadline_s)
+        session[1] += 1
+        name, sequence = session
+        timeout_ms = int(self.config.attempt_timeout_s * 1000)
+
+        def encode(request_id: int) -> bytes:
+            return encode_propose(request_id, name, sequence, body, timeout_ms)
+
+        handed_over = False  # whether a try may have reached a replica
+        now = self._now()
+        deadline = now + deadline_s
+        try:  # not contextlib.suppress: that costs 0.6 us, and this runs once per command
+            while True:
+                for endpoint in self._rotation(now):
+                    try:
+                        response = self._judged(await self._attempt(endpoint, encode, deadline))
+                    except _NotSent:
+                        continue
+                    if response is None:
+                        handed_over = True
+                        continue
+                    if response.code is Code.OK:
+                        return response.payload
+                    if response.code is Code.BAD_REQUEST:
+                        raise Rejected(response.message)
+                    handed_over |= response.code is Code.UNKNOWN
+                    await self._pause(deadline)
+                await self._pause(deadline)
+        except _Expired:  # _attempt raises it once the deadline passed
+            raise _no_result(handed_over, deadline_s, name, sequence) from None
         finally:
             self._sessions.append(session)
             if self._session_freed is not None:
@@ -251,71 +291,47 @@ class CellarClient:
             await self._session_freed.wait()
         return self._sessions.pop()
 
-    async def _propose(self, session: str, sequence: int, body: bytes, deadline_s: float) -> bytes:
-        handed_over = False
-        timeout_ms = int(self.config.attempt_timeout_s * 1000)
-        now = self._now()
-        deadline = now + deadline_s
-        try:  # not contextlib.suppress: that costs 0.6 us, and this runs once per command
-            while True:
-                for endpoint in self._rotation(now):
-                    try:
-                        response = await self._attempt(endpoint, lambda request_id: Propose(
-                            request_id, session, sequence, body, timeout_ms), deadline)
-                    except _NotSent:
-                        continue
-                    if response is None:
-                        handed_over = True  # the request may have reached the replica
-                        continue
-                    if response.code is Code.OK:
-                        return response.payload
-                    if response.code is Code.BAD_REQUEST:
-                        raise Rejected(response.message)
-                    handed_over |= response.code is Code.UNKNOWN
-                    await self._pause(deadline)
-                await self._pause(deadline)
-        except _Expired:  # _attempt raises it once the deadline passed
-            pass
-        if handed_over:
-            raise OutcomeUnknown(f"no result within {deadline_s:.1f} s; the command (session "
-                                 f"{session}, sequence {sequence}) may still be applied")
-        raise Unavailable(f"no replica took the command within {deadline_s:.1f} s")
-
     async def _pause(self, deadline: float) -> None:
         await anyio.sleep(max(0.0, min(self.config.retry_backoff_s,
                                        deadline - self._now())))
 
-    async def _attempt(self, endpoint: str, build: Callable[[int], Request],
-                       deadline: float) -> Response | None:
-        """One try at one replica, within `deadline` (anyio's clock); None when the request
-        went out but no reply came back; raises _NotSent when it could not even be sent.
-        No cancel scope per try: the deadline is passed down to the connection's timer."""
+    def _attempt(self, endpoint: str, encode: Encode, deadline: float
+                 ) -> Awaitable[Response | None]:
+        """One try at one replica, within `deadline` (anyio's clock): what to await for the
+        response, None when the request went out but no reply came back. Raises _Expired once
+        the deadline passed, and the awaitable raises _NotSent when no connection could be
+        made. A plain function: on a live connection the caller awaits the request itself,
+        and the connection's timer keeps the deadline (no cancel scope per try)."""
         now = self._now()
         if now >= deadline:
             raise _Expired
+        connection = self._connections.get(endpoint)
+        if connection is None or connection.broken:
+            return self._connect_and_request(endpoint, encode, deadline)
+        return connection.request(encode, min(now + self.config.attempt_timeout_s + 1.0,
+                                              deadline))
+
+    async def _connect_and_request(self, endpoint: str, encode: Encode, deadline: float
+                                   ) -> Response | None:
         try:
-            connection = self._connections.get(endpoint)
-            if connection is None or connection.broken:
-                with anyio.fail_after(deadline - now):
-                    connection = await self._connection(endpoint)
-                now = self._now()
+            with anyio.fail_after(deadline - self._now()):
+                connection = await self._connection(endpoint)
         except (*_BROKEN, TimeoutError) as error:
             self._move_on()
             raise _NotSent from error
-        try:
-            response = await connection.request(
-                build, min(now + self.config.attempt_timeout_s + 1.0, deadline))
-        except (*_BROKEN, TimeoutError):
-            self._move_on()
-            return None
-        if response.code in (Code.UNAVAILABLE, Code.UNKNOWN):
+        return await connection.request(
+            encode, min(self._now() + self.config.attempt_timeout_s + 1.0, deadline))
+
+    def _judged(self, response: Response | None) -> Response | None:
+        """`response`, after moving on from its replica if it gave none or cannot serve."""
+        if response is None or response.code in _MOVE_ON:
             self._move_on()
         return response
 
-    async def _try(self, endpoint: str, build: Callable[[int], Request]) -> Response | None:
+    async def _try(self, endpoint: str, encode: Encode) -> Response | None:
         deadline = self._now() + self.config.deadline_s
         try:
-            return await self._attempt(endpoint, build, deadline)
+            return self._judged(await self._attempt(endpoint, encode, deadline))
         except (_NotSent, _Expired):
             return None
 
@@ -328,8 +344,9 @@ class CellarClient:
             while True:
                 for endpoint in self._rotation(now):
                     try:
-                        response = await self._attempt(endpoint, lambda request_id: Read(
-                            request_id, query, timeout_ms), deadline)
+                        response = self._judged(await self._attempt(
+                            endpoint, lambda request_id: encode_request(Read(
+                                request_id, query, timeout_ms)), deadline))
                     except _NotSent:
                         continue
                     if response is not None and response.code is Code.OK:
@@ -346,14 +363,14 @@ class CellarClient:
         """Run `query` once some replica executed past `after_slot` (or `wait_s` passed):
         returns the result and that replica's executed slot, to resume from."""
         for endpoint in self._rotation(self._now()):
-            response = await self._try(endpoint, lambda request_id: Watch(
-                request_id, query, after_slot, int(wait_s * 1000)))
+            response = await self._try(endpoint, lambda request_id: encode_request(Watch(
+                request_id, query, after_slot, int(wait_s * 1000))))
             if response is not None and response.code is Code.OK:
                 return response.payload, response.slot
         raise Unavailable("no replica answered the watch")
 
     async def status(self, endpoint: str) -> dict[str, Any]:
-        response = await self._try(endpoint, Status)
+        response = await self._try(endpoint, _encode_status)
         if response is None or response.code is not Code.OK:
             raise Unavailable(f"{endpoint} did not answer")
         return decode_status(response.payload)

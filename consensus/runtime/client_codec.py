@@ -100,10 +100,16 @@ _OK = Code.OK.value
 _CODE_MAX = max(_CODE_OF)
 
 
+def encode_propose(request_id: int, session: str, sequence: int, body: bytes,
+                   timeout_ms: int) -> bytes:
+    """encode_request(Propose(...)) without building the Propose (once per command)."""
+    return pack([_PROPOSE, request_id, session, sequence, body, timeout_ms])
+
+
 def encode_request(request: Request) -> bytes:
     if isinstance(request, Propose):
-        return pack([_PROPOSE, request.request_id, request.session, request.sequence,
-                     request.body, request.timeout_ms])
+        return encode_propose(request.request_id, request.session, request.sequence,
+                              request.body, request.timeout_ms)
     if isinstance(request, Read):
         return pack([_READ, request.request_id, request.query, request.timeout_ms])
     if isinstance(request, Watch):
