@@ -130,19 +130,23 @@ def _principal(role: object, name: object) -> Principal:
 
 
 _object_new = object.__new__
-_object_setattr = object.__setattr__
+# Each field's slot, written directly: object.__setattr__ (what a frozen __init__ calls) looks
+# the slot up through the class first.
+_set_principal, _set_session, _set_sequence, _set_now_ms, _set_body = (
+    Envelope.__dict__[name].__set__ for name in ("principal", "session", "sequence", "now_ms",
+                                                 "body"))
 
 
 def _new_envelope(principal: Principal, session: str, sequence: int, now_ms: int,
                   body: bytes) -> Envelope:
-    """Envelope(...) for checked fields, built as its frozen __init__ would, in a third of
+    """Envelope(...) for checked fields, built as its frozen __init__ would, in a quarter of
     the time a keyword call takes (it is built once per command on every replica)."""
     envelope: Envelope = _object_new(Envelope)
-    _object_setattr(envelope, "principal", principal)
-    _object_setattr(envelope, "session", session)
-    _object_setattr(envelope, "sequence", sequence)
-    _object_setattr(envelope, "now_ms", now_ms)
-    _object_setattr(envelope, "body", body)
+    _set_principal(envelope, principal)
+    _set_session(envelope, session)
+    _set_sequence(envelope, sequence)
+    _set_now_ms(envelope, now_ms)
+    _set_body(envelope, body)
     return envelope
 
 

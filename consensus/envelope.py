@@ -17,7 +17,7 @@ The encoding lives in `consensus.codec`; this module holds the types and their l
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 BODY_BYTES_MAX = 1 << 20
 SESSION_LENGTH_MAX = 128
@@ -37,9 +37,14 @@ class Role(enum.StrEnum):
 class Principal:
     role: Role
     name: str
+    # "role:name", made once: the state machines key every command's session by it
+    text: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "text", f"{self.role.value}:{self.name}")
 
     def __str__(self) -> str:
-        return f"{self.role.value}:{self.name}"
+        return self.text
 
 
 SYSTEM_PRINCIPAL = Principal(Role.SYSTEM, "cellar")

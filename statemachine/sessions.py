@@ -25,7 +25,7 @@ class Session:
 
 
 def session_key(principal: Principal, session: str) -> str:
-    return f"{principal}/{session}"
+    return f"{principal.text}/{session}"
 
 
 class Sessions:

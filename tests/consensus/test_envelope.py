@@ -80,3 +80,13 @@ def test_decoded_principals_are_cached_within_a_bound_and_still_checked() -> Non
         decoded("node", "x" * 254)  # a name the cache never saw is checked as always
     with pytest.raises(InvalidMessage, match=r"envelope\.role"):
         decoded("emperor", "n1")
+
+
+@given(envelopes)
+def test_a_decoded_envelope_is_what_its_constructor_makes(envelope: Envelope) -> None:
+    """Built through its slots, it equals, hashes and prints as the constructor's; the
+    principal's text (its session keys' prefix) is "role:name"."""
+    decoded = decode_envelope(encode_envelope(envelope))
+    assert hash(decoded) == hash(envelope) and repr(decoded) == repr(envelope)
+    principal = decoded.principal
+    assert str(principal) == principal.text == f"{principal.role.value}:{principal.name}"
