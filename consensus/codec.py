@@ -27,6 +27,7 @@ from consensus.envelope import (
 from consensus.errors import InvalidMessage
 from consensus.messages import MESSAGE_TYPES, Batch, Command, Message
 from consensus.records import RECORD_TYPES, Record
+from consensus.slot_builder import slot_builder
 from consensus.validation import (
     INT64_MAX,
     UINT64_MAX,
@@ -129,25 +130,8 @@ def _principal(role: object, name: object) -> Principal:
     return principal
 
 
-_object_new = object.__new__
-# Each field's slot, written directly: object.__setattr__ (what a frozen __init__ calls) looks
-# the slot up through the class first.
-_set_principal, _set_session, _set_sequence, _set_now_ms, _set_body = (
-    Envelope.__dict__[name].__set__ for name in ("principal", "session", "sequence", "now_ms",
-                                                 "body"))
-
-
-def _new_envelope(principal: Principal, session: str, sequence: int, now_ms: int,
-                  body: bytes) -> Envelope:
-    """Envelope(...) for checked fields, built as its frozen __init__ would, in a quarter of
-    the time a keyword call takes (it is built once per command on every replica)."""
-    envelope: Envelope = _object_new(Envelope)
-    _set_principal(envelope, principal)
-    _set_session(envelope, session)
-    _set_sequence(envelope, sequence)
-    _set_now_ms(envelope, now_ms)
-    _set_body(envelope, body)
-    return envelope
+# Built once per command on every replica: through its slots, a third of the constructor's time.
+_new_envelope: Callable[[Principal, str, int, int, bytes], Envelope] = slot_builder(Envelope)
 
 
 # --- Messages and records ----------------------------------------------------------------------
