@@ -89,16 +89,17 @@ def random_value(size_bytes: int) -> bytes:
 
 
 def put_operation(value: bytes) -> Operation:
-    """Put `value` (made once, shared by every call) under each key."""
+    """Put `value` (made once, shared by every call) under each key. (The operations hand
+    back the client's own awaitable: no coroutine of theirs per call, for any system.)"""
 
-    async def put(client: KvClient, key: bytes) -> None:
-        await client.put(key, value)
+    def put(client: KvClient, key: bytes) -> Awaitable[None]:
+        return client.put(key, value)
 
     return put
 
 
-async def get_operation(client: KvClient, key: bytes) -> bytes | None:
-    return await client.get(key)
+def get_operation(client: KvClient, key: bytes) -> Awaitable[bytes | None]:
+    return client.get(key)
 
 
 @dataclass(frozen=True, slots=True)
