@@ -92,18 +92,24 @@ def encode_envelope_of(principal: Principal, session: str, sequence: int, now_ms
 
 
 def decode_envelope(data: bytes) -> Envelope:
-    raw = expect_list(unpack(data, bytes_max=ENVELOPE_BYTES_MAX, what="envelope"),
-                      "envelope", length_max=7)
-    tag, role, name, session, sequence, now_ms, body = expect_fields(raw, "envelope", 7)
-    if expect_int(tag, "envelope.tag") != ENVELOPE_TAG:
-        raise InvalidMessage(f"envelope.tag: expected {ENVELOPE_TAG}, got {tag}")
-    return _new_envelope(
-        _principal(role, name),
-        expect_str(session, "envelope.session", length_max=SESSION_LENGTH_MAX, allow_empty=True),
-        expect_int(sequence, "envelope.sequence"),
-        expect_int(now_ms, "envelope.now_ms"),
-        expect_bytes(body, "envelope.body", length_max=BODY_BYTES_MAX),
-    )
+    raw = unpack(data, bytes_max=ENVELOPE_BYTES_MAX, what="envelope")
+    if type(raw) is not list or len(raw) != 7:
+        expect_fields(expect_list(raw, "envelope", length_max=7), "envelope", 7)  # raises
+    tag, role, name, session, sequence, now_ms, body = raw
+    if type(tag) is not int or tag != ENVELOPE_TAG:
+        raise InvalidMessage(f"envelope.tag: expected {ENVELOPE_TAG}, got {tag!r}")
+    principal = _principal(role, name)
+    # Every replica decodes every command: the valid case is checked inline, and the expect_*
+    # functions name what is wrong otherwise.
+    if type(session) is not str or len(session) > SESSION_LENGTH_MAX:
+        expect_str(session, "envelope.session", length_max=SESSION_LENGTH_MAX, allow_empty=True)
+    if type(sequence) is not int or not 0 <= sequence <= INT64_MAX:
+        expect_int(sequence, "envelope.sequence")
+    if type(now_ms) is not int or not 0 <= now_ms <= INT64_MAX:
+        expect_int(now_ms, "envelope.now_ms")
+    if type(body) is not bytes or len(body) > BODY_BYTES_MAX:
+        expect_bytes(body, "envelope.body", length_max=BODY_BYTES_MAX)
+    return _new_envelope(principal, session, sequence, now_ms, body)
 
 
 # Every replica decodes every command's envelope, from a handful of principals: each is built

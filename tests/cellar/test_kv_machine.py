@@ -3,13 +3,23 @@ canonical snapshots, and malformed input answered rather than raised."""
 
 from __future__ import annotations
 
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
-from cellar.kv.codec import Code, decode_reply, decode_request, encode_get, encode_put
+from cellar.kv.codec import (
+    KEY_BYTES_MAX,
+    VALUE_BYTES_MAX,
+    Code,
+    _checked_request,
+    decode_reply,
+    decode_request,
+    encode_get,
+    encode_put,
+)
 from cellar.kv.machine import KvMachine
 from consensus.codec import encode_envelope, pack
 from consensus.envelope import Envelope, Principal, Role
+from consensus.errors import InvalidMessage
 
 CLIENT = Principal(Role.ADMIN, "bench")
 keys = st.binary(min_size=0, max_size=8)
@@ -90,3 +100,30 @@ def test_oversized_keys_and_wrong_operations_are_refused() -> None:
         is Code.BAD_REQUEST  # a get is a query, never a command
     assert decode_reply(machine.query(encode_put(b"k", b"v")))[0] is Code.BAD_REQUEST
     assert decode_request(encode_put(b"k", b"v"))[1:] == (b"k", b"v")
+
+
+# Fields of every kind a request could carry, valid or not, at the size limits' edges.
+request_fields = st.one_of(
+    st.integers(-2, 3), st.booleans(), st.none(), st.text(max_size=4),
+    st.binary(max_size=4), st.binary(min_size=KEY_BYTES_MAX, max_size=KEY_BYTES_MAX + 1),
+    st.binary(min_size=VALUE_BYTES_MAX, max_size=VALUE_BYTES_MAX + 1))
+
+
+@given(st.one_of(
+    st.lists(request_fields, max_size=4),
+    st.tuples(st.sampled_from([1, 2, True, 1.0]), request_fields, request_fields).map(list)))
+@example([1, b"k" * (KEY_BYTES_MAX + 1), b"v"])
+@example([1, b"k", b"v" * (VALUE_BYTES_MAX + 1)])
+@example([True, b"k", b"v"])
+def test_the_inline_put_path_decides_as_the_checked_one(raw: list[object]) -> None:
+    """decode_request recognises a valid put inline: whatever it returns or refuses, the full
+    checks (which name the fault) return or refuse the same."""
+    try:
+        expected: object = _checked_request(raw)
+    except InvalidMessage:
+        expected = InvalidMessage
+    try:
+        got: object = decode_request(pack(raw))
+    except InvalidMessage:
+        got = InvalidMessage
+    assert got == expected

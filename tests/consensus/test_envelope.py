@@ -3,13 +3,28 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from consensus import codec
 from consensus.codec import PRINCIPALS_CACHED_MAX, decode_envelope, encode_envelope, pack
-from consensus.envelope import BODY_BYTES_MAX, Envelope, Principal, Role
+from consensus.envelope import (
+    BODY_BYTES_MAX,
+    PRINCIPAL_NAME_LENGTH_MAX,
+    SESSION_LENGTH_MAX,
+    Envelope,
+    Principal,
+    Role,
+)
 from consensus.errors import InvalidMessage
+from consensus.validation import (
+    expect_bytes,
+    expect_choice,
+    expect_fields,
+    expect_int,
+    expect_list,
+    expect_str,
+)
 
 envelopes = st.builds(
     Envelope,
@@ -90,3 +105,45 @@ def test_a_decoded_envelope_is_what_its_constructor_makes(envelope: Envelope) ->
     assert hash(decoded) == hash(envelope) and repr(decoded) == repr(envelope)
     principal = decoded.principal
     assert str(principal) == principal.text == f"{principal.role.value}:{principal.name}"
+
+
+def checked_envelope(raw: object) -> Envelope:
+    """The envelope decoder's rules, written with the expect_* checks one field at a time."""
+    fields = expect_fields(expect_list(raw, "envelope", length_max=7), "envelope", 7)
+    tag, role, name, session, sequence, now_ms, body = fields
+    if expect_int(tag, "tag") != 1:
+        raise InvalidMessage("tag")
+    principal = Principal(Role(expect_choice(role, "role", tuple(Role))),
+                          expect_str(name, "name", length_max=PRINCIPAL_NAME_LENGTH_MAX))
+    return Envelope(principal=principal,
+                    session=expect_str(session, "session", length_max=SESSION_LENGTH_MAX,
+                                       allow_empty=True),
+                    sequence=expect_int(sequence, "sequence"),
+                    now_ms=expect_int(now_ms, "now_ms"),
+                    body=expect_bytes(body, "body", length_max=BODY_BYTES_MAX))
+
+
+envelope_fields = st.one_of(
+    st.integers(-1, 2), st.just(2**63), st.booleans(), st.none(), st.binary(max_size=3),
+    st.text(max_size=3), st.text(min_size=SESSION_LENGTH_MAX, max_size=SESSION_LENGTH_MAX + 1),
+    st.sampled_from(list(Role)).map(str))
+
+
+@given(st.one_of(
+    st.lists(envelope_fields, max_size=8),
+    st.tuples(st.sampled_from([1, True, 1.0]), envelope_fields, envelope_fields,
+              envelope_fields, envelope_fields, envelope_fields, envelope_fields).map(list),
+    st.tuples(st.just(1), st.just("admin"), st.just("a"), envelope_fields, envelope_fields,
+              envelope_fields, envelope_fields).map(list)))
+@example([1, "admin", "a", "", 0, 0, b"x" * (BODY_BYTES_MAX + 1)])
+@example([1, "admin", "a", "s" * (SESSION_LENGTH_MAX + 1), 0, 0, b""])
+def test_the_inline_checks_decide_as_the_field_by_field_ones(raw: list[object]) -> None:
+    try:
+        expected: object = checked_envelope(raw)
+    except InvalidMessage:
+        expected = InvalidMessage
+    try:
+        got: object = decode_envelope(pack(raw))
+    except InvalidMessage:
+        got = InvalidMessage
+    assert got == expected
