@@ -24,6 +24,7 @@ from consensus.envelope import BODY_BYTES_MAX, SESSION_LENGTH_MAX
 from consensus.errors import InvalidMessage
 from consensus.slot_builder import slot_builder
 from consensus.validation import (
+    INT64_MAX,
     expect_bytes,
     expect_fields,
     expect_int,
@@ -35,6 +36,7 @@ from consensus.validation import (
 REQUEST_BYTES_MAX = BODY_BYTES_MAX + 4096
 RESPONSE_BYTES_MAX = 64 << 20
 TIMEOUT_MS_MAX = 600_000
+RESPONSE_MESSAGE_LENGTH_MAX = 4096
 
 
 class RequestKind(enum.IntEnum):
@@ -124,8 +126,23 @@ def encode_request(request: Request) -> bytes:
 
 
 def decode_request(data: bytes) -> Request:
-    raw = expect_list(unpack(data, bytes_max=REQUEST_BYTES_MAX, what="request"), "request",
-                      length_max=6)
+    raw = unpack(data, bytes_max=REQUEST_BYTES_MAX, what="request")
+    # A valid propose (one per command) is recognised inline; anything else takes the checks
+    # below, which name what is wrong.
+    if type(raw) is list and len(raw) == 6:
+        kind, request_id, session, sequence, body, timeout_ms = raw
+        if (type(kind) is int and kind == _PROPOSE and type(request_id) is int
+                and 0 <= request_id <= INT64_MAX and type(session) is str
+                and len(session) <= SESSION_LENGTH_MAX and type(sequence) is int
+                and 0 <= sequence <= INT64_MAX and type(body) is bytes
+                and len(body) <= BODY_BYTES_MAX and type(timeout_ms) is int
+                and 0 <= timeout_ms <= TIMEOUT_MS_MAX):
+            return _new_propose(request_id, session, sequence, body, timeout_ms)
+    return _checked_request(raw)
+
+
+def _checked_request(raw: object) -> Request:
+    raw = expect_list(raw, "request", length_max=6)
     if len(raw) < 2:
         raise InvalidMessage("request: expected a kind and an id")
     kind = expect_int(raw[0], "request.kind", low=1, high=_REQUEST_KIND_MAX)
@@ -164,15 +181,29 @@ def encode_ok(request_id: int, payload: bytes) -> bytes:
 
 
 def decode_response(data: bytes) -> Response:
-    raw = expect_list(unpack(data, bytes_max=RESPONSE_BYTES_MAX, what="response"),
-                      "response", length_max=5)
+    raw = unpack(data, bytes_max=RESPONSE_BYTES_MAX, what="response")
+    # A valid answer (one per command) is recognised inline; anything else takes the checks
+    # below, which name what is wrong.
+    if type(raw) is list and len(raw) == 5:
+        request_id, code, payload, slot, message = raw
+        if (type(request_id) is int and 0 <= request_id <= INT64_MAX and type(code) is int
+                and 0 <= code <= _CODE_MAX and type(payload) is bytes and type(slot) is int
+                and 0 <= slot <= INT64_MAX and type(message) is str
+                and len(message) <= RESPONSE_MESSAGE_LENGTH_MAX):
+            return _new_response(request_id, _CODE_OF[code], payload, slot, message)
+    return _checked_response(raw)
+
+
+def _checked_response(raw: object) -> Response:
+    raw = expect_list(raw, "response", length_max=5)
     request_id, code, payload, slot, message = expect_fields(raw, "response", 5)
     return _new_response(
         expect_int(request_id, "response.id"),
         _CODE_OF[expect_int(code, "response.code", high=_CODE_MAX)],
         expect_bytes(payload, "response.payload", length_max=RESPONSE_BYTES_MAX),
         expect_int(slot, "response.slot"),
-        expect_str(message, "response.message", length_max=4096, allow_empty=True))
+        expect_str(message, "response.message", length_max=RESPONSE_MESSAGE_LENGTH_MAX,
+                   allow_empty=True))
 
 
 def encode_status(status: dict[str, Any]) -> bytes:

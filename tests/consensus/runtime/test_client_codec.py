@@ -4,13 +4,17 @@ with the field named."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from consensus.codec import pack
+from consensus.envelope import BODY_BYTES_MAX, SESSION_LENGTH_MAX
 from consensus.errors import InvalidMessage
 from consensus.runtime.client_codec import (
+    RESPONSE_MESSAGE_LENGTH_MAX,
     TIMEOUT_MS_MAX,
     Code,
     Propose,
@@ -18,6 +22,8 @@ from consensus.runtime.client_codec import (
     Response,
     Status,
     Watch,
+    _checked_request,
+    _checked_response,
     decode_request,
     decode_response,
     encode_ok,
@@ -67,3 +73,41 @@ def test_an_ok_packed_from_its_fields_is_the_same_answer(request_id: int, payloa
 def test_malformed_responses_name_the_field(raw: object, reason: str) -> None:
     with pytest.raises(InvalidMessage, match=reason):
         decode_response(pack(raw))
+
+
+def outcome(decode: Callable[[], object]) -> object:
+    try:
+        return decode()
+    except InvalidMessage:
+        return InvalidMessage
+
+
+# Fields of every kind, valid or not, at the limits' edges.
+fields = st.one_of(
+    st.integers(-1, 5), st.just(2**63), st.just(TIMEOUT_MS_MAX + 1), st.booleans(), st.none(),
+    st.text(max_size=3), st.binary(max_size=3),
+    st.text(min_size=SESSION_LENGTH_MAX, max_size=SESSION_LENGTH_MAX + 1),
+    st.text(min_size=RESPONSE_MESSAGE_LENGTH_MAX, max_size=RESPONSE_MESSAGE_LENGTH_MAX + 1))
+
+
+def one_field_changed(valid: list[object]) -> st.SearchStrategy[list[object]]:
+    """`valid` with one field (any) replaced by a value from `fields`."""
+    return st.tuples(st.integers(0, len(valid) - 1), fields).map(
+        lambda change: [change[1] if index == change[0] else value
+                        for index, value in enumerate(valid)])
+
+
+@given(st.one_of(st.lists(fields, max_size=7), one_field_changed([1, 7, "s", 1, b"x", 100])))
+@example([1, 1, "s", 1, b"x" * (BODY_BYTES_MAX + 1), 0])
+@example([1, 7, "s" * (SESSION_LENGTH_MAX + 1), 1, b"x", 100])
+@example([True, 7, "s", 1, b"x", 100])
+@example([1, 7, "s", 1, b"x", TIMEOUT_MS_MAX + 1])
+def test_the_inline_propose_path_decides_as_the_checked_one(raw: list[object]) -> None:
+    assert outcome(lambda: decode_request(pack(raw))) == outcome(lambda: _checked_request(raw))
+
+
+@given(st.one_of(st.lists(fields, max_size=6), one_field_changed([7, 0, b"x", 0, ""])))
+@example([7, 0, b"x", 0, "m" * (RESPONSE_MESSAGE_LENGTH_MAX + 1)])
+@example([7, True, b"x", 0, ""])
+def test_the_inline_answer_path_decides_as_the_checked_one(raw: list[object]) -> None:
+    assert outcome(lambda: decode_response(pack(raw))) == outcome(lambda: _checked_response(raw))
