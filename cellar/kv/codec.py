@@ -82,7 +82,12 @@ def encode_reply(code: Code, value: bytes | None = None) -> bytes:
     return pack([code] if value is None else [code, value])
 
 
+OK_REPLY = pack([Code.OK.value])  # the answer to every put that succeeds
+
+
 def decode_reply(data: bytes) -> tuple[Code, bytes | None]:
+    if data == OK_REPLY:  # a put's answer, once per command: no decoding needed
+        return Code.OK, None
     raw = expect_list(unpack(data, bytes_max=COMMAND_BYTES_MAX, what="kv reply"), "kv reply",
                       length_max=2)
     if not raw:

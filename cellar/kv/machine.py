@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 
 from cellar.kv.codec import (
+    OK_REPLY,
     Code,
     Operation,
     decode_request,
@@ -23,7 +24,6 @@ from consensus.errors import InvalidMessage
 from statemachine.sessions import Sessions, session_key
 
 SESSION_TTL_MS = 10 * 60 * 1000
-_OK = encode_reply(Code.OK)
 
 
 class KvMachine:
@@ -52,9 +52,9 @@ class KvMachine:
                 return encode_reply(Code.STALE_SEQUENCE)
         self.data[key] = value
         if envelope.sequence:
-            self.sessions.record(name, envelope.sequence, _OK,
+            self.sessions.record(name, envelope.sequence, OK_REPLY,
                                  envelope.now_ms + SESSION_TTL_MS)
-        return _OK
+        return OK_REPLY
 
     def query(self, query: bytes) -> bytes:
         try:

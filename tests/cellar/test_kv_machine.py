@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from cellar.kv.codec import (
     KEY_BYTES_MAX,
+    OK_REPLY,
     VALUE_BYTES_MAX,
     Code,
     _checked_request,
@@ -15,6 +16,7 @@ from cellar.kv.codec import (
     decode_request,
     encode_get,
     encode_put,
+    encode_reply,
 )
 from cellar.kv.machine import KvMachine
 from consensus.codec import encode_envelope, pack
@@ -127,3 +129,9 @@ def test_the_inline_put_path_decides_as_the_checked_one(raw: list[object]) -> No
     except InvalidMessage:
         got = InvalidMessage
     assert got == expected
+
+
+@given(st.sampled_from(list(Code)), st.none() | st.binary(max_size=8))
+def test_replies_round_trip_the_constant_ok_included(code: Code, value: bytes | None) -> None:
+    assert decode_reply(encode_reply(code, value)) == (code, value)
+    assert (encode_reply(code, value) == OK_REPLY) == (code is Code.OK and value is None)
