@@ -4,8 +4,6 @@ with the field named."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
@@ -30,6 +28,7 @@ from consensus.runtime.client_codec import (
     encode_request,
     encode_response,
 )
+from tests.decoding import one_field_changed, outcome
 
 ids = st.integers(0, 2**63 - 1)
 timeouts = st.integers(0, TIMEOUT_MS_MAX)
@@ -75,13 +74,6 @@ def test_malformed_responses_name_the_field(raw: object, reason: str) -> None:
         decode_response(pack(raw))
 
 
-def outcome(decode: Callable[[], object]) -> object:
-    try:
-        return decode()
-    except InvalidMessage:
-        return InvalidMessage
-
-
 # Fields of every kind, valid or not, at the limits' edges.
 fields = st.one_of(
     st.integers(-1, 5), st.just(2**63), st.just(TIMEOUT_MS_MAX + 1), st.booleans(), st.none(),
@@ -90,14 +82,8 @@ fields = st.one_of(
     st.text(min_size=RESPONSE_MESSAGE_LENGTH_MAX, max_size=RESPONSE_MESSAGE_LENGTH_MAX + 1))
 
 
-def one_field_changed(valid: list[object]) -> st.SearchStrategy[list[object]]:
-    """`valid` with one field (any) replaced by a value from `fields`."""
-    return st.tuples(st.integers(0, len(valid) - 1), fields).map(
-        lambda change: [change[1] if index == change[0] else value
-                        for index, value in enumerate(valid)])
-
-
-@given(st.one_of(st.lists(fields, max_size=7), one_field_changed([1, 7, "s", 1, b"x", 100])))
+@given(st.one_of(st.lists(fields, max_size=7),
+                 one_field_changed([1, 7, "s", 1, b"x", 100], fields)))
 @example([1, 1, "s", 1, b"x" * (BODY_BYTES_MAX + 1), 0])
 @example([1, 7, "s" * (SESSION_LENGTH_MAX + 1), 1, b"x", 100])
 @example([True, 7, "s", 1, b"x", 100])
@@ -106,7 +92,7 @@ def test_the_inline_propose_path_decides_as_the_checked_one(raw: list[object]) -
     assert outcome(lambda: decode_request(pack(raw))) == outcome(lambda: _checked_request(raw))
 
 
-@given(st.one_of(st.lists(fields, max_size=6), one_field_changed([7, 0, b"x", 0, ""])))
+@given(st.one_of(st.lists(fields, max_size=6), one_field_changed([7, 0, b"x", 0, ""], fields)))
 @example([7, 0, b"x", 0, "m" * (RESPONSE_MESSAGE_LENGTH_MAX + 1)])
 @example([7, True, b"x", 0, ""])
 def test_the_inline_answer_path_decides_as_the_checked_one(raw: list[object]) -> None:
