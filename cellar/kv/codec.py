@@ -82,7 +82,7 @@ def encode_reply(code: Code, value: bytes | None = None) -> bytes:
     return pack([code] if value is None else [code, value])
 
 
-OK_REPLY = pack([Code.OK.value])  # the answer to every put that succeeds
+OK_REPLY = encode_reply(Code.OK)  # the answer to every put that succeeds, made once
 
 
 def decode_reply(data: bytes) -> tuple[Code, bytes | None]:
