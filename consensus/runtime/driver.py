@@ -3,12 +3,18 @@
 Peer frames, client proposals and reads reach it through one bounded `Inbox`; time reaches it
 as ticks counted from the monotonic clock: the task sleeps until an input comes or the next
 tick is due, and after a pause it catches up on every missed tick before it handles anything
-else, so a lease is never judged on stale time. Each Ready is handled as `consensus.ready`
-prescribes: messages that may leave at once go out, the records are appended and synced (in a
-worker thread, while this task waits: see `_handle`), then the messages that promised them
-leave, a snapshot is installed, the executed commands are applied to the state machine and
-their results handed to the waiting clients, and `advance()` lets the core count its own
-acceptance.
+else, so a lease is never judged on stale time. With no client waiting on it and no input in
+its last turn, it sleeps `idle_wake_ticks` ticks at a time instead of one: every wake-up costs
+a switch of process, and an idle replica's ticks had been most of its CPU. The core's clock
+stays exact (the missed ticks are caught up on waking, or before any input); only what it does
+on a tick by itself (heartbeats, resends, timeouts) may come up to `idle_wake_ticks - 1` ticks
+late, well inside the margins between heartbeats, leases and elections.
+
+Each Ready is handled as `consensus.ready` prescribes: messages that may leave at once go out,
+the records are appended and synced (in a worker thread, while this task waits: see
+`_handle`), then the messages that promised them leave, a snapshot is installed, the executed
+commands are applied to the state machine and their results handed to the waiting clients,
+and `advance()` lets the core count its own acceptance.
 
 Group commit comes for free: while one sync runs, inputs queue (in the inbox and in the
 kernel's socket buffers), and the next Ready carries all of them in one batch of records and
@@ -60,6 +66,7 @@ class Overloaded(ConsensusError):
 @dataclass(frozen=True, slots=True)
 class DriverConfig:
     tick_ms: int = 10
+    idle_wake_ticks: int = 4  # ticks slept at a time while idle (see the module docstring)
     system_every_ms: int = 1000  # how often the sequencer proposes the system command
     inputs_max: int = 65_536
     drain_max: int = 8192  # inputs handled before the next Ready
@@ -71,6 +78,11 @@ class DriverConfig:
     # (The process should lower sys.setswitchinterval, or the worker may wait up to 5 ms for
     # the interpreter lock after the sync returns.)
     persist_in_thread: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("tick_ms", "idle_wake_ticks", "inputs_max", "drain_max"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
 
 
 Done = Callable[[bytes | None, Exception | None], None]
@@ -201,10 +213,14 @@ class Driver:
                 await self._handle(ready)
 
     async def _next_inputs(self) -> None:
-        """Wait for inputs or the next tick, whichever comes first, and take what is queued."""
+        """Wait for inputs or the next wake-up tick, whichever comes first, and take what is
+        queued."""
+        ticks = 1 if self._inputs_last_turn or self._proposals or self._reads else \
+            self.config.idle_wake_ticks
         tick_s = self.config.tick_ms / 1000
-        next_tick = self._origin + (self._ticks_done + 1) * tick_s
-        await self._inbox.wait(min(tick_s, next_tick - self._clock()))
+        wake = self._origin + (self._ticks_done + ticks) * tick_s
+        await self._inbox.wait(min(ticks * tick_s, wake - self._clock()))
+        self.metrics.count("driver.wakeups")
         items = self._inbox.take(self.config.drain_max)
         for item in items:
             self._take(item)

@@ -67,7 +67,8 @@ class ReplicaNode:
             insecure=config.insecure)
         self.driver = Driver(
             replica, log, machine, self.mesh.send, self.metrics,
-            config=DriverConfig(tick_ms=config.tick_ms, inputs_max=limits["inputs_max"],
+            config=DriverConfig(tick_ms=config.tick_ms, idle_wake_ticks=config.idle_wake_ticks,
+                                inputs_max=limits["inputs_max"],
                                 snapshot_every_slots=limits["snapshot_every_slots"]),
             system_command=system_command)
         self.server = ClientServer(self.driver, status=self.status)

@@ -3,6 +3,7 @@
     replica_id = 0
     data_dir = "data/replica-0"
     tick_ms = 10
+    idle_wake_ticks = 4          # with nothing to do, wake every 4 ticks (1: every tick)
     loop = "uvloop"              # asyncio | uvloop | trio
     machine = "gpu"              # gpu (the GPU-allocation store) | kv (a plain key-value store)
     sync = true                  # false: not fsynced before acknowledging (benchmarks only)
@@ -81,6 +82,7 @@ class NodeConfig:
     tls: TlsFiles | None
     insecure: bool
     tick_ms: int
+    idle_wake_ticks: int
     loop: str
     machine: str
     sync: bool  # False: acknowledged writes can be lost on a power failure (benchmarks only)
@@ -97,8 +99,9 @@ def load_node_config(path: pathlib.Path) -> NodeConfig:
 
 
 def parse_node_config(raw: dict[str, Any], *, base: pathlib.Path) -> NodeConfig:
-    refuse_unknown(raw, {"replica_id", "data_dir", "tick_ms", "loop", "metrics", "insecure",
-                         "machine", "sync", "tls", "peers", "limits"}, error=NodeConfigError)
+    refuse_unknown(raw, {"replica_id", "data_dir", "tick_ms", "idle_wake_ticks", "loop",
+                         "metrics", "insecure", "machine", "sync", "tls", "peers", "limits"},
+                   error=NodeConfigError)
     peers = _peers(raw.get("peers"))
     replica_id = integer(raw, "replica_id", 0, REPLICA_COUNT_MAX - 1, error=NodeConfigError)
     if replica_id not in {peer.replica_id for peer in peers}:
@@ -110,7 +113,9 @@ def parse_node_config(raw: dict[str, Any], *, base: pathlib.Path) -> NodeConfig:
     return NodeConfig(
         replica_id=replica_id, data_dir=base / text(raw, "data_dir", error=NodeConfigError),
         peers=peers, tls=tls, insecure=insecure,
-        tick_ms=integer(raw, "tick_ms", 1, 1000, default=10, error=NodeConfigError), loop=loop,
+        tick_ms=integer(raw, "tick_ms", 1, 1000, default=10, error=NodeConfigError),
+        idle_wake_ticks=integer(raw, "idle_wake_ticks", 1, 100, default=4,
+                                error=NodeConfigError), loop=loop,
         machine=machine, sync=flag(raw, "sync", default=True, error=NodeConfigError),
         metrics=address(raw["metrics"], "metrics", NodeConfigError) if "metrics" in raw
         else None,

@@ -17,7 +17,7 @@ from consensus.ready import Ready
 from consensus.replica import Replica
 from consensus.runtime.client import CellarClient, ClientConfig, OutcomeUnknown
 from consensus.runtime.client_codec import Propose, encode_request
-from consensus.runtime.driver import Driver, _Callback
+from consensus.runtime.driver import Driver, DriverConfig, _Callback
 from consensus.runtime.driver import OutcomeUnknown as DriverOutcomeUnknown
 from consensus.runtime.metrics import Metrics
 from consensus.runtime.server import ClientServer
@@ -201,3 +201,47 @@ def test_a_command_a_peers_snapshot_applied_is_answered_outcome_unknown_at_once(
     assert isinstance(outcomes[0][1], DriverOutcomeUnknown)
     assert "same session" in str(outcomes[0][1]) and not driver._proposals
     assert driver.metrics.counter("driver.commands_covered_by_snapshot") == 1
+
+
+async def _run_alone(driver: Driver, seconds: float) -> float:
+    """Run `driver` (its peers absent) for `seconds`; the seconds it ran."""
+    async with anyio.create_task_group() as tasks:
+        await tasks.start(driver.run)
+        started = anyio.current_time()
+        await anyio.sleep(seconds)
+        tasks.cancel_scope.cancel()
+    return anyio.current_time() - started
+
+
+def _lone_driver(config: DriverConfig) -> Driver:
+    replica = Replica(ReplicaConfig(replica_id=1, replica_count=3), Prng(1))
+    return Driver(replica, MemoryStore(), SessionKv(), lambda target, frame: True, Metrics(),
+                  config=config)
+
+
+async def test_an_idle_driver_sleeps_several_ticks_at_a_time_and_keeps_its_clock() -> None:
+    driver = _lone_driver(DriverConfig(tick_ms=20, idle_wake_ticks=8))
+    ran_s = await _run_alone(driver, 0.6)
+    ticks, wakeups = driver._ticks_done, driver.metrics.counter("driver.wakeups")
+    assert ticks >= ran_s / 0.020 - 10  # caught up on every tick it slept through
+    assert wakeups <= ticks / 3  # about one in 8
+
+
+async def test_a_driver_with_a_client_waiting_wakes_every_tick() -> None:
+    """A command in flight (never committed here: the peers are absent) keeps the driver on
+    time for its resends and the client's deadline."""
+    driver = _lone_driver(DriverConfig(tick_ms=20, idle_wake_ticks=8))
+    outcomes: list[Exception | None] = []
+    driver.submit(encode_put("k", 1), 60.0, lambda reply, error: outcomes.append(error))
+    ran_s = await _run_alone(driver, 0.6)
+    ticks, wakeups = driver._ticks_done, driver.metrics.counter("driver.wakeups")
+    assert ticks >= ran_s / 0.020 - 10
+    assert wakeups >= ticks / 2
+    assert len(outcomes) == 1  # failed when the driver stopped
+    assert isinstance(outcomes[0], DriverOutcomeUnknown)
+
+
+def test_a_driver_config_refuses_counts_below_one() -> None:
+    for name in ("tick_ms", "idle_wake_ticks", "inputs_max", "drain_max"):
+        with pytest.raises(ValueError, match=name):
+            DriverConfig(**{name: 0})

@@ -43,6 +43,7 @@ def test_a_good_file_loads(tmp_path: pathlib.Path) -> None:
     assert config.limits["inputs_max"] == 100 and config.limits["snapshot_every_slots"] > 0
     assert str(config.metrics) == "127.0.0.1:9401"
     assert config.machine == "gpu" and config.sync  # the defaults: the GPU store, synced
+    assert config.idle_wake_ticks == 4
 
 
 def test_the_key_value_machine_and_unsynced_storage_are_chosen_explicitly() -> None:
@@ -50,6 +51,12 @@ def test_the_key_value_machine_and_unsynced_storage_are_chosen_explicitly() -> N
     raw.update(machine="kv", sync=False)
     config = parse_node_config(raw, base=pathlib.Path("."))
     assert config.machine == "kv" and not config.sync
+
+
+def test_an_idle_replica_may_be_told_to_wake_every_tick() -> None:
+    raw = base()
+    raw.update(idle_wake_ticks=1)
+    assert parse_node_config(raw, base=pathlib.Path(".")).idle_wake_ticks == 1
 
 
 def base() -> dict[str, Any]:
@@ -70,6 +77,8 @@ def base() -> dict[str, Any]:
     (lambda raw: raw["limits"].update(inputs_max=0), "limits.inputs_max"),
     (lambda raw: raw["limits"].update(speed=3), "limits.speed: unknown"),
     (lambda raw: raw.update(tick_ms=0), r"tick_ms: 0 is outside"),
+    (lambda raw: raw.update(idle_wake_ticks=0), r"idle_wake_ticks: 0 is outside"),
+    (lambda raw: raw.update(idle_wake_ticks=101), r"idle_wake_ticks: 101 is outside"),
     (lambda raw: raw.update(machine="sql"), "machine: 'sql' is not one of gpu, kv"),
     (lambda raw: raw.update(sync="no"), "sync"),
 ])
