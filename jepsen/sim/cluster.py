@@ -243,7 +243,7 @@ class Cluster:
         if ready.snapshot_to_install is not None:
             node.sm.restore(ready.snapshot_to_install.state)
             node.last_snapshot = ready.snapshot_to_install.meta.slot
-            self.monitor.started(node.id, replica.inspect)
+            self.monitor.installed(node.id, ready.snapshot_to_install.meta)
         self._apply(node, ready)
         executed = replica.executed_slots  # before advance, which may execute more
         if executed - node.last_snapshot >= self.options.snapshot_every_slots and \
@@ -269,8 +269,8 @@ class Cluster:
                 reply = node.sm.apply(command.payload)
                 if command.origin == node.id:
                     self._command_done(node, command.tag, reply)
-        if ready.executed:
-            self.monitor.digest(node.id, replica.executed_slots, node.sm.digest())
+        if ready.executed:  # the state after this Ready's last slot (the core may be further)
+            self.monitor.digest(node.id, ready.executed[-1].slot + 1, node.sm.digest())
         for index in ready.readied_instances:
             self.monitor.ready(node.id, replica.inspect, index)
         for tag in ready.readied:

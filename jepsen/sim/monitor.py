@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from consensus.messages import NO_CL, Batch
+from consensus.messages import NO_CL, Batch, SnapshotMeta
 from consensus.ready import Executed
 from consensus.replica import Inspection
 
@@ -69,6 +69,12 @@ class SafetyMonitor:
         base = inspection.log_base
         counts = [inspection.o_count(space, base) for space in range(self._replica_count)]
         self._cursors[replica] = _ReplicaCursor(base, counts)
+
+    def installed(self, replica: int, meta: SnapshotMeta) -> None:
+        """A replica's state machine took a snapshot's state: its execution goes on from the
+        snapshot's slot. (Not the replica's log base now: the core may have installed a newer
+        snapshot since it handed out this one, while the driver persisted.)"""
+        self._cursors[replica] = _ReplicaCursor(meta.slot, list(meta.o_counts))
 
     def executed(self, replica: int, inspection: Inspection, item: Executed) -> None:
         cursor = self._cursors[replica]
