@@ -297,7 +297,7 @@ class Driver:
     async def _handle(self, ready: Ready) -> None:
         # Executed commands and reads are chosen whatever this replica persists, so their
         # results leave first: the client's answer is then not queued behind the peers'.
-        self._install_and_apply(ready)
+        answered = self._install_and_apply(ready)
         self._send_messages(ready.messages)
         if ready.records:
             started = self._clock()
@@ -307,8 +307,10 @@ class Driver:
                 # store, and it waits here, so the store is never used by two threads at once.
                 await anyio.to_thread.run_sync(self._persist, ready.records, ready.must_sync)
             else:
-                if ready.must_sync:  # let the transport write what may leave before the sync
-                    await anyio.lowlevel.checkpoint()  # (a write alone is quick: no yield)
+                if ready.must_sync and (ready.messages or answered):
+                    # Let the writers send what may leave before the sync blocks the loop. With
+                    # nothing queued, no yield: it would only let other tasks run first.
+                    await anyio.lowlevel.checkpoint()
                 self._persist(ready.records, ready.must_sync)
             self.metrics.observe("storage_persist_seconds", self._clock() - started)
             self.metrics.count("storage.records", len(ready.records))
@@ -318,7 +320,9 @@ class Driver:
         self._maybe_compact()  # before advance, which may execute what is not applied yet
         self.replica.advance()
 
-    def _install_and_apply(self, ready: Ready) -> None:
+    def _install_and_apply(self, ready: Ready) -> int:
+        """Install, apply and answer; returns how many waiters were answered."""
+        answered = 0
         if ready.snapshot_to_install is not None:
             self._machine.restore(ready.snapshot_to_install.state)
             self._last_snapshot = ready.snapshot_to_install.meta.slot
@@ -330,7 +334,8 @@ class Driver:
                 waiter.fail(OutcomeUnknown(
                     "the command took effect in a snapshot from a peer; its result is not "
                     "here: ask again in the same session"))
-        self._apply(ready)
+                answered += 1
+        return answered + self._apply(ready)
 
     def _persist(self, records: list[Record], must_sync: bool) -> None:
         self._store.append(records)
@@ -355,7 +360,10 @@ class Driver:
         half = len(messages) // 2
         return self._frames(messages[:half]) + self._frames(messages[half:])
 
-    def _apply(self, ready: Ready) -> None:
+    def _apply(self, ready: Ready) -> int:
+        """Apply the executed commands and run the reads; returns how many waiters were
+        answered."""
+        answered = 0
         for item in ready.executed:
             for command in item.commands:
                 reply = self._machine.apply(command.payload)
@@ -365,6 +373,7 @@ class Driver:
                         self.metrics.observe("command_latency_seconds",
                                              self._clock() - waiter.started)
                         waiter.resolve(reply)
+                        answered += 1
         if ready.executed:
             self.metrics.count("driver.commands_applied",
                                sum(len(item.commands) for item in ready.executed))
@@ -374,11 +383,14 @@ class Driver:
             read = self._reads.pop(read_id, None)  # None: its callback expired
             if read is not None:
                 read[1].resolve(self._machine.query(read[0]))
+                answered += 1
         for read_id in ready.reads_refused:
             read = self._reads.pop(read_id, None)
             if read is not None:
                 read[1].fail(Overloaded("too many reads pending"))
+                answered += 1
         self.metrics.count("driver.readied", len(ready.readied))
+        return answered
 
     def _maybe_compact(self) -> None:
         executed = self.replica.executed_slots

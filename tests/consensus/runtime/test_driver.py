@@ -5,6 +5,7 @@ streams."""
 from __future__ import annotations
 
 import itertools
+from typing import Any, cast
 
 import anyio
 import pytest
@@ -12,8 +13,10 @@ import pytest
 from consensus.codec import encode_envelope, unpack
 from consensus.config import ReplicaConfig
 from consensus.envelope import Envelope, Principal, Role
+from consensus.messages import Heartbeat, Message
 from consensus.prng import Prng
 from consensus.ready import Ready
+from consensus.records import ViewRecord
 from consensus.replica import Replica
 from consensus.runtime.client import CellarClient, ClientConfig, OutcomeUnknown
 from consensus.runtime.client_codec import Propose, encode_request
@@ -244,4 +247,31 @@ async def test_a_driver_with_a_client_waiting_wakes_every_tick() -> None:
 def test_a_driver_config_refuses_counts_below_one() -> None:
     for name in ("tick_ms", "idle_wake_ticks", "inputs_max", "drain_max"):
         with pytest.raises(ValueError, match=name):
-            DriverConfig(**{name: 0})
+            DriverConfig(**cast(dict[str, Any], {name: 0}))
+
+
+@pytest.mark.parametrize("sending", [False, True])
+async def test_a_sync_yields_to_the_writers_only_when_something_may_leave(
+        sending: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Messages that may leave go to the writers (a yield) before the sync blocks the loop;
+    with none, the driver syncs at once rather than letting other tasks run first."""
+    events: list[str] = []
+
+    class Store(MemoryStore):
+        def sync(self) -> None:
+            events.append("sync")
+
+    checkpoint = anyio.lowlevel.checkpoint
+
+    async def yield_noted() -> None:
+        events.append("yield")
+        await checkpoint()
+
+    monkeypatch.setattr(anyio.lowlevel, "checkpoint", yield_noted)
+    replica = Replica(ReplicaConfig(replica_id=0, replica_count=3), Prng(0))
+    driver = Driver(replica, Store(), SessionKv(), lambda target, frame: True, Metrics())
+    messages: list[tuple[int, Message]] = [
+        (1, Heartbeat(sender=0, view=0, commit_prefix=0, lease_round=1))]
+    await driver._handle(Ready(messages=messages if sending else [],
+                               records=[ViewRecord(view=1)], must_sync=True))
+    assert events == (["yield", "sync"] if sending else ["sync"])
