@@ -48,6 +48,8 @@ from consensus.runtime.inbox import Inbox
 from consensus.runtime.metrics import Metrics
 from consensus.state_machine import StateMachine
 
+CATCH_UP_EVERY_INPUTS = 64  # inputs taken between two looks at the clock
+
 
 class RecordStore(Protocol):
     def append(self, records: Sequence[Record]) -> None: ...
@@ -203,7 +205,6 @@ class Driver:
     async def _loop(self) -> None:
         while True:
             await self._next_inputs()
-            self._catch_up_ticks()
             self._expire_callbacks()
             self._maybe_system_command()
             while self.replica.has_ready():
@@ -213,17 +214,21 @@ class Driver:
                 await self._handle(ready)
 
     async def _next_inputs(self) -> None:
-        """Wait for inputs or the next wake-up tick, whichever comes first, and take what is
-        queued."""
+        """Wait for inputs or the next wake-up tick, whichever comes first, catch up on the
+        ticks due, and only then take what is queued: a lease is never granted or judged on
+        stale time, however long the task slept or was kept from running."""
         ticks = 1 if self._inputs_last_turn or self._proposals or self._reads else \
             self.config.idle_wake_ticks
         tick_s = self.config.tick_ms / 1000
         wake = self._origin + (self._ticks_done + ticks) * tick_s
         await self._inbox.wait(min(ticks * tick_s, wake - self._clock()))
         self.metrics.count("driver.wakeups")
+        self._catch_up_ticks()
         items = self._inbox.take(self.config.drain_max)
-        for item in items:
+        for number, item in enumerate(items, 1):
             self._take(item)
+            if number % CATCH_UP_EVERY_INPUTS == 0:  # a long batch: keep the clock current
+                self._catch_up_ticks()
         self._inputs_last_turn = len(items)
 
     def _catch_up_ticks(self) -> None:

@@ -10,7 +10,7 @@ from typing import Any, cast
 import anyio
 import pytest
 
-from consensus.codec import encode_envelope, unpack
+from consensus.codec import encode_envelope, encode_messages, unpack
 from consensus.config import ReplicaConfig
 from consensus.envelope import Envelope, Principal, Role
 from consensus.messages import Heartbeat, Message
@@ -20,7 +20,7 @@ from consensus.records import ViewRecord
 from consensus.replica import Replica
 from consensus.runtime.client import CellarClient, ClientConfig, OutcomeUnknown
 from consensus.runtime.client_codec import Propose, encode_request
-from consensus.runtime.driver import Driver, DriverConfig, _Callback
+from consensus.runtime.driver import CATCH_UP_EVERY_INPUTS, Driver, DriverConfig, _Callback
 from consensus.runtime.driver import OutcomeUnknown as DriverOutcomeUnknown
 from consensus.runtime.metrics import Metrics
 from consensus.runtime.server import ClientServer
@@ -275,3 +275,59 @@ async def test_a_sync_yields_to_the_writers_only_when_something_may_leave(
     await driver._handle(Ready(messages=messages if sending else [],
                                records=[ViewRecord(view=1)], must_sync=True))
     assert events == (["yield", "sync"] if sending else ["sync"])
+
+
+async def test_the_ticks_due_are_caught_up_before_any_input_is_taken() -> None:
+    """After a pause (a long sync, a collection, a starved process) the core first counts
+    the ticks that passed: a lease is never granted or judged on stale time."""
+    now = [0.0]
+    replica = Replica(ReplicaConfig(replica_id=1, replica_count=3), Prng(1))
+    driver = Driver(replica, MemoryStore(), SessionKv(), lambda target, frame: True, Metrics(),
+                    config=DriverConfig(tick_ms=10), clock=lambda: now[0])
+    ticks_at_receive: list[int] = []
+    receive = replica.receive
+
+    def noting_receive(frame: bytes) -> None:
+        ticks_at_receive.append(driver._ticks_done)
+        receive(frame)
+
+    replica.receive = noting_receive  # type: ignore[method-assign]
+    frame = encode_messages([Heartbeat(sender=0, view=0, commit_prefix=0, lease_round=1)])
+    async with anyio.create_task_group() as tasks:
+        await tasks.start(driver.run)
+        await anyio.sleep(0.05)
+        now[0] = 1.0  # a second passed while the task did not run: 100 ticks
+        driver.deliver(0, frame)
+        with anyio.fail_after(5):
+            while not ticks_at_receive:
+                await anyio.sleep(0.01)
+        tasks.cancel_scope.cancel()
+    assert ticks_at_receive == [100]
+
+
+async def test_a_long_batch_of_inputs_keeps_the_clock_current() -> None:
+    now = [0.0]
+    replica = Replica(ReplicaConfig(replica_id=1, replica_count=3), Prng(1))
+    driver = Driver(replica, MemoryStore(), SessionKv(), lambda target, frame: True, Metrics(),
+                    config=DriverConfig(tick_ms=10), clock=lambda: now[0])
+    ticks_at_receive: list[int] = []
+    receive = replica.receive
+
+    def slow_receive(frame: bytes) -> None:
+        ticks_at_receive.append(driver._ticks_done)
+        now[0] += 0.010  # each input takes a tick
+        receive(frame)
+
+    replica.receive = slow_receive  # type: ignore[method-assign]
+    frame = encode_messages([Heartbeat(sender=0, view=0, commit_prefix=0, lease_round=1)])
+    async with anyio.create_task_group() as tasks:
+        await tasks.start(driver.run)
+        await anyio.sleep(0.05)
+        for _ in range(CATCH_UP_EVERY_INPUTS + 1):
+            driver.deliver(0, frame)  # one batch: the driver takes them all at once
+        with anyio.fail_after(5):
+            while len(ticks_at_receive) <= CATCH_UP_EVERY_INPUTS:
+                await anyio.sleep(0.01)
+        tasks.cancel_scope.cancel()
+    first, last = ticks_at_receive[0], ticks_at_receive[CATCH_UP_EVERY_INPUTS]
+    assert last - first >= CATCH_UP_EVERY_INPUTS  # caught up within the batch
