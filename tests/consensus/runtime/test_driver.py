@@ -5,6 +5,7 @@ streams."""
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from typing import Any, cast
 
 import anyio
@@ -277,10 +278,14 @@ async def test_a_sync_yields_to_the_writers_only_when_something_may_leave(
     assert events == (["yield", "sync"] if sending else ["sync"])
 
 
-async def test_the_ticks_due_are_caught_up_before_any_input_is_taken() -> None:
-    """After a pause (a long sync, a collection, a starved process) the core first counts
-    the ticks that passed: a lease is never granted or judged on stale time."""
-    now = [0.0]
+HEARTBEAT_FRAME = encode_messages([Heartbeat(sender=0, view=0, commit_prefix=0, lease_round=1)])
+
+
+async def _ticks_seen_by_inputs(now: list[float], frames: int, seconds_per_input: float,
+                                before: Callable[[], None] = lambda: None) -> list[int]:
+    """Run a lone driver on the clock `now[0]`; after `before()`, deliver `frames` heartbeat
+    frames at once; each takes `seconds_per_input` of that clock. Returns the driver's tick
+    count as each frame reached the core."""
     replica = Replica(ReplicaConfig(replica_id=1, replica_count=3), Prng(1))
     driver = Driver(replica, MemoryStore(), SessionKv(), lambda target, frame: True, Metrics(),
                     config=DriverConfig(tick_ms=10), clock=lambda: now[0])
@@ -289,45 +294,34 @@ async def test_the_ticks_due_are_caught_up_before_any_input_is_taken() -> None:
 
     def noting_receive(frame: bytes) -> None:
         ticks_at_receive.append(driver._ticks_done)
+        now[0] += seconds_per_input
         receive(frame)
 
     replica.receive = noting_receive  # type: ignore[method-assign]
-    frame = encode_messages([Heartbeat(sender=0, view=0, commit_prefix=0, lease_round=1)])
     async with anyio.create_task_group() as tasks:
         await tasks.start(driver.run)
         await anyio.sleep(0.05)
-        now[0] = 1.0  # a second passed while the task did not run: 100 ticks
-        driver.deliver(0, frame)
+        before()
+        for _ in range(frames):
+            driver.deliver(0, HEARTBEAT_FRAME)  # one batch: the driver takes them at once
         with anyio.fail_after(5):
-            while not ticks_at_receive:
+            while len(ticks_at_receive) < frames:
                 await anyio.sleep(0.01)
         tasks.cancel_scope.cancel()
-    assert ticks_at_receive == [100]
+    return ticks_at_receive
+
+
+async def test_the_ticks_due_are_caught_up_before_any_input_is_taken() -> None:
+    """After a pause (a long sync, a collection, a starved process) the core first counts
+    the ticks that passed: a lease is never granted or judged on stale time."""
+    now = [0.0]
+
+    def a_second_passes() -> None:  # while the task did not run: 100 ticks
+        now[0] = 1.0
+
+    assert await _ticks_seen_by_inputs(now, 1, 0.0, a_second_passes) == [100]
 
 
 async def test_a_long_batch_of_inputs_keeps_the_clock_current() -> None:
-    now = [0.0]
-    replica = Replica(ReplicaConfig(replica_id=1, replica_count=3), Prng(1))
-    driver = Driver(replica, MemoryStore(), SessionKv(), lambda target, frame: True, Metrics(),
-                    config=DriverConfig(tick_ms=10), clock=lambda: now[0])
-    ticks_at_receive: list[int] = []
-    receive = replica.receive
-
-    def slow_receive(frame: bytes) -> None:
-        ticks_at_receive.append(driver._ticks_done)
-        now[0] += 0.010  # each input takes a tick
-        receive(frame)
-
-    replica.receive = slow_receive  # type: ignore[method-assign]
-    frame = encode_messages([Heartbeat(sender=0, view=0, commit_prefix=0, lease_round=1)])
-    async with anyio.create_task_group() as tasks:
-        await tasks.start(driver.run)
-        await anyio.sleep(0.05)
-        for _ in range(CATCH_UP_EVERY_INPUTS + 1):
-            driver.deliver(0, frame)  # one batch: the driver takes them all at once
-        with anyio.fail_after(5):
-            while len(ticks_at_receive) <= CATCH_UP_EVERY_INPUTS:
-                await anyio.sleep(0.01)
-        tasks.cancel_scope.cancel()
-    first, last = ticks_at_receive[0], ticks_at_receive[CATCH_UP_EVERY_INPUTS]
-    assert last - first >= CATCH_UP_EVERY_INPUTS  # caught up within the batch
+    ticks = await _ticks_seen_by_inputs([0.0], CATCH_UP_EVERY_INPUTS + 1, 0.010)  # a tick each
+    assert ticks[CATCH_UP_EVERY_INPUTS] - ticks[0] >= CATCH_UP_EVERY_INPUTS
