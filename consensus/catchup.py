@@ -105,11 +105,6 @@ class CatchUp:
         executor = self._executor
         return executor.stall() is not None or self.commit_hint > executor.exec_slot
 
-    def ask_now(self) -> None:
-        """Ask a peer for missing state now, whenever the last request went."""
-        self._asked_at = self._ctx.now - self._ctx.config.repair_ticks
-        self.maybe_ask()
-
     def maybe_ask(self) -> None:
         """Ask one peer (the sequencer first, then the others in turn) for missing state."""
         ctx = self._ctx

@@ -60,9 +60,6 @@ class ReplicaConfig:
     lead_lag_slots_max: int = 16  # further behind the committed prefix, proposals wait
 
     heartbeat_ticks: int = 10
-    # No heartbeat from the sequencer for this many heartbeat periods (a partition, a pause):
-    # on the next one, a replica behind fetches what it missed at once, not after repair_ticks
-    contact_lost_heartbeats: int = 3
     election_ticks: int = 60  # a follower suspects the sequencer after [base, 2 * base) ticks
     lease_ticks: int = 40  # a lease granted to the sequencer; must be < election_ticks
     lease_drift_ticks: int = 4  # margin the sequencer takes off its lease for clock drift
@@ -118,8 +115,8 @@ def _problems(config: ReplicaConfig) -> list[str]:
                 "pending_proposals_max", "o_entries_per_message_max", "fetch_instances_max",
                 "reads_pending_max", "dedup_window_per_origin", "snapshot_chunk_bytes",
                 "snapshot_bytes_max", "lead_lag_slots_max",
-                "heartbeat_ticks", "contact_lost_heartbeats", "election_ticks", "lease_ticks",
-                "resend_ticks", "repair_ticks", "recovery_ticks", "straggler_window_ticks",
+                "heartbeat_ticks", "election_ticks", "lease_ticks", "resend_ticks",
+                "repair_ticks", "recovery_ticks", "straggler_window_ticks",
                 "straggler_rounds", "straggler_margin_ticks", "straggler_cooldown_ticks")
     problems.extend(f"{name}: must be positive, got {getattr(config, name)}"
                     for name in positive if getattr(config, name) <= 0)

@@ -99,10 +99,6 @@ class Election:
         self._last_heard = ctx.now
         self._deadline = ctx.now + base + ctx.prng.below(base)
 
-    def ticks_since_heard(self) -> int:
-        """Ticks since the sequencer was last heard from (its heartbeat, or a new view)."""
-        return self._ctx.now - self._last_heard
-
     def on_tick(self) -> None:
         ctx = self._ctx
         self._straggler_window()

@@ -343,18 +343,9 @@ class Replica:
     def _on_heartbeat(self, message: Heartbeat) -> None:
         ctx = self._ctx
         if message.view == ctx.view and message.sender == ctx.sequencer:
-            config = self.config
-            regained = self._election.ticks_since_heard() >= \
-                config.heartbeat_ticks * config.contact_lost_heartbeats
             self._catchup.on_commit_hint(message.commit_prefix)
             if ctx.status is Status.NORMAL:
                 self._learner.commit_prefix_of_view(message.commit_prefix)
-            if regained and self._catchup.behind():
-                # Cut off for a while (a partition, a pause): what was committed meanwhile
-                # may never reach it by itself, and the others may compact past it before
-                # the stall repair's wait is over, taking this replica's next commands'
-                # results with them. Fetch at once.
-                self._catchup.ask_now()
         self._election.on_heartbeat(message)
 
     def _on_read_index_request(self, message: ReadIndexRequest) -> None:

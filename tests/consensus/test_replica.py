@@ -14,8 +14,6 @@ from consensus.messages import (
     CCommit,
     Command,
     CRequest,
-    FetchRequest,
-    Heartbeat,
     OAccept,
     OAck,
     SnapshotChunk,
@@ -392,21 +390,3 @@ def test_own_commands_a_peers_snapshot_applied_are_reported_covered() -> None:
         ready = replica.ready()
         assert ready.snapshot_to_install is not None
         assert ready.covered == ([tag] if expected else [])
-
-
-@pytest.mark.parametrize(("silent_ticks", "fetches"), [(5, False), (40, True)])
-def test_a_replica_that_hears_the_sequencer_again_after_a_silence_fetches_at_once(
-        silent_ticks: int, fetches: bool) -> None:
-    """Three heartbeat periods without one (a partition, a pause), then a heartbeat naming
-    slots it lacks: it asks for them now, not after repair_ticks of stall, before the others
-    compact past them."""
-    replica = Replica(ReplicaConfig(replica_id=1, replica_count=3), Prng(1))
-    assert replica.status().sequencer == 0
-    for _ in range(silent_ticks):
-        replica.tick()
-    replica.ready()  # whatever the ticks produced
-    replica.advance()
-    replica.receive(encode_messages([Heartbeat(sender=0, view=0, commit_prefix=5,
-                                               lease_round=1)]))
-    sent = [type(message) for _, message in replica.ready().messages]
-    assert (FetchRequest in sent) == fetches
