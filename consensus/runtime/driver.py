@@ -302,7 +302,9 @@ class Driver:
     async def _handle(self, ready: Ready) -> None:
         # Executed commands and reads are chosen whatever this replica persists, so their
         # results leave first: the client's answer is then not queued behind the peers'.
-        answered = self._install_and_apply(ready)
+        waiting = len(self._proposals) + len(self._reads)
+        self._install_and_apply(ready)
+        answered = len(self._proposals) + len(self._reads) < waiting  # each answer pops its own
         self._send_messages(ready.messages)
         if ready.records:
             started = self._clock()
@@ -325,9 +327,7 @@ class Driver:
         self._maybe_compact()  # before advance, which may execute what is not applied yet
         self.replica.advance()
 
-    def _install_and_apply(self, ready: Ready) -> int:
-        """Install, apply and answer; returns how many waiters were answered."""
-        answered = 0
+    def _install_and_apply(self, ready: Ready) -> None:
         if ready.snapshot_to_install is not None:
             self._machine.restore(ready.snapshot_to_install.state)
             self._last_snapshot = ready.snapshot_to_install.meta.slot
@@ -339,8 +339,7 @@ class Driver:
                 waiter.fail(OutcomeUnknown(
                     "the command took effect in a snapshot from a peer; its result is not "
                     "here: ask again in the same session"))
-                answered += 1
-        return answered + self._apply(ready)
+        self._apply(ready)
 
     def _persist(self, records: list[Record], must_sync: bool) -> None:
         self._store.append(records)
@@ -365,10 +364,7 @@ class Driver:
         half = len(messages) // 2
         return self._frames(messages[:half]) + self._frames(messages[half:])
 
-    def _apply(self, ready: Ready) -> int:
-        """Apply the executed commands and run the reads; returns how many waiters were
-        answered."""
-        answered = 0
+    def _apply(self, ready: Ready) -> None:
         for item in ready.executed:
             for command in item.commands:
                 reply = self._machine.apply(command.payload)
@@ -378,7 +374,6 @@ class Driver:
                         self.metrics.observe("command_latency_seconds",
                                              self._clock() - waiter.started)
                         waiter.resolve(reply)
-                        answered += 1
         if ready.executed:
             self.metrics.count("driver.commands_applied",
                                sum(len(item.commands) for item in ready.executed))
@@ -388,14 +383,11 @@ class Driver:
             read = self._reads.pop(read_id, None)  # None: its callback expired
             if read is not None:
                 read[1].resolve(self._machine.query(read[0]))
-                answered += 1
         for read_id in ready.reads_refused:
             read = self._reads.pop(read_id, None)
             if read is not None:
                 read[1].fail(Overloaded("too many reads pending"))
-                answered += 1
         self.metrics.count("driver.readied", len(ready.readied))
-        return answered
 
     def _maybe_compact(self) -> None:
         executed = self.replica.executed_slots

@@ -5,6 +5,7 @@ streams."""
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -217,10 +218,10 @@ async def _run_alone(driver: Driver, seconds: float) -> float:
     return anyio.current_time() - started
 
 
-def _lone_driver(config: DriverConfig) -> Driver:
+def _lone_driver(config: DriverConfig, clock: Callable[[], float] = time.monotonic) -> Driver:
     replica = Replica(ReplicaConfig(replica_id=1, replica_count=3), Prng(1))
     return Driver(replica, MemoryStore(), SessionKv(), lambda target, frame: True, Metrics(),
-                  config=config)
+                  config=config, clock=clock)
 
 
 async def test_an_idle_driver_sleeps_several_ticks_at_a_time_and_keeps_its_clock() -> None:
@@ -286,9 +287,8 @@ async def _ticks_seen_by_inputs(now: list[float], frames: int, seconds_per_input
     """Run a lone driver on the clock `now[0]`; after `before()`, deliver `frames` heartbeat
     frames at once; each takes `seconds_per_input` of that clock. Returns the driver's tick
     count as each frame reached the core."""
-    replica = Replica(ReplicaConfig(replica_id=1, replica_count=3), Prng(1))
-    driver = Driver(replica, MemoryStore(), SessionKv(), lambda target, frame: True, Metrics(),
-                    config=DriverConfig(tick_ms=10), clock=lambda: now[0])
+    driver = _lone_driver(DriverConfig(tick_ms=10), clock=lambda: now[0])
+    replica = driver.replica
     ticks_at_receive: list[int] = []
     receive = replica.receive
 
