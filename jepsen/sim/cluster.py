@@ -350,15 +350,23 @@ class Cluster:
             self.workload.observed(operation.key, operation.value[1])  # type: ignore[index]
 
     def _command_covered(self, node: SimNode, tag: int) -> None:
-        """A snapshot from a peer applied this command; its result is not here. A put's result
-        is known (it took effect); a cas's is not: this store keeps no sessions to ask."""
+        """A snapshot from a peer applied this command; its reply is not here. A put took
+        effect; whether a cas did, the store remembers (until it has seen `CAS_OUTCOMES_MAX`
+        newer ones: then the outcome is unknown)."""
         operation = node.pending_tags.pop(tag, None)
         if operation is None:
             return
         if operation.f == "put":
             self.finish(operation, "ok", operation.value)
-        else:
+            return
+        new_value: int = operation.value[1]  # type: ignore[index]
+        took_effect = node.sm.cas_outcomes.get(new_value)
+        if took_effect is None:
             self.finish_unknown(operation)
+            return
+        self.finish(operation, "ok", took_effect)
+        if took_effect:
+            self.workload.observed(operation.key, new_value)
 
     def _read_done(self, node: SimNode, read_id: int) -> None:
         operation = node.pending_reads.pop(read_id, None)

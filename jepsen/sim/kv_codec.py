@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from consensus.codec import pack, unpack
 from consensus.errors import InvalidMessage
-from consensus.validation import expect_choice, expect_int, expect_list, expect_str
+from consensus.validation import (
+    expect_bool,
+    expect_choice,
+    expect_fields,
+    expect_int,
+    expect_list,
+    expect_str,
+)
 
 KV_BYTES_MAX = 1 << 16
 SNAPSHOT_BYTES_MAX = 1 << 30
@@ -54,13 +62,29 @@ def decode_reply(data: bytes) -> tuple[bool, Value]:
     return bool(raw[0]), raw[1]
 
 
-def encode_snapshot(items: list[tuple[str, int]]) -> bytes:
-    return pack([[key, value] for key, value in items])
+def encode_snapshot(items: list[tuple[str, int]], cas_outcomes: list[tuple[int, bool]]
+                    ) -> bytes:
+    """The store's keys and values, then its remembered cas outcomes, oldest first."""
+    return pack([[[key, value] for key, value in items],
+                 [[new_value, took_effect] for new_value, took_effect in cas_outcomes]])
 
 
-def decode_snapshot(data: bytes) -> dict[str, int]:
-    raw = expect_list(unpack(data, bytes_max=SNAPSHOT_BYTES_MAX, what="kv snapshot"),
-                      "kv snapshot", length_max=1 << 24)
-    return {expect_str(key, "kv.key", length_max=256): expect_int(value, "kv.value",
-                                                                 low=-(1 << 62))
-            for key, value in raw}
+def decode_snapshot(data: bytes, outcomes_max: int) -> tuple[dict[str, int], dict[int, bool]]:
+    raw = expect_fields(expect_list(unpack(data, bytes_max=SNAPSHOT_BYTES_MAX,
+                                           what="kv snapshot"), "kv snapshot", length_max=2),
+                        "kv snapshot", 2)
+    items = expect_list(raw[0], "kv snapshot items", length_max=1 << 24)
+    outcomes = expect_list(raw[1], "kv snapshot cas outcomes", length_max=outcomes_max)
+    return ({expect_str(key, "kv.key", length_max=256): _stored(value, "kv.value")
+             for key, value in (_pair(item, "kv snapshot item") for item in items)},
+            {_stored(new, "kv.new"): expect_bool(took_effect, "kv.took_effect")
+             for new, took_effect in (_pair(item, "kv snapshot cas outcome")
+                                      for item in outcomes)})
+
+
+def _pair(raw: Any, field: str) -> Sequence[Any]:
+    return expect_fields(expect_list(raw, field, length_max=2), field, 2)
+
+
+def _stored(raw: Any, field: str) -> int:
+    return expect_int(raw, field, low=-(1 << 62), high=1 << 62)
