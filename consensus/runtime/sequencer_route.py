@@ -10,7 +10,9 @@ The route asks replicas for their status in the background, so no command waits 
 status names the replica itself and, while it serves a view, the view's sequencer. Until the
 route knows, and after the replica it chose fails, the client goes on with its usual rotation.
 It looks again at most once per `LOOK_EVERY_S`, and once per `RECHECK_S` even while it knows,
-since a view change moves the sequencer.
+since a view change moves the sequencer; while it rechecks, commands still go to the replica
+it found (a former sequencer serves them too, one hop slower), and a look that finds no
+sequencer forgets it.
 """
 
 from __future__ import annotations
@@ -42,9 +44,7 @@ class SequencerRoute:
         look's start, so the callers that ask before the look's task runs get a no."""
         if self.looking or now < self._look_not_before:
             return False
-        if now >= self._trusted_until:
-            self.endpoint = None
-        if self.endpoint is not None:
+        if self.endpoint is not None and now < self._trusted_until:
             return False
         self._started(now)
         return True
@@ -59,7 +59,8 @@ class SequencerRoute:
 
     async def look(self, ask: AskStatus, now: Callable[[], float]) -> None:
         """Ask replicas, in order, until one is the sequencer or names one whose endpoint is
-        known; gives up quietly (the next look is `LOOK_EVERY_S` later)."""
+        known; finding none, forget the one found before (the next look is `LOOK_EVERY_S`
+        later)."""
         if not self.looking:  # not claimed first
             self._started(now())
         try:
@@ -70,6 +71,7 @@ class SequencerRoute:
                     self.endpoint = found
                     self._trusted_until = now() + RECHECK_S
                     return
+            self.endpoint = None
         finally:
             self.looking = False
 

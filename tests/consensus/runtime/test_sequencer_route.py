@@ -102,7 +102,20 @@ async def test_looks_are_spaced_and_a_found_sequencer_is_rechecked() -> None:
     clock.now_s += LOOK_EVERY_S
     assert not route.claim_look(clock()) and route.endpoint == "b:1"
     clock.now_s += RECHECK_S
-    assert route.claim_look(clock()) and route.endpoint is None  # a view may have changed
+    assert route.claim_look(clock())  # a view may have changed ...
+    assert route.endpoint == "b:1"  # ... but until the look says so, commands still go there
+    await route.look(asker({"a:1": serving(0, 2), "c:1": serving(2, 2)}, asked), clock)
+    assert route.endpoint == "c:1"
+
+
+async def test_a_recheck_that_finds_no_sequencer_forgets_the_one_found_before() -> None:
+    clock, asked = Clock(), list[str]()
+    route = SequencerRoute(ENDPOINTS)
+    await route.look(asker({"a:1": serving(0, 0)}, asked), clock)
+    clock.now_s += RECHECK_S
+    assert route.claim_look(clock()) and route.endpoint == "a:1"
+    await route.look(asker({}, asked), clock)  # nobody answers
+    assert route.endpoint is None
 
 
 async def test_a_failed_replica_is_forgotten_until_the_next_look() -> None:
