@@ -36,6 +36,7 @@ class Defect(enum.StrEnum):
     NO_PREFIX_CONDITION = "no-prefix-condition"  # 5 replicas: ready without the O prefix
     NO_VIEW_GATING = "no-view-gating"  # accept O-accepts from deposed sequencers
     LOCAL_READS = "local-reads"  # serve reads from local state, without a read index
+    OWN_VOTE_ONLY = "own-vote-only"  # a new sequencer rebuilds the O-log from its own vote
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -23,6 +23,7 @@ stop renewing the lease and elect a new sequencer, at most once per `straggler_c
 
 from __future__ import annotations
 
+from consensus.config import Defect
 from consensus.context import Context, Status
 from consensus.leader import Leader
 from consensus.learner import Learner
@@ -227,6 +228,8 @@ class Election:
     def _rebuild(self) -> None:
         ctx = self._ctx
         votes = [self._votes[sender] for sender in sorted(self._votes)]
+        if Defect.OWN_VOTE_ONLY in ctx.config.defects:
+            votes = [vote for vote in votes if vote.sender == ctx.id]
         start = votes[0].from_index
         if any(vote.log_base > start for vote in votes):
             ctx.count("election.candidate_behind")

@@ -114,6 +114,13 @@ class Inspection:
         return self._ctx.is_sequencer
 
     @property
+    def holds_view_log(self) -> bool:
+        """Whether this replica is its view's sequencer and holds the view's O-log: rebuilt
+        from the votes (being established) or serving."""
+        ctx = self._ctx
+        return ctx.sequencer == ctx.id and ctx.status in (Status.ESTABLISHING, Status.NORMAL)
+
+    @property
     def log_base(self) -> int:
         return self._ctx.olog.base
 

@@ -217,6 +217,7 @@ class Cluster:
             return
         assert node.replica is not None
         ready = node.replica.ready()
+        self._check_view_log(node, node.replica)
         if ready.is_empty():
             return
         node.disk.write(ready.records)
@@ -227,6 +228,15 @@ class Cluster:
                           (node.incarnation, ready))
         else:
             self._persisted(node, ready)
+
+    def _check_view_log(self, node: SimNode, replica: Replica) -> None:
+        """A new sequencer's log, checked as soon as it is rebuilt: it must hold every instance
+        ready by then. (Checked once the view is established, a sequencer whose acknowledgements
+        came late would be held to what a newer view made ready since.)"""
+        inspect = replica.inspect
+        if inspect.holds_view_log and inspect.view != node.last_view:
+            node.last_view = inspect.view
+            self.monitor.view_log_built(node.id, inspect)
 
     def _synced(self, event: Event) -> None:
         node = self.nodes[event.node]
@@ -252,10 +262,6 @@ class Cluster:
             node.last_snapshot = executed
         replica.advance()
         node.busy = False
-        inspect = replica.inspect
-        if inspect.is_sequencer and inspect.view != node.last_view:
-            node.last_view = inspect.view
-            self.monitor.view_established(node.id, inspect)
         self._request_flush(node)
 
     def _apply(self, node: SimNode, ready: Ready) -> None:

@@ -144,7 +144,9 @@ class SafetyMonitor:
         self._ready[(replica, index)] = batch
         self._max_ready[replica] = max(self._max_ready[replica], index)
 
-    def view_established(self, replica: int, inspection: Inspection) -> None:
+    def view_log_built(self, replica: int, inspection: Inspection) -> None:
+        """A new sequencer's O-log (just rebuilt from a majority's votes) must give each
+        replica a slot for every C-instance of its that was ready."""
         end = inspection.log_end
         for space, highest in enumerate(self._max_ready):
             if highest < 0:

@@ -84,6 +84,16 @@ def test_it_catches_a_missing_dedup_guard(seed: int) -> None:
     assert any(violation.invariant == "ready order" for violation in result.violations)
 
 
+def test_it_catches_a_new_sequencer_that_rebuilds_its_log_from_its_own_vote() -> None:
+    """The new sequencer's log is checked when it is rebuilt: it lacks a slot for an instance
+    that another replica's vote carried and that was ready."""
+    options = swarm(1, SimOptions(seed=1, replica_count=3))
+    result = run(dataclasses.replace(options, defects=frozenset({Defect.OWN_VOTE_ONLY})))
+    assert any(violation.invariant == "ready position" and "view" in violation.detail
+               for violation in result.violations), explain(result)
+    assert run(options).ok
+
+
 def test_it_catches_missing_view_gating() -> None:
     options = SimOptions(seed=1, defects=frozenset({Defect.NO_VIEW_GATING}), **SHORT)  # type: ignore[arg-type]
     with pytest.raises(AssertionError, match="O-agreement"):
