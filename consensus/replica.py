@@ -416,17 +416,6 @@ class Replica:
         return self._executor.exec_slot
 
     @classmethod
-    def first_boot(cls, config: ReplicaConfig, prng: Prng) -> Replica:
-        """A replica with nothing persisted, ever: in view 0, replica 0 its sequencer at once,
-        so a new cluster needs no election. Its first Ready holds only a record that it has
-        run, and the caller persists that Ready before the replica takes any input: a restart,
-        which cannot know what a crashed sequencer sent, then goes through `restore` and
-        does not take up view 0's sequencing again."""
-        replica = cls(config, prng)
-        replica._ctx.persist(EpochRecord(replica._ctx.epoch))
-        return replica
-
-    @classmethod
     def restore(cls, config: ReplicaConfig, prng: Prng, records: Iterable[Record]) -> Replica:
         """Rebuild a replica from everything it persisted before a crash."""
         replica = cls(config, prng)

@@ -49,21 +49,6 @@ def replica_config(config: NodeConfig) -> ReplicaConfig:
     ).validate()
 
 
-def boot(config: ReplicaConfig, prng: Prng, log: DurableLog) -> Replica:
-    """The replica over `log`: restored from its records, or, when it has none, started
-    afresh with its first record synced before anything else runs (`Replica.first_boot`)."""
-    records = log.records()
-    if records:
-        return Replica.restore(config, prng, records)
-    replica = Replica.first_boot(config, prng)
-    ready = replica.ready()
-    assert not ready.messages and not ready.messages_after_persist, "a first boot sends nothing"
-    log.append(ready.records)
-    log.sync()
-    replica.advance()
-    return replica
-
-
 class ReplicaNode:
     def __init__(self, config: NodeConfig, log: DurableLog, machine: StateMachine, *,
                  system_command: Callable[[int], bytes] | None = None) -> None:
@@ -71,7 +56,7 @@ class ReplicaNode:
         self.metrics = Metrics()
         self.transport: Counter[str] = Counter()
         seed = int.from_bytes(os.urandom(8), "big")  # randomized timeouts only
-        replica = boot(replica_config(config), Prng(seed), log)
+        replica = Replica.restore(replica_config(config), Prng(seed), log.records())
         tls, limits = tls_of(config), config.limits
         self.mesh = PeerMesh(
             config.replica_id, (config.me.peer.host, config.me.peer.port),

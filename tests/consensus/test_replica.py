@@ -251,20 +251,13 @@ def test_a_restarted_replica_keeps_its_promises() -> None:
     assert counter(state, 2, "dropped.o_accept_view") == 1
 
 
-def test_a_first_boot_sequences_view_0_and_a_restart_does_not() -> None:
-    """A new cluster's replica 0 sequences view 0 at once, once its first record (that it has
-    run) is durable; restarted from that record, it cannot know what it sent before the
-    crash, so it waits for an election instead of taking up view 0's sequencing again."""
-    config = ReplicaConfig(replica_id=0, replica_count=3)
-    fresh = Replica.first_boot(config, Prng(0))
-    ready = fresh.ready()
-    assert ready.must_sync and len(ready.records) == 1
-    assert not ready.messages and not ready.messages_after_persist
-    fresh.advance()
-    assert fresh.inspect.is_sequencer and fresh.inspect.view == 0
-    restarted = Replica.restore(config, Prng(0), ready.records)
-    assert not restarted.inspect.is_sequencer
-    assert restarted.status().status == "awaiting"
+def test_a_replica_restored_from_nothing_does_not_sequence_view_0() -> None:
+    """An empty data directory may be a new cluster's or a replaced disk's: restored from no
+    records, replica 0 waits for an election (its log rebuilt from a majority's votes) rather
+    than sequence view 0 afresh, which could give slots its old disk held to other commands."""
+    replica = Replica.restore(ReplicaConfig(replica_id=0, replica_count=3), Prng(0), [])
+    assert not replica.inspect.is_sequencer
+    assert replica.status().status == "awaiting"
 
 
 def test_the_proposal_queue_is_bounded() -> None:
