@@ -17,6 +17,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from cellar.child_processes import stop_processes
 from consensus.runtime.certs import identities, init_directory
 from consensus.runtime.client import CellarClient, ClientConfig
 from consensus.runtime.connect import connector
@@ -226,9 +227,10 @@ class ProcessCluster:
         for process in self.processes:
             process.start()
 
-    def stop(self) -> None:
-        for process in self.processes:
-            process.stop()
+    def stop(self, grace_s: float = 10.0) -> None:
+        """Every replica at once: SIGTERM, then SIGKILL for those not gone within `grace_s`."""
+        stop_processes([process.process for process in self.processes
+                        if process.process is not None], grace_s)
 
     def wait_ports(self, timeout_s: float = 20.0) -> None:
         """Until every replica accepts connections on its client port."""

@@ -36,8 +36,8 @@ from cellar.bench.peers.kv import (
     Durability,
     PeerUnavailable,
     refuse_install_if_asked,
-    stop_processes,
 )
+from cellar.child_processes import stop_processes
 from cellar.local_cluster import HOST, free_ports
 
 ETCD_PATHS = ("/usr/bin/etcd", "/usr/local/bin/etcd")

@@ -10,10 +10,6 @@ from __future__ import annotations
 
 import os
 import pathlib
-import signal
-import subprocess
-import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -25,20 +21,6 @@ def refuse_install_if_asked(what: str) -> None:
     `cellar bench peers --no-install` and the tests set): `prepare` calls it before installing."""
     if os.environ.get(NO_INSTALL_ENV) == "1":
         raise PeerUnavailable(f"{what} is not installed; run without --no-install to install it")
-
-
-def stop_processes(processes: Sequence[subprocess.Popen[bytes]], grace_s: float) -> None:
-    """SIGTERM every process still running, then SIGKILL those not gone within `grace_s`."""
-    for process in processes:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    for process in processes:
-        try:
-            process.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 class PeerUnavailable(Exception):

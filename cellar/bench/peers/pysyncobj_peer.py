@@ -22,9 +22,9 @@ from cellar.bench.peers.kv import (
     Durability,
     PeerUnavailable,
     refuse_install_if_asked,
-    stop_processes,
 )
 from cellar.bench.peers.pysyncobj_client import CALL_TIMEOUT_S, PySyncObjClient
+from cellar.child_processes import stop_processes
 from cellar.local_cluster import HOST, free_ports
 
 PYSYNCOBJ_VERSION = "0.3.17"
