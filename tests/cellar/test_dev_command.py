@@ -20,7 +20,8 @@ def dev(workdir: pathlib.Path, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "cellar", "dev", "--data-dir", "dev-data",
                              *SMALL, *args], cwd=workdir, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                            env={**os.environ, "PYTHONUNBUFFERED": "1",
+                                 "PYTHONFAULTHANDLER": "1"})
 
 
 @pytest.mark.timeout(90)
@@ -41,7 +42,12 @@ def test_ctrl_c_stops_everything_and_still_summarises(tmp_path: pathlib.Path) ->
     while "commits/s" not in process.stdout.readline():
         assert time.monotonic() < deadline and process.poll() is None
     process.send_signal(signal.SIGINT)
-    rest, _ = process.communicate(timeout=40)
+    try:
+        rest, _ = process.communicate(timeout=40)
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGABRT)  # the fault handler prints every thread's stack
+        stuck, _ = process.communicate(timeout=20)
+        pytest.fail(f"cellar dev still running 40 s after Ctrl-C:\n{stuck[-20000:]}")
     assert process.returncode == 0, rest
     assert "interrupted" in rest and "\nsummary" in rest and "Traceback" not in rest
     replicas = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True,
