@@ -16,12 +16,20 @@ SMALL = ["--nodes", "4", "--gangs", "4"]
 
 
 def dev(workdir: pathlib.Path, *args: str) -> subprocess.Popen[str]:
-    """`cellar dev` started in `workdir` with a relative data directory, as `make demo` does."""
+    """`cellar dev` started in `workdir` with a relative data directory, as `make demo` does,
+    and with Ctrl-C's default meaning, as in a terminal: a shell without job control starts
+    its background commands with SIGINT ignored, and a test run started that way would pass
+    that on."""
     return subprocess.Popen([sys.executable, "-m", "cellar", "dev", "--data-dir", "dev-data",
                              *SMALL, *args], cwd=workdir, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, "PYTHONUNBUFFERED": "1",
-                                 "PYTHONFAULTHANDLER": "1"})
+                                 "PYTHONFAULTHANDLER": "1"},
+                            preexec_fn=_default_sigint)  # noqa: PLW1509 - pytest runs no other thread
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 @pytest.mark.timeout(90)
