@@ -344,21 +344,19 @@ class Cluster:
         self._request_flush(node)
 
     def _command_done(self, node: SimNode, tag: int, reply: bytes) -> None:
-        operation = node.pending_tags.pop(tag, None)
-        if operation is None:
-            return
-        applied, _ = decode_reply(reply)
-        if operation.f == "put":
-            self.finish(operation, "ok", operation.value)
-            return
-        self.finish(operation, "ok", applied)  # cas: false when the compare failed
-        if applied:
-            self.workload.observed(operation.key, operation.value[1])  # type: ignore[index]
+        applied, _ = decode_reply(reply)  # a cas: false when the compare failed
+        self._command_ended(node, tag, lambda _: applied)
 
     def _command_covered(self, node: SimNode, tag: int) -> None:
         """A snapshot from a peer applied this command; its reply is not here. A put took
         effect; whether a cas did, the store remembers (until it has seen `CAS_OUTCOMES_MAX`
         newer ones: then the outcome is unknown)."""
+        self._command_ended(node, tag, node.sm.cas_outcomes.get)
+
+    def _command_ended(self, node: SimNode, tag: int,
+                       cas_took_effect: Callable[[int], bool | None]) -> None:
+        """Answer the client of `tag`: a put took effect; a cas as `cas_took_effect` says of
+        its new value (None: unknown)."""
         operation = node.pending_tags.pop(tag, None)
         if operation is None:
             return
@@ -366,7 +364,7 @@ class Cluster:
             self.finish(operation, "ok", operation.value)
             return
         new_value: int = operation.value[1]  # type: ignore[index]
-        took_effect = node.sm.cas_outcomes.get(new_value)
+        took_effect = cas_took_effect(new_value)
         if took_effect is None:
             self.finish_unknown(operation)
             return

@@ -50,7 +50,7 @@ def decode_command(data: bytes) -> tuple[str, str, Value, Value]:
 
 
 def _value(raw: Any, field: str) -> Value:
-    return None if raw is None else expect_int(raw, field, low=-(1 << 62), high=1 << 62)
+    return None if raw is None else _stored(raw, field)
 
 
 def encode_reply(ok: bool, value: Value) -> bytes:

@@ -92,7 +92,7 @@ async def settled(client: CellarClient, endpoints: list[str]) -> None:
             seen = {(status.get("status"), status.get("view"), status.get("sequencer"))
                     for status in statuses}
             if len(statuses) == len(endpoints) and len(seen) == 1 and \
-                    next(iter(seen))[0] == "normal":
+                    statuses[0].get("status") == "normal":
                 return
             await anyio.sleep(SETTLE_POLL_S)
 
