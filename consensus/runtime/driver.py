@@ -3,12 +3,13 @@
 Peer frames, client proposals and reads reach it through one bounded `Inbox`; time reaches it
 as ticks counted from the monotonic clock: the task sleeps until an input comes or the next
 tick is due, and after a pause it catches up on every missed tick before it handles anything
-else, so a lease is never judged on stale time. With no client waiting on it and no input in
-its last turn, it sleeps `idle_wake_ticks` ticks at a time instead of one: every wake-up costs
-a switch of process, and an idle replica's ticks had been most of its CPU. The core's clock
-stays exact (the missed ticks are caught up on waking, or before any input); only what it does
-on a tick by itself (heartbeats, resends, timeouts) may come up to `idle_wake_ticks - 1` ticks
-late, well inside the margins between heartbeats, leases and elections.
+else, so a lease is never judged on stale time. Any input wakes it at once; with none, it
+sleeps `idle_wake_ticks` ticks at a time instead of one: every wake-up costs a switch of
+process, and ticks had been most of an idle replica's CPU, and a wake-up in four of a busy one
+at one caller. The core's clock stays exact (the missed ticks are caught up on waking, or before
+any input); only what it does on a tick by itself (heartbeats, resends, timeouts) and the
+clients' deadlines may come up to `idle_wake_ticks - 1` ticks late, well inside the margins
+between heartbeats, leases and elections.
 
 Each Ready is handled as `consensus.ready` prescribes: messages that may leave at once go out,
 the records are appended and synced (in a worker thread, while this task waits: see
@@ -68,7 +69,7 @@ class Overloaded(ConsensusError):
 @dataclass(frozen=True, slots=True)
 class DriverConfig:
     tick_ms: int = 10
-    idle_wake_ticks: int = 4  # ticks slept at a time while idle (see the module docstring)
+    idle_wake_ticks: int = 4  # ticks slept at a time while no input comes (module docstring)
     system_every_ms: int = 1000  # how often the sequencer proposes the system command
     inputs_max: int = 65_536
     drain_max: int = 8192  # inputs handled before the next Ready
@@ -217,9 +218,7 @@ class Driver:
         """Wait for inputs or the next wake-up tick, whichever comes first, catch up on the
         ticks due, and only then take what is queued: a lease is never granted or judged on
         stale time, however long the task slept or was kept from running."""
-        ticks = 1 if self._inputs_last_turn or self._proposals or self._reads else \
-            self.config.idle_wake_ticks
-        tick_s = self.config.tick_ms / 1000
+        ticks, tick_s = self.config.idle_wake_ticks, self.config.tick_ms / 1000
         wake = self._origin + (self._ticks_done + ticks) * tick_s
         await self._inbox.wait(min(ticks * tick_s, wake - self._clock()))
         self.metrics.count("driver.wakeups")

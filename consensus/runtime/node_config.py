@@ -3,7 +3,7 @@
     replica_id = 0
     data_dir = "data/replica-0"
     tick_ms = 10
-    idle_wake_ticks = 4          # with nothing to do, wake every 4 ticks (1: every tick)
+    idle_wake_ticks = 4          # with no input, wake every 4 ticks (1: every tick)
     loop = "uvloop"              # asyncio | uvloop | trio
     machine = "gpu"              # gpu (the GPU-allocation store) | kv (a plain key-value store)
     sync = true                  # false: not fsynced before acknowledging (benchmarks only)

@@ -232,18 +232,26 @@ async def test_an_idle_driver_sleeps_several_ticks_at_a_time_and_keeps_its_clock
     assert wakeups <= ticks / 3  # about one in 8
 
 
-async def test_a_driver_with_a_client_waiting_wakes_every_tick() -> None:
-    """A command in flight (never committed here: the peers are absent) keeps the driver on
-    time for its resends and the client's deadline."""
-    driver = _lone_driver(DriverConfig(tick_ms=20, idle_wake_ticks=8))
+async def test_a_driver_with_a_client_waiting_fails_it_within_a_wake_of_its_deadline() -> None:
+    """A command in flight (never committed here: the peers are absent) does not keep the
+    driver waking every tick, yet its client hears of the deadline at most one wake-up late."""
+    driver = _lone_driver(DriverConfig(tick_ms=20, idle_wake_ticks=4))
+    failed_at: list[float] = []
     outcomes: list[Exception | None] = []
-    driver.submit(encode_put("k", 1), 60.0, lambda reply, error: outcomes.append(error))
-    ran_s = await _run_alone(driver, 0.6)
+
+    def done(reply: bytes | None, error: Exception | None) -> None:
+        failed_at.append(time.monotonic())
+        outcomes.append(error)
+
+    submitted = time.monotonic()
+    driver.submit(encode_put("k", 1), 0.3, done)
+    ran_s = await _run_alone(driver, 0.8)
     ticks, wakeups = driver._ticks_done, driver.metrics.counter("driver.wakeups")
-    assert ticks >= ran_s / 0.020 - 10
-    assert wakeups >= ticks / 2
-    assert len(outcomes) == 1  # failed when the driver stopped
-    assert isinstance(outcomes[0], DriverOutcomeUnknown)
+    assert ticks >= ran_s / 0.020 - 10  # caught up on every tick it slept through
+    assert wakeups <= ticks / 2  # not every tick, client or not
+    assert len(outcomes) == 1 and isinstance(outcomes[0], DriverOutcomeUnknown)
+    assert "no result in time" in str(outcomes[0])
+    assert 0.3 <= failed_at[0] - submitted < 0.3 + 4 * 0.020 + 0.25  # + a loaded machine
 
 
 def test_a_driver_config_refuses_counts_below_one() -> None:
