@@ -4,12 +4,18 @@ Each subcommand lives in its own module, which exposes `configure(parser)`: it a
 subcommand's arguments and sets `handler`, a function of the parsed arguments that returns the
 exit status. Modules import their heavy dependencies inside the handler, so `cellar --help` and
 `cellar check` stay quick and never load an event loop they do not need.
+
+SIGTERM stops a command as Ctrl-C does: the commands that start processes and directories of
+their own (`dev`, `bench`, `demo`) stop them on the way out, where the signal's default would
+kill the command alone and leave its replicas running and their data behind. Daemons that
+handle SIGTERM themselves (`replica`, `agent`) take it over once they run.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 from collections.abc import Callable, Sequence
 
 # name -> (module that configures it, one-line help)
@@ -53,7 +59,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     handler: Handler = args.handler
-    try:
-        return handler(args)
-    except KeyboardInterrupt:
-        return 130
+    with _SigtermInterrupts() as sigterm:
+        try:
+            return handler(args)
+        except KeyboardInterrupt:
+            return 128 + (signal.SIGTERM if sigterm.seen else signal.SIGINT)
+
+
+class _SigtermInterrupts:
+    """While entered, SIGTERM raises KeyboardInterrupt in the main thread (unless SIGTERM is
+    ignored, as its parent may have asked); `seen` tells whether it came."""
+
+    def __init__(self) -> None:
+        self.seen = False
+        self._installed = False
+
+    def __enter__(self) -> _SigtermInterrupts:
+        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, self._interrupt)
+            self._installed = True
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._installed:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+    def _interrupt(self, signum: int, frame: object) -> None:
+        self.seen = True
+        raise KeyboardInterrupt("SIGTERM")

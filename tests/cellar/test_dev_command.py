@@ -1,5 +1,6 @@
 """`cellar dev`, the README's main job, as a user runs it: real replica processes, a bounded
-run that exits 0 with a summary, failover on request, and Ctrl-C as clean as the timeout."""
+run that exits 0 with a summary, failover on request, and Ctrl-C or SIGTERM as clean as the
+timeout."""
 
 from __future__ import annotations
 
@@ -43,19 +44,23 @@ def test_a_bounded_run_with_a_sequencer_kill_exits_cleanly(tmp_path: pathlib.Pat
 
 
 @pytest.mark.timeout(90)
-def test_ctrl_c_stops_everything_and_still_summarises(tmp_path: pathlib.Path) -> None:
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_or_sigterm_stops_everything_and_still_summarises(
+        tmp_path: pathlib.Path, signum: signal.Signals) -> None:
+    """SIGTERM (a service manager, `kill`) stops as cleanly as Ctrl-C: its default would kill
+    `cellar dev` alone and leave its replicas running."""
     process = dev(tmp_path, "--seconds", "60")
     assert process.stdout is not None
     deadline = time.monotonic() + 40
     while "commits/s" not in process.stdout.readline():
         assert time.monotonic() < deadline and process.poll() is None
-    process.send_signal(signal.SIGINT)
+    process.send_signal(signum)
     try:
         rest, _ = process.communicate(timeout=40)
     except subprocess.TimeoutExpired:
         process.send_signal(signal.SIGABRT)  # the fault handler prints every thread's stack
         stuck, _ = process.communicate(timeout=20)
-        pytest.fail(f"cellar dev still running 40 s after Ctrl-C:\n{stuck[-20000:]}")
+        pytest.fail(f"cellar dev still running 40 s after {signum.name}:\n{stuck[-20000:]}")
     assert process.returncode == 0, rest
     assert "interrupted" in rest and "\nsummary" in rest and "Traceback" not in rest
     replicas = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True,
