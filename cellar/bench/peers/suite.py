@@ -28,6 +28,7 @@ import json
 import os
 import pathlib
 import shlex
+import shutil
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -312,13 +313,17 @@ def _all_rounds(args: argparse.Namespace, workload: Workload, prepared: list[Pre
                 _progress(f"round {number + 1}/{args.rounds}: {item.name}")
                 directory = pathlib.Path(root) / f"round-{number}" / item.name
                 directory.mkdir(parents=True)
-                _one_round(item.system, directory, workload, collected[item.name],
-                           failover=not args.no_failover)
+                if _one_round(item.system, directory, workload, collected[item.name],
+                              failover=not args.no_failover):
+                    # A measured cluster's data goes at once: a full run's clusters took
+                    # about a gigabyte together. A failed round's logs stay to the end.
+                    shutil.rmtree(directory, ignore_errors=True)
     return collected
 
 
 def _one_round(system: KvSystem, directory: pathlib.Path, workload: Workload,
-               into: _Collected, *, failover: bool) -> None:
+               into: _Collected, *, failover: bool) -> bool:
+    """Measure one round of `system` into `into`; whether it was measured."""
     try:
         figures, durability, replicas = round_figures(system, directory, workload,
                                                       failover=failover)
@@ -329,9 +334,11 @@ def _one_round(system: KvSystem, directory: pathlib.Path, workload: Workload,
     else:
         into.rounds.append(figures)
         into.durability, into.replicas = durability, replicas
-        return
+        return True
     into.failures.append(message)
-    _progress(f"{system.name}: round abandoned: {message}")
+    _progress(f"{system.name}: round abandoned: {message} (its logs stay in {directory} "
+              "until the run ends)")
+    return False
 
 
 def _outcome(item: Prepared, collected: _Collected) -> SystemOutcome:

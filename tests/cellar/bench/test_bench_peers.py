@@ -4,11 +4,16 @@ the ratios are right on made-up figures (a skipped peer gives null), nothing is 
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import math
 import os
 import pathlib
+import signal
+import subprocess
+import sys
+import time
 
 import anyio
 import pytest
@@ -145,6 +150,38 @@ def test_a_round_in_which_everything_fails_is_abandoned_clearly() -> None:
     with pytest.raises(RoundFailed, match="every call of the warm-up phase failed"):
         anyio.run(measure, cluster, TINY, None)
     assert all(client.closed for client in cluster.clients)
+
+
+class FakeSystem:
+    """Starts FakeClusters that leave a data file in their directory; `broken` ones refuse
+    every call. Records which earlier rounds' directories still exist at each start."""
+
+    def __init__(self, name: str, seen: list[tuple[str, list[str]]], *, broken: bool = False
+                 ) -> None:
+        self.name, self.seen, self.broken = name, seen, broken
+
+    def prepare(self, work_dir: pathlib.Path) -> None:
+        pass
+
+    def start(self, directory: pathlib.Path) -> FakeCluster:
+        rounds = directory.parent.parent
+        self.seen.append((directory.name, sorted(str(path.relative_to(rounds))
+                                                 for path in rounds.glob("*/*/data"))))
+        (directory / "data").write_bytes(b"x" * 1024)
+        return FakeCluster(fail_every=1) if self.broken else FakeCluster()
+
+
+def test_a_measured_round_s_data_goes_at_once_and_a_failed_one_s_at_the_end(
+        tmp_path: pathlib.Path) -> None:
+    seen: list[tuple[str, list[str]]] = []
+    prepared = [suite.Prepared(name, FakeSystem(name, seen, broken=name == "broken"), None,
+                               None) for name in ("good", "broken")]
+    args = argparse.Namespace(rounds=2, no_failover=True)
+    collected = suite._all_rounds(args, TINY, prepared, tmp_path)
+    assert len(collected["good"].rounds) == 2 and len(collected["broken"].failures) == 2
+    assert seen == [("good", []), ("broken", []), ("broken", ["round-0/broken/data"]),
+                    ("good", ["round-0/broken/data", "round-1/broken/data"])]
+    assert list(tmp_path.iterdir()) == []
 
 
 def _outcome(name: str, rounds: list[dict[str, float]], synced: bool = True) -> SystemOutcome:
@@ -296,3 +333,35 @@ def test_a_tiny_live_run_writes_every_output(tmp_path: pathlib.Path,
     for name in ("results.json", "report.md", "throughput.png", "latency.png"):
         assert (out / name).stat().st_size > 0, name
     assert not list((tmp_path / "work").glob("clusters-*"))
+
+
+@pytest.mark.live
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_sigterm_mid_run_stops_the_clusters_and_removes_their_data(
+        tmp_path: pathlib.Path) -> None:
+    """A run stopped by SIGTERM (a CI job's timeout, `kill`) takes its replicas and their data
+    with it instead of leaving them running."""
+    work = tmp_path / "work"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cellar", "bench", "peers", "--systems", "cellar-3",
+         "--rounds", "1", "--clients", "1", "--seconds", "30", "--latency-seconds", "30",
+         "--no-install", "--no-sim", "--no-failover", "--work-dir", str(work),
+         "--out", str(tmp_path / "out")],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert process.stdout is not None
+    deadline = time.monotonic() + 60
+    while not list(work.glob("clusters-*/*/*/replica-*.log")):  # its replicas are starting
+        assert time.monotonic() < deadline and process.poll() is None
+        time.sleep(0.2)
+    time.sleep(3)  # its replicas running, the phases under way
+    process.send_signal(signal.SIGTERM)
+    try:
+        output, _ = process.communicate(timeout=60)
+        replicas = subprocess.run(["pgrep", "-f", str(work)], capture_output=True, text=True,
+                                  check=False)
+    finally:  # a failure here must not leave replicas running
+        subprocess.run(["pkill", "-KILL", "-f", str(work)], check=False)
+    assert process.returncode == 128 + signal.SIGTERM, output
+    assert not list(work.glob("clusters-*")), output
+    assert replicas.stdout == "", "replica processes outlived the run"
