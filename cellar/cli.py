@@ -17,6 +17,7 @@ import argparse
 import importlib
 import signal
 from collections.abc import Callable, Sequence
+from types import FrameType
 
 # name -> (module that configures it, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -67,8 +68,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 class _SigtermInterrupts:
-    """While entered, SIGTERM raises KeyboardInterrupt in the main thread (unless SIGTERM is
-    ignored, as its parent may have asked); `seen` tells whether it came."""
+    """While entered, SIGTERM interrupts as Ctrl-C does (unless SIGTERM is ignored, as its
+    parent may have asked); `seen` tells whether it came.
+
+    It hands the signal to whatever handles SIGINT at that moment: inside an event loop that is
+    the loop's own handler (asyncio's runner cancels the main task, trio raises where it is
+    safe), so the loop unwinds as it does for Ctrl-C instead of taking a KeyboardInterrupt in
+    the middle of its own bookkeeping; outside one, Python's, which raises KeyboardInterrupt.
+    """
 
     def __init__(self) -> None:
         self.seen = False
@@ -84,6 +91,10 @@ class _SigtermInterrupts:
         if self._installed:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
-    def _interrupt(self, signum: int, frame: object) -> None:
+    def _interrupt(self, signum: int, frame: FrameType | None) -> None:
         self.seen = True
-        raise KeyboardInterrupt("SIGTERM")
+        on_sigint = signal.getsignal(signal.SIGINT)
+        if callable(on_sigint):
+            on_sigint(signal.SIGINT, frame)
+        else:  # SIGINT ignored or left to the system: interrupt anyway
+            raise KeyboardInterrupt("SIGTERM")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import pathlib
 
+from consensus.runtime.arguments import seconds
 from consensus.runtime.client import CellarClient, ClientConfig
 from consensus.runtime.connect import connector
 from consensus.runtime.node_config import load_node_config
@@ -26,7 +27,7 @@ def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
                         help="ROLE:NAME of the certificate to use (default admin:admin)")
     parser.add_argument("--insecure", action="store_true",
                         help="plain TCP, for a cluster started with insecure = true")
-    parser.add_argument("--timeout", type=float, default=15.0, help="seconds per command")
+    parser.add_argument("--timeout", type=seconds(), default=15.0, help="seconds per command")
 
 
 def endpoints_of(args: argparse.Namespace) -> list[str]:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from cellar.bench.statemachine import TENANTS, Driver, bring_up
 from consensus.envelope import Principal, Role
 from consensus.prng import Prng
+from consensus.runtime.arguments import at_least, seconds
 from statemachine import Machine, State, check_invariants
 from statemachine.commands import (
     AckPodStarted,
@@ -51,12 +52,12 @@ SHAPES = ((1, 1, 30), (2, 1, 12), (4, 1, 12), (8, 1, 20), (8, 2, 12), (8, 4, 8),
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--rounds", type=int, default=90,
+    parser.add_argument("--rounds", type=at_least(1), default=90,
                         help="logical seconds to simulate (default 90)")
-    parser.add_argument("--seconds", type=float, default=100.0,
+    parser.add_argument("--seconds", type=seconds(), default=100.0,
                         help="stop earlier after this much wall time (default 100)")
     parser.add_argument("--seed", type=int, default=7, help="workload seed (default 7)")
-    parser.add_argument("--pace", type=float, default=0.25,
+    parser.add_argument("--pace", type=seconds(zero_ok=True), default=0.25,
                         help="least wall seconds per round, to keep the log readable")
     parser.set_defaults(handler=run)
 

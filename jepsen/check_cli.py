@@ -19,6 +19,7 @@ import pathlib
 import sys
 from typing import NoReturn
 
+from consensus.runtime.arguments import seconds
 from jepsen.checker import check
 from jepsen.errors import JepsenError, ModelError
 from jepsen.formats import FORMAT_NAMES, UNSET, load
@@ -39,7 +40,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="initial value (JSON, else a string); default: the format's own")
     parser.add_argument("--format", metavar="FORMAT",
                         help=f"{', '.join(FORMAT_NAMES)}; default: detected from the file")
-    parser.add_argument("--timeout", type=float, default=TIMEOUT_S_DEFAULT, metavar="SECONDS",
+    parser.add_argument("--timeout", type=seconds(zero_ok=True), default=TIMEOUT_S_DEFAULT,
+                        metavar="SECONDS",
                         help=f"time budget; past it the verdict is unknown (default "
                              f"{TIMEOUT_S_DEFAULT:g}; 0: none)")
     parser.add_argument("--html", metavar="OUT", help="write the HTML report to OUT")

@@ -37,6 +37,7 @@ from agent.fake_backend import FakeGpuBackend
 from cellar.bench.stats import Spread
 from cellar.dev.spec import dev_spec
 from cellar.local_cluster import AgentProcess, Layout, ProcessCluster
+from consensus.runtime.arguments import at_least, seconds
 from consensus.runtime.client import ClientConfig
 from consensus.runtime.config_fields import Address
 from consensus.runtime.tls import IdentityRole
@@ -57,9 +58,9 @@ FAULTS: dict[str, Injection] = {
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--seconds", type=float, default=30.0,
+    parser.add_argument("--seconds", type=seconds(), default=30.0,
                         help="how long the agent's CPU is measured (default 30)")
-    parser.add_argument("--runs", type=int, default=4,
+    parser.add_argument("--runs", type=at_least(1), default=4,
                         help="faults injected per kind (default 4, at most 8)")
     parser.add_argument("--dir", type=pathlib.Path, default=None,
                         help="where the cluster's files go (default: a temporary directory)")
@@ -68,8 +69,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if not 1 <= args.runs <= GPUS_PER_NODE or args.seconds <= 0:
-        raise SystemExit(f"--runs must be in 1..{GPUS_PER_NODE}, --seconds positive")
+    if args.runs > GPUS_PER_NODE:
+        raise SystemExit(f"cellar bench agent: --runs must be at most {GPUS_PER_NODE}, not "
+                         f"{args.runs}")
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="cellar-bench-agent-") as root:
         layout = Layout(pathlib.Path(root) / "cluster", 3)
         layout.write(admins=["bench"], nodes=NODES)

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 
 from cellar.bench.stats import Spread
+from consensus.runtime.arguments import at_least
 from jepsen.checker import check
 from jepsen.formats import UNSET, load
 from jepsen.history import History
@@ -56,7 +57,8 @@ class Case:
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--runs", type=int, default=5, help="runs per history (default 5)")
+    parser.add_argument("--runs", type=at_least(1), default=5,
+                        help="runs per history (default 5)")
     parser.add_argument("--files", nargs="+", metavar="FILE",
                         help="time these history files instead of the simulated ones")
     parser.add_argument("--model", default="cas-register",
@@ -94,9 +96,6 @@ def measure(case: Case, runs: int) -> dict[str, object]:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.runs < 1:
-        print("cellar bench checker: --runs must be at least 1")
-        return 3
     rows = [measure(case, args.runs) for case in cases(args)]
     total = sum(row["seconds"]["median"] for row in rows)  # type: ignore[index]
     if args.json:

@@ -35,6 +35,7 @@ from cellar.bench.stats import Spread, percentile
 from cellar.dev.spec import dev_spec, inventory, node_names
 from cellar.gc_tuning import quiet_garbage_collector
 from cellar.local_cluster import Layout, ProcessCluster
+from consensus.runtime.arguments import at_least, seconds
 from consensus.runtime.client import CellarClient, ClientConfig, ClientError
 from consensus.runtime.tls import IdentityRole
 from statemachine.errors import Rejection
@@ -49,12 +50,13 @@ WARMUP_S = 0.5
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--replicas", type=int, default=3, choices=(3, 5, 7))
-    parser.add_argument("--runs", type=int, default=3, help="fresh clusters (default 3)")
-    parser.add_argument("--clients", type=int, default=64,
+    parser.add_argument("--runs", type=at_least(1), default=3,
+                        help="fresh clusters (default 3)")
+    parser.add_argument("--clients", type=at_least(1), default=64,
                         help="concurrent workers at high load (default 64)")
-    parser.add_argument("--seconds", type=float, default=5.0,
+    parser.add_argument("--seconds", type=seconds(), default=5.0,
                         help="length of the high-load and read phases (default 5)")
-    parser.add_argument("--low-seconds", type=float, default=3.0,
+    parser.add_argument("--low-seconds", type=seconds(), default=3.0,
                         help="length of the low-load phase (default 3)")
     parser.add_argument("--no-failover", action="store_true", help="skip the kill phase")
     parser.add_argument("--insecure", action="store_true", help="plain TCP instead of TLS")
@@ -92,9 +94,6 @@ Operation = Callable[[Worker], Awaitable[object]]
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.runs < 1 or args.clients < 1 or args.seconds <= 0 or args.low_seconds <= 0:
-        raise SystemExit("--runs and --clients must be positive, --seconds and "
-                         "--low-seconds above zero")
     samples: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="cellar-bench-") as root:
         for number in range(args.runs):

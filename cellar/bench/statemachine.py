@@ -31,6 +31,7 @@ from cellar.bench.stats import Spread, percentile
 from consensus.codec import encode_envelope
 from consensus.envelope import Envelope, Principal, Role
 from consensus.prng import Prng
+from consensus.runtime.arguments import at_least
 from statemachine import Machine
 from statemachine.codec import encode_command
 from statemachine.commands import (
@@ -312,19 +313,17 @@ def measure_snapshot(machine: Machine, runs: int) -> dict[str, Any]:
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--runs", type=int, default=3, help="runs per figure (default 3)")
-    parser.add_argument("--commands", type=int, default=20_000,
+    parser.add_argument("--runs", type=at_least(1), default=3,
+                        help="runs per figure (default 3)")
+    parser.add_argument("--commands", type=at_least(1), default=20_000,
                         help="commands in the mixed workload (default 20,000)")
-    parser.add_argument("--samples", type=int, default=200,
+    parser.add_argument("--samples", type=at_least(1), default=200,
                         help="allocations timed per gang size and run (default 200)")
     parser.add_argument("--seed", type=int, default=1, help="workload seed (default 1)")
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.runs < 1 or args.commands < 1 or args.samples < 1:
-        print("cellar bench statemachine: --runs, --commands and --samples must be positive")
-        return 2
     started = time.perf_counter()
     setup, log, machine = build_workload(args.seed, args.commands)
     generated_s = time.perf_counter() - started

@@ -31,6 +31,7 @@ from cellar.bench.stats import Spread
 from consensus.codec import decode_record, encode_record
 from consensus.messages import Command
 from consensus.records import CAcceptRecord, CCommitRecord, OAcceptRecord, Record
+from consensus.runtime.arguments import at_least
 from consensus.runtime.storage import DurableLog
 
 BATCH_SIZES = (1, 16, 256)
@@ -42,10 +43,11 @@ CHECKSUM_SIZES = (128, 4096, 4 << 20)
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--runs", type=int, default=5, help="runs per figure (default 5)")
-    parser.add_argument("--syncs", type=int, default=100,
+    parser.add_argument("--runs", type=at_least(1), default=5,
+                        help="runs per figure (default 5)")
+    parser.add_argument("--syncs", type=at_least(1), default=100,
                         help="synced batches per run and batch size (default 100)")
-    parser.add_argument("--records", type=int, default=100_000,
+    parser.add_argument("--records", type=at_least(1), default=100_000,
                         help="records in the log whose recovery is timed (default 100000)")
     parser.add_argument("--dir", type=pathlib.Path, default=None,
                         help="where to write (default: the system's temporary directory)")
@@ -225,9 +227,6 @@ def _repeat(function: Callable[[bytes], object], data: bytes, times: int) -> Non
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.runs < 1 or args.syncs < 1 or args.records < 1:
-        print("cellar bench storage: --runs, --syncs and --records must be at least 1")
-        return 3
     root = pathlib.Path(args.dir or tempfile.gettempdir())
     if not root.is_dir():
         print(f"cellar bench storage: {root} is not a directory")

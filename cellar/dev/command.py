@@ -26,6 +26,7 @@ from cellar.dev.view import Frame, Screen, latency_window, tenants_of
 from cellar.dev.workload import SCHEDULER, Activity, Scheduler, SimulatedNode
 from cellar.local_cluster import Layout, ProcessCluster
 from consensus.envelope import Principal
+from consensus.runtime.arguments import at_least, seconds
 from consensus.runtime.client import CellarClient, ClientConfig, ClientError
 from consensus.runtime.tls import IdentityRole
 from statemachine.errors import Rejection
@@ -37,11 +38,13 @@ CLIENT = ClientConfig(attempt_timeout_s=1.0, deadline_s=20.0, sessions=16)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--seconds", type=float, default=60.0,
+    parser.add_argument("--seconds", type=seconds(), default=60.0,
                         help="how long to run (default 60)")
-    parser.add_argument("--nodes", type=int, default=16, help="simulated 8-GPU nodes (x4)")
+    parser.add_argument("--nodes", type=at_least(4), default=16,
+                        help="simulated 8-GPU nodes (a multiple of 4)")
     parser.add_argument("--replicas", type=int, default=3, choices=(3, 5))
-    parser.add_argument("--gangs", type=int, default=24, help="gangs the scheduler keeps busy")
+    parser.add_argument("--gangs", type=at_least(0), default=24,
+                        help="gangs the scheduler keeps busy")
     parser.add_argument("--kill-sequencer", action="store_true",
                         help="kill -9 the sequencer a third of the way in, to show failover")
     parser.add_argument("--data-dir", type=pathlib.Path, default=pathlib.Path(".cellar-dev"),

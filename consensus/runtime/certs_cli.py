@@ -13,6 +13,8 @@ import argparse
 import pathlib
 import sys
 
+from consensus.runtime.arguments import at_least
+
 EXIT_WRITTEN, EXIT_REFUSED = 0, 1
 REPLICAS_DEFAULT = 3
 ADMIN_DEFAULT = "admin"
@@ -36,7 +38,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def _add_identity_arguments(parser: argparse.ArgumentParser, *, replicas_default: int,
                             admin_help: str) -> None:
     parser.add_argument("directory", metavar="DIR", help="where the CA and certificates live")
-    parser.add_argument("--replicas", type=int, default=replicas_default, metavar="N",
+    parser.add_argument("--replicas", type=at_least(0), default=replicas_default, metavar="N",
                         help=f"replicas 0 to N-1 (default {replicas_default})")
     parser.add_argument("--admin", action="append", default=[], metavar="NAME", help=admin_help)
     parser.add_argument("--scheduler", action="append", default=[], metavar="NAME",
@@ -46,7 +48,7 @@ def _add_identity_arguments(parser: argparse.ArgumentParser, *, replicas_default
     parser.add_argument("--host", action="append", default=[], metavar="NAME",
                         help="a DNS name or IP address replicas serve on (repeatable; "
                              "default localhost and 127.0.0.1)")
-    parser.add_argument("--days", type=int, default=365, metavar="DAYS",
+    parser.add_argument("--days", type=at_least(1), default=365, metavar="DAYS",
                         help="validity of the certificates issued (default 365)")
 
 

@@ -16,6 +16,7 @@ import time
 
 from consensus.config import Mode
 from consensus.prng import Prng
+from consensus.runtime.arguments import at_least
 from jepsen.sim.latency import SiteLatency, model_ms, paper_ms, run_latency
 from jepsen.sim.nemesis import Fault, NemesisEvent, draw_schedule
 from jepsen.sim.options import SimOptions, swarm
@@ -38,7 +39,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     table.add_argument("--replicas", type=int, choices=(3, 5), default=3)
     table.add_argument("--protocol", choices=("sdpaxos", "multipaxos", "both"),
                        default="both")
-    table.add_argument("--seconds", type=int, default=4, help="simulated seconds measured")
+    table.add_argument("--seconds", type=at_least(1), default=4,
+                       help="simulated seconds measured")
     table.add_argument("--json", action="store_true", help="print one JSON object")
     table.set_defaults(handler=run_table)
 
@@ -46,8 +48,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--replicas", type=int, choices=(3, 5, 7), default=3)
     parser.add_argument("--mode", choices=[mode.value for mode in Mode], default="sdpaxos")
-    parser.add_argument("--safety-ms", type=int, default=2000)
-    parser.add_argument("--liveness-ms", type=int, default=3000)
+    parser.add_argument("--safety-ms", type=at_least(1), default=2000)
+    parser.add_argument("--liveness-ms", type=at_least(0), default=3000)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 

@@ -56,3 +56,54 @@ def test_an_ignored_sigterm_stays_ignored(command: list[str]) -> None:
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert command == ["after the signal", "cleanup"]
+
+
+def test_sigterm_goes_to_whatever_handles_ctrl_c(command: list[str]) -> None:
+    """Inside an event loop that is the loop's own handler, which unwinds it safely."""
+    calls: list[int] = []
+
+    def on_sigint(signum: int, frame: object) -> None:
+        calls.append(signum)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        assert cli.main(["signalled", str(int(signal.SIGTERM))]) == 143
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert calls == [signal.SIGINT] and command == ["cleanup"]
+
+
+def test_sigterm_interrupts_even_with_ctrl_c_ignored(command: list[str]) -> None:
+    """A shell without job control starts background commands with SIGINT ignored."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        assert cli.main(["signalled", str(int(signal.SIGTERM))]) == 143
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert command == ["cleanup"]
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["dev", "--seconds", "-1"], "argument --seconds: must be above 0 and finite, not -1"),
+    (["dev", "--seconds", "nan"], "argument --seconds: must be above 0 and finite, not nan"),
+    (["dev", "--nodes", "0"], "argument --nodes: must be at least 4, not 0"),
+    (["demo", "--pace", "-1"], "argument --pace: must be 0 or more and finite, not -1"),
+    (["demo", "--rounds", "0"], "argument --rounds: must be at least 1, not 0"),
+    (["sim", "run", "--seed", "1", "--safety-ms", "-5"],
+     "argument --safety-ms: must be at least 1, not -5"),
+    (["sim", "latency", "--seconds", "0"], "argument --seconds: must be at least 1, not 0"),
+    (["check", "--model", "cas-register", "--timeout", "-1", "history.json"],
+     "argument --timeout: must be 0 or more and finite, not -1"),
+    (["certs", "init", "dir", "--days", "0"], "argument --days: must be at least 1, not 0"),
+    (["status", "--timeout", "0"], "argument --timeout: must be above 0 and finite, not 0"),
+    (["bench", "cluster", "--clients", "0"], "argument --clients: must be at least 1, not 0"),
+    (["bench", "statemachine", "--samples", "x"], "argument --samples: not a whole number"),
+    (["bench", "agent", "--seconds", "inf"], "argument --seconds: must be above 0 and finite"),
+])
+def test_a_bad_number_is_refused_before_anything_starts(
+        argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        cli.main(argv)
+    assert stopped.value.code == (3 if argv[0] == "check" else 2)  # check's 0-2 are verdicts
+    assert message in capsys.readouterr().err

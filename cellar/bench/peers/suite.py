@@ -53,6 +53,7 @@ from cellar.bench.peers.wan import wan_table
 from cellar.bench.peers.workload import SIZES_BYTES, RoundFailed, Workload, measure
 from cellar.daemon_process import loop_options
 from cellar.gc_tuning import quiet_garbage_collector
+from consensus.runtime.arguments import at_least, seconds
 
 DEFAULT_WORK_DIR = pathlib.Path("~/.cache/cellar/bench-peers")
 FAILOVER_SYSTEM = "cellar-3"
@@ -94,9 +95,13 @@ SYSTEMS: dict[str, SystemEntry] = {
 
 
 def _counts(text: str) -> tuple[int, ...]:
-    counts = tuple(int(part) for part in text.split(",") if part.strip())
+    try:
+        counts = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        counts = ()
     if not counts or min(counts) < 1:
-        raise argparse.ArgumentTypeError("a comma-separated list of positive integers")
+        raise argparse.ArgumentTypeError(
+            f"a comma-separated list of positive integers, not {text!r}")
     return counts
 
 
@@ -113,14 +118,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
     add("--systems", type=_names, default=tuple(SYSTEMS),
         help=f"comma-separated subset of {','.join(SYSTEMS)} (default all)")
-    add("--rounds", type=int, default=3, help="fresh clusters per system (default 3)")
+    add("--rounds", type=at_least(1), default=3, help="fresh clusters per system (default 3)")
     add("--clients", type=_counts, default=(1, 16, 64, 256, 1024),
         help="concurrent callers at each throughput point (default 1,16,64,256,1024)")
-    add("--connections", type=int, default=4, help="clients the callers share (default 4)")
-    add("--seconds", type=float, default=3.0, help="each throughput point (default 3)")
-    add("--latency-seconds", type=float, default=3.0, help="each one-caller phase (default 3)")
-    add("--warmup-seconds", type=float, default=1.0, help="the warm-up (default 1)")
-    add("--timeout-seconds", type=float, default=5.0,
+    add("--connections", type=at_least(1), default=4, help="clients the callers share (default 4)")
+    add("--seconds", type=seconds(), default=3.0, help="each throughput point (default 3)")
+    add("--latency-seconds", type=seconds(), default=3.0, help="each one-caller phase (default 3)")
+    add("--warmup-seconds", type=seconds(zero_ok=True), default=1.0, help="the warm-up (default 1)")
+    add("--timeout-seconds", type=seconds(), default=5.0,
         help="one call's limit; slower calls count as timeouts (default 5)")
     add("--work-dir", type=pathlib.Path, default=DEFAULT_WORK_DIR,
         help="installs and the clusters' data (default ~/.cache/cellar/bench-peers)")
@@ -130,7 +135,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help=f"install nothing: a peer that needs an install is skipped ({NO_INSTALL_ENV}=1)")
     add("--no-failover", action="store_true", help="skip killing cellar-3's sequencer")
     add("--no-sim", action="store_true", help="skip the simulator's WAN table")
-    add("--sim-seconds", type=int, default=4, help="simulated seconds per WAN run (default 4)")
+    add("--sim-seconds", type=at_least(1), default=4,
+        help="simulated seconds per WAN run (default 4)")
     add("--json", action="store_true", help="print one JSON object instead of the table")
     add("--redraw", type=pathlib.Path, default=None, metavar="RESULTS_JSON",
         help="measure nothing: redraw the table, report and plots of an earlier results.json "
@@ -139,11 +145,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def workload_of(args: argparse.Namespace) -> Workload:
-    if args.rounds < 1 or args.connections < 1 or args.sim_seconds < 1:
-        raise SystemExit("--rounds, --connections and --sim-seconds must be positive")
-    if min(args.seconds, args.latency_seconds, args.timeout_seconds) <= 0 \
-            or args.warmup_seconds < 0:
-        raise SystemExit("phase lengths and the timeout must be above zero")
     return Workload(tuple(args.clients), args.seconds, args.latency_seconds,
                     args.warmup_seconds, args.connections, args.timeout_seconds)
 

@@ -209,6 +209,33 @@ def synthetic_results() -> Results:
                    (1, 3), systems, wan)
 
 
+@pytest.mark.parametrize(("arguments", "message"), [
+    (["--rounds", "0"], "argument --rounds: must be at least 1, not 0"),
+    (["--connections", "-2"], "argument --connections: must be at least 1, not -2"),
+    (["--sim-seconds", "x"], "argument --sim-seconds: not a whole number: 'x'"),
+    (["--seconds", "0"], "argument --seconds: must be above 0 and finite, not 0"),
+    (["--seconds", "inf"], "argument --seconds: must be above 0 and finite, not inf"),
+    (["--latency-seconds", "nan"], "argument --latency-seconds: must be above 0 and finite"),
+    (["--timeout-seconds", "-1"], "argument --timeout-seconds: must be above 0 and finite"),
+    (["--warmup-seconds", "-0.5"], "argument --warmup-seconds: must be 0 or more and finite"),
+])
+def test_a_bad_setting_is_named_with_its_value(
+        arguments: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        main(["bench", "peers", "--no-install", *arguments])
+    assert stopped.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("clients", ["0", "1,x", ",", "4,-1"])
+def test_bad_caller_counts_are_refused_by_the_parser(
+        clients: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        main(["bench", "peers", "--clients", clients])
+    assert stopped.value.code == 2
+    assert f"positive integers, not {clients!r}" in capsys.readouterr().err
+
+
 def test_ratios_say_how_much_better_cellar_is_and_null_against_a_skipped_peer() -> None:
     found = ratios(synthetic_results())
     assert found["ratio_throughput_etcd"] == pytest.approx(300 / 150)

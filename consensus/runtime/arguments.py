@@ -1,0 +1,45 @@
+"""Number types for the command lines: a value is checked where argparse reads it.
+
+A bad count or duration is then refused before any work starts (no cluster started only to
+stop at once, no negative phase run as if it were empty), with its flag and value named in
+argparse's own words (`argument --runs: must be at least 1, not 0`) and exit status 2, the
+same in every command. It lives here, at the lowest layer with a command line (`cellar certs`),
+so that every layer above can use it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable
+
+
+def at_least(least: int) -> Callable[[str], int]:
+    """A whole number no smaller than `least`."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"must be at least {least}, not {value}")
+        return value
+
+    return parse
+
+
+def seconds(*, zero_ok: bool = False) -> Callable[[str], float]:
+    """A finite duration above zero (or from zero, with `zero_ok`)."""
+    bound = "0 or more" if zero_ok else "above 0"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
+            raise argparse.ArgumentTypeError(f"must be {bound} and finite, not {text}")
+        return value
+
+    return parse
