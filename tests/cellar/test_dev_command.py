@@ -13,6 +13,8 @@ import time
 
 import pytest
 
+from tests.cellar.leftovers import kill_leftovers
+
 SMALL = ["--nodes", "4", "--gangs", "4"]
 
 
@@ -60,11 +62,9 @@ def test_ctrl_c_or_sigterm_stops_everything_and_still_summarises(
     except subprocess.TimeoutExpired:
         process.send_signal(signal.SIGABRT)  # the fault handler prints every thread's stack
         stuck, _ = process.communicate(timeout=20)
-        subprocess.run(["pkill", "-KILL", "-f", str(tmp_path)], check=False)
+        kill_leftovers(tmp_path)
         pytest.fail(f"cellar dev still running 40 s after {signum.name}:\n{stuck[-20000:]}")
-    replicas = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True,
-                              check=False)
-    subprocess.run(["pkill", "-KILL", "-f", str(tmp_path)], check=False)  # none left, whatever
+    replicas = kill_leftovers(tmp_path)
     assert process.returncode == 0, rest
     assert "interrupted" in rest and "\nsummary" in rest and "Traceback" not in rest
-    assert replicas.stdout == "", "replica processes outlived cellar dev"
+    assert replicas == "", "replica processes outlived cellar dev"

@@ -42,6 +42,7 @@ from cellar.bench.peers.report import (
 from cellar.bench.peers.wan import WanRow
 from cellar.bench.peers.workload import RoundFailed, Workload, measure
 from cellar.cli import main
+from tests.cellar.leftovers import kill_leftovers
 
 
 class FakeClient:
@@ -385,10 +386,8 @@ def test_sigterm_mid_run_stops_the_clusters_and_removes_their_data(
     process.send_signal(signal.SIGTERM)
     try:
         output, _ = process.communicate(timeout=60)
-        replicas = subprocess.run(["pgrep", "-f", str(work)], capture_output=True, text=True,
-                                  check=False)
     finally:  # a failure here must not leave replicas running
-        subprocess.run(["pkill", "-KILL", "-f", str(work)], check=False)
+        replicas = kill_leftovers(work)
     assert process.returncode == 128 + signal.SIGTERM, output
     assert not list(work.glob("clusters-*")), output
-    assert replicas.stdout == "", "replica processes outlived the run"
+    assert replicas == "", "replica processes outlived the run"
