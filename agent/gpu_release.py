@@ -17,7 +17,7 @@ from typing import Protocol
 import anyio
 
 from agent import procfs
-from agent.gpu import GpuGone, GpuProcess, NvmlUnavailable
+from agent.gpu import GpuGone, GpuProcess, NvmlCode, NvmlUnavailable, ReadFailed
 from agent.job_outcomes import GpuRelease
 
 
@@ -36,21 +36,35 @@ class ReleaseCheck:
 
 async def wait_released(gpus: GpuProcesses, uuids: tuple[str, ...], pids: Mapping[int, int],
                         *, timeout_s: float, poll_s: float) -> ReleaseCheck:
-    """Poll the GPUs until none lists one of `pids` (pid to start ticks), up to `timeout_s`."""
+    """Poll the GPUs until none lists one of `pids` (pid to start ticks), up to `timeout_s`. A
+    process list that fails to read is retried until then (UNCHECKED if it never reads); one
+    the GPU does not offer, or a GPU or NVML gone, ends the wait at once as UNCHECKED."""
     if not uuids:
         return ReleaseCheck(release=GpuRelease.NO_GPUS)
     deadline = anyio.current_time() + timeout_s
-    try:
-        while lingering := await anyio.to_thread.run_sync(_lingering, gpus, uuids, pids):
-            remaining_s = deadline - anyio.current_time()
-            if remaining_s <= 0:
-                return ReleaseCheck(release=GpuRelease.LINGERING, lingering_pids=lingering,
-                                    detail=f"still on the GPUs after {timeout_s} s")
-            await anyio.sleep(min(poll_s, remaining_s))
-    except (NvmlUnavailable, GpuGone) as error:
-        return ReleaseCheck(release=GpuRelease.UNCHECKED,
-                            detail=f"cannot check the GPUs: {error}")
-    return ReleaseCheck(release=GpuRelease.RELEASED)
+    while True:
+        try:
+            lingering = await anyio.to_thread.run_sync(_lingering, gpus, uuids, pids)
+            failure = None
+        except (NvmlUnavailable, GpuGone) as error:
+            return _unchecked(error)
+        except ReadFailed as error:
+            if error.code == NvmlCode.NOT_SUPPORTED:
+                return _unchecked(error)
+            lingering, failure = (), error
+        if not lingering and failure is None:
+            return ReleaseCheck(release=GpuRelease.RELEASED)
+        remaining_s = deadline - anyio.current_time()
+        if remaining_s <= 0:
+            if failure is not None:
+                return _unchecked(failure)
+            return ReleaseCheck(release=GpuRelease.LINGERING, lingering_pids=lingering,
+                                detail=f"still on the GPUs after {timeout_s} s")
+        await anyio.sleep(min(poll_s, remaining_s))
+
+
+def _unchecked(error: Exception) -> ReleaseCheck:
+    return ReleaseCheck(release=GpuRelease.UNCHECKED, detail=f"cannot check the GPUs: {error}")
 
 
 def _lingering(gpus: GpuProcesses, uuids: tuple[str, ...], pids: Mapping[int, int]

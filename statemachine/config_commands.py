@@ -99,25 +99,23 @@ def _carry_nodes(state: State, topology: Topology) -> dict[str, NodeRecord]:
 
 def _reattach(state: State, old: Topology | None, config: Configured, group: Group) -> str:
     vc_exists = group.vc in config.topology.quota
-    if group.phase is GroupPhase.PENDING:
-        state.set(group, "attempt_epoch", -1)
-        state.set(group, "preempt_epoch", -1)
-        if not vc_exists and group.guaranteed:
-            release(state, group, f"the configuration no longer has VC {group.vc}")
-            return "released"
-        return "kept"
-    assert old is not None
-    if group.phase is GroupPhase.PREEMPTING:
+    requeued = group.phase is GroupPhase.PREEMPTING
+    if requeued:  # its reservation was on the old cells: it queues again for the new ones
         for pod in group.pods:
             state.set(pod, "node", -1)
             state.set(pod, "leaves", ())
         state.set(group, "phase", GroupPhase.PENDING)
         state.set(group, "chain", -1)
         state.set(group, "victims", ())
+        state.enqueue(group)
+    if group.phase is GroupPhase.PENDING:
         state.set(group, "attempt_epoch", -1)
         state.set(group, "preempt_epoch", -1)
-        state.enqueue(group)
-        return "requeued"
+        if not vc_exists and group.guaranteed:
+            release(state, group, f"the configuration no longer has VC {group.vc}")
+            return "released"
+        return "requeued" if requeued else "kept"
+    assert old is not None
     leaves = _remap(state, old, config.topology, group)
     outcome = "kept"
     if group.guaranteed:

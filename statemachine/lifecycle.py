@@ -111,12 +111,17 @@ def start_preemption(state: State, group: Group, plan: Plan) -> None:
 
 
 def settle(state: State, group: Group) -> None:
-    """A preemptor whose reserved GPUs are all vacated takes them and is Allocated."""
+    """A preemptor whose reserved GPUs are all vacated takes them and is Allocated; if one of
+    them can no longer be used (failed, marked bad, its node not up), it goes back to the
+    queue instead."""
     if group.phase is not GroupPhase.PREEMPTING:
         return
     cells = state.configured().cells
     leaves = group.leaves()
     if any(cells.holder[leaf] for leaf in leaves):
+        return
+    if not all(cells.usable[leaf] for leaf in leaves):
+        requeue(state, group, "a GPU it had reserved can no longer be used")
         return
     cells.unreserve(leaves)
     cells.hold(leaves, group.group, group.effective_priority)
@@ -157,6 +162,7 @@ def requeue(state: State, group: Group, reason: str, *, unbind: bool = True) -> 
     state.outbox.emit(EffectKind.GANG_REQUEUED, node="", group=group.group, reason=reason)
     if unbind:
         release_unused_bindings(state, leaves)
+    state.bump_capacity()  # the GPUs it reserved and nobody held are free again
     return leaves
 
 
@@ -212,6 +218,9 @@ def release(state: State, group: Group, reason: str) -> None:
     for name in waiting:
         preemptor = state.groups.get(name)
         if preemptor is not None:
+            # Forget the victim by name: a later gang may take the same id.
+            state.set(preemptor, "victims",
+                      tuple(victim for victim in preemptor.victims if victim != group.group))
             settle(state, preemptor)
 
 
@@ -271,3 +280,5 @@ def hardware_failed(state: State, leaves: Sequence[int]) -> None:
                           reason="; ".join(sorted(set(touched[name]))))
         if config.failure_policy.get(group.vc) is FailurePolicy.RELEASE:
             release(state, group, "hardware failed")
+        elif group.phase is GroupPhase.PREEMPTING:
+            requeue(state, group, "a GPU it had reserved failed")

@@ -113,9 +113,11 @@ def _record_boot(state: State, record: NodeRecord, boot_id: str,
         state.journal.del_item(state.uuid_owner, gpu.uuid)
     for gpu in gpus:
         state.journal.set_item(state.uuid_owner, gpu.uuid, record.node)
-    same = len(record.gpus) == len(gpus) and all(
-        old.uuid == new.uuid for old, new in zip(record.gpus, gpus, strict=True))
-    health = record.health if same else tuple(GpuHealth(since_ms=state.now_ms) for _ in gpus)
+    # Health belongs to a GPU, not to a slot: a board that stays keeps its failures and admin
+    # marks (only ClearBad or passing reports clear them); a new board starts healthy.
+    known = {gpu.uuid: health for gpu, health in zip(record.gpus, record.health, strict=True)}
+    health = tuple(known[gpu.uuid] if gpu.uuid in known else GpuHealth(since_ms=state.now_ms)
+                   for gpu in gpus)
     if record.boot_id != boot_id or not record.registered:
         state.set(record, "incarnation", record.incarnation + 1)
         for _, _, pod in _pods_on(state, record):

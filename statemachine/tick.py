@@ -62,8 +62,8 @@ def _preemption_deadlines(state: State) -> int:
             continue
         for victim_name in group.victims:
             victim = state.groups.get(victim_name)
-            if victim is None:
-                continue
+            if victim is None or group.group not in victim.preempted_by:
+                continue  # gone (a later gang may reuse its id: only a victim names us)
             nodes = sorted({pod.node for pod in victim.pods if pod.node >= 0})
             if all(state.nodes[topology.node_ids[node]].liveness is Liveness.DOWN
                    for node in nodes):

@@ -15,7 +15,7 @@ import anyio
 
 from agent import procfs
 from agent.binding import Binding
-from agent.gpu import GpuProcess, NvmlUnavailable
+from agent.gpu import GpuProcess, NvmlCode, NvmlUnavailable, ReadFailed
 from agent.job_limits import JobLimits
 from agent.job_outcomes import Exited, Started
 from agent.jobs import JobRunner
@@ -64,12 +64,15 @@ def binding(pod_uid: str, script: str = SLEEP, *, gpus: tuple[str, ...] = (),
 
 class GpuDouble:
     """NVML's process lists, scripted: `hold` shows a pid on a GPU for the next `reads`
-    reads of that GPU; `unavailable` makes every read fail as NVML does when it is down."""
+    reads of that GPU; `unavailable` makes every read fail as NVML does when it is down;
+    `read_failures` fail that many reads next with `read_failure_code`."""
 
     def __init__(self) -> None:
         self.holds: dict[str, dict[int, int]] = {}
         self.reads: dict[str, int] = {}
         self.unavailable = False
+        self.read_failures = 0
+        self.read_failure_code = NvmlCode.UNKNOWN
 
     def hold(self, uuid: str, pid: int, reads: int) -> None:
         self.holds.setdefault(uuid, {})[pid] = reads
@@ -78,6 +81,9 @@ class GpuDouble:
         self.reads[uuid] = self.reads.get(uuid, 0) + 1
         if self.unavailable:
             raise NvmlUnavailable(9, "driver not loaded")
+        if self.read_failures > 0:
+            self.read_failures -= 1
+            raise ReadFailed(uuid, self.read_failure_code, "process list read failed")
         held = self.holds.get(uuid, {})
         shown = tuple(GpuProcess(pid=pid, used_bytes=1 << 20) for pid, left in
                       sorted(held.items()) if left > 0)

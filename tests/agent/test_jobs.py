@@ -14,6 +14,7 @@ import pytest
 
 from agent import process_watch, procfs
 from agent.binding import Binding
+from agent.gpu import NvmlCode
 from agent.job_outcomes import (
     EXIT_CODE_UNKNOWN,
     REASON_ADOPTED_EXIT,
@@ -227,6 +228,36 @@ async def test_nvml_down_during_a_stop_leaves_the_release_unchecked(rig) -> None
         assert outcome.gpu_release is GpuRelease.UNCHECKED
         assert "NVML unavailable" in outcome.detail
         assert outcome.needs_attention
+
+
+async def test_a_process_list_that_fails_to_read_is_read_again(rig) -> None:
+    async with rig.runner() as jobs:
+        await rig.start(jobs, binding("p1", gpus=(GPU_A,)))
+        rig.gpus.read_failures = 2
+        outcome = await jobs.stop("p1")
+        assert outcome.gpu_release is GpuRelease.RELEASED
+        assert rig.gpus.reads[GPU_A] == 3
+
+
+async def test_a_process_list_that_never_reads_leaves_the_release_unchecked(rig) -> None:
+    async with rig.runner() as jobs:
+        await rig.start(jobs, binding("p1", gpus=(GPU_A,)))
+        rig.gpus.read_failures = 10**6
+        outcome = await jobs.stop("p1")
+        assert outcome.gpu_release is GpuRelease.UNCHECKED
+        assert "process list read failed" in outcome.detail
+        assert outcome.needs_attention
+        assert rig.gpus.reads[GPU_A] > 1
+
+
+async def test_a_gpu_without_process_lists_leaves_the_release_unchecked_at_once(rig) -> None:
+    async with rig.runner() as jobs:
+        await rig.start(jobs, binding("p1", gpus=(GPU_A,)))
+        rig.gpus.read_failures = 10**6
+        rig.gpus.read_failure_code = NvmlCode.NOT_SUPPORTED
+        outcome = await jobs.stop("p1")
+        assert outcome.gpu_release is GpuRelease.UNCHECKED
+        assert rig.gpus.reads[GPU_A] == 1
 
 
 async def test_stopping_an_unknown_or_ended_pod_does_nothing(rig) -> None:
