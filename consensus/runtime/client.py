@@ -295,32 +295,35 @@ class CellarClient:
         await anyio.sleep(max(0.0, min(self.config.retry_backoff_s,
                                        deadline - self._now())))
 
-    def _attempt(self, endpoint: str, encode: Encode, deadline: float
+    def _attempt(self, endpoint: str, encode: Encode, deadline: float, held_s: float = 0.0
                  ) -> Awaitable[Response | None]:
         """One try at one replica, within `deadline` (anyio's clock): what to await for the
         response, None when the request went out but no reply came back. Raises _Expired once
         the deadline passed, and the awaitable raises _NotSent when no connection could be
         made. A plain function: on a live connection the caller awaits the request itself,
-        and the connection's timer keeps the deadline (no cancel scope per try)."""
+        and the connection's timer keeps the deadline (no cancel scope per try). `held_s`:
+        how long the replica may hold the request by design (a watch's wait)."""
         now = self._now()
         if now >= deadline:
             raise _Expired
         connection = self._connections.get(endpoint)
         if connection is None or connection.broken:
-            return self._connect_and_request(endpoint, encode, deadline)
-        return connection.request(encode, min(now + self.config.attempt_timeout_s + 1.0,
-                                              deadline))
+            return self._connect_and_request(endpoint, encode, deadline, held_s)
+        return connection.request(encode, self._try_deadline(now, deadline, held_s))
 
-    async def _connect_and_request(self, endpoint: str, encode: Encode, deadline: float
-                                   ) -> Response | None:
+    def _try_deadline(self, now: float, deadline: float, held_s: float) -> float:
+        return min(now + self.config.attempt_timeout_s + 1.0 + held_s, deadline)
+
+    async def _connect_and_request(self, endpoint: str, encode: Encode, deadline: float,
+                                   held_s: float) -> Response | None:
         try:
             with anyio.fail_after(deadline - self._now()):
                 connection = await self._connection(endpoint)
         except (*_BROKEN, TimeoutError) as error:
             self._move_on()
             raise _NotSent from error
-        return await connection.request(
-            encode, min(self._now() + self.config.attempt_timeout_s + 1.0, deadline))
+        return await connection.request(encode, self._try_deadline(self._now(), deadline,
+                                                                   held_s))
 
     def _judged(self, response: Response | None) -> Response | None:
         """`response`, after moving on from its replica if it gave none or cannot serve."""
@@ -328,10 +331,11 @@ class CellarClient:
             self._move_on()
         return response
 
-    async def _try(self, endpoint: str, encode: Encode) -> Response | None:
-        deadline = self._now() + self.config.deadline_s
+    async def _try(self, endpoint: str, encode: Encode, held_s: float = 0.0
+                   ) -> Response | None:
+        deadline = self._now() + self.config.deadline_s + held_s
         try:
-            return self._judged(await self._attempt(endpoint, encode, deadline))
+            return self._judged(await self._attempt(endpoint, encode, deadline, held_s))
         except (_NotSent, _Expired):
             return None
 
@@ -364,7 +368,7 @@ class CellarClient:
         returns the result and that replica's executed slot, to resume from."""
         for endpoint in self._rotation(self._now()):
             response = await self._try(endpoint, lambda request_id: encode_request(Watch(
-                request_id, query, after_slot, int(wait_s * 1000))))
+                request_id, query, after_slot, int(wait_s * 1000))), held_s=wait_s)
             if response is not None and response.code is Code.OK:
                 return response.payload, response.slot
         raise Unavailable("no replica answered the watch")

@@ -283,6 +283,7 @@ class Driver:
                     waiter.fail(OutcomeUnknown("no result in time; the command may still be "
                                                "applied"))
             elif (read := self._reads.pop(key, None)) is not None:
+                self.replica.cancel_read(key)  # or the core keeps asking for it
                 read[1].fail(OutcomeUnknown("no read index in time (no sequencer lease?)"))
 
     def _take_proposal(self, command: bytes, waiter: _Callback) -> None:

@@ -138,6 +138,20 @@ async def test_watches_resume_from_the_executed_slot() -> None:
             assert later > slot
 
 
+async def test_a_watch_held_longer_than_a_try_is_waited_for() -> None:
+    """The replica holds a watch with no news for its whole wait: the client waits that long
+    (here longer than one try's timeout) and gets the unchanged result, not Unavailable."""
+    with anyio.fail_after(30):
+        async with local_cluster(SessionKv) as (_, client):
+            assert client.config.attempt_timeout_s + 1.0 < 2.5
+            await client.propose(encode_put("w", 1))
+            _, slot = await client.watch(encode_get("w"), -1, wait_s=1)
+            started = anyio.current_time()
+            result, later = await client.watch(encode_get("w"), slot + 10_000, wait_s=2.5)
+            assert anyio.current_time() - started >= 2.5
+            assert decode_reply(result) == (True, 1) and later == slot
+
+
 async def test_submitted_commands_call_back_once_with_the_reply_or_an_error() -> None:
     """`Driver.submit`: the reply reaches the callback; without a quorum the callback gets
     OutcomeUnknown at its deadline, from the driver's own expiry (no task waits on it)."""
@@ -252,6 +266,26 @@ async def test_a_driver_with_a_client_waiting_fails_it_within_a_wake_of_its_dead
     assert len(outcomes) == 1 and isinstance(outcomes[0], DriverOutcomeUnknown)
     assert "no result in time" in str(outcomes[0])
     assert 0.3 <= failed_at[0] - submitted < 0.3 + 4 * 0.020 + 0.25  # + a loaded machine
+
+
+async def test_reads_that_expire_are_cancelled_in_the_core_and_free_their_places() -> None:
+    """With no sequencer lease no read can be answered; those that expire must leave the
+    core's bounded table, or a fresh read would be refused as Overloaded."""
+    replica = Replica(ReplicaConfig(replica_id=1, replica_count=3, reads_pending_max=5), Prng(1))
+    driver = Driver(replica, MemoryStore(), SessionKv(), lambda target, frame: True, Metrics(),
+                    config=DriverConfig(tick_ms=5))
+    expired: list[Exception | None] = []
+    fresh: list[Exception | None] = []
+    async with anyio.create_task_group() as tasks:
+        await tasks.start(driver.run)
+        for _ in range(5):
+            driver.submit_read(encode_get("k"), 0.05, lambda reply, error: expired.append(error))
+        await anyio.sleep(0.3)
+        driver.submit_read(encode_get("k"), 10.0, lambda reply, error: fresh.append(error))
+        await anyio.sleep(0.2)
+        tasks.cancel_scope.cancel()
+    assert len(expired) == 5 and all(isinstance(e, DriverOutcomeUnknown) for e in expired)
+    assert fresh == [] or isinstance(fresh[0], DriverOutcomeUnknown)  # never Overloaded
 
 
 def test_a_driver_config_refuses_counts_below_one() -> None:
