@@ -120,6 +120,7 @@ class Election:
         self.heard_from_sequencer()
         ctx.lease_until = max(ctx.lease_until, ctx.now + ctx.config.lease_ticks)
         ctx.lease_holder = message.sender
+        self._pre_votes = set()  # a pre-vote under way must not outlive the lease just granted
         ctx.send(message.sender, LeaseGrant(ctx.id, ctx.view, message.lease_round))
 
     # --- pre-vote and candidacy ----------------------------------------------------------------
@@ -171,6 +172,8 @@ class Election:
         if not message.granted or message.view != self._pre_vote_view or \
                 self._pre_vote_view <= ctx.view:
             return
+        if ctx.id not in self._pre_votes or self._leased_elsewhere(ctx.id):
+            return  # given up, or this replica granted a lease since: it may not stand now
         self._pre_votes.add(message.sender)
         if len(self._pre_votes) >= ctx.majority:
             self._pre_votes = set()
@@ -268,6 +271,11 @@ class Election:
         if message.sender != ctx.config.sequencer_of(message.view) or message.view < ctx.view:
             return
         if message.view == ctx.view and ctx.status is Status.NORMAL:
+            if message.sender != ctx.id:
+                # Installed again (it is idempotent) before the ack vouches for it: a replica
+                # that voted, restarted and came back NORMAL in this view may never have had it.
+                self._install(message)
+                self._leader.fill_to(message.o_counts[ctx.id] - 1)
             end = message.start + len(message.values)
             ctx.send(message.sender, NewViewAck(ctx.id, ctx.view, end), after_persist=True)
             return

@@ -345,6 +345,9 @@ MESSAGE_TYPES: tuple[type[Message], ...] = (
 def check_message(message: Message, replica_count: int) -> str | None:
     """The reason `message` cannot be from a group of `replica_count`, or None if it can."""
     reason = _check_fields(message, replica_count)
+    if reason is None and type(message) is OCommit and \
+            len(message.slots) != len(message.values):
+        reason = "values: not one per slot"
     return None if reason is None else f"{type(message).__name__}.{reason}"
 
 

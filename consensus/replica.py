@@ -191,15 +191,19 @@ class Replica:
 
     # --- inputs -------------------------------------------------------------------------------
 
-    def receive(self, frame: bytes) -> None:
+    def receive(self, frame: bytes, sender: int | None = None) -> None:
         """Decode, validate and handle one frame from a peer; an invalid one is dropped and
-        counted, never trusted."""
+        counted, never trusted. `sender`: the peer the transport authenticated, if known: a
+        message that names another sender is dropped (no replica speaks for another)."""
         try:
             messages = decode_messages(frame)
         except InvalidMessage:
             self._ctx.count("dropped.invalid_frame")
             return
         for message in messages:
+            if sender is not None and message.sender != sender:
+                self._ctx.count("dropped.wrong_sender")
+                continue
             self.step(message)
 
     def step(self, message: Message) -> None:

@@ -89,7 +89,10 @@ class Sequencer:
         if Defect.NO_DEDUP_GUARD in ctx.config.defects:
             self._allocate(space)
             return
-        while self.counts[space] <= index:
+        # At most a window a request: an index far ahead (a bad frame) costs no more than
+        # that, and a leader that is really that far ahead asks again for the rest.
+        upto = min(index, self.counts[space] + ctx.config.inflight_instances_max - 1)
+        while self.counts[space] <= upto:
             self._allocate(space)
 
     def _allocate(self, space: int) -> None:
@@ -185,7 +188,9 @@ class Sequencer:
         ctx.broadcast(Heartbeat(ctx.id, ctx.view, ctx.olog.commit_prefix, self._lease_round))
 
     def on_lease_grant(self, message: LeaseGrant) -> None:
-        if self._ctx.is_sequencer and message.lease_round <= self._lease_round:
+        ctx = self._ctx  # a grant from an earlier view answered another incarnation's round
+        if ctx.is_sequencer and message.view == ctx.view and \
+                message.lease_round <= self._lease_round:
             self._grants[message.sender] = max(self._grants[message.sender],
                                                message.lease_round)
 

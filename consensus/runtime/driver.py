@@ -258,7 +258,7 @@ class Driver:
         kind = item[0]
         if kind == "frame":
             self.metrics.count("driver.frames_received")
-            self.replica.receive(item[2])
+            self.replica.receive(item[2], item[1])
         elif kind == "propose":
             self._take_proposal(item[1], item[2])
         elif kind == "read":

@@ -30,6 +30,7 @@ from consensus.messages import (
     Command,
     Message,
     OAccept,
+    OCommit,
     Vote,
     check_message,
 )
@@ -72,8 +73,13 @@ def strategy_for(hint: Any, name: str) -> st.SearchStrategy[Any]:
 
 def strategy_for_class(cls: Any) -> st.SearchStrategy[Any]:
     hints = typing.get_type_hints(cls)
-    return st.builds(cls, **{item.name: strategy_for(hints[item.name], item.name)
-                             for item in dataclasses.fields(cls)})
+    built = st.builds(cls, **{item.name: strategy_for(hints[item.name], item.name)
+                              for item in dataclasses.fields(cls)})
+    if cls is OCommit:  # one value per slot, as check_message demands
+        return built.map(lambda commit: dataclasses.replace(
+            commit, slots=commit.slots[:len(commit.values)],
+            values=commit.values[:len(commit.slots)]))
+    return built
 
 
 any_message = st.one_of([strategy_for_class(cls) for cls in MESSAGE_TYPES])
@@ -84,6 +90,11 @@ any_record = st.one_of([strategy_for_class(cls) for cls in RECORD_TYPES])
 def test_every_message_round_trips(message: Message) -> None:
     assert decode_message(encode_message(message)) == message
     assert check_message(message, REPLICAS) is None
+
+
+def test_an_o_commit_without_one_value_per_slot_is_refused() -> None:
+    commit = OCommit(sender=1, view=0, slots=(4, 5), values=(1,))
+    assert check_message(commit, REPLICAS) == "OCommit.values: not one per slot"
 
 
 @given(st.lists(any_message, max_size=5))

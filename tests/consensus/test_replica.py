@@ -130,6 +130,28 @@ def test_a_c_request_alone_makes_the_sequencer_ready() -> None:
     assert not sequencer.has_ready()
 
 
+def test_a_c_request_far_ahead_gets_at_most_a_window_of_slots_at_a_time() -> None:
+    """An index far past what a leader can have in flight (a bad frame) costs the sequencer
+    one window of slots, not a loop to the index; asking again allocates the next window."""
+    config = ReplicaConfig(replica_id=0, replica_count=3, inflight_instances_max=8)
+    sequencer = Replica(config, Prng(0))
+    sequencer.step(CRequest(1, 0, 1, 10**12))
+    assert sequencer.inspect.log_end == 8
+    sequencer.step(CRequest(1, 0, 1, 10**12))
+    assert sequencer.inspect.log_end == 16
+
+
+def test_a_frame_whose_messages_name_another_sender_is_dropped() -> None:
+    """The transport knows which peer sent a frame (its certificate): no replica may speak
+    for another."""
+    sequencer = Replica(ReplicaConfig(replica_id=0, replica_count=3), Prng(0))
+    sequencer.receive(encode_messages([CRequest(2, 0, 2, 0)]), sender=1)
+    assert sequencer.inspect.log_end == 0
+    assert dict(sequencer.status().counters)["dropped.wrong_sender"] == 1
+    sequencer.receive(encode_messages([CRequest(1, 0, 1, 0)]), sender=1)
+    assert sequencer.inspect.log_end == 1
+
+
 def test_an_acceptor_counts_the_sequencers_vote_only_once_vouched_for() -> None:
     """With 3 replicas the sequencer's vote and one acceptor's commit a slot, but only once
     the sequencer said its acceptance is durable (in an O-ack, or a later O-accept)."""

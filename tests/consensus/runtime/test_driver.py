@@ -334,10 +334,10 @@ async def _ticks_seen_by_inputs(now: list[float], frames: int, seconds_per_input
     ticks_at_receive: list[int] = []
     receive = replica.receive
 
-    def noting_receive(frame: bytes) -> None:
+    def noting_receive(frame: bytes, sender: int | None = None) -> None:
         ticks_at_receive.append(driver._ticks_done)
         now[0] += seconds_per_input
-        receive(frame)
+        receive(frame, sender)
 
     replica.receive = noting_receive  # type: ignore[method-assign]
     async with anyio.create_task_group() as tasks:
