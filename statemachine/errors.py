@@ -42,6 +42,8 @@ class Code(enum.StrEnum):
     NO_FREE_SLOT = "no_free_slot"
     UNKNOWN_POD = "unknown_pod"
     POD_MISMATCH = "pod_mismatch"
+    SESSION_TOO_OLD = "session_too_old"  # stamped too long ago to open a session (sessions.py)
+    SESSIONS_FULL = "sessions_full"  # no room for a new session until one expires
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -44,19 +44,18 @@ class Machine:
         except InvalidMessage as error:
             return encode_result(Rejection(code=Code.MALFORMED, message=error.reason))
         key = session_key(envelope.principal, envelope.session)
+        ttl_ms = self.state.policy.session_ttl_ms
+        now_ms = max(self.state.now_ms, envelope.now_ms)
         if envelope.sequence > 0:
-            verdict, cached = self.sessions.lookup(key, envelope.sequence)
+            verdict, cached = self.sessions.lookup(
+                key, envelope.sequence, envelope.now_ms, now_ms, ttl_ms)
             if verdict == "retry":
                 return cached
-            if verdict == "stale":
-                return encode_result(Rejection(
-                    code=Code.STALE_SEQUENCE,
-                    message=f"sequence {envelope.sequence} is older than the last one applied"))
+            if verdict != "new":
+                return encode_result(_session_refusal(verdict, envelope.sequence))
         reply = encode_result(self._run(envelope))
         if envelope.sequence > 0:
-            now_ms = max(self.state.now_ms, envelope.now_ms)
-            self.sessions.record(key, envelope.sequence, reply,
-                                 now_ms + self.state.policy.session_ttl_ms)
+            self.sessions.record(key, envelope.sequence, reply, now_ms + ttl_ms)
         return reply
 
     def _run(self, envelope: Envelope) -> Result:
@@ -85,3 +84,16 @@ class Machine:
 
     def digest(self) -> bytes:
         return digest_of(self.snapshot())
+
+
+def _session_refusal(verdict: str, sequence: int) -> Rejection:
+    if verdict == "stale":
+        return Rejection(code=Code.STALE_SEQUENCE,
+                         message=f"sequence {sequence} is older than the last one applied")
+    if verdict == "too_old":
+        return Rejection(code=Code.SESSION_TOO_OLD, message=(
+            "the command was stamped too long ago to open a session (it may repeat one "
+            "whose session was forgotten): not applied; use a new session"))
+    return Rejection(code=Code.SESSIONS_FULL, message=(
+        "the session table is full: not applied; retry once idle sessions expire"))
+

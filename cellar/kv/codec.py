@@ -38,6 +38,8 @@ class Code(enum.IntEnum):
     OK = 0
     BAD_REQUEST = 1
     STALE_SEQUENCE = 2  # an older command of the session, whose reply is gone
+    SESSION_TOO_OLD = 3  # stamped too long ago to open a session (statemachine/sessions.py)
+    SESSIONS_FULL = 4  # no room for a new session until one expires
 
 
 _CODE_OF = {code.value: code for code in Code}
@@ -98,15 +100,16 @@ def decode_reply(data: bytes) -> tuple[Code, bytes | None]:
     return code, value
 
 
-def encode_snapshot(data: dict[bytes, bytes], sessions: list[SessionRow]) -> bytes:
-    return pack([sorted(data.items()), sorted(sessions)])
+def encode_snapshot(data: dict[bytes, bytes], sessions: list[SessionRow], now_ms: int) -> bytes:
+    return pack([sorted(data.items()), sorted(sessions), now_ms])
 
 
-def decode_snapshot(data: bytes) -> tuple[dict[bytes, bytes], list[SessionRow]]:
+def decode_snapshot(data: bytes) -> tuple[dict[bytes, bytes], list[SessionRow], int]:
+    """(items, sessions, the sessions' clock in ms)."""
     raw = expect_list(unpack(data, bytes_max=SNAPSHOT_BYTES_MAX, what="kv snapshot"),
-                      "kv snapshot", length_max=2)
-    if len(raw) != 2:
-        raise InvalidMessage("kv snapshot: expected [items, sessions]")
+                      "kv snapshot", length_max=3)
+    if len(raw) != 3:
+        raise InvalidMessage("kv snapshot: expected [items, sessions, now_ms]")
     items = expect_list(raw[0], "kv.items", length_max=ITEMS_MAX)
     pairs = (expect_list(item, "kv.item", length_max=2) for item in items)
     data_out = {expect_bytes(pair[0], "kv.key", length_max=KEY_BYTES_MAX):
@@ -119,4 +122,4 @@ def decode_snapshot(data: bytes) -> tuple[dict[bytes, bytes], list[SessionRow]]:
         sessions.append((fields[0], expect_int(fields[1], "kv.sequence"),
                          expect_bytes(fields[2], "kv.reply", length_max=COMMAND_BYTES_MAX),
                          expect_int(fields[3], "kv.expires_ms")))
-    return data_out, sessions
+    return data_out, sessions, expect_int(raw[2], "kv.now_ms")

@@ -24,16 +24,19 @@ from consensus.errors import InvalidMessage
 from statemachine.sessions import Sessions, session_key
 
 SESSION_TTL_MS = 10 * 60 * 1000
+_REFUSALS = {"stale": Code.STALE_SEQUENCE, "too_old": Code.SESSION_TOO_OLD,
+             "full": Code.SESSIONS_FULL}
 
 
 class KvMachine:
     """Implements consensus.state_machine.StateMachine."""
 
-    __slots__ = ("data", "sessions")
+    __slots__ = ("data", "now_ms", "sessions")
 
     def __init__(self) -> None:
         self.data: dict[bytes, bytes] = {}
         self.sessions = Sessions()
+        self.now_ms = 0  # the latest proposer's stamp applied: the sessions' clock
 
     def apply(self, command: bytes) -> bytes:
         try:
@@ -44,16 +47,19 @@ class KvMachine:
         if operation is not Operation.PUT:
             return encode_reply(Code.BAD_REQUEST)
         name = session_key(envelope.principal, envelope.session)
+        now_ms = max(self.now_ms, envelope.now_ms)
         if envelope.sequence:
-            verdict, cached = self.sessions.lookup(name, envelope.sequence)
+            verdict, cached = self.sessions.lookup(name, envelope.sequence, envelope.now_ms,
+                                                   now_ms, SESSION_TTL_MS)
             if verdict == "retry":
                 return cached
-            if verdict == "stale":
-                return encode_reply(Code.STALE_SEQUENCE)
+            if verdict != "new":
+                return encode_reply(_REFUSALS[verdict])
+        self.now_ms = now_ms
         self.data[key] = value
         if envelope.sequence:
             self.sessions.record(name, envelope.sequence, OK_REPLY,
-                                 envelope.now_ms + SESSION_TTL_MS)
+                                 self.now_ms + SESSION_TTL_MS)
         return OK_REPLY
 
     def query(self, query: bytes) -> bytes:
@@ -68,10 +74,10 @@ class KvMachine:
     def snapshot(self) -> bytes:
         sessions = [(name, session.last_sequence, session.reply, session.expires_ms)
                     for name, session in self.sessions.table.items()]
-        return encode_snapshot(self.data, sessions)
+        return encode_snapshot(self.data, sessions, self.now_ms)
 
     def restore(self, snapshot: bytes) -> None:
-        data, sessions = decode_snapshot(snapshot)
+        data, sessions, self.now_ms = decode_snapshot(snapshot)
         self.data = data
         self.sessions = Sessions()
         for name, sequence, reply, expires_ms in sessions:

@@ -18,7 +18,7 @@ from cellar.kv.codec import (
     encode_put,
     encode_reply,
 )
-from cellar.kv.machine import KvMachine
+from cellar.kv.machine import SESSION_TTL_MS, KvMachine
 from consensus.codec import encode_envelope, pack
 from consensus.envelope import Envelope, Principal, Role
 from tests.decoding import one_field_changed, outcome
@@ -30,9 +30,10 @@ values = st.binary(min_size=0, max_size=64)
 commands = st.lists(st.tuples(st.integers(0, 2), keys, values), max_size=60)
 
 
-def envelope(session: str, sequence: int, body: bytes, principal: Principal = CLIENT) -> bytes:
+def envelope(session: str, sequence: int, body: bytes, principal: Principal = CLIENT,
+             now_ms: int = 1000) -> bytes:
     return encode_envelope(Envelope(principal=principal, session=session, sequence=sequence,
-                                    now_ms=1000, body=body))
+                                    now_ms=now_ms, body=body))
 
 
 def get(machine: KvMachine, key: bytes) -> bytes | None:
@@ -75,6 +76,20 @@ def test_a_stale_sequence_is_refused_and_its_put_not_applied() -> None:
     machine.apply(envelope("s", 2, encode_put(b"k", b"new")))
     code, _ = decode_reply(machine.apply(envelope("s", 1, encode_put(b"k", b"old"))))
     assert code is Code.STALE_SEQUENCE and get(machine, b"k") == b"new"
+
+
+def test_a_put_stamped_too_long_ago_cannot_open_a_session() -> None:
+    """The kv machine has no Ticks: its clock is the latest stamp applied, kept in the
+    snapshot, and a full table forgets only expired sessions (statemachine/sessions.py)."""
+    machine = KvMachine()
+    machine.apply(envelope("s", 1, encode_put(b"k", b"now"), now_ms=SESSION_TTL_MS))
+    late = envelope("t", 1, encode_put(b"k", b"late"), now_ms=SESSION_TTL_MS // 2 - 1)
+    code, _ = decode_reply(machine.apply(late))
+    assert code is Code.SESSION_TOO_OLD and get(machine, b"k") == b"now"
+    copy = KvMachine()
+    copy.restore(machine.snapshot())
+    assert copy.now_ms == machine.now_ms == SESSION_TTL_MS
+    assert copy.apply(late) == machine.apply(late)
 
 
 def test_sessions_belong_to_their_principal() -> None:

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from consensus.codec import encode_envelope, pack, unpack
 from consensus.envelope import Envelope, Principal, Role
 from consensus.state_machine import StateMachine
-from statemachine import Machine
+from statemachine import Machine, sessions
 from statemachine.codec import encode_command
-from statemachine.commands import ApplyConfig, Command, RegisterNode, Tick
+from statemachine.commands import ApplyConfig, Command, RegisterNode, ReleaseGroup, Tick
 from statemachine.errors import Code, Rejection
 from statemachine.query_codec import encode_query
 from statemachine.result_codec import decode_result
@@ -95,6 +96,38 @@ def test_idle_sessions_expire_on_tick() -> None:
     assert machine.sessions.table == {}
     fresh = run(machine, gang("g", "a", 0, (1, 1)), SCHEDULER, sequence=1, now_ms=12_002)
     assert isinstance(fresh, GroupStatus), "after expiry the old sequence applies anew"
+
+
+def test_a_late_copy_of_a_command_whose_session_expired_is_not_applied_again() -> None:
+    """The copy was stamped when first proposed; by the time its session is forgotten that
+    stamp is older than half the session lifetime, so it cannot open the session again."""
+    machine = ready_machine()
+    submit = envelope(gang("job", "a", 0, (1, 8)), SCHEDULER, session="c1", sequence=1,
+                      now_ms=2_000)
+    assert isinstance(decode_result(machine.apply(submit)), GroupStatus)
+    run(machine, ReleaseGroup(group="job", reason="done"), SCHEDULER, session="c1",
+        sequence=2, now_ms=3_000)
+    run(machine, Tick(), SYSTEM, now_ms=20_000)  # c1 idles out
+    assert machine.sessions.table == {}
+    late = decode_result(machine.apply(submit))
+    assert isinstance(late, Rejection) and late.code is Code.SESSION_TOO_OLD
+    assert "job" not in machine.state.groups
+
+
+def test_a_full_session_table_refuses_new_sessions_and_keeps_the_live_ones(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sessions, "SESSIONS_MAX", 2)
+    machine = ready_machine()
+    for name in ("c1", "c2"):
+        run(machine, gang(name, "a", 0, (1, 1)), SCHEDULER, session=name, sequence=1)
+    refused = run(machine, gang("c3", "a", 0, (1, 1)), SCHEDULER, session="c3", sequence=1)
+    assert isinstance(refused, Rejection) and refused.code is Code.SESSIONS_FULL
+    assert "c3" not in machine.state.groups
+    retried = run(machine, gang("c1", "a", 0, (1, 1)), SCHEDULER, session="c1", sequence=1)
+    assert isinstance(retried, GroupStatus)  # c1's session, and its reply, were kept
+    later = run(machine, gang("c3", "a", 0, (1, 1)), SCHEDULER, session="c3", sequence=1,
+                now_ms=12_000)  # past the others' expiry: they make room
+    assert isinstance(later, GroupStatus)
 
 
 def test_bad_envelopes_and_bodies_are_rejections() -> None:

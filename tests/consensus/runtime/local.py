@@ -107,7 +107,7 @@ async def local_cluster(make_machine: Callable[[], StateMachine], count: int = 3
             raise OSError(f"replica {replica_id} is down")
         to_server, from_client = anyio.create_memory_object_stream[bytes](100)
         to_client, from_server = anyio.create_memory_object_stream[bytes](100)
-        server = ClientServer(drivers[replica_id], now_ms=lambda: 1000)
+        server = ClientServer(drivers[replica_id])  # stamps the wall clock, as Ticks do
         tasks.start_soon(server.serve, speaker, MemoryFrames(to_client, from_client))
         return MemoryFrames(to_server, from_server)
 
