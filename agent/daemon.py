@@ -28,7 +28,7 @@ from agent.pods import Pods
 from agent.store_link import StoreLink, is_stale
 from consensus.runtime.metrics_http import serve_metrics
 from statemachine.commands import GpuLink
-from statemachine.store import GpuStore
+from statemachine.store import EffectsTrimmed, GpuStore
 
 logger = logging.getLogger("cellar.agent")
 START_RETRY_MS_MIN = 500
@@ -92,6 +92,8 @@ class Agent:
             except* IncarnationOver:
                 logger.warning("the store ended incarnation %d: registering again",
                                registered.incarnation)
+            except* EffectsTrimmed:
+                logger.warning("effects missed while away: registering again to reconcile")
 
     async def _links(self, devices: tuple[DeviceInfo, ...]) -> tuple[GpuLink, ...]:
         try:

@@ -27,6 +27,7 @@ from consensus.runtime.durable_file import replace_file
 from statemachine.effects import EffectKind
 from statemachine.errors import Rejection
 from statemachine.results import NodeRegistered, PodAssignment
+from statemachine.store import EffectsTrimmed
 
 logger = logging.getLogger("cellar.agent.pods")
 EXIT_CODE_NOT_STARTED = 127  # as a shell says for a command it could not run
@@ -43,6 +44,11 @@ def binding_of(pod: PodAssignment | dict[str, Any]) -> Binding:
                    gpu_uuids=tuple(pod.get("gpu_uuids", ())),
                    command=tuple(pod.get("command", ())),
                    env=tuple((str(name), str(value)) for name, value in pod.get("env", ())))
+
+
+def _first_kept(gaps: BaseExceptionGroup[EffectsTrimmed]) -> int:
+    return max(gap.first_index if isinstance(gap, EffectsTrimmed) else _first_kept(gap)
+               for gap in gaps.exceptions)
 
 
 class Pods:
@@ -112,14 +118,24 @@ class Pods:
             await self._report_exit(exited)
 
     async def follow_effects(self) -> None:
-        """Forever: act on this node's effects, from where the last run stopped."""
+        """Forever: act on this node's effects, from where the last run stopped. When some
+        were trimmed before this agent saw them (it was cut off for long), it raises
+        EffectsTrimmed, having moved its cursor past them: the registration that must follow
+        reconciles with the store's bindings, which covers what was missed."""
         after = self._cursor()
-        async with anyio.create_task_group() as stops, aclosing(
-                self.link.store.watch_effects(self.link.node, after,
-                                              wait_s=WATCH_WAIT_S)) as effects:
-            async for effect in effects:
-                await self._effect(effect, stops)
-                self._remember(int(effect["index"]))
+        try:
+            async with anyio.create_task_group() as stops, aclosing(
+                    self.link.store.watch_effects(self.link.node, after,
+                                                  wait_s=WATCH_WAIT_S)) as effects:
+                async for effect in effects:
+                    await self._effect(effect, stops)
+                    self._remember(int(effect["index"]))
+        except* EffectsTrimmed as gaps:  # raised in the task group's body: in a group
+            first_index = _first_kept(gaps)
+            logger.warning("effects were trimmed before this agent saw them (the outbox "
+                           "starts at %d): reconciling", first_index)
+            self._remember(first_index - 1)
+            raise
 
     async def _effect(self, effect: dict[str, Any], stops: anyio.abc.TaskGroup) -> None:
         kind = effect.get("kind")

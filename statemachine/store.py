@@ -52,6 +52,19 @@ T = TypeVar("T")
 EFFECTS_PER_WATCH = 256
 
 
+class EffectsTrimmed(Exception):
+    """The outbox no longer holds every effect after the caller's index (it keeps only the
+    newest, statemachine/outbox.py): some of the caller's may be gone. Reconcile with the
+    store's current state (a node agent registers again), then resume from
+    `first_index - 1`."""
+
+    def __init__(self, after: int, first_index: int) -> None:
+        super().__init__(f"effects after {after} were trimmed: the outbox starts at "
+                         f"{first_index}")
+        self.after = after
+        self.first_index = first_index
+
+
 class GpuStore:
     def __init__(self, client: CellarClient) -> None:
         self.client = client
@@ -128,7 +141,8 @@ class GpuStore:
     async def watch_effects(self, node: str, after: int = 0, *, wait_s: float = 5.0
                             ) -> AsyncGenerator[dict[str, Any], None]:
         """Effects for `node` with index > `after`, forever: each as a plain map with its
-        `index`, so a caller that stops can resume from the last index it handled."""
+        `index`, so a caller that stops can resume from the last index it handled. Raises
+        EffectsTrimmed when some of them are no longer kept."""
         slot = -1
         while True:
             result, slot = await self.client.watch(
@@ -137,6 +151,9 @@ class GpuStore:
             answer = decode_answer(result)
             if isinstance(answer, Rejection):
                 raise RuntimeError(f"effects query refused: {answer}")
+            first_index = int(answer.get("first_index", 1))
+            if first_index > after + 1:
+                raise EffectsTrimmed(after, first_index)
             for effect in answer.get("effects", []):
                 after = max(after, int(effect["index"]))
                 yield effect

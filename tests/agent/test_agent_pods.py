@@ -16,6 +16,7 @@ import anyio
 import pytest
 
 from agent.fake_backend import FakeGpuBackend
+from statemachine import outbox
 from statemachine.errors import Rejection
 from statemachine.results import GroupPhase, GroupStatus
 from statemachine.store import GpuStore
@@ -192,3 +193,40 @@ def _allocated(scheduler: GpuStore, group: str) -> Any:
         return True if not isinstance(answer, Rejection) and \
             answer["phase"] == "allocated" else None
     return probe
+
+
+async def test_an_agent_whose_kill_was_trimmed_while_it_lagged_reconciles_and_stops_the_job(
+        tmp_path: pathlib.Path, jobs_dir: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The outbox keeps only the newest effects. An agent whose watch lagged (cut off from
+    the store, its incarnation kept) while a kill for its node was trimmed must not resume
+    past it silently: it registers again, and the reconcile stops the job."""
+    monkeypatch.setattr(outbox, "OUTBOX_RETAINED_MAX", 8)
+    monkeypatch.setattr(outbox, "TRIM_CHUNK", 4)
+    gpus = FakeGpuBackend.from_profile("a100-8", seed=1)
+    with anyio.fail_after(40):
+        async with configured_cluster() as cluster, store(cluster, SCHEDULER) as scheduler, \
+                running_agent(cluster, "n0", gpus, tmp_path / "agent") as agent:
+            await bind(scheduler, "doomed", job(jobs_dir, "doomed", seconds=60), tenant="b",
+                       priority=-1, gpus=2)
+            pid = int((await until_started(jobs_dir, "doomed"))[0])
+            await until_phase(scheduler, "doomed", "running")
+            registrations = agent.registrations
+            back = anyio.Event()
+            client = agent.link.store.client
+            watch = client.watch
+
+            async def lagging(*args: Any, **kwargs: Any) -> Any:
+                await back.wait()
+                return await watch(*args, **kwargs)
+
+            client.watch = lagging  # type: ignore[method-assign]
+            await anyio.sleep(0.5)  # the watch in flight returns (a Tick is news): now lagging
+            await scheduler.release_gang("doomed")
+            for round_ in range(12):  # effects enough to trim the kill away
+                name = f"churn-{round_}"
+                assert isinstance(await scheduler.submit_gang(name, "b", -1, [(1, 1)]),
+                                  GroupStatus)
+                await scheduler.release_gang(name)
+            back.set()
+            await eventually(_dead(pid), what="the job whose kill was trimmed stopped")
+            assert agent.registrations > registrations
