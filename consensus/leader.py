@@ -65,7 +65,8 @@ class Leader:
     __slots__ = ("_counter", "_created_at", "_ctx", "_forwarded", "_forwarded_at",
                  "_inflight", "_order_asked_at", "_own_committed", "_pending", "_prefix",
                  "_sequencer", "_surplus_upto", "_unready", "ballot", "lagging", "next_index",
-                 "on_lost_index", "on_ordered", "on_replicated", "retaking")
+                 "on_lost_index", "on_order_lagging", "on_ordered", "on_replicated",
+                 "retaking")
 
     def __init__(self, ctx: Context, sequencer: Sequencer, learner: Learner) -> None:
         self._ctx = ctx
@@ -86,6 +87,7 @@ class Leader:
         self._created_at: dict[int, int] = {}  # own index -> tick proposed (straggler delays)
         self.on_replicated: Callable[[int], None] = lambda ticks: None
         self.on_lost_index: Callable[[], None] = lambda: None
+        self.on_order_lagging: Callable[[], None] = lambda: None  # e.g. fetch from a peer
         # Far behind the committed prefix: new commands wait until this replica caught up,
         # or a snapshot could cover them before it ever executed them (no result to give).
         self.lagging: Callable[[], bool] = lambda: False
@@ -297,7 +299,7 @@ class Leader:
             if ctx.now - inflight.sent_at >= resend_ticks:
                 self._resend(index, inflight)
         if self._unready and ctx.now - self._order_asked_at >= resend_ticks:
-            self._ask_for_order_again()
+            self._ask_for_order_again(lagging=True)
         if self._forwarded and ctx.now - self._forwarded_at >= resend_ticks * 4:
             self._forward_again()
 
@@ -312,14 +314,23 @@ class Leader:
         if ctx.id not in inflight.acks:
             ctx.send(ctx.id, accept)
 
-    def _ask_for_order_again(self) -> None:
+    def _ask_for_order_again(self, *, lagging: bool = False) -> None:
         ctx = self._ctx
         self._order_asked_at = ctx.now
         last = self.next_index - 1
         if ctx.sequencer == ctx.id:
             self._sequencer.request(ctx.id, last)
-        else:
-            ctx.send(ctx.sequencer, CRequest(ctx.id, ctx.view, ctx.id, last))
+            return
+        request = CRequest(ctx.id, ctx.view, ctx.id, last)
+        ctx.send(ctx.sequencer, request)
+        if lagging:
+            # Ordering lags a resend period: ask through every peer as well (they pass it on),
+            # should the link from here to the sequencer be down while theirs work; and fetch,
+            # should the orders have been made and their commits lost on the way here.
+            for peer in ctx.peers():
+                if peer != ctx.sequencer:
+                    ctx.send(peer, request)
+            self.on_order_lagging()
 
     def _forward_again(self) -> None:
         ctx = self._ctx

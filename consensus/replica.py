@@ -165,6 +165,7 @@ class Replica:
         self._leader.on_replicated = self._election.on_replicated
         self._leader.on_ordered = self._election.on_ordered
         self._leader.on_lost_index = self._start_retake
+        self._leader.on_order_lagging = self._catchup.maybe_ask
         self._leader.lagging = self._lagging
         self._sequencer.on_deposed = self._election.on_deposed
         self._handlers = self._handler_table()
@@ -341,8 +342,16 @@ class Replica:
         self._recovery.start(self._ctx.id, self._leader.lowest_unfinished())
 
     def _on_c_request(self, message: CRequest) -> None:
-        if self._acceptor.serving(message.view):
+        ctx = self._ctx
+        if not self._acceptor.serving(message.view):
+            return
+        if ctx.sequencer == ctx.id or message.sender != message.space:
             self._sequencer.request(message.space, message.index)
+            return
+        # A leader asked this replica because it may not reach the sequencer itself (a lost
+        # link): pass the request on, once (the copy names this replica as its sender).
+        ctx.count("relay.c_requests")
+        ctx.send(ctx.sequencer, CRequest(ctx.id, ctx.view, message.space, message.index))
 
     def _on_o_ack(self, message: OAck) -> None:
         if message.start == message.end:

@@ -1,8 +1,11 @@
-"""View changes at their edges, stepped by hand: a pre-vote that outlives a lease granted
-after it, and a voter that restarts between its vote and the new view's log. Both once broke
-safety (a stale read; two values for one slot)."""
+"""View changes and lost links at their edges, stepped by hand: a pre-vote that outlives a
+lease granted after it, a voter that restarts between its vote and the new view's log (both
+once broke safety: a stale read; two values for one slot), and a leader that cannot reach the
+sequencer (its commands once starved for good)."""
 
 from __future__ import annotations
+
+import pytest
 
 from consensus.messages import (
     Heartbeat,
@@ -16,6 +19,7 @@ from consensus.messages import (
 from tests.consensus.stepper import Stepper
 
 TICKS_MAX = 400
+ROUNDS_MAX = 3000
 
 
 def warmed_up(proposals: dict[int, bytes]) -> Stepper:
@@ -134,3 +138,31 @@ def test_a_voter_restarted_before_the_new_view_installs_it_before_acknowledging(
     for replica in (0, 2):
         chosen = cluster.node(replica).inspect.committed_o(slot)
         assert chosen == chosen_at_1, (replica, chosen, chosen_at_1)
+
+
+@pytest.mark.parametrize("lost", [{(1, 0)}, {(1, 0), (0, 1)}], ids=["one-way", "bridge"])
+def test_a_leader_cut_off_from_the_sequencer_gets_its_commands_ordered_through_a_peer(
+        lost: set[tuple[int, int]]) -> None:
+    """Replica 1 cannot reach sequencer 0 (nor, in the bridge, hear it), while 2 reaches
+    both: its C-instances commit through 2, but its requests for ordering are lost. Once
+    ordering lags, it asks through its peers (who pass the request on) and fetches the
+    commits it may have missed; no view change is needed, and none happens."""
+    cluster = warmed_up({})
+    cluster.blocked = set(lost)
+    for number in range(5):
+        cluster.node(1).propose(b"c%d" % number)
+        cluster.node(2).propose(b"d%d" % number)
+    wanted = {f"{kind}{number}" for kind in "cd" for number in range(5)}
+    for _ in range(ROUNDS_MAX):
+        cluster.round()
+        if all(commands(cluster, replica) >= wanted for replica in range(3)):
+            break
+    for replica in range(3):
+        assert commands(cluster, replica) >= wanted, (replica, cluster.executed[replica])
+        assert cluster.node(replica).status().view == 0
+
+
+def commands(cluster: Stepper, replica: int) -> set[str]:
+    """The commands `replica` executed (each batch is described as "[a b c]")."""
+    return {command for _, batch in cluster.executed[replica]
+            for command in batch.strip("[]").split()}
