@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,10 +35,16 @@ class Spread:
 
 
 def percentile(sorted_samples: Sequence[float], fraction: float) -> float:
-    """The nearest-rank percentile of already sorted samples; `fraction` in [0, 1]."""
+    """The nearest-rank percentile of already sorted samples, `fraction` in (0, 1]: the
+    sample of 1-based rank ceil(fraction * n), the smallest sample with at least that fraction
+    of the samples at or below it (p50 of 1..5 is 3; p99 of 60 samples is the largest).
+
+    `fraction` is read as the decimal it was written as (0.07 is 7/100, not the binary float
+    just above it), so that a rank that comes out whole is not pushed up by the float's error.
+    """
     if not sorted_samples:
         raise ValueError("a percentile needs at least one sample")
-    if not 0.0 <= fraction <= 1.0:
-        raise ValueError(f"fraction must lie in [0, 1], got {fraction}")
-    rank = max(0, min(len(sorted_samples) - 1, round(fraction * len(sorted_samples)) - 1))
-    return sorted_samples[rank]
+    if not 0.0 < fraction <= 1.0:
+        raise ValueError(f"fraction must lie in (0, 1], got {fraction}")
+    rank = math.ceil(Fraction(repr(float(fraction))) * len(sorted_samples))
+    return sorted_samples[rank - 1]
