@@ -15,8 +15,6 @@ import pathlib
 import sys
 import zlib
 
-import anyio
-
 from agent.config import AgentConfig, AgentConfigError, load_agent_config
 from agent.daemon import Agent
 from agent.gpu import GpuBackend
@@ -27,6 +25,7 @@ from cellar.daemon_process import (
     serve_until_signalled,
     start_logging,
 )
+from cellar.exception_groups import run_unwrapped
 from consensus.runtime.certs import identity_in_file
 from consensus.runtime.client import CellarClient, ClientConfig
 from consensus.runtime.connect import connector
@@ -55,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_CONFIG
     client = CellarClient(config.endpoints, connector(tls, insecure=config.insecure), CLIENT)
     backend, options = loop_options(config.loop)
-    anyio.run(_serve, config, gpus, client, backend=backend, backend_options=options)
+    run_unwrapped(_serve, config, gpus, client, backend=backend, backend_options=options)
     return 0
 
 

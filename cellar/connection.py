@@ -3,6 +3,9 @@
     --endpoints 127.0.0.1:7100,127.0.0.1:7101   (or --config replica.toml: its peers' clients)
     --certs DIR --as admin:alice                (the files `cellar certs init` wrote)
     --insecure                                  (plain TCP, development only; warns)
+
+A malformed endpoint or identity is a usage error (argparse's message, exit status 2); a
+configuration file or certificate that cannot be read ends the command with one line naming it.
 """
 
 from __future__ import annotations
@@ -12,37 +15,75 @@ import pathlib
 
 from consensus.runtime.arguments import seconds
 from consensus.runtime.client import CellarClient, ClientConfig
-from consensus.runtime.connect import connector
+from consensus.runtime.config_fields import ConfigError
+from consensus.runtime.connect import connector, split_endpoint
 from consensus.runtime.node_config import load_node_config
 from consensus.runtime.tls import Identity, IdentityRole, TlsConfig
 
 
 def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
     where = parser.add_mutually_exclusive_group(required=True)
-    where.add_argument("--endpoints", help="replicas' client addresses, HOST:PORT,...")
+    where.add_argument("--endpoints", type=endpoint_list,
+                       help="replicas' client addresses, HOST:PORT,...")
     where.add_argument("--config", type=pathlib.Path,
                        help="a replica's configuration file: use its peers' client addresses")
     parser.add_argument("--certs", type=pathlib.Path, help="the certificate directory")
-    parser.add_argument("--as", dest="identity", default="admin:admin",
+    parser.add_argument("--as", dest="identity", type=identity_argument,
+                        default=Identity(IdentityRole.ADMIN, "admin"),
                         help="ROLE:NAME of the certificate to use (default admin:admin)")
     parser.add_argument("--insecure", action="store_true",
                         help="plain TCP, for a cluster started with insecure = true")
     parser.add_argument("--timeout", type=seconds(), default=15.0, help="seconds per command")
 
 
+def endpoint_list(text: str) -> list[str]:
+    """`--endpoints`: HOST:PORT,... checked where argparse reads it."""
+    endpoints = [endpoint.strip() for endpoint in text.split(",") if endpoint.strip()]
+    if not endpoints:
+        raise argparse.ArgumentTypeError(f"no HOST:PORT in {text!r}")
+    for endpoint in endpoints:
+        try:
+            split_endpoint(endpoint)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+    return endpoints
+
+
+def identity_argument(text: str) -> Identity:
+    """`--as ROLE:NAME`, checked where argparse reads it."""
+    role, _, name = text.partition(":")
+    try:
+        return Identity(IdentityRole(role), name)
+    except ValueError as error:
+        roles = ", ".join(role.value for role in IdentityRole)
+        raise argparse.ArgumentTypeError(f"{text!r} is not ROLE:NAME with ROLE one of {roles}"
+                                         f" ({error})") from None
+
+
 def endpoints_of(args: argparse.Namespace) -> list[str]:
     if args.endpoints:
-        return [endpoint.strip() for endpoint in args.endpoints.split(",") if endpoint.strip()]
+        return list(args.endpoints)
     config = load_node_config(args.config)
     return [str(peer.client) for peer in config.peers]
 
 
 def client_from(args: argparse.Namespace) -> CellarClient:
+    """The client the options describe; a file it cannot read ends the command (one line)."""
+    try:
+        return _client(args)
+    except (ConfigError, OSError) as error:  # OSError: ssl.SSLError and a missing file
+        raise SystemExit(f"cellar {args.command}: {error}") from None
+
+
+def _client(args: argparse.Namespace) -> CellarClient:
     tls = None
     if not args.insecure:
         if args.certs is None:
             raise SystemExit("--certs DIR is needed (or --insecure for a plain-TCP cluster)")
-        role, _, name = args.identity.partition(":")
-        tls = TlsConfig.in_directory(args.certs, Identity(IdentityRole(role), name))
+        tls = TlsConfig.in_directory(args.certs, args.identity)
+        for path in (tls.ca_file, tls.cert_file, tls.key_file):
+            if not path.is_file():
+                raise SystemExit(f"cellar {args.command}: no {path}: `cellar certs init` (or "
+                                 f"`issue`) writes it for {args.identity}")
     config = ClientConfig(attempt_timeout_s=min(2.0, args.timeout), deadline_s=args.timeout)
     return CellarClient(endpoints_of(args), connector(tls, insecure=args.insecure), config)

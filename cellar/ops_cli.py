@@ -13,12 +13,14 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
+import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
 
 from cellar.connection import add_connection_arguments, client_from, endpoints_of
+from cellar.exception_groups import run_unwrapped
 from cellar.spec_file import SpecFileError, load_spec
 from consensus.runtime.client import ClientError
 from statemachine.errors import Rejection
@@ -40,7 +42,7 @@ def configure_status(parser: argparse.ArgumentParser) -> None:
 
 
 def run_status(args: argparse.Namespace) -> int:
-    statuses = anyio.run(_statuses, args)
+    statuses = run_unwrapped(_statuses, args)
     if args.json:
         print(json.dumps({"replicas": statuses}, default=str))
     else:
@@ -134,12 +136,12 @@ def configure_admin(parser: argparse.ArgumentParser) -> None:
 
 def run_admin(args: argparse.Namespace) -> int:
     try:
-        outcome = anyio.run(_admin, args)
+        outcome = run_unwrapped(_admin, args)
     except SpecFileError as error:
-        print(f"cellar admin: {error}")
+        print(f"cellar admin: {error}", file=sys.stderr)
         return EXIT_REJECTED
     except ClientError as error:
-        print(f"cellar admin: {error}")
+        print(f"cellar admin: {error}", file=sys.stderr)
         return EXIT_UNREACHABLE
     if isinstance(outcome, Rejection):
         print(f"rejected: {outcome}")

@@ -13,8 +13,6 @@ import logging
 import pathlib
 import sys
 
-import anyio
-
 from cellar.daemon_process import (
     EXIT_CONFIG,
     add_logging_arguments,
@@ -22,6 +20,7 @@ from cellar.daemon_process import (
     serve_until_signalled,
     start_logging,
 )
+from cellar.exception_groups import run_unwrapped
 from cellar.gc_tuning import quiet_garbage_collector
 from cellar.kv.machine import KvMachine
 from consensus.runtime.node import ReplicaNode
@@ -74,7 +73,8 @@ def run(args: argparse.Namespace) -> int:
         sys.setswitchinterval(SWITCH_INTERVAL_S)
         backend, options = loop_options(config.loop)
         with quiet_garbage_collector():
-            anyio.run(serve_until_signalled, node.run, backend=backend, backend_options=options)
+            run_unwrapped(serve_until_signalled, node.run, backend=backend,
+                          backend_options=options)
     except StorageError as error:
         logger.error("stopping: %s", error)
         print(f"cellar replica: {error}", file=sys.stderr)

@@ -36,6 +36,7 @@ from agent.daemon import Agent
 from agent.fake_backend import FakeGpuBackend
 from cellar.bench.stats import Spread
 from cellar.dev.spec import dev_spec
+from cellar.exception_groups import run_unwrapped
 from cellar.local_cluster import AgentProcess, Layout, ProcessCluster
 from consensus.runtime.arguments import at_least, seconds
 from consensus.runtime.client import ClientConfig
@@ -79,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
         cluster.start()
         try:
             cluster.wait_ports()
-            figures = anyio.run(_measure, args, cluster)
+            figures = run_unwrapped(_measure, args, cluster)
         finally:
             cluster.stop()
     print(json.dumps(figures, indent=2) if args.json else "\n".join(table(figures)))

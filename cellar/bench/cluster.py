@@ -33,6 +33,7 @@ import anyio
 
 from cellar.bench.stats import Spread, percentile
 from cellar.dev.spec import dev_spec, inventory, node_names
+from cellar.exception_groups import run_unwrapped
 from cellar.gc_tuning import quiet_garbage_collector
 from cellar.local_cluster import Layout, ProcessCluster
 from consensus.runtime.arguments import at_least, seconds
@@ -117,7 +118,7 @@ def one_run(args: argparse.Namespace, directory: pathlib.Path) -> dict[str, floa
     cluster.start()
     try:
         cluster.wait_ports()
-        return anyio.run(_measure, args, cluster)
+        return run_unwrapped(_measure, args, cluster)
     finally:
         cluster.stop()
 

@@ -24,6 +24,7 @@ import anyio
 from cellar.dev.spec import dev_spec, node_names
 from cellar.dev.view import Frame, Screen, latency_window, tenants_of
 from cellar.dev.workload import SCHEDULER, Activity, Scheduler, SimulatedNode
+from cellar.exception_groups import run_unwrapped
 from cellar.local_cluster import Layout, ProcessCluster
 from consensus.envelope import Principal
 from consensus.runtime.arguments import at_least, seconds
@@ -78,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     state = Run(args, cluster)
     try:
         cluster.wait_ports()
-        anyio.run(_main, state)
+        run_unwrapped(_main, state)
     except KeyboardInterrupt:
         print("\ninterrupted")
     finally:

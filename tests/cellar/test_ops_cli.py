@@ -1,5 +1,6 @@
-"""The operator commands against a live cluster: status, apply-config, cordon, queries; and the
-configuration file reader's errors."""
+"""The operator commands against a live cluster: status, apply-config, cordon, queries; their
+documented exit statuses and one-line errors when nothing answers or an argument or file is bad;
+and the configuration file reader's errors."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pathlib
 import pytest
 
 from cellar.cli import main
-from cellar.local_cluster import Layout, ProcessCluster
+from cellar.local_cluster import Layout, ProcessCluster, free_ports
 from cellar.spec_file import SpecFileError, load_spec
 
 EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "cluster.toml"
@@ -35,6 +36,61 @@ def test_bad_configuration_files_name_the_path(tmp_path: pathlib.Path, text: str
     path.write_text(text)
     with pytest.raises(SpecFileError, match=message):
         load_spec(path)
+
+
+def nothing_listening() -> list[str]:
+    """Plain-TCP connection options for a loopback port nothing listens on."""
+    return ["--insecure", "--endpoints", f"127.0.0.1:{free_ports(1)[0]}", "--timeout", "1"]
+
+
+def test_admin_with_no_replica_answering_exits_2_with_one_line(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The client's error reaches `cellar admin` through its task group: not as a group."""
+    assert main(["admin", *nothing_listening(), "nodes"]) == 2
+    assert capsys.readouterr().err.endswith("cellar admin: no replica answered the read in "
+                                            "time\n")
+
+
+def test_admin_apply_config_names_a_missing_file_and_exits_1(
+        tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "missing.toml"
+    assert main(["admin", *nothing_listening(), "apply-config", str(missing)]) == 1
+    assert capsys.readouterr().err.endswith(f"cellar admin: {missing}: cannot read it (No such "
+                                            "file or directory)\n")
+
+
+def test_status_with_no_replica_answering_shows_it_down_and_exits_2(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["status", *nothing_listening()]) == 2
+    assert "down" in capsys.readouterr().out.splitlines()[1]
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["status", "--insecure", "--endpoints", "nonsense"],
+     "argument --endpoints: 'nonsense' is not HOST:PORT"),
+    (["status", "--insecure", "--endpoints", "127.0.0.1:7100,host"],
+     "argument --endpoints: 'host' is not HOST:PORT"),
+    (["admin", "--endpoints", "127.0.0.1:7100", "--as", "root:alice", "nodes"],
+     "argument --as: 'root:alice' is not ROLE:NAME"),
+])
+def test_a_malformed_endpoint_or_identity_is_a_usage_error(
+        argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        main(argv)
+    assert stopped.value.code == 2
+    error = capsys.readouterr().err
+    assert message in error and "Traceback" not in error
+
+
+def test_an_unreadable_config_or_missing_certificate_ends_with_one_line(
+        tmp_path: pathlib.Path) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        main(["status", "--insecure", "--config", str(tmp_path / "replica.toml")])
+    assert stopped.value.code == f"cellar status: {tmp_path / 'replica.toml'}: cannot read it " \
+                                 "(No such file or directory)"
+    with pytest.raises(SystemExit) as stopped:
+        main(["admin", "--endpoints", "127.0.0.1:7100", "--certs", str(tmp_path), "nodes"])
+    assert str(stopped.value.code).startswith(f"cellar admin: no {tmp_path / 'ca.pem'}: ")
 
 
 @pytest.mark.live

@@ -34,8 +34,6 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-import anyio
-
 from cellar.bench.peers.kv import NO_INSTALL_ENV, Durability, KvSystem, PeerUnavailable
 from cellar.bench.peers.load import KEYS_PER_CALLER
 from cellar.bench.peers.machine import machine_info
@@ -52,6 +50,7 @@ from cellar.bench.peers.report import (
 from cellar.bench.peers.wan import wan_table
 from cellar.bench.peers.workload import SIZES_BYTES, RoundFailed, Workload, measure
 from cellar.daemon_process import loop_options
+from cellar.exception_groups import run_unwrapped
 from cellar.gc_tuning import quiet_garbage_collector
 from consensus.runtime.arguments import at_least, seconds
 
@@ -202,8 +201,8 @@ def round_figures(system: KvSystem, directory: pathlib.Path, workload: Workload,
             extra = cellar_failover
         # Every system's clients run on the same loop: uvloop (grpc.aio works on it too).
         backend, options = loop_options("uvloop")
-        figures = anyio.run(measure, cluster, workload, extra, backend=backend,
-                            backend_options=options)
+        figures = run_unwrapped(measure, cluster, workload, extra, backend=backend,
+                                backend_options=options)
         return figures, cluster.durability, cluster.replicas
     finally:
         cluster.stop()
