@@ -15,6 +15,9 @@ Every figure is the median of `--runs` runs (with minimum and maximum). The clie
 one Python process, so at high load it can be the bottleneck: the figures are what one
 client process gets. `--json` prints one object with `commits_per_s`, `p50_ms`, `p99_ms`
 (high load), `low_p50_ms`, `low_p99_ms`, `reads_per_s`, `failover_ms` and the spreads.
+
+It always runs with TLS: its workers need node identities, and without TLS every client is the
+one configured identity (an administrator), from which the state machine refuses node commands.
 """
 
 from __future__ import annotations
@@ -60,7 +63,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--low-seconds", type=seconds(), default=3.0,
                         help="length of the low-load phase (default 3)")
     parser.add_argument("--no-failover", action="store_true", help="skip the kill phase")
-    parser.add_argument("--insecure", action="store_true", help="plain TCP instead of TLS")
     parser.add_argument("--dir", type=pathlib.Path, default=None,
                         help="where the clusters' files go (default: a temporary directory)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -112,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def one_run(args: argparse.Namespace, directory: pathlib.Path) -> dict[str, float]:
-    layout = Layout(directory, args.replicas, insecure=args.insecure)
+    layout = Layout(directory, args.replicas)
     layout.write(admins=[ADMIN], nodes=node_names(_node_count(args.clients)))
     cluster = ProcessCluster(layout)
     cluster.start()
@@ -250,14 +252,13 @@ async def sequencer_replica(cluster: ProcessCluster, admin: CellarClient) -> int
 
 def as_json(args: argparse.Namespace, spreads: dict[str, Spread]) -> dict[str, object]:
     result: dict[str, object] = {"replicas": args.replicas, "clients": args.clients,
-                                 "runs": args.runs, "tls": not args.insecure}
+                                 "runs": args.runs, "tls": True}
     result.update({name: spread.median for name, spread in spreads.items()})
     result["spread"] = {name: spread.as_dict() for name, spread in spreads.items()}
     return result
 
 
 def table(args: argparse.Namespace, spreads: dict[str, Spread]) -> list[str]:
-    transport = "plain TCP" if args.insecure else "mutual TLS"
     rows = [(f"commits/s, {args.clients} clients", spreads["commits_per_s"].describe("/s", 0)),
             ("latency p50, high load", spreads["p50_ms"].describe("ms", 1)),
             ("latency p99, high load", spreads["p99_ms"].describe("ms", 1)),
@@ -268,6 +269,6 @@ def table(args: argparse.Namespace, spreads: dict[str, Spread]) -> list[str]:
     if "failover_ms" in spreads:
         rows.append(("sequencer kill to new commit", spreads["failover_ms"].describe("ms", 0)))
     width = max(len(label) for label, _ in rows) + 2
-    return [f"cellar bench cluster: {args.replicas} replicas on loopback, {transport}, synced "
+    return [f"cellar bench cluster: {args.replicas} replicas on loopback, mutual TLS, synced "
             f"storage; medians of {args.runs} runs", *(f"  {label:<{width}}{text}"
                                                       for label, text in rows)]

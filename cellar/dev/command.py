@@ -5,6 +5,10 @@ gangs; a live view while it runs; a summary at the end.
 It runs for `--seconds` (60 by default) and then stops everything and exits 0; Ctrl-C stops it
 early, as cleanly. `--kill-sequencer` kills the sequencer with SIGKILL a third of the way in,
 restarts it a few seconds later and reports how long commits paused.
+
+There is no plain-TCP mode: without TLS every client is the one configured identity (an
+administrator), and the state machine rightly refuses node commands from it, so the simulated
+nodes could never register.
 """
 
 from __future__ import annotations
@@ -50,7 +54,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="kill -9 the sequencer a third of the way in, to show failover")
     parser.add_argument("--data-dir", type=pathlib.Path, default=pathlib.Path(".cellar-dev"),
                         help="where the cluster's files go (replaced on each run)")
-    parser.add_argument("--insecure", action="store_true", help="plain TCP instead of TLS")
     parser.add_argument("--seed", type=int, default=7, help="workload seed")
     parser.set_defaults(handler=run)
 
@@ -71,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit("--nodes must be a positive multiple of 4")
     directory = args.data_dir / "cluster"
     shutil.rmtree(directory, ignore_errors=True)
-    layout = Layout(directory, args.replicas, insecure=args.insecure)
+    layout = Layout(directory, args.replicas)
     layout.write(admins=[ADMIN], schedulers=[SCHEDULER.name], nodes=node_names(args.nodes))
     cluster = ProcessCluster(layout)
     print(f"starting {args.replicas} replicas on 127.0.0.1 (data and logs in {directory})")

@@ -107,3 +107,15 @@ def test_a_bad_number_is_refused_before_anything_starts(
         cli.main(argv)
     assert stopped.value.code == (3 if argv[0] == "check" else 2)  # check's 0-2 are verdicts
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["dev", "--insecure"], ["bench", "cluster", "--insecure"]])
+def test_commands_whose_clients_act_as_nodes_offer_no_plain_tcp(
+        argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """Without TLS every client is one administrator identity, from which the state machine
+    refuses node commands: `dev --insecure` bound nothing and `bench cluster --insecure` died.
+    The option is gone: a usage error before anything starts."""
+    with pytest.raises(SystemExit) as stopped:
+        cli.build_parser().parse_args(argv)
+    assert stopped.value.code == 2
+    assert "unrecognized arguments: --insecure" in capsys.readouterr().err
