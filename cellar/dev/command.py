@@ -17,6 +17,7 @@ import argparse
 import pathlib
 import random
 import shutil
+import sys
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -40,6 +41,7 @@ from statemachine.store import GpuStore
 ADMIN = "dev"
 RESTART_AFTER_S = 4.0
 CLIENT = ClientConfig(attempt_timeout_s=1.0, deadline_s=20.0, sessions=16)
+EXIT_USAGE = 2  # as argparse's: the run could not start as asked
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -72,10 +74,10 @@ class Run:
 def run(args: argparse.Namespace) -> int:
     if args.nodes % 4:  # at least 4: the argument type sees to that
         raise SystemExit("--nodes must be a positive multiple of 4")
-    directory = args.data_dir / "cluster"
-    shutil.rmtree(directory, ignore_errors=True)
-    layout = Layout(directory, args.replicas)
-    layout.write(admins=[ADMIN], schedulers=[SCHEDULER.name], nodes=node_names(args.nodes))
+    layout = _fresh_layout(args)
+    if layout is None:
+        return EXIT_USAGE
+    directory = layout.directory
     cluster = ProcessCluster(layout)
     print(f"starting {args.replicas} replicas on 127.0.0.1 (data and logs in {directory})")
     cluster.start()
@@ -90,6 +92,21 @@ def run(args: argparse.Namespace) -> int:
     for line in summary(state):
         print(line)
     return 0
+
+
+def _fresh_layout(args: argparse.Namespace) -> Layout | None:
+    """The cluster's files, written afresh under `--data-dir`; None (after saying why in one
+    line) when they cannot be written there: a regular file in the way, no permission."""
+    directory = args.data_dir / "cluster"
+    shutil.rmtree(directory, ignore_errors=True)
+    layout = Layout(directory, args.replicas)
+    try:
+        layout.write(admins=[ADMIN], schedulers=[SCHEDULER.name], nodes=node_names(args.nodes))
+    except OSError as error:
+        print(f"cellar dev: --data-dir {args.data_dir}: cannot write "
+              f"{error.filename or layout.directory}: {error.strerror or error}", file=sys.stderr)
+        return None
+    return layout
 
 
 @asynccontextmanager

@@ -1,6 +1,6 @@
 """`cellar dev`, the README's main job, as a user runs it: real replica processes, a bounded
-run that exits 0 with a summary, failover on request, and Ctrl-C or SIGTERM as clean as the
-timeout."""
+run that exits 0 with a summary, failover on request, Ctrl-C or SIGTERM as clean as the
+timeout, and a data directory it cannot use refused in one line."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from cellar.cli import main
 from tests.cellar.leftovers import kill_leftovers
 
 SMALL = ["--nodes", "4", "--gangs", "4"]
@@ -68,3 +69,17 @@ def test_ctrl_c_or_sigterm_stops_everything_and_still_summarises(
     assert process.returncode == 0, rest
     assert "interrupted" in rest and "\nsummary" in rest and "Traceback" not in rest
     assert replicas == "", "replica processes outlived cellar dev"
+
+
+@pytest.mark.parametrize("under", ["", "sub"], ids=["the-file", "below-the-file"])
+def test_a_data_dir_that_is_a_regular_file_is_refused_in_one_line(
+        tmp_path: pathlib.Path, under: str, capsys: pytest.CaptureFixture[str]) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("not a directory")
+    data_dir = afile / under if under else afile
+    assert main(["dev", "--data-dir", str(data_dir), *SMALL]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""  # nothing started
+    assert captured.err == (f"cellar dev: --data-dir {data_dir}: cannot write "
+                            f"{data_dir / 'cluster'}: Not a directory\n")
+    assert afile.read_text() == "not a directory"
