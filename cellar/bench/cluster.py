@@ -49,6 +49,7 @@ from statemachine.store import GpuStore
 ADMIN = "bench"
 CLIENT = ClientConfig(attempt_timeout_s=1.0, deadline_s=10.0, sessions=4)
 FAILOVER_WAIT_S = 15.0
+KILL_AFTER_S = 0.5  # failover callers run this long before the kill
 WARMUP_S = 0.5
 
 
@@ -208,12 +209,14 @@ class FailoverError(Exception):
 
 
 async def failover_ms(cluster: ProcessCluster, admin: CellarClient,
-                      calls: Sequence[Callable[[], Awaitable[object]]]) -> float:
+                      calls: Sequence[Callable[[], Awaitable[object]]], *,
+                      on_kill: Callable[[int, float], None] | None = None) -> float:
     """Milliseconds from SIGKILL of the sequencer to the first commit of a call sent after it.
 
     Each of `calls` is one caller, repeated back to back until a call that started after the
-    kill commits; `ClientError`s (the cluster electing a new sequencer) are retried. Shared by
-    `cellar bench cluster` and `cellar bench peers`."""
+    kill commits; `ClientError`s (the cluster electing a new sequencer) are retried. `on_kill`
+    hears which replica was killed and when (`time.monotonic()`), at once. Shared by
+    `cellar bench cluster`, `cellar bench peers` and `cellar dev --kill-sequencer`."""
     sequencer = await sequencer_replica(cluster, admin)
     killed_at: list[float] = []
     first_commit: list[float] = []
@@ -232,9 +235,11 @@ async def failover_ms(cluster: ProcessCluster, admin: CellarClient,
         async with anyio.create_task_group() as tasks:
             for call in calls:
                 tasks.start_soon(loop, call)
-            await anyio.sleep(0.5)
+            await anyio.sleep(KILL_AFTER_S)
             cluster.processes[sequencer].kill()
             killed_at.append(time.monotonic())
+            if on_kill is not None:
+                on_kill(sequencer, killed_at[0])
     if not first_commit:
         raise FailoverError(f"no commit within {FAILOVER_WAIT_S:.0f} s of killing the "
                             "sequencer")

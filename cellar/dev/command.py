@@ -4,7 +4,9 @@ gangs; a live view while it runs; a summary at the end.
 
 It runs for `--seconds` (60 by default) and then stops everything and exits 0; Ctrl-C stops it
 early, as cleanly. `--kill-sequencer` kills the sequencer with SIGKILL a third of the way in,
-restarts it a few seconds later and reports how long commits paused.
+restarts it a few seconds later and reports how long commits paused: from the kill to the first
+commit of a heartbeat sent after it, timed as `cellar bench cluster` times failover (its
+`failover_ms`, with callers heartbeating back to back), not on the live view's 1 s tick.
 
 There is no plain-TCP mode: without TLS every client is the one configured identity (an
 administrator), and the state machine rightly refuses node commands from it, so the simulated
@@ -19,19 +21,20 @@ import random
 import shutil
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 
+from cellar.bench.cluster import KILL_AFTER_S, FailoverError, failover_ms
 from cellar.dev.spec import dev_spec, node_names
 from cellar.dev.view import Frame, Screen, latency_window, tenants_of
 from cellar.dev.workload import SCHEDULER, Activity, Scheduler, SimulatedNode
 from cellar.exception_groups import run_unwrapped
 from cellar.local_cluster import Layout, ProcessCluster
-from consensus.envelope import Principal
+from consensus.envelope import Principal, Role
 from consensus.runtime.arguments import at_least, seconds
 from consensus.runtime.client import CellarClient, ClientConfig, ClientError
 from consensus.runtime.tls import IdentityRole
@@ -42,6 +45,7 @@ ADMIN = "dev"
 RESTART_AFTER_S = 4.0
 CLIENT = ClientConfig(attempt_timeout_s=1.0, deadline_s=20.0, sessions=16)
 EXIT_USAGE = 2  # as argparse's: the run could not start as asked
+FAILOVER_CALLERS = 8  # heartbeats back to back while the sequencer is killed
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -68,7 +72,12 @@ class Run:
     started: float = field(default_factory=time.monotonic)
     kills: list[tuple[int, float]] = field(default_factory=list)  # (replica, when)
     pauses_s: list[float] = field(default_factory=list)
+    failover_error: str = ""  # why the pause could not be timed
+    restarted_at: float | None = None  # when the killed replica was started again
     views: set[int] = field(default_factory=set)
+
+    def killed(self, replica: int, when: float) -> None:
+        self.kills.append((replica, when))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -128,19 +137,20 @@ async def _main(state: Run) -> None:
             return _store(layout, principal)
 
         async with anyio.create_task_group() as tasks:
-            for name in node_names(args.nodes):
-                tasks.start_soon(SimulatedNode(name, state.activity, rng).run, store_for)
+            nodes = [SimulatedNode(name, state.activity, rng) for name in node_names(args.nodes)]
+            for node in nodes:
+                tasks.start_soon(node.run, store_for)
             tasks.start_soon(Scheduler(state.activity, rng, in_flight=args.gangs).run,
                              store_for)
+            if args.kill_sequencer:
+                tasks.start_soon(_kill_sequencer, state, admin_client, nodes[0])
             await _watch(state, admin_client)
             tasks.cancel_scope.cancel()
 
 
 async def _watch(state: Run, client: CellarClient) -> None:
     screen, args = Screen(), state.args
-    kill_at = args.seconds / 3 if args.kill_sequencer else None
     applied_before, latency_before, count_before = 0.0, list(state.activity.latency.counts), 0
-    last_commit = time.monotonic()
     while (elapsed := time.monotonic() - state.started) < args.seconds:
         await anyio.sleep(1.0)
         replicas = await _statuses(state, client)
@@ -148,12 +158,10 @@ async def _watch(state: Run, client: CellarClient) -> None:
                        for replica in replicas), default=0.0)
         commits = max(0.0, applied - applied_before)
         applied_before = applied
-        if commits:
-            last_commit = time.monotonic()
         p50, p99 = latency_window(state.activity, latency_before, count_before)
         latency_before = list(state.activity.latency.counts)
         count_before = state.activity.latency.count
-        note = await _chaos(state, replicas, kill_at, elapsed, last_commit)
+        note = _kill_note(state)
         gangs = await _allocated(client)
         screen.show(Frame(elapsed, replicas, commits, p50, p99, tenants_of(gangs),
                           state.activity.counts, note))
@@ -181,26 +189,55 @@ async def _allocated(client: CellarClient) -> list[dict[str, object]]:
     return [] if isinstance(answer, Rejection) else list(answer.get("groups", []))
 
 
-async def _chaos(state: Run, replicas: list[dict[str, Any]], kill_at: float | None,
-                 elapsed: float, last_commit: float) -> str:
-    """Kill the sequencer once (if asked), restart it later, and time the pause."""
-    if kill_at is not None and elapsed >= kill_at and not state.kills:
-        sequencer = next((int(str(replica["replica_id"])) for replica in replicas
-                          if replica.get("is_sequencer")), None)
-        if sequencer is not None:
-            state.cluster.processes[sequencer].kill()
-            state.kills.append((sequencer, time.monotonic()))
-            return f"killed the sequencer (replica {sequencer}) with SIGKILL"
-    if state.kills and len(state.pauses_s) == 0 and last_commit > state.kills[0][1]:
-        state.pauses_s.append(last_commit - state.kills[0][1])
-    if state.kills:
-        replica, when = state.kills[0]
-        process = state.cluster.processes[replica]
-        if not process.running and time.monotonic() - when > RESTART_AFTER_S:
-            process.start()
-            return f"restarted replica {replica}"
-        return f"replica {replica} was killed {time.monotonic() - when:.0f} s ago"
-    return ""
+async def _kill_sequencer(state: Run, admin: CellarClient, node: SimulatedNode) -> None:
+    """A third of the way in, kill the sequencer and time the pause in commits (heartbeats of
+    `node`, under its own identity as its agent sends them, go back to back around the kill);
+    restart the killed replica `RESTART_AFTER_S` after the kill, or once the pause is timed."""
+    kill_at = state.started + state.args.seconds / 3
+    await anyio.sleep(max(0.0, kill_at - KILL_AFTER_S - time.monotonic()))
+    async with _store(state.cluster.layout, Principal(Role.NODE, node.name)) as store:
+
+        async def heartbeat() -> object:
+            return await store.heartbeat(node.name, node.incarnation)
+
+        while not state.kills:
+            try:
+                await time_failover(state, admin, [heartbeat] * FAILOVER_CALLERS)
+            except (FailoverError, ClientError):  # the sequencer is not known yet
+                await anyio.sleep(1.0)
+    replica, killed_at = state.kills[0]
+    await anyio.sleep(max(0.0, killed_at + RESTART_AFTER_S - time.monotonic()))
+    state.cluster.processes[replica].start()
+    state.restarted_at = time.monotonic()
+
+
+async def time_failover(state: Run, admin: CellarClient,
+                        calls: Sequence[Callable[[], Awaitable[object]]]) -> None:
+    """Kill the sequencer (recorded in `state.kills`) and record the milliseconds to the first
+    commit of one of `calls` sent after the kill (`state.pauses_s`), by `bench cluster`'s own
+    `failover_ms`. A failure before the kill is raised (nothing was killed: try again); one
+    after it is recorded in `state.failover_error`."""
+    try:
+        milliseconds = await failover_ms(state.cluster, admin, calls, on_kill=state.killed)
+    except FailoverError as error:
+        if not state.kills:
+            raise
+        state.failover_error = str(error)
+        return
+    state.pauses_s.append(milliseconds / 1000)
+
+
+def _kill_note(state: Run) -> str:
+    """What the live view says of the sequencer's kill and the restart."""
+    if not state.kills:
+        return ""
+    replica, killed_at = state.kills[0]
+    if state.restarted_at is not None:
+        return f"restarted replica {replica} {state.restarted_at - killed_at:.0f} s after the kill"
+    down_s = time.monotonic() - killed_at
+    if down_s < 1.0:
+        return f"killed the sequencer (replica {replica}) with SIGKILL"
+    return f"replica {replica} was killed {down_s:.0f} s ago"
 
 
 def summary(state: Run) -> list[str]:
@@ -226,6 +263,7 @@ def summary(state: Run) -> list[str]:
         lines.append(f"  rejections (business refusals, replicated): {top}")
     if state.kills:
         pause = (f"commits resumed {state.pauses_s[0] * 1000:.0f} ms after the kill"
-                 if state.pauses_s else "commits had not resumed when the run ended")
+                 if state.pauses_s else state.failover_error
+                 or "commits had not resumed when the run ended")
         lines.append(f"  sequencer (replica {state.kills[0][0]}) killed with SIGKILL: {pause}")
     return lines
