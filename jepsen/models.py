@@ -9,6 +9,11 @@ Operations are read the Jepsen way: `input` is the invocation's value, `output` 
 completion returned. An `info` operation's output is unknown and never compared. `fail`
 operations never reach a model: they did not take effect.
 
+Values compare by type as well as by value, as in JSON and EDN: `true` is not `1`, `2.0` is not
+`2`. Python's `==` (and so a set) says they are equal, so a model never keeps a boolean or a
+float bare in its state: `exact` wraps each in an `Exact` that equals only its own type, and
+every comparison, and the search's memo of states, is type-strict for free.
+
 A model may declare a partition (per key, for key-value): a split of the operations into parts
 whose histories are linearizable together exactly when each one is (P-compositionality). The
 checker never partitions a model that does not declare one.
@@ -49,8 +54,34 @@ def _same(state: State) -> State:
     return state
 
 
+@dataclass(frozen=True, slots=True)
+class Exact:
+    """A boolean or a float as a model's state holds it: equal (and hashed) together with its
+    type, so `Exact("bool", True)` is neither `1` nor `Exact("float", 1.0)`."""
+
+    type_name: str
+    value: bool | float
+
+
+def exact(value: Value) -> State:
+    """`value` as a model compares it: booleans and floats (also inside lists) wrapped in
+    `Exact`; integers, strings and nil, which Python's `==` already keeps apart, as they are."""
+    if isinstance(value, bool | float):
+        return Exact(type(value).__name__, value)
+    if isinstance(value, tuple):
+        return tuple(exact(item) for item in value)
+    return value
+
+
+def same_value(first: Value, second: Value) -> bool:
+    """Equal in type and value, as JSON and EDN see it: `true` is not `1`, `2.0` is not `2`."""
+    return exact(first) == exact(second)
+
+
 def show(value: object) -> str:
     """A value the way the Jepsen tools print it: nil, numbers, "strings", [vectors]."""
+    if isinstance(value, Exact):
+        value = value.value
     if value is None:
         return "nil"
     if isinstance(value, bool):
@@ -116,7 +147,7 @@ def describe_operation(operation: Operation) -> str:
     if operation.input is not None:
         words.append(show(operation.input))
     if operation.status is EventType.OK and (operation.input is None or (
-            operation.output is not None and operation.output != operation.input)):
+            operation.output is not None and not same_value(operation.output, operation.input))):
         words.append("-> " + show(operation.output))
     elif operation.status is EventType.INFO:
         words.append("-> ?")
@@ -150,10 +181,10 @@ def _value_stepper(operation: Operation, functions: frozenset[str], model: str) 
     if f in ("read", "get"):
         if not known:
             return _same
-        seen = operation.output
+        seen = exact(operation.output)
         return lambda state: state if state == seen else ILLEGAL
     if f in ("write", "put"):
-        written = argument
+        written = exact(argument)
         return lambda state: written
     if f == "append":
         suffix = argument
@@ -162,7 +193,7 @@ def _value_stepper(operation: Operation, functions: frozenset[str], model: str) 
                              f"{show(suffix)}", operation=operation.id)
         return lambda state: suffix if state is None else (
             state + suffix if isinstance(state, str) else ILLEGAL)
-    expected, new = _cas_arguments(operation, argument)
+    expected, new = (exact(value) for value in _cas_arguments(operation, argument))
     if known and operation.output is False:
         return lambda state: state if state != expected else ILLEGAL
     return lambda state: new if state == expected else ILLEGAL
@@ -183,7 +214,7 @@ class RegisterModel(Model):
         self.functions = frozenset({"read", "write", "cas"} if cas else {"read", "write"})
 
     def initial_state(self) -> State:
-        return self.initial
+        return exact(self.initial)
 
     def compile(self, operation: Operation) -> Stepper:
         if operation.key is not None:
@@ -212,7 +243,7 @@ class KeyModel(Model):
         self.name = f"kv[{show(key)}]"
 
     def initial_state(self) -> State:
-        return self.initial
+        return exact(self.initial)
 
     def compile(self, operation: Operation) -> Stepper:
         return _value_stepper(operation, KV_FUNCTIONS, "kv")
@@ -243,7 +274,7 @@ class KvModel(Model):
     def compile(self, operation: Operation) -> Stepper:
         inner = _value_stepper(operation, KV_FUNCTIONS, self.name)
         slot = self._slots.setdefault(operation.key, len(self._slots))
-        initial = self.initial
+        initial = exact(self.initial)
 
         def step(state: State) -> State | Illegal:
             assert isinstance(state, tuple)
@@ -276,7 +307,7 @@ class KvModel(Model):
         keys = sorted(self._slots, key=_key_order)
         values = {key: state[self._slots[key]] for key in keys if self._slots[key] < len(state)}
         return "{" + ", ".join(f"{show(key)} {show(value)}" for key, value in values.items()
-                               if value != self.initial) + "}"
+                               if value != exact(self.initial)) + "}"
 
     def describe_initial(self) -> str:
         return f"{show(self.initial)} for every key"

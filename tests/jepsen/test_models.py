@@ -12,12 +12,15 @@ from jepsen.history import EventType, HistoryRecorder, Operation, Value
 from jepsen.models import (
     ILLEGAL,
     KvModel,
+    Model,
     RegisterModel,
     StateMachineModel,
     describe_operation,
+    exact,
     model_named,
 )
 from jepsen.verdict import Verdict
+from tests.jepsen.helpers import history
 
 
 def op(f: str, input: Value = None, output: Value = None, *, status: str = "ok",
@@ -105,6 +108,68 @@ def test_operations_are_described_the_jepsen_way() -> None:
     assert describe_operation(op("write", 3, 3)) == "write 3"
     assert describe_operation(op("cas", (1, 2), False)) == "cas [1 2] -> false"
     assert describe_operation(op("put", "v", key="k", status="info")) == 'put "k" "v" -> ?'
+
+
+# --- values compare by type: true is not 1, false is not 0, 2.0 is not 2 ---------------------
+
+# Templates: {0} is a value, {1} the value seen or compared with later.
+READ_AFTER_WRITE = "0 invoke write {0}\n0 ok write {0}\n1 invoke read\n1 ok read {1}"
+GET_AFTER_PUT = "0 invoke put {0} key=k\n0 ok put {0} key=k\n1 invoke get key=k\n1 ok get {1} key=k"
+CAS_AFTER_WRITE = """
+    0 invoke write {0}
+    0 ok write {0}
+    1 invoke cas [{1}, 5]
+    1 ok cas [{1}, 5]
+    2 invoke read
+    2 ok read 5"""
+
+# (model, template, a value, a value of another type that Python's == says is equal to it):
+# with the value in both places the history is linearizable; with the other one, it is not.
+MIXED_TYPES = [
+    (RegisterModel(0), READ_AFTER_WRITE, "1", "true"),
+    (RegisterModel(0), READ_AFTER_WRITE, "0", "false"),
+    (RegisterModel(0), READ_AFTER_WRITE, "2", "2.0"),
+    (RegisterModel(0), READ_AFTER_WRITE, "[1]", "[true]"),  # inside a list too
+    (RegisterModel(0), "1 invoke read\n1 ok read {1}", "0", "false"),  # the initial value
+    (RegisterModel(0, cas=True), CAS_AFTER_WRITE, "1", "true"),
+    (RegisterModel(0, cas=True), CAS_AFTER_WRITE, "1", "1.0"),
+    (KvModel(), GET_AFTER_PUT, "1", "true"),
+    (KvModel(partitioned=False), GET_AFTER_PUT, "0", "false"),
+]
+
+
+@pytest.mark.parametrize(("model", "template", "value", "other"), MIXED_TYPES,
+                         ids=[f"{case[0].name}-{case[2]}-{case[3]}" for case in MIXED_TYPES])
+def test_a_value_of_another_type_is_another_value(model: Model, template: str, value: str,
+                                                  other: str) -> None:
+    assert check(model, history(template.format(value, value))).is_linearizable
+    assert check(model, history(template.format(value, other))).verdict \
+        is Verdict.NOT_LINEARIZABLE
+
+
+def test_the_search_does_not_merge_states_equal_only_to_python() -> None:
+    # Two concurrent writes, of 1 and of true, then a read of 1 and a read of true: no order
+    # works. Taking write-true-then-write-1 first (state 1), the search must not then skip
+    # write-1-then-write-true (state true) as a configuration already seen, nor the reverse.
+    concurrent = """
+        0 invoke write 1
+        1 invoke write true
+        0 ok write 1
+        1 ok write true
+        2 invoke read
+        2 ok read {}"""
+    for last in ("1", "true"):
+        assert check(RegisterModel(None), history(concurrent.format(last))).is_linearizable
+    assert check(RegisterModel(None), history(concurrent.format("1") + """
+        2 invoke read
+        2 ok read true""")).verdict is Verdict.NOT_LINEARIZABLE
+
+
+def test_exact_values_keep_python_s_equal_numbers_apart() -> None:
+    values: list[Value] = [True, 1, 1.0, False, 0, 0.0, (1,), (True,), (1.0,), "1", None]
+    assert len({exact(value) for value in values}) == len(values)
+    assert exact((1, "a", None)) == (1, "a", None)  # nothing to wrap: left as it is
+    assert exact(2.5) == exact(2.5)
 
 
 def test_model_names() -> None:
