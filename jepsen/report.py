@@ -7,13 +7,18 @@ through the bars, each point numbered, with the model's state after it in a tabl
 history that is not linearizable the path is the longest linearizable prefix and it ends at the
 operation no order explains, with the smallest window found outlined. Nemesis events are marked
 in their own lane. Everything is inline (CSS, script, data): no network, nothing to install.
+
+Histories are untrusted input (any string may be a value). The page template is filled in one
+pass, so a value is never scanned for placeholders again; text goes in HTML-escaped, and the
+data goes in as JSON with `<`, `>` and `&` escaped, so no string can end its script element.
 """
 
 from __future__ import annotations
 
 import html
 import json
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 
 from jepsen.history import EventType, History, Operation, is_client_process
 from jepsen.models import Model, show
@@ -175,13 +180,29 @@ def _page_data(history: History, result: CheckResult, title: str) -> dict[str, o
 def html_report(history: History, result: CheckResult, *, format: str | None = None) -> str:
     """One self-contained HTML page: timeline, linearization, states, summary."""
     title = history.source or "history"
-    data = json.dumps(_page_data(history, result, title), ensure_ascii=True)
-    data = data.replace("</", "<\\/")
-    summary = html.escape(text_summary(history, result, format=format))
-    return (_PAGE.replace("$TITLE", html.escape(title))
-            .replace("$VERDICT", result.verdict.value)
-            .replace("$SUMMARY", summary)
-            .replace("$DATA", data))
+    return fill_page(_PAGE, {
+        "TITLE": html.escape(title),
+        "VERDICT": html.escape(result.verdict.value),
+        "SUMMARY": html.escape(text_summary(history, result, format=format)),
+        "DATA": script_json(_page_data(history, result, title)),
+    })
+
+
+_PLACEHOLDER = re.compile(r"\$(TITLE|VERDICT|SUMMARY|DATA)")
+
+
+def fill_page(template: str, values: Mapping[str, str]) -> str:
+    """Every `$NAME` placeholder replaced by its value in one pass over the template: what a
+    value brings in (a `$DATA` in a history's summary, say) is never replaced in turn."""
+    return _PLACEHOLDER.sub(lambda match: values[match.group(1)], template)
+
+
+def script_json(document: object) -> str:
+    """JSON to embed in a `<script>` element: ASCII, with `<`, `>` and `&` written as `\\u`
+    escapes (the same string to a JSON parser), so nothing in it closes the element, opens a
+    comment or reads as markup."""
+    text = json.dumps(document, ensure_ascii=True)
+    return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
 
 
 _PAGE = """<!DOCTYPE html>

@@ -7,7 +7,7 @@ import re
 
 from jepsen.checker import check
 from jepsen.models import KvModel, RegisterModel
-from jepsen.report import html_report, result_json, text_summary
+from jepsen.report import fill_page, html_report, result_json, script_json, text_summary
 from tests.jepsen.helpers import history
 
 STALE = history("""
@@ -80,6 +80,36 @@ def test_history_text_cannot_break_out_of_the_page() -> None:
     assert "</script><script>alert" not in page
     assert embedded_data(page)["operations"][0]["text"].startswith(  # type: ignore[index]
         'write "</script>')
+
+
+def test_a_placeholder_in_history_text_stays_text() -> None:
+    # The summary names the read's value, "$DATA": filled in turn, it pasted the raw JSON, and
+    # the write's markup with it, into the page.
+    hist = history("""
+        0 invoke write "<img src=x onerror=alert(1)>"
+        0 ok write "<img src=x onerror=alert(1)>"
+        1 invoke read
+        1 ok read "$DATA"
+        """)
+    page = html_report(hist, check(RegisterModel(None), hist))
+    assert "<img" not in page
+    assert 'read -&gt; &quot;$DATA&quot;' in page
+    operations = embedded_data(page)["operations"]
+    assert [op["text"] for op in operations] == [  # type: ignore[attr-defined]
+        'write "<img src=x onerror=alert(1)>"', 'read -> "$DATA"']
+
+
+def test_the_template_is_filled_in_one_pass() -> None:
+    page = fill_page("<h1>$TITLE</h1><pre>$SUMMARY</pre><script>$DATA</script>",
+                     {"TITLE": "$SUMMARY", "SUMMARY": "$DATA", "DATA": "{}"})
+    assert page == "<h1>$SUMMARY</h1><pre>$DATA</pre><script>{}</script>"
+
+
+def test_embedded_json_has_no_markup_characters() -> None:
+    document = {"text": "<!-- </script> & <b>"}
+    embedded = script_json(document)
+    assert not set("<>&") & set(embedded)
+    assert json.loads(embedded) == document
 
 
 def test_a_partitioned_page_lists_every_partition() -> None:
