@@ -8,8 +8,11 @@ batching comes for free under load, as in the runtime.
 
 Time is simulated in microseconds. A replica counts ticks from its own clock (period
 `tick_us`, off by up to `drift_ppm`); like the runtime's ticker it catches up on missed ticks
-before it handles anything else after a pause. A crash loses unsynced records (a torn prefix
-may survive); a restart rebuilds the replica from its disk.
+before it handles anything else after a pause. A paused replica (as under SIGSTOP) does
+nothing until the pause ends: every step due meanwhile (a tick, a delivery, a flush, the end of
+a sync with what follows it: sends, execution, replies) is deferred to the pause's end. A crash
+loses unsynced records (a torn prefix may survive); a restart rebuilds the replica from its
+disk.
 """
 
 from __future__ import annotations
@@ -239,9 +242,11 @@ class Cluster:
             self.monitor.view_log_built(node.id, inspect)
 
     def _synced(self, event: Event) -> None:
+        """The sync a Ready waited for is done: unless the replica is paused (then at the end
+        of the pause) it sends, executes and advances."""
         node = self.nodes[event.node]
         incarnation, ready = event.payload
-        if incarnation != node.incarnation or node.replica is None:
+        if incarnation != node.incarnation or not self._available(node, event):
             return
         node.disk.sync()
         self._persisted(node, ready)

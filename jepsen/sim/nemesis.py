@@ -1,6 +1,17 @@
 """The nemesis: a schedule of faults (partitions of several shapes, one-way cuts, clogged
 links, crashes with restarts, pauses), drawn from the seed or given explicitly (Hypothesis
-builds explicit schedules, so a failing one shrinks to the faults that matter).
+builds explicit schedules, so a failing one shrinks to the faults that matter), and what each
+network fault does to the links (`disturbance`).
+
+Every fault shape cuts or slows some link at every group size the cluster allows (odd, from 3).
+`partition-ring` leaves each replica those nearest it around a ring, as few as still make a
+majority with it (its two neighbours of 5, four of 7), different for each; it cuts the rest.
+With 3 every pair are neighbours, so a ring would cut nothing; there it cuts the one link
+between the target's neighbours instead, leaving a line through the target (each end still sees
+a majority, the two ends different ones: the same cut `partition-bridge` makes).
+
+`schedule_problems` says what is wrong with an explicit schedule for a cluster: a target that is
+no replica, a fault that lasts no time, a start outside the safety phase.
 """
 
 from __future__ import annotations
@@ -9,6 +20,7 @@ import enum
 from dataclasses import dataclass
 
 from consensus.prng import Prng
+from jepsen.sim.network import Disturbance, Link
 from jepsen.sim.options import SimOptions
 
 
@@ -63,12 +75,55 @@ def partition_groups(fault: Fault, target: int, replica_count: int,
         rotated = everyone[target:] + everyone[:target]
         half = replica_count // 2
         return [rotated[:half], rotated[half:]]
+    if fault is Fault.PARTITION_RING and replica_count <= 3:
+        # Every pair are ring neighbours: cut the pair beside the target, a line through it.
+        return [[(target - 1) % replica_count, target], [target, (target + 1) % replica_count]]
     if fault is Fault.PARTITION_RING:
-        # Each replica hears only its two ring neighbours: with 5, each sees a majority.
-        return [[member, (member + 1) % replica_count] for member in everyone]
+        # Each replica hears those within `reach` of it around the ring: just a majority.
+        reach = (replica_count // 2 + 1) // 2
+        return [[(member + step) % replica_count for step in range(reach + 1)]
+                for member in everyone]
     if fault is Fault.PARTITION_BRIDGE:
         others = [member for member in everyone if member != target]
         half = len(others) // 2
         return [[*others[:half], target], [*others[half:], target]]
     isolated = sequencer if fault is Fault.ISOLATE_SEQUENCER else target
     return [[isolated], [member for member in everyone if member != isolated]]
+
+
+def links_between_groups(groups: list[list[int]], replica_count: int) -> frozenset[Link]:
+    """The links between replicas that share no group (both directions)."""
+    return frozenset((source, target)
+                     for source in range(replica_count) for target in range(replica_count)
+                     if source != target
+                     and not any(source in group and target in group for group in groups))
+
+
+def disturbance(fault: Fault, target: int, replica_count: int, *, sequencer: int,
+                clog_us: int) -> Disturbance:
+    """What a network fault does to the links while it is in force."""
+    others = [member for member in range(replica_count) if member != target]
+    if fault is Fault.CLOG:
+        links = {*((other, target) for other in others), *((target, other) for other in others)}
+        return Disturbance(clogged=frozenset(links), clog_us=clog_us)
+    if fault is Fault.ONE_WAY:
+        return Disturbance(blocked=frozenset((other, target) for other in others))
+    groups = partition_groups(fault, target, replica_count, sequencer)
+    return Disturbance(blocked=links_between_groups(groups, replica_count))
+
+
+def schedule_problems(schedule: tuple[NemesisEvent, ...], replica_count: int,
+                      safety_ms: int) -> list[str]:
+    """What makes an explicit schedule unfit for this cluster, one line per event at fault."""
+    problems = []
+    for event in schedule:
+        name = f"{event.at_ms}:{event.fault.value}:{event.target}:{event.duration_ms}"
+        if not 0 <= event.target < replica_count:
+            problems.append(f"{name}: target {event.target} is no replica (there are "
+                            f"{replica_count}: 0 to {replica_count - 1})")
+        if event.duration_ms <= 0:
+            problems.append(f"{name}: a fault lasts at least 1 ms, not {event.duration_ms}")
+        if not 0 <= event.at_ms <= safety_ms:
+            problems.append(f"{name}: faults start in the safety phase, at 0 to {safety_ms} ms, "
+                            f"not at {event.at_ms}")
+    return problems

@@ -2,15 +2,22 @@
 (symmetric or one-way) and clogging, all drawn from one seeded generator.
 
 `send` returns when (if ever) each copy of a frame arrives; the cluster schedules the arrivals.
-Partitions are a matrix of blocked links, so any shape can be expressed: halves, a majority
-ring, a bridge, an isolated replica, or a one-way cut.
+
+Faults are `Disturbance`s: the directed links one fault blocks, and those it slows, so any
+shape can be expressed (halves, a majority ring, a bridge, an isolated replica, a one-way cut).
+Several may be in force at once, overlapping in time and in links; the links are always what
+the faults still in force make them: blocked if any of them blocks it, slowed by the largest
+delay among them. Ending one fault (`restore`) never ends another; `heal` ends them all.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeAlias
 
 from consensus.prng import Prng
+
+Link: TypeAlias = tuple[int, int]  # (source, target): the frames source sends to target
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,8 +27,18 @@ class LinkFaults:
     jitter_us: int = 0  # extra delay drawn uniformly in [0, jitter_us]: reorders frames
 
 
+@dataclass(frozen=True, slots=True)
+class Disturbance:
+    """What one network fault does while it is in force."""
+
+    blocked: frozenset[Link] = frozenset()  # no frame passes
+    clogged: frozenset[Link] = frozenset()  # every frame takes clog_us longer
+    clog_us: int = 0
+
+
 class Network:
-    __slots__ = ("_blocked", "_clog_us", "_latency_us", "_prng", "faults", "replica_count")
+    __slots__ = ("_active", "_blocked", "_clog_us", "_disturbances", "_latency_us", "_prng",
+                 "faults", "replica_count")
 
     def __init__(self, latency_us: list[list[int]], prng: Prng, faults: LinkFaults) -> None:
         self.replica_count = len(latency_us)
@@ -30,6 +47,8 @@ class Network:
         self.faults = faults
         self._blocked = [[False] * self.replica_count for _ in range(self.replica_count)]
         self._clog_us = [[0] * self.replica_count for _ in range(self.replica_count)]
+        self._active: dict[int, Disturbance] = {}  # by the id `disturb` gave it
+        self._disturbances = 0  # ids given out
 
     def arrivals(self, now_us: int, source: int, target: int) -> list[int]:
         """Arrival times of the copies of one frame from source to target (none if lost)."""
@@ -43,24 +62,41 @@ class Network:
         return [base + (prng.int_inclusive(0, faults.jitter_us) if faults.jitter_us else 0)
                 for _ in range(copies)]
 
+    def disturb(self, disturbance: Disturbance) -> int:
+        """Put a fault in force, on top of any already in force; returns its id for `restore`."""
+        self._disturbances += 1
+        self._active[self._disturbances] = disturbance
+        self._recompute()
+        return self._disturbances
+
+    def restore(self, disturbance_id: int) -> None:
+        """End one fault (nothing if it ended already, by `heal`); the others stay in force."""
+        if self._active.pop(disturbance_id, None) is not None:
+            self._recompute()
+
     def heal(self) -> None:
-        for blocked in self._blocked:
-            blocked[:] = [False] * self.replica_count
-        for row in self._clog_us:
-            row[:] = [0] * self.replica_count
+        """End every fault."""
+        self._active.clear()
+        self._recompute()
 
-    def partition(self, groups: list[list[int]]) -> None:
-        """Only replicas in a common group talk (a replica may be in several: a bridge)."""
-        for source in range(self.replica_count):
-            for target in range(self.replica_count):
-                together = any(source in group and target in group for group in groups)
-                self._blocked[source][target] = source != target and not together
+    def _recompute(self) -> None:
+        count = self.replica_count
+        blocked = [[False] * count for _ in range(count)]
+        clog_us = [[0] * count for _ in range(count)]
+        for disturbance in self._active.values():
+            for source, target in disturbance.blocked:
+                blocked[source][target] = True
+            for source, target in disturbance.clogged:
+                clog_us[source][target] = max(clog_us[source][target], disturbance.clog_us)
+        self._blocked, self._clog_us = blocked, clog_us
 
-    def cut_one_way(self, source: int, target: int) -> None:
-        self._blocked[source][target] = True
-
-    def clog(self, source: int, target: int, delay_us: int) -> None:
-        self._clog_us[source][target] = delay_us
+    def active(self) -> tuple[Disturbance, ...]:
+        """The faults in force, oldest first."""
+        return tuple(self._active.values())
 
     def is_blocked(self, source: int, target: int) -> bool:
         return self._blocked[source][target]
+
+    def clog_us(self, source: int, target: int) -> int:
+        """The delay the faults in force add to every frame on this link."""
+        return self._clog_us[source][target]

@@ -29,8 +29,14 @@ from jepsen.history import History
 from jepsen.models import KvModel
 from jepsen.sim.cluster import Cluster
 from jepsen.sim.monitor import Violation
-from jepsen.sim.nemesis import Fault, NemesisEvent, draw_schedule, partition_groups
-from jepsen.sim.network import LinkFaults, Network
+from jepsen.sim.nemesis import (
+    Fault,
+    NemesisEvent,
+    disturbance,
+    draw_schedule,
+    partition_groups,  # noqa: F401 (scripts import it from here)
+)
+from jepsen.sim.network import Disturbance, LinkFaults, Network
 from jepsen.sim.options import SimOptions
 from jepsen.verdict import Verdict
 
@@ -122,6 +128,8 @@ def run(options: SimOptions, schedule: tuple[NemesisEvent, ...] | None = None) -
 
 
 def _inject(event: NemesisEvent) -> Callable[[Cluster], None]:
+    """The fault's start: it ends `duration_ms` later, and only it ends then (the network's
+    links are recomputed from the faults still in force)."""
     def apply(cluster: Cluster) -> None:
         end_us = cluster.now_us + event.duration_ms * 1000
         node = cluster.nodes[event.target]
@@ -132,27 +140,17 @@ def _inject(event: NemesisEvent) -> Callable[[Cluster], None]:
         if event.fault is Fault.PAUSE:
             node.paused_until = max(node.paused_until, end_us)
             return
-        _disturb_network(cluster, event)
-        cluster.call_at(end_us, lambda later: later.network.heal())
+        disturbance_id = cluster.network.disturb(_disturbance(cluster, event))
+        cluster.call_at(end_us, lambda later: later.network.restore(disturbance_id))
     return apply
 
 
-def _disturb_network(cluster: Cluster, event: NemesisEvent) -> None:
+def _disturbance(cluster: Cluster, event: NemesisEvent) -> Disturbance:
     count = cluster.options.replica_count
-    if event.fault is Fault.CLOG:
-        delay_us = min(CLOG_US_MAX, 100 * cluster.options.latency_us_max)
-        for other in range(count):
-            if other != event.target:
-                cluster.network.clog(other, event.target, delay_us)
-                cluster.network.clog(event.target, other, delay_us)
-    elif event.fault is Fault.ONE_WAY:
-        for source in range(count):
-            if source != event.target:
-                cluster.network.cut_one_way(source, event.target)
-    else:
-        sequencer = max(range(count), key=lambda replica: _view_of(cluster, replica))
-        sequencer = _view_of(cluster, sequencer) % count
-        cluster.network.partition(partition_groups(event.fault, event.target, count, sequencer))
+    sequencer = max(range(count), key=lambda replica: _view_of(cluster, replica))
+    sequencer = _view_of(cluster, sequencer) % count
+    clog_us = min(CLOG_US_MAX, 100 * cluster.options.latency_us_max)
+    return disturbance(event.fault, event.target, count, sequencer=sequencer, clog_us=clog_us)
 
 
 def _view_of(cluster: Cluster, replica: int) -> int:
