@@ -7,8 +7,9 @@ object) and optionally writes the HTML report. Each format has its customary ini
 `--initial` overrides it, read as JSON (`0`, `null`, `"x"`) or else as a plain string.
 
 Exit status: 0 linearizable, 1 not linearizable, 2 unknown (the time budget ran out), 3 nothing
-was checked (a file that cannot be read, a model that does not fit the history or is not
-available, bad arguments).
+was checked, or its report could not be written (a file that cannot be read, a model that does
+not fit the history or is not available, bad arguments, an `--html` path that cannot be
+written). A status 3 comes with one line on stderr, never a traceback.
 """
 
 from __future__ import annotations
@@ -65,9 +66,10 @@ def parse_initial(text: str) -> object:
 def run(args: argparse.Namespace) -> int:
     history = None
     try:
+        _check_writable(args.html)
         loaded = load(args.file, args.format)
         history = loaded.history
-        initial = loaded.initial if args.initial is None else parse_initial(args.initial)
+        initial = loaded.initial if args.initial is None else _initial(args.initial)
         model = model_named(args.model, None if initial is UNSET else freeze(initial))
         result = check(model, history, timeout_s=args.timeout or None)
     except ModelError as error:
@@ -77,8 +79,11 @@ def run(args: argparse.Namespace) -> int:
     except (JepsenError, OSError, TypeError) as error:
         return _unreadable(str(error))
     if args.html:
-        pathlib.Path(args.html).write_text(html_report(history, result, format=loaded.format),
-                                           encoding="utf-8")
+        try:
+            pathlib.Path(args.html).write_text(
+                html_report(history, result, format=loaded.format), encoding="utf-8")
+        except OSError as error:
+            return _unreadable(f"--html: {error}")
     if args.json:
         print(json.dumps(result_json(history, result, format=loaded.format)))
     else:
@@ -86,6 +91,24 @@ def run(args: argparse.Namespace) -> int:
     return {Verdict.LINEARIZABLE: EXIT_LINEARIZABLE,
             Verdict.NOT_LINEARIZABLE: EXIT_NOT_LINEARIZABLE,
             Verdict.UNKNOWN: EXIT_UNKNOWN}[result.verdict]
+
+
+def _initial(text: str) -> object:
+    try:
+        return freeze(parse_initial(text))
+    except TypeError as error:
+        raise TypeError(f"--initial: {error}") from None
+
+
+def _check_writable(html: str | None) -> None:
+    """Refuse an --html path that cannot be written before spending the check's time on it."""
+    if html is None:
+        return
+    path = pathlib.Path(html)
+    if path.is_dir():
+        raise OSError(f"--html: {html} is a directory")
+    if not path.parent.is_dir():
+        raise OSError(f"--html: no directory {str(path.parent)!r} to write {path.name} into")
 
 
 def _unreadable(message: str) -> int:

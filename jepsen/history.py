@@ -21,6 +21,7 @@ the event rules once, at construction, and pairs events into `Operation`s.
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TypeAlias
@@ -28,6 +29,7 @@ from typing import TypeAlias
 from jepsen.errors import HistoryError
 
 # A value is what JSON and EDN can both carry, frozen so states and cache keys can hash it.
+# Numbers are finite: JSON has no NaN or infinity, and a NaN equals nothing, not even itself.
 Value: TypeAlias = bool | int | float | str | tuple["Value", ...] | None
 # A client process is an integer; any other process (a string) is no client.
 Process: TypeAlias = int | str
@@ -88,13 +90,25 @@ def is_client_process(process: Process) -> bool:
 
 
 def freeze(value: object) -> Value:
-    """A JSON-shaped Python value as a `Value`: lists become tuples; anything else is refused."""
+    """A JSON-shaped Python value as a `Value`: lists become tuples; anything else (a NaN or an
+    infinity included) is refused."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise TypeError(f"a history number is finite; got {value}")
     if value is None or isinstance(value, bool | int | float | str):
         return value
     if isinstance(value, list | tuple):
         return tuple(freeze(item) for item in value)
     raise TypeError(f"a history value is null, a boolean, a number, a string or a list of "
                     f"those; got {type(value).__name__}")
+
+
+def is_finite(value: Value) -> bool:
+    """No NaN or infinity anywhere in `value` (a reader may have parsed one: `1e999`, `##NaN`)."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, tuple):
+        return all(is_finite(item) for item in value)
+    return True
 
 
 class History:

@@ -23,6 +23,8 @@ def _is_json_object(line: str) -> bool:
         return isinstance(json.loads(line), dict)
     except json.JSONDecodeError:
         return False
+    except RecursionError:  # JSON nested too deep to decode: the JSON reader says so
+        return True
 
 
 def detect(text: str, source: str) -> str:

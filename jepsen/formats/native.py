@@ -8,8 +8,9 @@
 The first line is an optional header: the format's version and, optionally, the initial value of
 the register or of every key. Each event gives its process (an integer for a client, a string
 for anything else), its type (invoke, ok, fail, info), its function, its value (JSON null,
-boolean, number, string or list) and, for per-key operations, its key. `index`, when present,
-must equal the event's position: the line order is the real-time order.
+boolean, finite number, string or list, nested at most `DEPTH_MAX` deep) and, for per-key
+operations, its key. `index`, when present, must equal the event's position: the line order is
+the real-time order.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import json
 
 from jepsen.errors import HistoryFormatError
 from jepsen.formats.builder import EventsBuilder
+from jepsen.formats.edn import DEPTH_MAX
 from jepsen.history import Event, EventType, History, Value, freeze
 
 NAME = "jsonl"
@@ -54,8 +56,8 @@ def _value(raw: object, what: str, source: str, line: int) -> Value:
     try:
         return freeze(raw)
     except TypeError:
-        raise HistoryFormatError(source, line, f"{what} that is null, a boolean, a number, a "
-                                 f"string or a list", found=json.dumps(raw)) from None
+        raise HistoryFormatError(source, line, f"{what} that is null, a boolean, a finite "
+                                 f"number, a string or a list", found=json.dumps(raw)) from None
 
 
 def _add_event(builder: EventsBuilder, record: dict[str, object], line: int) -> None:
@@ -80,6 +82,34 @@ def _add_event(builder: EventsBuilder, record: dict[str, object], line: int) -> 
                 key=_value(record.get("key"), "a key", source, line))
 
 
+def _deeper_than(raw: object, levels: int) -> bool:
+    """Do lists and objects nest more than `levels` deep in this decoded JSON value?"""
+    if isinstance(raw, dict):
+        raw = list(raw.values())
+    if not isinstance(raw, list):
+        return False
+    return levels == 0 or any(_deeper_than(item, levels - 1) for item in raw)
+
+
+def _too_deep(source: str, line: int) -> HistoryFormatError:
+    return HistoryFormatError(source, line, f"a JSON object nested at most {DEPTH_MAX} deep")
+
+
+def _record(raw: str, source: str, line: int) -> object:
+    """One line decoded; nesting deeper than `DEPTH_MAX` is refused (deeper than the decoder's
+    recursion allows, it cannot even be decoded)."""
+    try:
+        record = json.loads(raw)
+    except json.JSONDecodeError as error:
+        raise HistoryFormatError(source, line, "a JSON object",
+                                 found=error.msg.lower()) from None
+    except RecursionError:
+        raise _too_deep(source, line) from None
+    if raw.count("[") + raw.count("{") > DEPTH_MAX and _deeper_than(record, DEPTH_MAX):
+        raise _too_deep(source, line)
+    return record
+
+
 def parse(text: str, source: str) -> tuple[History, object]:
     """The history in `text`, and the initial value its header names (or UNSET)."""
     builder = EventsBuilder(source)
@@ -88,11 +118,7 @@ def parse(text: str, source: str) -> tuple[History, object]:
     for number, raw in enumerate(text.splitlines(), start=1):
         if not raw.strip():
             continue
-        try:
-            record = json.loads(raw)
-        except json.JSONDecodeError as error:
-            raise HistoryFormatError(source, number, "a JSON object",
-                                     found=error.msg.lower()) from None
+        record = _record(raw, source, number)
         if not isinstance(record, dict):
             raise HistoryFormatError(source, number, "a JSON object", found=type(record).__name__)
         if HEADER_KEY in record:

@@ -5,6 +5,11 @@
   prints the command that reproduces it.
 - `sweep --replicas N --seeds FIRST-LAST`: many seeds; exit status 1 on any violation.
 - `latency --replicas N --protocol sdpaxos|multipaxos|both`: the paper's WAN table.
+
+Exit status: 0 no violation, 1 a violation was found, 2 bad arguments (argparse's usage errors,
+and a `--schedule` that does not fit the cluster: a target that is no replica, a fault that
+lasts no time or starts outside the safety phase). Bad arguments get one error line, never a
+traceback, and never run the simulator.
 """
 
 from __future__ import annotations
@@ -18,9 +23,11 @@ from consensus.config import Mode
 from consensus.prng import Prng
 from consensus.runtime.arguments import at_least
 from jepsen.sim.latency import SiteLatency, model_ms, paper_ms, run_latency
-from jepsen.sim.nemesis import Fault, NemesisEvent, draw_schedule
+from jepsen.sim.nemesis import Fault, NemesisEvent, draw_schedule, schedule_problems
 from jepsen.sim.options import SimOptions, swarm
 from jepsen.sim.runner import SimResult, run
+
+EXIT_OK, EXIT_VIOLATION, EXIT_USAGE = 0, 1, 2
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -29,10 +36,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     one.add_argument("--seed", type=int, required=True)
     _common(one)
     one.add_argument("--no-swarm", action="store_true", help="no faults drawn from the seed")
-    one.add_argument("--schedule", help="explicit faults: AT_MS:FAULT:TARGET:DURATION_MS,...")
+    one.add_argument("--schedule", type=parse_schedule,
+                     help="explicit faults: AT_MS:FAULT:TARGET:DURATION_MS,...")
     one.set_defaults(handler=run_one)
     many = commands.add_parser("sweep", help="run a range of seeds with swarm faults")
-    many.add_argument("--seeds", required=True, help="FIRST-LAST, inclusive")
+    many.add_argument("--seeds", required=True, type=seed_range,
+                      help="FIRST-LAST, inclusive (or one seed)")
     _common(many)
     many.set_defaults(handler=run_sweep)
     table = commands.add_parser("latency", help="the paper's WAN latency table")
@@ -60,16 +69,37 @@ def _options(args: argparse.Namespace, seed: int, *, faults: bool) -> SimOptions
 
 
 def parse_schedule(text: str) -> tuple[NemesisEvent, ...]:
-    events = []
-    for item in filter(None, text.split(",")):
-        try:
-            at, fault, target, duration = item.split(":")
-            events.append(NemesisEvent(int(at), Fault(fault), int(target), int(duration)))
-        except ValueError as error:
-            raise SystemExit(f"--schedule: {item!r} is not AT_MS:FAULT:TARGET:DURATION_MS "
-                             f"with FAULT one of {', '.join(fault.value for fault in Fault)}"
-                             ) from error
-    return tuple(events)
+    """`--schedule`'s type: comma-separated AT_MS:FAULT:TARGET:DURATION_MS events (whether
+    they fit the cluster is `schedule_problems`'s to say)."""
+    return tuple(_schedule_event(item) for item in filter(None, text.split(",")))
+
+
+def _schedule_event(item: str) -> NemesisEvent:
+    try:
+        at, fault, target, duration = item.split(":")
+        return NemesisEvent(int(at), Fault(fault), int(target), int(duration))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{item!r} is not AT_MS:FAULT:TARGET:DURATION_MS with FAULT one of "
+            f"{', '.join(fault.value for fault in Fault)}") from None
+
+
+def seed_range(text: str) -> range:
+    """`--seeds`'s type: FIRST-LAST (inclusive, FIRST <= LAST) or one seed."""
+    first, dash, last = text.partition("-")
+    try:
+        low = int(first)
+        high = int(last) if dash else low
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not FIRST-LAST or one seed: {text!r}") from None
+    if low < 0 or high < low:
+        raise argparse.ArgumentTypeError(f"FIRST-LAST needs 0 <= FIRST <= LAST, not {text!r}")
+    return range(low, high + 1)
+
+
+def _usage_error(command: str, message: str) -> int:
+    print(f"cellar sim {command}: error: {message}", file=sys.stderr)
+    return EXIT_USAGE
 
 
 def format_schedule(schedule: tuple[NemesisEvent, ...]) -> str:
@@ -79,8 +109,11 @@ def format_schedule(schedule: tuple[NemesisEvent, ...]) -> str:
 
 def run_one(args: argparse.Namespace) -> int:
     options = _options(args, args.seed, faults=not args.no_swarm)
-    schedule = parse_schedule(args.schedule) if args.schedule is not None else \
+    schedule = args.schedule if args.schedule is not None else \
         draw_schedule(options, Prng(options.seed).fork(4))
+    problems = schedule_problems(schedule, options.replica_count, options.safety_ms)
+    if problems:
+        return _usage_error("run", "--schedule: " + "; ".join(problems))
     if not args.json:
         print(f"seed {args.seed}: {options.describe()}")
         print(f"faults: {format_schedule(schedule) or 'none'}", flush=True)
@@ -93,7 +126,7 @@ def run_one(args: argparse.Namespace) -> int:
                           "minimal_schedule": format_schedule(minimal)}))
     else:
         _print_result(result, elapsed, args, minimal)
-    return 0 if result.ok else 1
+    return EXIT_OK if result.ok else EXIT_VIOLATION
 
 
 def _summary(result: SimResult) -> dict[str, object]:
@@ -140,8 +173,7 @@ def _passes(options: SimOptions, schedule: tuple[NemesisEvent, ...]) -> bool:
 
 
 def run_sweep(args: argparse.Namespace) -> int:
-    first, _, last = args.seeds.partition("-")
-    seeds = range(int(first), int(last or first) + 1)
+    seeds: range = args.seeds
     failed: list[int] = []
     violations = 0
     started = time.perf_counter()
@@ -166,7 +198,7 @@ def run_sweep(args: argparse.Namespace) -> int:
     else:
         print(f"{len(seeds)} seeds, {len(failed)} failed{': ' if failed else ''}"
               f"{' '.join(map(str, failed))} ({elapsed:.0f} s)")
-    return 1 if failed else 0
+    return EXIT_VIOLATION if failed else EXIT_OK
 
 
 def run_table(args: argparse.Namespace) -> int:

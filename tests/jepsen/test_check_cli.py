@@ -118,6 +118,82 @@ def test_usage_errors_exit_3(capsys: pytest.CaptureFixture[str]) -> None:
     assert "argument --timeout: not a number: 'soon'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("name", "content"), [
+    ("true-after-1.jsonl", '{"cellar-history": 1, "initial": 0}\n'
+     '{"process": 0, "type": "invoke", "f": "write", "value": 1}\n'
+     '{"process": 0, "type": "ok", "f": "write", "value": 1}\n'
+     '{"process": 1, "type": "invoke", "f": "read", "value": null}\n'
+     '{"process": 1, "type": "ok", "f": "read", "value": true}\n'),
+    ("false-for-0.jsonl", '{"cellar-history": 1, "initial": 0}\n'
+     '{"process": 1, "type": "invoke", "f": "read", "value": null}\n'
+     '{"process": 1, "type": "ok", "f": "read", "value": false}\n'),
+    ("cas-from-true.edn", "[{:process 0, :type :invoke, :f :write, :value 1}\n"
+     " {:process 0, :type :ok, :f :write, :value 1}\n"
+     " {:process 1, :type :invoke, :f :cas, :value [true 5]}\n"
+     " {:process 1, :type :ok, :f :cas, :value [true 5]}\n"
+     " {:process 2, :type :invoke, :f :read, :value nil}\n"
+     " {:process 2, :type :ok, :f :read, :value 5}]\n"),
+    ("float-for-int.edn", "[{:process 0, :type :invoke, :f :write, :value 2}\n"
+     " {:process 0, :type :ok, :f :write, :value 2}\n"
+     " {:process 1, :type :invoke, :f :read, :value nil}\n"
+     " {:process 1, :type :ok, :f :read, :value 2.0}]\n"),
+], ids=["true-after-1", "false-for-0", "cas-from-true", "float-for-int"])
+def test_a_value_of_another_type_is_not_linearizable(capsys: pytest.CaptureFixture[str],
+                                                     tmp_path: pathlib.Path, name: str,
+                                                     content: str) -> None:
+    path = tmp_path / name
+    path.write_text(content)
+    code, out, _ = run(capsys, str(path), "--model", "cas-register")
+    assert code == 1
+    assert "verdict: NOT linearizable" in out
+
+
+OK_HISTORY = ('{"process": 0, "type": "invoke", "f": "write", "value": 1}\n'
+              '{"process": 0, "type": "ok", "f": "write", "value": 1}\n')
+
+
+def nested_read(depth: int) -> str:
+    return ('{"process": 0, "type": "invoke", "f": "read", "value": '
+            + "[" * depth + "]" * depth + "}\n")
+
+
+@pytest.mark.parametrize(("content", "argv", "message"), [
+    (nested_read(5000), [], ":1: expected a JSON object nested at most 64 deep"),
+    (nested_read(100), [], ":1: expected a JSON object nested at most 64 deep"),
+    ('{"process": 0, "type": "invoke", "f": "write", "value": NaN}\n', [],
+     ":1: expected a value that is null, a boolean, a finite number, a string or a list, "
+     "found NaN"),
+    ('{"process": 0, "type": "invoke", "f": "write", "value": [1e999]}\n', [],
+     "found [Infinity]"),
+    ("[{:process 0 :type :invoke :f :write :value 1e999}]", ["--format", "knossos"],
+     ":1: expected a value with finite numbers only, found inf"),
+    (OK_HISTORY, ["--initial", "NaN"], "--initial: a history number is finite; got nan"),
+    (OK_HISTORY, ["--html", "/nonexistent/dir/r.html"],
+     "--html: no directory '/nonexistent/dir' to write r.html into"),
+], ids=["nested-5000-deep", "nested-100-deep", "nan", "infinity", "edn-infinity",
+        "initial-nan", "html-into-a-missing-directory"])
+def test_bad_input_is_one_line_and_exit_3(capsys: pytest.CaptureFixture[str],
+                                         tmp_path: pathlib.Path, content: str,
+                                         argv: list[str], message: str) -> None:
+    path = tmp_path / "history"
+    path.write_text(content)
+    code, out, err = run(capsys, str(path), "--model", "register", *argv)
+    assert (code, out) == (3, "")
+    assert err.count("\n") == 1
+    assert message in err
+
+
+def test_an_html_report_that_cannot_be_written_is_exit_3(
+        capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path) -> None:
+    (tmp_path / "ok.jsonl").write_text(OK_HISTORY)
+    (tmp_path / "report.html").symlink_to(tmp_path / "gone" / "report.html")
+    code, out, err = run(capsys, str(tmp_path / "ok.jsonl"), "--model", "register",
+                         "--html", str(tmp_path / "report.html"))
+    assert (code, out) == (3, "")
+    assert err.startswith("cellar check: --html: [Errno 2] No such file or directory")
+    assert err.count("\n") == 1
+
+
 def test_html_report_is_written(capsys: pytest.CaptureFixture[str],
                                 tmp_path: pathlib.Path) -> None:
     out_path = tmp_path / "report.html"

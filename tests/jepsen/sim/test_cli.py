@@ -1,0 +1,62 @@
+"""`cellar sim`: bad arguments are usage errors (exit 2, one error line, no traceback), never
+exit 1, which says a violation was found; none of them runs the simulator."""
+
+from __future__ import annotations
+
+import pytest
+
+from cellar.cli import main
+from jepsen.sim.cli import EXIT_USAGE, seed_range
+
+SHORT = ["--safety-ms", "200", "--liveness-ms", "200"]
+
+
+def usage_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    """The error line of a command argparse refuses (exit 2)."""
+    with pytest.raises(SystemExit) as caught:
+        main(["sim", *argv])
+    assert caught.value.code == EXIT_USAGE
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    return captured.err.splitlines()[-1]
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["sweep", "--seeds", "abc"], "argument --seeds: not FIRST-LAST or one seed: 'abc'"),
+    (["sweep", "--seeds", "5-3"], "argument --seeds: FIRST-LAST needs 0 <= FIRST <= LAST"),
+    (["sweep", "--seeds", "-3"], "argument --seeds: not FIRST-LAST or one seed: '-3'"),
+    (["run", "--seed", "1", "--schedule", "x"], "argument --schedule: 'x' is not "
+     "AT_MS:FAULT:TARGET:DURATION_MS"),
+    (["run", "--seed", "1", "--schedule", "100:melt:0:100"], "with FAULT one of"),
+])
+def test_malformed_arguments(capsys: pytest.CaptureFixture[str], argv: list[str],
+                             message: str) -> None:
+    assert message in usage_error(capsys, *argv)
+
+
+@pytest.mark.parametrize(("schedule", "message"), [
+    ("100:crash:7:100", "100:crash:7:100: target 7 is no replica (there are 3: 0 to 2)"),
+    ("100:isolate:0:-100", "100:isolate:0:-100: a fault lasts at least 1 ms, not -100"),
+    ("50:pause:0:0", "50:pause:0:0: a fault lasts at least 1 ms, not 0"),
+    ("100:pause:0:10,900:clog:1:10", "900:clog:1:10: faults start in the safety phase, at 0 "
+     "to 200 ms, not at 900"),
+])
+def test_a_schedule_that_does_not_fit_the_cluster(capsys: pytest.CaptureFixture[str],
+                                                  schedule: str, message: str) -> None:
+    code = main(["sim", "run", "--seed", "1", "--schedule", schedule, *SHORT])
+    captured = capsys.readouterr()
+    assert (code, captured.out) == (EXIT_USAGE, "")
+    assert captured.err == f"cellar sim run: error: --schedule: {message}\n"
+
+
+def test_seed_ranges() -> None:
+    assert seed_range("4") == range(4, 5)
+    assert seed_range("2-4") == range(2, 5)
+    assert list(seed_range("0-0")) == [0]
+
+
+def test_a_fitting_schedule_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["sim", "run", "--seed", "1", "--no-swarm", "--schedule",
+                 "50:isolate:0:100,200:pause:2:50", *SHORT])
+    assert code == 0
+    assert "faults: 50:isolate:0:100,200:pause:2:50" in capsys.readouterr().out
