@@ -8,8 +8,8 @@
 
 Exit status: 0 no violation, 1 a violation was found, 2 bad arguments (argparse's usage errors,
 and a `--schedule` that does not fit the cluster: a target that is no replica, a fault that
-lasts no time or starts outside the safety phase). Bad arguments get one error line, never a
-traceback, and never run the simulator.
+lasts no time or starts outside the safety phase). Bad arguments end in one `error:` line
+(argparse puts its usage before it), never a traceback, and never run the simulator.
 """
 
 from __future__ import annotations
