@@ -14,8 +14,8 @@ An operation pairs an invocation with its completion. One that never completes i
 whose operation timed out a new process id; a process may also invoke again after an `info`, and
 the old operation stays concurrent with everything after it.
 
-`HistoryRecorder` is the API the simulator records through (and any client may); `History` validates
-the event rules once, at construction, and pairs events into `Operation`s.
+`HistoryRecorder` is the API the simulator records through (and any client may); `History`
+validates the event rules once, at construction, and pairs events into `Operation`s.
 """
 
 from __future__ import annotations
