@@ -52,6 +52,7 @@ FRAMES_TRUNCATED = "transport.frames_truncated"
 # Connections:
 CONNECTIONS_ACCEPTED = "transport.connections_accepted"
 CONNECTIONS_REFUSED_LIMIT = "transport.connections_refused_limit"
+HANDSHAKES_REFUSED_LIMIT = "transport.handshakes_refused_limit"  # too many not authenticated
 CONNECTIONS_LOST = "transport.connections_lost"
 TLS_REFUSED = "transport.tls_refused"  # handshake failed: no certificate, wrong CA, garbage
 IDENTITY_REFUSED = "transport.identity_refused"  # a valid certificate, but the wrong identity

@@ -5,7 +5,11 @@ comes from the client's certificate (admin, scheduler or node agent; replicas ar
 `roles` admits them) and `connection` is a `FramedConnection` with the frame cap applied. The
 request protocol is the handler's: the listener only authenticates, bounds and counts.
 
-- At most `connections_max` clients at once; one more is closed at once and counted.
+- At most `connections_max` authenticated clients at once, and at most `handshakes_max`
+  connections still in their TLS handshake: a connection beyond either bound is closed at once
+  and counted, so a flood of connections that never authenticate holds a bounded number of
+  descriptors (and each for at most `handshake_timeout_s`). A failed accept() (out of
+  descriptors, a connection reset in the backlog) is retried, never fatal (`accept.py`).
 - A failed handshake or a refused identity is closed, counted and logged; nothing else changes.
 - A handler may let the connection's own errors escape (the client went away, an oversized or
   truncated frame): they end that connection and are counted. Any other exception is a bug and
@@ -17,6 +21,7 @@ request protocol is the handler's: the listener only authenticates, bounds and c
 
 from __future__ import annotations
 
+import functools
 import logging
 import ssl
 from collections.abc import Awaitable, Callable, Collection
@@ -25,12 +30,14 @@ import anyio
 import anyio.abc
 
 from consensus.codec import MESSAGE_BYTES_MAX
+from consensus.runtime.accept import Slots, accept_forever
 from consensus.runtime.framing import (
     CONNECTIONS_ACCEPTED,
     CONNECTIONS_LOST,
     CONNECTIONS_REFUSED_LIMIT,
     FRAMES_REFUSED_OVERSIZED,
     FRAMES_TRUNCATED,
+    HANDSHAKES_REFUSED_LIMIT,
     IDENTITY_REFUSED,
     FramedConnection,
     FrameTooLarge,
@@ -56,6 +63,7 @@ Address = tuple[str, int]
 Handler = Callable[[Identity, FramedConnection], Awaitable[None]]
 INSECURE_IDENTITY_DEFAULT = Identity(IdentityRole.ADMIN, "insecure-dev")
 CONNECTIONS_MAX_DEFAULT = 1024
+HANDSHAKES_MAX_DEFAULT = 128
 
 
 class ClientListener:
@@ -67,11 +75,14 @@ class ClientListener:
         metrics: Metrics | None = None, roles: Collection[IdentityRole] = CLIENT_ROLES,
         insecure: bool = False, insecure_identity: Identity = INSECURE_IDENTITY_DEFAULT,
         handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S,
+        handshakes_max: int = HANDSHAKES_MAX_DEFAULT,
     ) -> None:
         check_security(tls, insecure=insecure, what="client listener")
         check_frame_bytes_max(frame_bytes_max)
-        if connections_max <= 0:
-            raise ValueError(f"connections_max: must be positive, got {connections_max}")
+        for name, value in (("connections_max", connections_max),
+                            ("handshakes_max", handshakes_max)):
+            if value <= 0:
+                raise ValueError(f"{name}: must be positive, got {value}")
         self.listen = listen
         self.tls = tls
         self.handle = handle
@@ -82,7 +93,8 @@ class ClientListener:
         self.insecure_identity = insecure_identity
         self.handshake_timeout_s = handshake_timeout_s
         self.address: Address | None = None  # where it listens, once running
-        self.connections = 0  # clients connected now, handshakes included
+        self._clients = Slots(connections_max)  # authenticated clients being served
+        self._handshakes = Slots(handshakes_max)  # connections not yet authenticated
         self._context: ssl.SSLContext | None = None
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[Address] = anyio.TASK_STATUS_IGNORED,
@@ -94,25 +106,47 @@ class ClientListener:
         async with listener, anyio.create_task_group() as group:
             bound_port: int = listener.extra(anyio.abc.SocketAttribute.local_port)
             self.address = (host, bound_port)
-            group.start_soon(listener.serve, self._serve, group)
+            group.start_soon(functools.partial(accept_forever, listener, self._serve, group,
+                                               what="client listener", metrics=self.metrics))
             logger.info("client listener on %s:%d", host, bound_port)
             task_status.started(self.address)
 
+    @property
+    def connections(self) -> int:
+        """Clients authenticated and being served now."""
+        return self._clients.in_use
+
+    @property
+    def handshakes(self) -> int:
+        """Connections accepted and not yet authenticated (or refused) now."""
+        return self._handshakes.in_use
+
     async def _serve(self, stream: anyio.abc.SocketStream) -> None:
-        if self.connections >= self.connections_max:
-            self.metrics[CONNECTIONS_REFUSED_LIMIT] += 1
-            await anyio.aclose_forcefully(stream)
-            return
-        self.connections += 1
         try:
-            accepted = await self._accept(stream)
-            if accepted is not None:
+            # Full already: no handshake (its CPU, its descriptor held for seconds) for nothing.
+            if self.connections >= self.connections_max:
+                self.metrics[CONNECTIONS_REFUSED_LIMIT] += 1
+                return
+            if not self._handshakes.take():
+                self.metrics[HANDSHAKES_REFUSED_LIMIT] += 1
+                return
+            try:
+                accepted = await self._accept(stream)
+            finally:
+                self._handshakes.release()
+            if accepted is None:
+                return
+            if not self._clients.take():  # others authenticated meanwhile
+                self.metrics[CONNECTIONS_REFUSED_LIMIT] += 1
+                return
+            try:
                 identity, connected = accepted
                 self.metrics[CONNECTIONS_ACCEPTED] += 1
                 await self._handle(identity, FramedConnection(
                     connected, frame_bytes_max=self.frame_bytes_max, metrics=self.metrics))
+            finally:
+                self._clients.release()
         finally:
-            self.connections -= 1
             await anyio.aclose_forcefully(stream)
 
     async def _accept(self, stream: anyio.abc.SocketStream,

@@ -3,35 +3,62 @@
 Just enough HTTP/1.1 for a scraper: one request per connection, a bounded request head, a
 response with Content-Length, then close. Anything else gets 404 or 400. Metrics are rendered
 fresh for each scrape by the `render` callable (a string, or bytes already encoded).
+
+At most `connections_max` connections are served at once (a scraper needs one; a few more cover
+overlapping scrapes and a curl): one more is closed at once and counted, and each is given
+`REQUEST_TIMEOUT_S` to send its request head. A failed accept() is retried (`accept.py`), so
+nobody who can reach the port can run the process out of descriptors or end it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable
 
 import anyio
 from anyio.abc import SocketStream
 
+from consensus.runtime.accept import Slots, accept_forever
+from consensus.runtime.framing import CONNECTIONS_REFUSED_LIMIT, Metrics
+
 REQUEST_HEAD_BYTES_MAX = 8192
+REQUEST_TIMEOUT_S = 5.0
+CONNECTIONS_MAX = 16
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 async def serve_metrics(host: str, port: int, render: Callable[[], str], *,
+                        connections_max: int = CONNECTIONS_MAX, metrics: Metrics | None = None,
                         task_status: anyio.abc.TaskStatus[int] = anyio.TASK_STATUS_IGNORED
                         ) -> None:
-    """Serve until cancelled; reports the bound port through task_status (port 0: any)."""
+    """Serve until cancelled; reports the bound port through task_status (port 0: any).
+    `metrics` counts the connections refused and the accept() calls retried."""
+    slots = Slots(connections_max)
+    counters = Metrics() if metrics is None else metrics
+
+    async def serve(stream: SocketStream) -> None:
+        if not slots.take():
+            counters[CONNECTIONS_REFUSED_LIMIT] += 1
+            await anyio.aclose_forcefully(stream)
+            return
+        try:
+            await _answer(stream, render)
+        finally:
+            slots.release()
+
     listener = await anyio.create_tcp_listener(local_host=host, local_port=port)
-    async with listener:
+    async with listener, anyio.create_task_group() as group:
         bound = listener.extra(anyio.abc.SocketAttribute.local_port)
+        group.start_soon(functools.partial(accept_forever, listener, serve, group,
+                                           what="metrics endpoint", metrics=counters))
         task_status.started(bound)
-        await listener.serve(lambda stream: _answer(stream, render))
 
 
 async def _answer(stream: SocketStream, render: Callable[[], str]) -> None:
     async with stream:
         head = b""
-        with anyio.move_on_after(5):
+        with anyio.move_on_after(REQUEST_TIMEOUT_S):
             while b"\r\n\r\n" not in head and len(head) < REQUEST_HEAD_BYTES_MAX:
                 try:
                     head += await stream.receive(4096)

@@ -9,6 +9,7 @@ replica`), so consensus stays ignorant of it.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections import Counter
@@ -55,6 +56,7 @@ class ReplicaNode:
         self.config = config
         self.metrics = Metrics()
         self.transport: Counter[str] = Counter()
+        self.metrics_endpoint: Counter[str] = Counter()  # its refusals and accept() retries
         seed = int.from_bytes(os.urandom(8), "big")  # randomized timeouts only
         replica = Replica.restore(replica_config(config), Prng(seed), log.records())
         tls, limits = tls_of(config), config.limits
@@ -102,6 +104,8 @@ class ReplicaNode:
             self.metrics.set(f"core.{name}", value)
         for name, value in self.transport.items():
             self.metrics.set(name, value)
+        for name, value in self.metrics_endpoint.items():
+            self.metrics.set(name.replace("transport.", "metrics_endpoint.", 1), value)
         return self.metrics.render()
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -111,8 +115,9 @@ class ReplicaNode:
             await tasks.start(self.mesh.run)
             await tasks.start(self.listener.run)
             if self.config.metrics is not None:
-                await tasks.start(serve_metrics, self.config.metrics.host,
-                                  self.config.metrics.port, self.render_metrics)
+                await tasks.start(functools.partial(
+                    serve_metrics, self.config.metrics.host, self.config.metrics.port,
+                    self.render_metrics, metrics=self.metrics_endpoint))
             logger.info("replica %d serving clients on %s, peers on %s",
                         self.config.replica_id, self.config.me.client, self.config.me.peer)
             task_status.started()

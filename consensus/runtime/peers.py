@@ -19,6 +19,12 @@ accepted, so the two directions between a pair fail and recover independently.
   connection (there is no way to find the next frame) and is counted; other peers carry on.
 - Newest wins: a new authenticated connection from a peer closes its older one, so a peer that
   restarted is never shadowed by a half-open connection from its previous life.
+- Inbound connections are bounded twice: at most `handshakes_max` not yet authenticated (one
+  more is closed at once and counted), and at most `inbound_connections_max` authenticated ones
+  (a live connection per peer and its replacement). A peer's place is taken only once it
+  proved who it is, so connections that never authenticate cannot crowd out a peer; they can
+  only fill the handshake places, each for at most `handshake_timeout_s`. A failed accept()
+  (out of descriptors, a reset in the backlog) is retried, never fatal (`accept.py`).
 
 With `insecure=True` (local development only) there is no TLS; a dialer names itself in a first
 frame, unchecked.
@@ -27,6 +33,7 @@ frame, unchecked.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import random
 import socket
@@ -39,6 +46,7 @@ import anyio
 import anyio.abc
 
 from consensus.codec import MESSAGE_BYTES_MAX
+from consensus.runtime.accept import Slots, accept_forever
 from consensus.runtime.deadlines import Doorbell
 from consensus.runtime.framing import (
     CONNECTIONS_ACCEPTED,
@@ -51,6 +59,7 @@ from consensus.runtime.framing import (
     FRAMES_RECEIVED,
     FRAMES_REFUSED_OVERSIZED,
     FRAMES_TRUNCATED,
+    HANDSHAKES_REFUSED_LIMIT,
     IDENTITY_REFUSED,
     RECONNECTS,
     WRITE_BYTES_MAX,
@@ -83,6 +92,7 @@ BACKOFF_MAX_S = 2.0
 # Dead peers that send no FIN: notice within seconds, not TCP's quarter of an hour.
 KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, KEEPALIVE_PROBES = 5, 2, 3
 USER_TIMEOUT_MS = 15_000
+HANDSHAKES_MAX_DEFAULT = 64
 
 
 class Outbox:
@@ -187,6 +197,7 @@ class PeerMesh:
         backoff_initial_s: float = BACKOFF_INITIAL_S, backoff_max_s: float = BACKOFF_MAX_S,
         handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S,
         connect_timeout_s: float = CONNECT_TIMEOUT_S, rng: random.Random | None = None,
+        handshakes_max: int = HANDSHAKES_MAX_DEFAULT,
     ) -> None:
         check_security(tls, insecure=insecure, what=f"replica {replica_id} peer mesh")
         check_frame_bytes_max(frame_bytes_max)
@@ -197,9 +208,9 @@ class PeerMesh:
         if not 0 < backoff_initial_s <= backoff_max_s:
             raise ValueError(f"backoff: need 0 < initial ({backoff_initial_s}) <= max "
                              f"({backoff_max_s})")
-        if min(queue_frames_max, queue_bytes_max, batch_frames_max) <= 0:
-            raise ValueError("queue_frames_max, queue_bytes_max, batch_frames_max: must be "
-                             "positive")
+        if min(queue_frames_max, queue_bytes_max, batch_frames_max, handshakes_max) <= 0:
+            raise ValueError("queue_frames_max, queue_bytes_max, batch_frames_max, "
+                             "handshakes_max: must be positive")
         self.replica_id = replica_id
         self.identity = Identity.replica(replica_id)
         self.listen = listen
@@ -212,14 +223,15 @@ class PeerMesh:
         self.handshake_timeout_s = handshake_timeout_s
         self.connect_timeout_s = connect_timeout_s
         self.backoff_max_s = backoff_max_s
-        # Pending handshakes plus one live connection per peer; more is someone misbehaving.
-        self.inbound_connections_max = 2 * len(peers) + 8
+        # Authenticated: a live connection per peer, and its replacement while newest wins.
+        self.inbound_connections_max = max(1, 2 * len(peers))
+        self._inbound = Slots(self.inbound_connections_max)
+        self._handshakes = Slots(handshakes_max)  # accepted, not yet authenticated
         self.address: Address | None = None  # where it listens, once running
         rng = rng or random.Random()
         self._links = {peer: _Link(Outbox(frames_max=queue_frames_max, bytes_max=queue_bytes_max),
                                    Backoff(backoff_initial_s, backoff_max_s, rng))
                        for peer in self.peers}
-        self._inbound_count = 0
         self._changed: anyio.Event | None = None
         self._server_context: ssl.SSLContext | None = None
         self._client_context: ssl.SSLContext | None = None
@@ -271,7 +283,9 @@ class PeerMesh:
         async with listener, anyio.create_task_group() as group:
             bound_port: int = listener.extra(anyio.abc.SocketAttribute.local_port)
             self.address = (host, bound_port)
-            group.start_soon(listener.serve, self._serve_inbound, group)
+            group.start_soon(functools.partial(
+                accept_forever, listener, self._serve_inbound, group,
+                what=f"replica {self.replica_id} peer listener", metrics=self.metrics))
             for peer in sorted(self.peers):
                 group.start_soon(self._dial_forever, peer)
             logger.info("replica %d: peer mesh on %s:%d", self.replica_id, host, bound_port)
@@ -381,18 +395,35 @@ class PeerMesh:
 
     # --- Receiving: one task per accepted connection ------------------------------------------
 
+    @property
+    def handshakes(self) -> int:
+        """Inbound connections accepted and not yet authenticated (or refused) now."""
+        return self._handshakes.in_use
+
+    @property
+    def inbound_connections(self) -> int:
+        """Authenticated inbound connections now."""
+        return self._inbound.in_use
+
     async def _serve_inbound(self, stream: anyio.abc.SocketStream) -> None:
-        if self._inbound_count >= self.inbound_connections_max:
-            self.metrics[CONNECTIONS_REFUSED_LIMIT] += 1
-            await anyio.aclose_forcefully(stream)
-            return
-        self._inbound_count += 1
         try:
-            accepted = await self._accept(stream)
-            if accepted is not None:
+            if not self._handshakes.take():
+                self.metrics[HANDSHAKES_REFUSED_LIMIT] += 1
+                return
+            try:
+                accepted = await self._accept(stream)
+            finally:
+                self._handshakes.release()
+            if accepted is None:
+                return
+            if not self._inbound.take():
+                self.metrics[CONNECTIONS_REFUSED_LIMIT] += 1
+                return
+            try:
                 await self._receive_from(*accepted)
+            finally:
+                self._inbound.release()
         finally:
-            self._inbound_count -= 1
             await anyio.aclose_forcefully(stream)
 
     async def _accept(self, stream: anyio.abc.SocketStream,

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import functools
+from collections import Counter
+
 import anyio
 import pytest
 
+from consensus.runtime.framing import CONNECTIONS_REFUSED_LIMIT
 from consensus.runtime.metrics import Histogram, Metrics
 from consensus.runtime.metrics_http import serve_metrics
 
@@ -34,13 +38,14 @@ def test_prometheus_text() -> None:
 
 
 async def _get(port: int, request: bytes) -> bytes:
+    """The whole answer; what came before a reset, when the endpoint resets the connection."""
     async with await anyio.connect_tcp("127.0.0.1", port) as stream:
-        await stream.send(request)
         data = b""
         try:
+            await stream.send(request)
             while True:
                 data += await stream.receive()
-        except anyio.EndOfStream:
+        except (anyio.EndOfStream, anyio.BrokenResourceError):
             return data
 
 
@@ -55,4 +60,28 @@ async def test_the_endpoint_serves_metrics() -> None:
             assert answer.startswith(b"HTTP/1.1 200 OK") and b"cellar_commits 7" in answer
             assert (await _get(port, b"GET / HTTP/1.1\r\n\r\n")).startswith(b"HTTP/1.1 404")
             assert (await _get(port, b"garbage\r\n\r\n")).startswith(b"HTTP/1.1 400")
+            tasks.cancel_scope.cancel()
+
+
+@pytest.mark.anyio
+async def test_the_endpoint_sheds_connections_beyond_its_bound() -> None:
+    """Connections that send nothing hold the endpoint's places (for REQUEST_TIMEOUT_S each):
+    one more is closed at once, unanswered and counted; once they go, scrapes are served."""
+    metrics = Metrics()
+    counters: Counter[str] = Counter()
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tasks:
+            port = await tasks.start(functools.partial(
+                serve_metrics, "127.0.0.1", 0, metrics.render, connections_max=2,
+                metrics=counters))
+            silent = [await anyio.connect_tcp("127.0.0.1", port) for _ in range(2)]
+            assert await _get(port, b"GET /metrics HTTP/1.1\r\n\r\n") == b""
+            assert counters[CONNECTIONS_REFUSED_LIMIT] == 1
+            for stream in silent:
+                await stream.aclose()
+            for _ in range(1000):  # until the endpoint noticed
+                answer = await _get(port, b"GET /metrics HTTP/1.1\r\n\r\n")
+                if answer:
+                    break
+            assert answer.startswith(b"HTTP/1.1 200 OK")
             tasks.cancel_scope.cancel()

@@ -27,13 +27,13 @@ from anyio.streams.tls import TLSStream
 from consensus.runtime.certs import identities, init_directory
 from consensus.runtime.framing import (
     CONNECTIONS_ACCEPTED,
-    CONNECTIONS_REFUSED_LIMIT,
     FRAMES_DROPPED_OVERSIZED,
     FRAMES_DROPPED_QUEUE_FULL,
     FRAMES_RECEIVED,
     FRAMES_REFUSED_OVERSIZED,
     FRAMES_SENT,
     FRAMES_TRUNCATED,
+    HANDSHAKES_REFUSED_LIMIT,
     IDENTITY_REFUSED,
     RECONNECTS,
     TLS_REFUSED,
@@ -275,31 +275,40 @@ async def test_an_oversized_or_truncated_frame_closes_that_connection_only(
     assert other.metrics[RECONNECTS] == 0
 
 
-async def test_idle_and_excess_connections_cannot_crowd_out_a_peer(
+async def test_idle_connections_take_no_peer_place_and_are_bounded_in_the_handshake(
         certificates: pathlib.Path) -> None:
+    """More silent connections than there are peer places (a peer's place is taken only once
+    it proved who it is): the peer still connects at once; one beyond the handshake bound is
+    shed at once; the others are closed when their handshake time runs out."""
     ports = dict(enumerate(free_ports(2)))
     inboxes = [Inbox(), Inbox()]
-    mesh = mesh_of(certificates, 0, ports, inboxes[0], handshake_timeout_s=0.5)
-    assert mesh.inbound_connections_max == 10
+    mesh = mesh_of(certificates, 0, ports, inboxes[0], handshake_timeout_s=1.0,
+                   handshakes_max=12)
+    assert mesh.inbound_connections_max == 2
     with anyio.fail_after(TIME_LIMIT_S):
         async with anyio.create_task_group() as group:
             await start(group, mesh)
-            idle = [await anyio.connect_tcp(HOST, ports[0]) for _ in range(10)]
+            idle = [await anyio.connect_tcp(HOST, ports[0]) for _ in range(11)]
+            await eventually(lambda: mesh.handshakes == 11)
+            peer = await start(group, mesh_of(certificates, 1, ports, inboxes[1]))
+            await peer.mesh.wait_connected()  # long before the idle ones time out
+            assert peer.mesh.send(0, b"in despite the idle ones")
+            await eventually(lambda: inboxes[0].frames == [(1, b"in despite the idle ones")])
+            assert (mesh.inbound_connections, mesh.handshakes) == (1, 11)
+            idle.append(await anyio.connect_tcp(HOST, ports[0]))  # the twelfth place
             excess = await anyio.connect_tcp(HOST, ports[0])
             with pytest.raises(CONNECTION_ENDED):
                 await excess.receive()  # closed at once
-            assert mesh.metrics[CONNECTIONS_REFUSED_LIMIT] == 1
+            assert mesh.metrics[HANDSHAKES_REFUSED_LIMIT] == 1
             for stream in idle:  # closed when the handshake time runs out
                 with pytest.raises(CONNECTION_ENDED):
                     await stream.receive()
                 await stream.aclose()
             await excess.aclose()
-            await eventually(lambda: mesh.metrics[TLS_REFUSED] == 10)
-            peer = await start(group, mesh_of(certificates, 1, ports, inboxes[1]))
+            await eventually(lambda: mesh.metrics[TLS_REFUSED] == 12)
             await mesh.wait_connected()
             assert mesh.send(1, b"room for a peer")
             await eventually(lambda: inboxes[1].frames == [(0, b"room for a peer")])
-            await peer.mesh.wait_connected()
             group.cancel_scope.cancel()
 
 

@@ -22,6 +22,7 @@ from consensus.runtime.framing import (
     CONNECTIONS_ACCEPTED,
     CONNECTIONS_REFUSED_LIMIT,
     FRAMES_REFUSED_OVERSIZED,
+    HANDSHAKES_REFUSED_LIMIT,
     IDENTITY_REFUSED,
     TLS_REFUSED,
     FramedConnection,
@@ -182,6 +183,37 @@ async def test_connections_beyond_the_bound_are_refused(certificates: pathlib.Pa
             assert await third.receive() == b"admin:alice: room now"
             await third.aclose()
             await second.aclose()
+            group.cancel_scope.cancel()
+
+
+async def test_connections_still_in_the_handshake_take_no_client_place_and_are_bounded(
+        certificates: pathlib.Path) -> None:
+    """Silent connections that never start TLS hold handshake places only: a real client still
+    gets a client place; one silent connection beyond the handshake bound is shed."""
+    service = EchoService()
+    listener = listener_for(certificates, service, connections_max=2, handshakes_max=3,
+                            handshake_timeout_s=60)
+    with anyio.fail_after(TIME_LIMIT_S):
+        async with anyio.create_task_group() as group:
+            _, port = await group.start(listener.run)
+            silent = [await anyio.connect_tcp(HOST, port) for _ in range(2)]
+            for _ in range(1000):
+                if listener.handshakes == 2:
+                    break
+                await anyio.sleep(0.005)
+            client = await connect(port, context_for(certificates, ADMIN))
+            await client.send(b"room for me")
+            assert await client.receive() == b"admin:alice: room for me"
+            assert listener.connections == 1
+            silent.append(await anyio.connect_tcp(HOST, port))  # the third handshake place
+            one_too_many = await anyio.connect_tcp(HOST, port)
+            with pytest.raises(CONNECTION_ENDED):
+                await one_too_many.receive()  # closed at once, long before the timeout
+            assert listener.metrics[HANDSHAKES_REFUSED_LIMIT] == 1
+            assert listener.handshakes == 3
+            for stream in (*silent, one_too_many):
+                await stream.aclose()
+            await client.aclose()
             group.cancel_scope.cancel()
 
 

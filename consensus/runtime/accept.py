@@ -1,0 +1,132 @@
+"""Accepting connections: a loop that outlives the failures of accept() itself, and the bounded
+counts that shed connections beyond a limit at once.
+
+anyio's `Listener.serve` ends at the first accept() that fails, and with it everything that
+awaits it: a replica process. Yet two kinds of failure are conditions of the moment:
+
+- capacity (EMFILE, ENFILE, ENOBUFS, ENOMEM): the process or the system is out of descriptors
+  or buffers, e.g. under a flood of connections. The pending connection stays in the kernel's
+  backlog; the loop sleeps `ACCEPT_BACKOFF_S` (connections closing meanwhile free descriptors)
+  and tries again, instead of spinning on an accept() that fails at once;
+- one connection's trouble (ECONNABORTED, ECONNRESET, EPROTO, EPERM from a firewall, ...): the
+  client gave up between connecting and being accepted. The loop goes on at once.
+
+Either is counted (`ACCEPT_ERRORS`) and logged once per burst: a warning at the first failure,
+a line saying how many there were when an accept succeeds again. Any other error is a bug (or
+a listener closed under the loop) and ends it, as before.
+
+On trio, anyio reports a failed accept() as `BrokenResourceError` caused by the OSError; the
+loop looks through it.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar, cast
+
+import anyio
+import anyio.abc
+from anyio.streams.stapled import MultiListener
+
+from consensus.runtime.framing import Metrics
+
+logger = logging.getLogger("cellar.transport")
+
+T_Stream = TypeVar("T_Stream")
+T_Accepted_co = TypeVar("T_Accepted_co", covariant=True)
+ACCEPT_BACKOFF_S = 0.1
+ACCEPT_ERRORS = "transport.accept_errors"  # counter: accept() calls that failed and were retried
+CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+CONNECTION_ERRNOS = frozenset(
+    getattr(errno, name) for name in (
+        "ECONNABORTED", "ECONNRESET", "EPROTO", "EPERM", "ENETDOWN", "ENETUNREACH",
+        "EHOSTDOWN", "EHOSTUNREACH", "ENONET", "ENOPROTOOPT", "EOPNOTSUPP", "ETIMEDOUT",
+        "ENOSR")
+    if hasattr(errno, name))
+
+
+class Accepting(Protocol[T_Accepted_co]):
+    """What the loop needs of a listener (anyio's socket listeners, or a test's fake)."""
+
+    async def accept(self) -> T_Accepted_co: ...
+
+
+class Slots:
+    """A count bounded by `limit`, taken without waiting: when none is free the caller sheds the
+    connection at once (a waiting queue would itself be an unbounded resource)."""
+
+    __slots__ = ("in_use", "limit")
+
+    def __init__(self, limit: int) -> None:
+        if limit <= 0:
+            raise ValueError(f"a limit must be positive, got {limit}")
+        self.limit = limit
+        self.in_use = 0
+
+    def take(self) -> bool:
+        """Take one; False, taking nothing, when all are in use."""
+        if self.in_use >= self.limit:
+            return False
+        self.in_use += 1
+        return True
+
+    def release(self) -> None:
+        assert self.in_use > 0, "a slot released twice"
+        self.in_use -= 1
+
+
+def retried_errno(error: BaseException) -> int | None:
+    """The errno of an accept() failure the loop outlives, or None for any other error."""
+    cause = error if isinstance(error, OSError) else error.__cause__
+    if isinstance(cause, OSError) and cause.errno in CAPACITY_ERRNOS | CONNECTION_ERRNOS:
+        return cause.errno
+    return None
+
+
+async def accept_forever(listener: anyio.abc.Listener[T_Stream],
+                         handler: Callable[[T_Stream], Coroutine[Any, Any, Any]],
+                         task_group: anyio.abc.TaskGroup, *, what: str, metrics: Metrics,
+                         backoff_s: float = ACCEPT_BACKOFF_S) -> None:
+    """`listener.serve(handler, task_group)` that outlives transient accept() failures (see the
+    module docstring); `what` names the listener in log lines."""
+    listeners = cast("Sequence[Accepting[T_Stream]]", listener.listeners
+                     if isinstance(listener, MultiListener) else [listener])
+    acceptor = _Acceptor(handler, task_group, what, metrics, backoff_s)
+    async with anyio.create_task_group() as loops:
+        for one in listeners:
+            loops.start_soon(acceptor.accept_from, one)
+
+
+@dataclass(frozen=True, slots=True)
+class _Acceptor(Generic[T_Stream]):
+    handler: Callable[[T_Stream], Coroutine[Any, Any, Any]]
+    task_group: anyio.abc.TaskGroup  # where each connection's handler runs
+    what: str
+    metrics: Metrics
+    backoff_s: float
+
+    async def accept_from(self, listener: Accepting[T_Stream]) -> None:
+        failures = 0  # in the burst under way
+        while True:  # until cancelled, or an error no retry can mend
+            try:
+                stream = await listener.accept()
+            except (OSError, anyio.BrokenResourceError) as error:
+                code = retried_errno(error)
+                if code is None:
+                    raise
+                self.metrics[ACCEPT_ERRORS] += 1
+                if failures == 0:
+                    logger.warning("%s: accept() failed: %s; going on (logged once per burst)",
+                                   self.what, errno.errorcode.get(code, code))
+                failures += 1
+                if code in CAPACITY_ERRNOS:
+                    await anyio.sleep(self.backoff_s)
+                continue
+            if failures:
+                logger.warning("%s: accepting again after %d failed accept() calls", self.what,
+                               failures)
+                failures = 0
+            self.task_group.start_soon(self.handler, stream)
