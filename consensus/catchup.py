@@ -2,7 +2,13 @@
 
 The stall may be a lost O-commit or C-commit, or the replica may have been away. A fetch asks
 for committed O-instances from the replica's next slot and the committed C-instances they
-execute; the answer is capped in entries and bytes, so catching up takes several rounds. A
+execute; the answer is capped in entries and bytes, so catching up takes several rounds. The
+byte cap bounds the encoded frame, not the payloads: `fetched_bytes_max` counts what msgpack
+adds around each command and instance at its largest, so the reply's frame stays within
+FETCH_REPLY_BYTES_MAX, the peer mesh's default frame cap; a larger one would be dropped by the
+mesh on every retry. A reply carries at least one instance when one is due, so catching up
+always progresses: an instance holds at most `batch_bytes_max` bytes of commands or one command
+(`ENVELOPE_BYTES_MAX`), far below the cap. A
 replica behind the peer's truncation point gets the peer's latest snapshot instead, in chunks,
 and installs it before executing anything else. A transfer comes from one sender (chunks of
 the same snapshot from two peers may differ byte for byte) and is checked against the digest
@@ -18,11 +24,13 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from consensus.codec import ENVELOPE_BYTES_MAX
 from consensus.context import Context
 from consensus.executor import Executor
 from consensus.learner import Learner
 from consensus.messages import (
     NO_CL,
+    Batch,
     FetchedC,
     FetchReply,
     FetchRequest,
@@ -32,8 +40,24 @@ from consensus.messages import (
 from consensus.ready import SnapshotInstall
 from consensus.records import CCommitRecord, SnapshotRecord
 
-FETCH_REPLY_BYTES_MAX = 8 << 20
+FETCH_REPLY_BYTES_MAX = 8 << 20  # a FetchReply's whole frame, encoded
 STATE_DIGEST_BYTES = 16
+# What msgpack spends around the data, at most: an integer 9 bytes, a bin or array header 5.
+_INT_BYTES_MAX, _HEADER_BYTES_MAX = 9, 5
+COMMAND_OVERHEAD_BYTES = 2 * _INT_BYTES_MAX + _HEADER_BYTES_MAX  # origin, tag, payload header
+ENTRY_OVERHEAD_BYTES = 2 * _HEADER_BYTES_MAX + 3 * _INT_BYTES_MAX  # space, index, ballot, batch
+O_VALUE_BYTES = _INT_BYTES_MAX
+# The frame's list of messages, the message's array, its tag, sender, view, o_start, and the
+# headers of its two arrays.
+REPLY_OVERHEAD_BYTES = 4 * _HEADER_BYTES_MAX + 4 * _INT_BYTES_MAX
+assert REPLY_OVERHEAD_BYTES + ENTRY_OVERHEAD_BYTES + COMMAND_OVERHEAD_BYTES + \
+    ENVELOPE_BYTES_MAX < FETCH_REPLY_BYTES_MAX // 4, "one command fits a reply many times"
+
+
+def fetched_bytes_max(batch: Batch) -> int:
+    """The most bytes an instance holding `batch` adds to an encoded FetchReply."""
+    return ENTRY_OVERHEAD_BYTES + sum(len(command.payload) + COMMAND_OVERHEAD_BYTES
+                                      for command in batch)
 
 
 def state_digest(state: bytes) -> bytes:
@@ -130,18 +154,27 @@ class CatchUp:
         o_values: list[int] = []
         c_entries: list[FetchedC] = []
         counts = list(message.exec_counts)
-        size, limit = 0, ctx.config.fetch_instances_max
+        size, limit = REPLY_OVERHEAD_BYTES, ctx.config.fetch_instances_max
         o_limit = ctx.config.o_entries_per_message_max
+        full = False  # no more C-instances: the next would not fit, or the count is reached
         while slot < ctx.olog.commit_prefix and len(o_values) < o_limit:
+            if size + O_VALUE_BYTES > FETCH_REPLY_BYTES_MAX:
+                break
             value = ctx.olog.slots[slot].value
             o_values.append(value)
+            size += O_VALUE_BYTES
             slot += 1
-            if value == NO_CL or len(c_entries) >= limit or size > FETCH_REPLY_BYTES_MAX:
+            if value == NO_CL or full:
                 continue
             c_slot = ctx.clog[value].get(counts[value])
             if c_slot is not None and c_slot.committed:
+                entry_bytes = fetched_bytes_max(c_slot.batch)
+                if c_entries and size + entry_bytes > FETCH_REPLY_BYTES_MAX:
+                    full = True  # the receiver asks again for the rest
+                    continue
                 c_entries.append(FetchedC(value, counts[value], c_slot.ballot, c_slot.batch))
-                size += sum(len(command.payload) + 24 for command in c_slot.batch)
+                size += entry_bytes
+                full = len(c_entries) >= limit
             counts[value] += 1
         ctx.send(message.sender, FetchReply(ctx.id, ctx.view, message.exec_slot,
                                             tuple(o_values), tuple(c_entries)))

@@ -38,6 +38,7 @@ from consensus.runtime.client_codec import (
     encode_request,
 )
 from consensus.runtime.deadlines import Deadlines, Waiter, loop_clock
+from consensus.runtime.framing import TransportError
 from consensus.runtime.outbox import Outbox
 from consensus.runtime.sequencer_route import SequencerRoute
 from consensus.runtime.streams import FrameStream
@@ -45,8 +46,9 @@ from consensus.runtime.streams import FrameStream
 Connect = Callable[[str], Awaitable[FrameStream]]
 Encode = Callable[[int], bytes]  # a request's bytes, given its id
 CLOSE_TIMEOUT_S = 1.0
+# A connection is over (an answer over the frame cap or cut short is a TransportError)
 _BROKEN = (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError,
-           InvalidMessage)
+           InvalidMessage, TransportError)
 
 
 class _NotSent(Exception):
@@ -71,6 +73,22 @@ class Unavailable(ClientError):
 
 class Rejected(ClientError):
     """The replica refused the request as malformed."""
+
+
+class ReplyTooLarge(ClientError):
+    """The answer would not fit in a frame of the connection. A command was applied all the
+    same (its result is lost; asking again in the same session gets the same answer); a query
+    should ask for less."""
+
+
+def _refusal(response: Response) -> ClientError | None:
+    """The error a response settles the request with, whichever replica is asked: None when
+    it does not (OK, or a code that sends the next try elsewhere)."""
+    if response.code is Code.BAD_REQUEST:
+        return Rejected(response.message)
+    if response.code is Code.TOO_LARGE:
+        return ReplyTooLarge(response.message)
+    return None
 
 
 _MOVE_ON = (Code.UNAVAILABLE, Code.UNKNOWN)  # answers that send the next try elsewhere
@@ -271,8 +289,8 @@ class CellarClient:
                         continue
                     if response.code is Code.OK:
                         return response.payload
-                    if response.code is Code.BAD_REQUEST:
-                        raise Rejected(response.message)
+                    if (refusal := _refusal(response)) is not None:
+                        raise refusal
                     handed_over |= response.code is Code.UNKNOWN
                     await self._pause(deadline)
                 await self._pause(deadline)
@@ -355,8 +373,8 @@ class CellarClient:
                         continue
                     if response is not None and response.code is Code.OK:
                         return response.payload
-                    if response is not None and response.code is Code.BAD_REQUEST:
-                        raise Rejected(response.message)
+                    if response is not None and (refusal := _refusal(response)) is not None:
+                        raise refusal
                 await self._pause(deadline)
         except _Expired:
             pass
@@ -371,10 +389,14 @@ class CellarClient:
                 request_id, query, after_slot, int(wait_s * 1000))), held_s=wait_s)
             if response is not None and response.code is Code.OK:
                 return response.payload, response.slot
+            if response is not None and (refusal := _refusal(response)) is not None:
+                raise refusal
         raise Unavailable("no replica answered the watch")
 
     async def status(self, endpoint: str) -> dict[str, Any]:
         response = await self._try(endpoint, _encode_status)
+        if response is not None and (refusal := _refusal(response)) is not None:
+            raise refusal
         if response is None or response.code is not Code.OK:
             raise Unavailable(f"{endpoint} did not answer")
         return decode_status(response.payload)

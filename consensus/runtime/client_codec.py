@@ -9,7 +9,9 @@ Requests carry an id the client picks (responses may come back in any order):
 - status: the replica's role, view, sequencer, progress and counters.
 Response codes say exactly what the client may conclude: OK, UNKNOWN (handed to consensus,
 no result in time: it may still be applied), OVERLOADED (not proposed: retrying is safe),
-BAD_REQUEST, UNAVAILABLE (the replica is stopping).
+BAD_REQUEST, UNAVAILABLE (the replica is stopping), TOO_LARGE (the answer would not fit in a
+frame of the connection: a command was applied all the same, its result is lost; a query
+should ask for less).
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ class Code(enum.IntEnum):
     OVERLOADED = 2
     BAD_REQUEST = 3
     UNAVAILABLE = 4
+    TOO_LARGE = 5
 
 
 @dataclass(frozen=True, slots=True)

@@ -253,6 +253,12 @@ class FramedConnection:
         self._reader = FrameReader(stream, frame_bytes_max=frame_bytes_max)
         self._writer = FrameWriter(stream, frame_bytes_max=frame_bytes_max, metrics=metrics)
 
+    @property
+    def frame_bytes_max(self) -> int:
+        """The cap on frames both ways: `send` raises ValueError beyond it, `receive`
+        FrameTooLarge."""
+        return self._writer.frame_bytes_max
+
     async def receive(self) -> bytes:
         """The next frame; see `FrameReader.receive_batch` for what it raises."""
         frame = await self._reader.receive()

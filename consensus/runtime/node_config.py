@@ -22,6 +22,10 @@
 
     [limits]                     # optional; defaults shown in LIMIT_DEFAULTS
 
+A limit below its floor in LIMIT_MINIMUMS is refused: the peer mesh drops a frame over
+`frame_bytes_max`, so a cap below the largest frame the protocol builds (a catch-up reply)
+would leave a lagging replica asking for ever.
+
 Every error names the key and the reason, e.g. `peers[1].client: "localhost" is not
 HOST:PORT`, and the process exits before touching its data directory.
 """
@@ -32,6 +36,7 @@ import pathlib
 from dataclasses import dataclass
 from typing import Any
 
+from consensus.catchup import FETCH_REPLY_BYTES_MAX
 from consensus.config import REPLICA_COUNT_MAX
 from consensus.runtime.config_fields import (
     Address,
@@ -61,6 +66,7 @@ LIMIT_DEFAULTS = {
     "batch_commands_max": 1024,
     "inflight_instances_max": 512,
 }
+LIMIT_MINIMUMS = {"frame_bytes_max": FETCH_REPLY_BYTES_MAX}
 
 
 class NodeConfigError(ConfigError):
@@ -154,5 +160,8 @@ def _limits(value: Any) -> dict[str, int]:
                                   f"{', '.join(sorted(LIMIT_DEFAULTS))})")
         if type(number) is not int or number <= 0:
             raise NodeConfigError(f"limits.{key}: must be a positive integer")
+        if number < LIMIT_MINIMUMS.get(key, 1):
+            raise NodeConfigError(f"limits.{key}: {number} is below its floor of "
+                                  f"{LIMIT_MINIMUMS[key]}")
         limits[key] = number
     return limits

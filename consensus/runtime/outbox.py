@@ -5,6 +5,10 @@ call); writing each on its own costs a TLS record and a system call apiece. Call
 frames (never blocking: the caller bounds how many can be queued, e.g. by requests in flight)
 and one writer task takes everything queued since its last write and sends it with one
 `send_many`. The writer ends, and `put` raises, once the connection is broken.
+
+`put` refuses a frame over the stream's cap at once, with ValueError: the caller decides what
+becomes of it (the server answers with an error instead, the client refuses the request).
+Queued, it would fail the whole write, and the writer with it, in another task.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from consensus.runtime.streams import FrameStream
 
 
 class Outbox:
-    __slots__ = ("_doorbell", "_frames", "_on_written", "_stream", "broken")
+    __slots__ = ("_doorbell", "_frames", "_on_written", "_stream", "broken", "frame_bytes_max")
 
     def __init__(self, stream: FrameStream,
                  on_written: Callable[[int], None] | None = None) -> None:
@@ -27,10 +31,15 @@ class Outbox:
         self._doorbell = Doorbell()
         self._on_written = on_written  # told how many frames each write carried
         self.broken = False
+        self.frame_bytes_max = stream.frame_bytes_max
 
     def put(self, frame: bytes) -> None:
+        """Queue `frame`; raises BrokenResourceError once the stream broke, ValueError (and
+        queues nothing) when `frame` is over the stream's cap."""
         if self.broken:
             raise anyio.BrokenResourceError
+        if len(frame) > self.frame_bytes_max:
+            raise ValueError(f"frame of {len(frame)} bytes, more than {self.frame_bytes_max}")
         self._frames.append(frame)
         self._doorbell.ring()
 

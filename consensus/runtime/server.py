@@ -7,6 +7,11 @@ connection are answered concurrently (bounded: a permit per request until its an
 written), each response tagged with its request id; commands and reads are handed to the driver
 with a callback, and their responses leave through the connection's `Outbox`, many per write.
 A request that does not decode is answered BAD_REQUEST and counted; the connection goes on.
+
+No frame over the connection's cap is ever queued (the writer would fail, and with it the
+connection's task group and the listener): an answer too large to send (a query's result, a
+command's reply, the status) is answered TOO_LARGE instead, counted, and the connection goes
+on. Error messages are cut to what the client's decoder takes.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from consensus.codec import encode_envelope_of
 from consensus.envelope import Principal
 from consensus.errors import InvalidMessage
 from consensus.runtime.client_codec import (
+    RESPONSE_MESSAGE_LENGTH_MAX,
     Code,
     Propose,
     Read,
@@ -36,6 +42,7 @@ from consensus.runtime.client_codec import (
 )
 from consensus.runtime.driver import Done, Driver, Overloaded
 from consensus.runtime.framing import TransportError
+from consensus.runtime.metrics import Metrics
 from consensus.runtime.outbox import Outbox
 from consensus.runtime.streams import FrameStream
 
@@ -56,7 +63,8 @@ class ClientServer:
         """Answer requests until the client hangs up."""
         self._driver.metrics.count("server.connections")
         limiter = anyio.Semaphore(self._inflight_max)  # a permit per request until answered
-        outbox = Outbox(connection, on_written=lambda frames: _release(limiter, frames))
+        answers = _Answers(connection, limiter, self._driver.metrics)
+        outbox = answers.outbox
         ended: TransportError | None = None
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(_write_until_broken, outbox)
@@ -69,12 +77,12 @@ class ClientServer:
                     ended = error
                     break
                 await _acquire(limiter)
-                self._dispatch(principal, frame, outbox, tasks)
+                self._dispatch(principal, frame, answers, tasks)
             tasks.cancel_scope.cancel()
         if ended is not None:
             raise ended  # outside the task group: the listener counts it and drops the client
 
-    def _dispatch(self, principal: Principal, frame: bytes, outbox: Outbox,
+    def _dispatch(self, principal: Principal, frame: bytes, answers: _Answers,
                   tasks: anyio.abc.TaskGroup) -> None:
         """Commands and reads go to the driver with a callback (no task each); the rare
         watches and status requests get a task."""
@@ -82,58 +90,92 @@ class ClientServer:
             request = decode_request(frame)
         except InvalidMessage as error:
             self._driver.metrics.count("server.bad_requests")
-            _answer(outbox, Response(0, Code.BAD_REQUEST, message=error.reason))
+            answers.error(0, Code.BAD_REQUEST, error.reason)
             return
         if not self._driver.running:
-            _answer(outbox, Response(request.request_id, Code.UNAVAILABLE,
-                                     message="the replica is not running"))
+            answers.error(request.request_id, Code.UNAVAILABLE, "the replica is not running")
         elif isinstance(request, Propose):
             command = encode_envelope_of(principal, request.session, request.sequence,
                                          self._now_ms(), request.body)
             self._driver.submit(command, request.timeout_ms / 1000,
-                                _responder(outbox, request.request_id))
+                                answers.responder(request.request_id, _REPLY))
         elif isinstance(request, Read):
             self._driver.submit_read(request.query, request.timeout_ms / 1000,
-                                     _responder(outbox, request.request_id))
+                                     answers.responder(request.request_id, _ANSWER))
         else:
-            tasks.start_soon(self._answer_slowly, request, outbox)
+            tasks.start_soon(self._answer_slowly, request, answers)
 
-    async def _answer_slowly(self, request: Request, outbox: Outbox) -> None:
+    async def _answer_slowly(self, request: Request, answers: _Answers) -> None:
         request_id = request.request_id
         if isinstance(request, Watch):
             result, slot = await self._driver.local_read(request.query, request.after_slot,
                                                          request.wait_ms / 1000)
-            response = Response(request_id, Code.OK, result, slot)
+            answers.put(request_id, encode_response(Response(request_id, Code.OK, result, slot)),
+                        _ANSWER)
         else:
             assert isinstance(request, Status)
-            response = Response(request_id, Code.OK, encode_status(self._status()))
-        _answer(outbox, response)
+            answers.put(request_id, encode_ok(request_id, encode_status(self._status())),
+                        "the status")
+
+
+# What an answer too large to send was, for the client's error message:
+_REPLY = "the command's reply; the command was applied, its result is lost"
+_ANSWER = "the query's answer; ask for less"
+
+
+class _Answers:
+    """One connection's way out: each answer queued on its outbox within the connection's
+    frame cap (TOO_LARGE in its place when it is over), each returning its request's permit
+    once written."""
+
+    __slots__ = ("_limiter", "_metrics", "outbox")
+
+    def __init__(self, connection: FrameStream, limiter: anyio.Semaphore,
+                 metrics: Metrics) -> None:
+        self._limiter = limiter
+        self._metrics = metrics
+        self.outbox = Outbox(connection, on_written=self._release)
+
+    def _release(self, permits: int) -> None:
+        for _ in range(permits):
+            self._limiter.release()
+
+    def responder(self, request_id: int, what: str) -> Done:
+        """The driver's callback for one command or read."""
+        def done(reply: bytes | None, error: Exception | None) -> None:
+            if reply is not None:
+                self.put(request_id, encode_ok(request_id, reply), what)
+            elif isinstance(error, Overloaded):
+                self.error(request_id, Code.OVERLOADED, str(error))
+            else:  # OutcomeUnknown: timed out, or the replica stopped
+                self.error(request_id, Code.UNKNOWN, str(error))
+        return done
+
+    def error(self, request_id: int, code: Code, message: str) -> None:
+        self.put(request_id, encode_response(Response(
+            request_id, code, message=message[:RESPONSE_MESSAGE_LENGTH_MAX])), "an error")
+
+    def put(self, request_id: int, frame: bytes, what: str) -> None:
+        """Queue `frame`, the answer to `request_id`; TOO_LARGE in its place when it is over
+        the cap. Never raises: the driver calls this from its own task."""
+        outbox = self.outbox
+        if outbox.broken:  # the client is gone (put would raise)
+            return
+        if len(frame) > outbox.frame_bytes_max:
+            self._metrics.count("server.answers_too_large")
+            frame = encode_response(Response(request_id, Code.TOO_LARGE, message=(
+                f"{what}: {len(frame)} bytes, more than this connection's frame cap of "
+                f"{outbox.frame_bytes_max}")[:RESPONSE_MESSAGE_LENGTH_MAX]))
+            if len(frame) > outbox.frame_bytes_max:  # a cap too small for any answer
+                self._release(1)  # dropped: the client's try times out
+                return
+        outbox.put(frame)
 
 
 async def _write_until_broken(outbox: Outbox) -> None:
     """The client hanging up ends the writer quietly; the reader then sees the end too."""
     with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
         await outbox.run()
-
-
-def _responder(outbox: Outbox, request_id: int) -> Done:
-    def done(reply: bytes | None, error: Exception | None) -> None:
-        if reply is not None:
-            _put(outbox, encode_ok(request_id, reply))
-        elif isinstance(error, Overloaded):
-            _answer(outbox, Response(request_id, Code.OVERLOADED, message=str(error)))
-        else:  # OutcomeUnknown: timed out, or the replica stopped
-            _answer(outbox, Response(request_id, Code.UNKNOWN, message=str(error)))
-    return done
-
-
-def _answer(outbox: Outbox, response: Response) -> None:
-    _put(outbox, encode_response(response))
-
-
-def _put(outbox: Outbox, frame: bytes) -> None:
-    if not outbox.broken:  # broken: the client is gone (put would raise)
-        outbox.put(frame)
 
 
 async def _acquire(limiter: anyio.Semaphore) -> None:
@@ -144,7 +186,3 @@ async def _acquire(limiter: anyio.Semaphore) -> None:
     except anyio.WouldBlock:
         await limiter.acquire()
 
-
-def _release(limiter: anyio.Semaphore, permits: int) -> None:
-    for _ in range(permits):
-        limiter.release()

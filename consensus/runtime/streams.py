@@ -7,6 +7,12 @@ from typing import Protocol
 
 
 class FrameStream(Protocol):
+    @property
+    def frame_bytes_max(self) -> int:
+        """The largest frame `send` and `send_many` take: a larger one raises ValueError before
+        anything is written (the reader at the other end would have to drop the connection)."""
+        ...
+
     async def send(self, frame: bytes) -> None:
         """Send one frame; raises on a broken connection."""
         ...

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import anyio
 
+from consensus.codec import MESSAGE_BYTES_MAX
 from consensus.config import ReplicaConfig
 from consensus.envelope import Principal, Role
 from consensus.prng import Prng
@@ -37,13 +38,19 @@ class MemoryStore:
 
 class MemoryFrames:
     def __init__(self, send: anyio.abc.ObjectSendStream[bytes],
-                 receive: anyio.abc.ObjectReceiveStream[bytes]) -> None:
+                 receive: anyio.abc.ObjectReceiveStream[bytes], *,
+                 frame_bytes_max: int = MESSAGE_BYTES_MAX) -> None:
         self._send, self._receive = send, receive
+        self.frame_bytes_max = frame_bytes_max
 
     async def send(self, frame: bytes) -> None:
-        await self._send.send(frame)
+        await self.send_many([frame])
 
     async def send_many(self, frames: Sequence[bytes]) -> None:
+        for frame in frames:  # as FrameWriter: an oversized frame is the caller's bug
+            if len(frame) > self.frame_bytes_max:
+                raise ValueError(f"frame of {len(frame)} bytes, more than "
+                                 f"{self.frame_bytes_max}")
         for frame in frames:
             await self._send.send(frame)
 
@@ -77,7 +84,9 @@ class LocalCluster:
 async def local_cluster(make_machine: Callable[[], StateMachine], count: int = 3, *,
                         principal: Principal = SCHEDULER,
                         system_command: Callable[[int], bytes] | None = None,
+                        frame_bytes_max: int = MESSAGE_BYTES_MAX,
                         ) -> AsyncIterator[tuple[LocalCluster, CellarClient]]:
+    """`frame_bytes_max`: the cap on the frames each replica's server sends a client."""
     machines = [make_machine() for _ in range(count)]
     drivers: list[Driver] = []
     cluster = LocalCluster(drivers, machines)
@@ -108,7 +117,8 @@ async def local_cluster(make_machine: Callable[[], StateMachine], count: int = 3
         to_server, from_client = anyio.create_memory_object_stream[bytes](100)
         to_client, from_server = anyio.create_memory_object_stream[bytes](100)
         server = ClientServer(drivers[replica_id])  # stamps the wall clock, as Ticks do
-        tasks.start_soon(server.serve, speaker, MemoryFrames(to_client, from_client))
+        tasks.start_soon(server.serve, speaker, MemoryFrames(to_client, from_client,
+                                                             frame_bytes_max=frame_bytes_max))
         return MemoryFrames(to_server, from_server)
 
     cluster.connect = connect

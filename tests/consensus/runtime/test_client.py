@@ -22,6 +22,8 @@ class SilentReplica:
         self._endpoint, self._heard = endpoint, heard
         self._closed = anyio.Event()
 
+    frame_bytes_max = 1 << 20
+
     async def send(self, frame: bytes) -> None:
         await self.send_many([frame])
 

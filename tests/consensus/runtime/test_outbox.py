@@ -18,6 +18,8 @@ class RecordingStream:
         self.writes: list[list[bytes]] = []
         self.fail_after_writes = fail_after_writes
 
+    frame_bytes_max = 1 << 20
+
     async def send(self, frame: bytes) -> None:
         await self.send_many([frame])
 

@@ -1,0 +1,100 @@
+"""The request server, on asyncio and on trio: what it answers when it cannot answer as asked.
+
+Goal: an answer larger than the connection's frame cap (a query's result, a command's reply) is
+never queued, which failed the connection's writer and, through the listener, stopped the whole
+replica; the request gets TOO_LARGE instead, which the client raises as ReplyTooLarge at once
+(saying that a command was applied all the same), and the connection and the replica go on."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from consensus.codec import decode_envelope
+from consensus.config import ReplicaConfig
+from consensus.errors import InvalidMessage
+from consensus.prng import Prng
+from consensus.replica import Replica
+from consensus.runtime.client import CellarClient, ClientConfig, ReplyTooLarge
+from consensus.runtime.connect import connector
+from consensus.runtime.driver import Driver, DriverConfig
+from consensus.runtime.framing import FramedConnection
+from consensus.runtime.listener import ClientListener
+from consensus.runtime.metrics import Metrics
+from consensus.runtime.server import ClientServer
+from consensus.runtime.tls import Identity
+from jepsen.sim.kv_codec import decode_reply, encode_get, encode_put
+from tests.consensus.runtime.kv_machine import SessionKv
+from tests.consensus.runtime.local import MemoryStore, local_cluster
+
+pytestmark = pytest.mark.anyio
+FRAME_CAP = 64 << 10
+BIG = b"big"  # a query or command body whose answer is over the cap
+
+
+class BigAnswers(SessionKv):
+    """SessionKv, except that `BIG` is answered with more than a frame can carry."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.big_applied = 0
+
+    def apply(self, command: bytes) -> bytes:
+        try:
+            if decode_envelope(command).body == BIG:
+                self.big_applied += 1
+                return b"x" * (FRAME_CAP + 1)
+        except InvalidMessage:
+            pass
+        return super().apply(command)
+
+    def query(self, query: bytes) -> bytes:
+        return b"x" * (FRAME_CAP + 1) if query == BIG else super().query(query)
+
+
+async def test_an_answer_over_the_cap_is_refused_and_the_replica_goes_on() -> None:
+    """Over a real listener, as a replica serves: its task group used to end with the
+    writer's ValueError."""
+    replica = Replica(ReplicaConfig(replica_id=0, replica_count=3), Prng(1))
+    driver = Driver(replica, MemoryStore(), BigAnswers(), lambda peer, frame: True, Metrics(),
+                    config=DriverConfig(tick_ms=5))
+    server = ClientServer(driver)
+
+    async def serve(identity: Identity, connection: FramedConnection) -> None:
+        await server.serve(identity.principal(), connection)
+
+    listener = ClientListener(("127.0.0.1", 0), None, insecure=True,
+                              frame_bytes_max=FRAME_CAP, handle=serve)
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as node:
+            await node.start(driver.run)
+            host, port = await node.start(listener.run)
+            endpoint = f"{host}:{port}"
+            async with CellarClient([endpoint], connector(None, insecure=True),
+                                    ClientConfig(attempt_timeout_s=1, deadline_s=5)) as client:
+                started = anyio.current_time()
+                with pytest.raises(ReplyTooLarge, match="ask for less"):
+                    await client.watch(BIG, -1, wait_s=0)
+                assert anyio.current_time() - started < 1  # at once, not at a deadline
+                connection = client._connections[endpoint]
+                status = await client.status(endpoint)  # the same connection, still served
+                assert client._connections[endpoint] is connection and not connection.broken
+            assert status["metrics"]["server.answers_too_large"] == 1
+            node.cancel_scope.cancel()
+
+
+async def test_a_command_whose_reply_is_over_the_cap_is_applied_and_said_so() -> None:
+    with anyio.fail_after(30):
+        async with local_cluster(BigAnswers, frame_bytes_max=FRAME_CAP) as (cluster, client):
+            with pytest.raises(ReplyTooLarge, match="the command was applied"):
+                await client.propose(BIG)
+            with pytest.raises(ReplyTooLarge, match="ask for less"):
+                await client.read(BIG)
+            await client.propose(encode_put("k", 7))  # the same client goes on
+            assert decode_reply(await client.read(encode_get("k"))) == (True, 7)
+            await anyio.sleep(0.3)
+            # Applied once, and not retried: the client knew the outcome at once.
+            assert [machine.big_applied for machine in cluster.machines
+                    if isinstance(machine, BigAnswers)] == [1, 1, 1]
+            assert sum(driver.metrics.counter("server.answers_too_large")
+                       for driver in cluster.drivers) == 2
