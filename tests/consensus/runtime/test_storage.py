@@ -180,18 +180,23 @@ def assert_refused(directory: pathlib.Path, error: type[StorageError], *words: s
     DirectoryLock.acquire(directory).release()  # the refusal released the lock
 
 
-@pytest.mark.parametrize(("where", "delta"), [("marker", 0), ("crc", 5), ("length", 9),
-                                              ("payload", FRAME_OVERHEAD + 2)])
+@pytest.mark.parametrize(("where", "delta", "xor"), [
+    ("marker", 0, 0x01), ("crc", 5, 0x01), ("length", 9, 0x01), ("payload", FRAME_OVERHEAD + 2, 1),
+    ("shorter length", 11, 0x04)])
 def test_damage_before_valid_records_is_refused(tmp_path: pathlib.Path, where: str,
-                                                delta: int) -> None:
+                                                delta: int, xor: int) -> None:
     write(tmp_path, take(4, 6))
     offsets = frame_offsets(tmp_path)
     path = tmp_path / LOG_NAME
     data = bytearray(path.read_bytes())
-    data[offsets[2] + delta] ^= 0x01
+    data[offsets[2] + delta] ^= xor
     path.write_bytes(bytes(data))
-    assert_refused(tmp_path, LogCorrupt, f"offset {offsets[2]}",
-                   f"valid record follows at offset {offsets[3]}", DANGER, "majority")
+    if (where, delta) == ("length", 9):  # the length grew past the end of the file: the frame
+        # is whole with its true length, so the records after it are not a torn tail
+        found = ["its length is damaged", f"ending at offset {offsets[3]}"]
+    else:
+        found = [f"valid record follows at offset {offsets[3]}"]
+    assert_refused(tmp_path, LogCorrupt, f"offset {offsets[2]}", *found, DANGER, "majority")
 
 
 def test_a_length_beyond_the_cap_is_refused_even_at_the_tail(tmp_path: pathlib.Path) -> None:
