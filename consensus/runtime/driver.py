@@ -23,6 +23,10 @@ one sync.
 
 A failure to persist stops the driver (and so the replica): after a failed fsync the state of
 the page cache is unknown, and continuing could lose what was acknowledged.
+
+Client commands are bounded in bytes as well as in count: `proposal_bytes_max` caps the bytes
+of commands submitted and not yet executed, covered by a snapshot or refused, however long their
+clients wait (consensus/runtime/proposal_budget.py); past it a submit is answered Overloaded.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ import anyio
 import anyio.lowlevel
 import anyio.to_thread
 
-from consensus.codec import MESSAGE_BYTES_MAX, encode_envelope, encode_messages
+from consensus.codec import MESSAGE_BYTES_MAX, encode_envelope
 from consensus.envelope import SYSTEM_PRINCIPAL, Envelope
 from consensus.errors import ConsensusError
 from consensus.leader import ProposalDropped
@@ -46,10 +50,13 @@ from consensus.records import Record
 from consensus.replica import Replica
 from consensus.runtime.deadlines import ExpiryHeap
 from consensus.runtime.inbox import Inbox
+from consensus.runtime.message_frames import frames_of
 from consensus.runtime.metrics import Metrics
+from consensus.runtime.proposal_budget import ProposalBudget
 from consensus.state_machine import StateMachine
 
 CATCH_UP_EVERY_INPUTS = 64  # inputs taken between two looks at the clock
+PROPOSAL_BYTES_MAX = 256 << 20
 
 
 class RecordStore(Protocol):
@@ -63,7 +70,8 @@ class OutcomeUnknown(ConsensusError):
 
 
 class Overloaded(ConsensusError):
-    """The replica's input queue is full; nothing was proposed, so retrying is safe."""
+    """The replica's input queue (or its budget of command bytes) is full; nothing was
+    proposed, so retrying is safe."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +83,8 @@ class DriverConfig:
     drain_max: int = 8192  # inputs handled before the next Ready
     snapshot_every_slots: int = 20_000
     frame_bytes_max: int = MESSAGE_BYTES_MAX // 4
+    # Bytes of client commands submitted and not yet executed (module docstring)
+    proposal_bytes_max: int = PROPOSAL_BYTES_MAX
     # Under load (the loop took several inputs at once), append and sync in a worker thread,
     # so the loop keeps serving the network meanwhile and the next Ready gathers a bigger
     # batch; a lone input is persisted right here, sparing two thread hand-offs of latency.
@@ -83,7 +93,8 @@ class DriverConfig:
     persist_in_thread: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("tick_ms", "idle_wake_ticks", "inputs_max", "drain_max"):
+        for name in ("tick_ms", "idle_wake_ticks", "inputs_max", "drain_max",
+                     "proposal_bytes_max"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
 
@@ -126,6 +137,7 @@ class Driver:
         self._clock = clock
         self._inbox: Inbox[tuple[Any, ...]] = Inbox(config.inputs_max)
         self._proposals: dict[int, _Callback] = {}
+        self._budget = ProposalBudget(config.proposal_bytes_max)
         self._reads: dict[int, tuple[bytes, _Callback]] = {}
         self._deadlines: ExpiryHeap[tuple[str, int]] = ExpiryHeap(self._still_waiting)
         self._read_ids = 0
@@ -156,8 +168,15 @@ class Driver:
         """Replicate `command`: `done(reply, None)` with the state machine's reply, or
         `done(None, error)` (Overloaded: nothing was proposed; OutcomeUnknown: no result within
         `timeout_s`, the command may still be applied), called exactly once, from the driver's
-        task (or at once when the input queue is full)."""
-        self._submit("propose", command, timeout_s, done, "driver.proposals_refused")
+        task (or at once when the input queue or the budget of command bytes is full)."""
+        if not self._budget.admit(len(command)):
+            self.metrics.count("driver.proposals_refused_bytes")
+            done(None, Overloaded(
+                f"the replica holds {self._budget.held_bytes} bytes of commands not yet "
+                f"executed (at most {self._budget.bytes_max})"))
+            return
+        if not self._submit("propose", command, timeout_s, done, "driver.proposals_refused"):
+            self._budget.refund(len(command))
 
     def submit_read(self, query: bytes, timeout_s: float, done: Done) -> None:
         """A linearizable read, answered through `done` as `submit` answers: the query runs once
@@ -166,10 +185,12 @@ class Driver:
         self._submit("read", query, timeout_s, done, "driver.reads_refused")
 
     def _submit(self, kind: str, payload: bytes, timeout_s: float, done: Done,
-                refused: str) -> None:
+                refused: str) -> bool:
         now = self._clock()
         if not self._offer((kind, payload, _Callback(done, now, now + timeout_s)), refused):
             done(None, Overloaded("the replica's input queue is full"))
+            return False
+        return True
 
     async def local_read(self, query: bytes, after_slot: int, wait_s: float) -> tuple[bytes, int]:
         """Run `query` on this replica's state, once it has executed past `after_slot` or after
@@ -179,6 +200,11 @@ class Driver:
                 await self._applied.wait()
         return self._machine.query(query), self.replica.executed_slots
 
+    @property
+    def proposal_bytes(self) -> int:
+        """Bytes of client commands submitted and not yet executed (or refused)."""
+        return self._budget.held_bytes
+
     def status(self) -> dict[str, Any]:
         status = self.replica.status()
         return {
@@ -186,6 +212,7 @@ class Driver:
             "sequencer": status.sequencer, "is_sequencer": status.is_sequencer,
             "executed_slots": status.executed_slots, "commit_prefix": status.commit_prefix,
             "log_base": status.log_base, "pending_proposals": status.pending_proposals,
+            "proposal_bytes": self.proposal_bytes,
             "running": self.running, "counters": dict(status.counters),
             "metrics": self.metrics.snapshot(),
         }
@@ -280,6 +307,7 @@ class Driver:
             if kind == "propose":
                 waiter = self._proposals.pop(key, None)
                 if waiter is not None:
+                    self._budget.deadline_passed(key)
                     waiter.fail(OutcomeUnknown("no result in time; the command may still be "
                                                "applied"))
             elif (read := self._reads.pop(key, None)) is not None:
@@ -291,8 +319,10 @@ class Driver:
             tag = self.replica.propose(command)
         except ProposalDropped as error:
             self.metrics.count("driver.proposals_dropped")
+            self._budget.refund(len(command))
             waiter.fail(Overloaded(str(error)))
             return
+        self._budget.hold(tag, len(command))
         self._proposals[tag] = waiter
         self._watch_deadline(waiter, "propose", tag)
         self.metrics.count("driver.proposals")
@@ -333,12 +363,15 @@ class Driver:
             self._last_snapshot = ready.snapshot_to_install.meta.slot
             self.metrics.count("driver.snapshots_installed")
         for tag in ready.covered:  # applied in the snapshot: the session's cache has the result
+            self._budget.release(tag)
             waiter = self._proposals.pop(tag, None)
             if waiter is not None:
                 self.metrics.count("driver.commands_covered_by_snapshot")
                 waiter.fail(OutcomeUnknown(
                     "the command took effect in a snapshot from a peer; its result is not "
                     "here: ask again in the same session"))
+        if ready.snapshot_to_install is not None:  # own commands in flight may be forgotten
+            self._budget.forget_after_snapshot(self._proposals.__contains__)
         self._apply(ready)
 
     def _persist(self, records: list[Record], must_sync: bool) -> None:
@@ -357,18 +390,16 @@ class Driver:
                 self.metrics.count("driver.frames_sent")
 
     def _frames(self, messages: list[Message]) -> list[bytes]:
-        """One frame for the lot (message merging), split while it is too big."""
-        frame = encode_messages(messages)
-        if len(frame) <= self.config.frame_bytes_max or len(messages) == 1:
-            return [frame]
-        half = len(messages) // 2
-        return self._frames(messages[:half]) + self._frames(messages[half:])
+        """As few frames as the cap allows (message merging)."""
+        return frames_of(messages, self.config.frame_bytes_max)
 
     def _apply(self, ready: Ready) -> None:
+        release = self._budget.release
         for item in ready.executed:
             for command in item.commands:
                 reply = self._machine.apply(command.payload)
                 if command.origin == self.replica.config.replica_id:
+                    release(command.tag)
                     waiter = self._proposals.pop(command.tag, None)
                     if waiter is not None:
                         self.metrics.observe("command_latency_seconds",

@@ -71,7 +71,8 @@ class ReplicaNode:
             replica, log, machine, self.mesh.send, self.metrics,
             config=DriverConfig(tick_ms=config.tick_ms, idle_wake_ticks=config.idle_wake_ticks,
                                 inputs_max=limits["inputs_max"],
-                                snapshot_every_slots=limits["snapshot_every_slots"]),
+                                snapshot_every_slots=limits["snapshot_every_slots"],
+                                proposal_bytes_max=limits["proposal_bytes_max"]),
             system_command=system_command)
         self.server = ClientServer(self.driver, status=self.status)
         self.listener = ClientListener(
@@ -99,6 +100,7 @@ class ReplicaNode:
         self.metrics.set("executed_slots", status.executed_slots)
         self.metrics.set("commit_prefix", status.commit_prefix)
         self.metrics.set("pending_proposals", status.pending_proposals)
+        self.metrics.set("proposal_bytes", self.driver.proposal_bytes)
         self.metrics.set("peers_connected", len(self.mesh.connected()))
         for name, value in status.counters:
             self.metrics.set(f"core.{name}", value)

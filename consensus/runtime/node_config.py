@@ -65,6 +65,7 @@ LIMIT_DEFAULTS = {
     "client_connections_max": 1024,
     "batch_commands_max": 1024,
     "inflight_instances_max": 512,
+    "proposal_bytes_max": 256 << 20,  # client commands held and not yet executed
 }
 LIMIT_MINIMUMS = {"frame_bytes_max": FETCH_REPLY_BYTES_MAX}
 

@@ -7,6 +7,9 @@ connection are answered concurrently (bounded: a permit per request until its an
 written), each response tagged with its request id; commands and reads are handed to the driver
 with a callback, and their responses leave through the connection's `Outbox`, many per write.
 A request that does not decode is answered BAD_REQUEST and counted; the connection goes on.
+A command or read is waited for at least WAIT_MS_MIN, whatever timeout it asks: with none, its
+answer (and its permit) came back at once while the command stayed queued in the core, so one
+connection could queue commands without bound (the driver's byte budget now bounds that too).
 
 No frame over the connection's cap is ever queued (the writer would fail, and with it the
 connection's task group and the listener): an answer too large to send (a query's result, a
@@ -47,6 +50,7 @@ from consensus.runtime.outbox import Outbox
 from consensus.runtime.streams import FrameStream
 
 INFLIGHT_PER_CONNECTION_MAX = 1024
+WAIT_MS_MIN = 100  # the least a command or read is waited for (module docstring)
 
 
 class ClientServer:
@@ -97,10 +101,10 @@ class ClientServer:
         elif isinstance(request, Propose):
             command = encode_envelope_of(principal, request.session, request.sequence,
                                          self._now_ms(), request.body)
-            self._driver.submit(command, request.timeout_ms / 1000,
+            self._driver.submit(command, max(request.timeout_ms, WAIT_MS_MIN) / 1000,
                                 answers.responder(request.request_id, _REPLY))
         elif isinstance(request, Read):
-            self._driver.submit_read(request.query, request.timeout_ms / 1000,
+            self._driver.submit_read(request.query, max(request.timeout_ms, WAIT_MS_MIN) / 1000,
                                      answers.responder(request.request_id, _ANSWER))
         else:
             tasks.start_soon(self._answer_slowly, request, answers)

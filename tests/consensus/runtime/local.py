@@ -16,7 +16,7 @@ from consensus.prng import Prng
 from consensus.records import Record
 from consensus.replica import Replica
 from consensus.runtime.client import CellarClient, ClientConfig
-from consensus.runtime.driver import Driver, DriverConfig
+from consensus.runtime.driver import PROPOSAL_BYTES_MAX, Driver, DriverConfig
 from consensus.runtime.metrics import Metrics
 from consensus.runtime.server import ClientServer
 from consensus.state_machine import StateMachine
@@ -85,8 +85,10 @@ async def local_cluster(make_machine: Callable[[], StateMachine], count: int = 3
                         principal: Principal = SCHEDULER,
                         system_command: Callable[[int], bytes] | None = None,
                         frame_bytes_max: int = MESSAGE_BYTES_MAX,
+                        proposal_bytes_max: int = PROPOSAL_BYTES_MAX,
                         ) -> AsyncIterator[tuple[LocalCluster, CellarClient]]:
-    """`frame_bytes_max`: the cap on the frames each replica's server sends a client."""
+    """`frame_bytes_max`: the cap on the frames each replica's server sends a client;
+    `proposal_bytes_max`: each driver's budget of command bytes."""
     machines = [make_machine() for _ in range(count)]
     drivers: list[Driver] = []
     cluster = LocalCluster(drivers, machines)
@@ -104,7 +106,8 @@ async def local_cluster(make_machine: Callable[[], StateMachine], count: int = 3
         drivers.append(Driver(replica, MemoryStore(), machines[replica_id],
                               sender(replica_id), Metrics(),
                               config=DriverConfig(tick_ms=5, snapshot_every_slots=50,
-                                                  system_every_ms=200),
+                                                  system_every_ms=200,
+                                                  proposal_bytes_max=proposal_bytes_max),
                               system_command=system_command))
 
     async def connect(endpoint: str) -> MemoryFrames:

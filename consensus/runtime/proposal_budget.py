@@ -1,0 +1,78 @@
+"""The bytes of client commands a replica holds: a budget, so a client cannot queue unbounded
+memory at it.
+
+Proposals are bounded in count by the driver's inbox and the core's queue, but one command may
+be a megabyte, and a client's deadline bounds nothing: a command whose client stopped waiting
+(OutcomeUnknown, or a request with no time to wait at all) stays queued in the core until it
+executes. So the driver counts a command's bytes from `submit` until the command executes, a
+peer's snapshot covers it, or the core refuses it, whatever became of its client; a submit that
+would take the count past `bytes_max` is refused as Overloaded (nothing proposed: retrying is
+safe).
+
+One case is released on time instead: a snapshot installed from a peer may make the core forget
+own commands it had in flight (their indexes fall below the snapshot), and it leaves their
+clients to time out. The driver cannot tell which, so at such an install every held command
+whose client no longer waits is released, and the others when their client's deadline passes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+
+class ProposalBudget:
+    """Bytes held per command tag, within `bytes_max`; see the module docstring."""
+
+    __slots__ = ("_held", "_release_at_deadline", "bytes_max", "held_bytes")
+
+    def __init__(self, bytes_max: int) -> None:
+        if bytes_max <= 0:
+            raise ValueError(f"bytes_max: must be positive, got {bytes_max}")
+        self.bytes_max = bytes_max
+        self.held_bytes = 0  # admitted: queued in the inbox, or held under a tag
+        self._held: dict[int, int] = {}  # tag -> bytes, for commands the core took
+        self._release_at_deadline: set[int] = set()
+
+    def __len__(self) -> int:
+        """Commands held under a tag."""
+        return len(self._held)
+
+    def admit(self, size: int) -> bool:
+        """Take `size` bytes for a command on its way to the core; False (nothing taken) when
+        that would pass the budget."""
+        if self.held_bytes + size > self.bytes_max:
+            return False
+        self.held_bytes += size
+        return True
+
+    def refund(self, size: int) -> None:
+        """An admitted command the core refused: never proposed."""
+        self.held_bytes -= size
+        assert self.held_bytes >= 0
+
+    def hold(self, tag: int, size: int) -> None:
+        """The core took an admitted command under `tag`."""
+        assert tag not in self._held, tag
+        self._held[tag] = size
+
+    def release(self, tag: int) -> None:
+        """The command under `tag` left the core (executed, or covered by a snapshot); a tag
+        not held (another replica's, or released already) is ignored."""
+        size = self._held.pop(tag, None)
+        if size is not None:
+            self.held_bytes -= size
+            self._release_at_deadline.discard(tag)
+
+    def forget_after_snapshot(self, waiting: Callable[[int], bool]) -> None:
+        """A peer's snapshot was installed: release each held command whose client no longer
+        waits (`waiting(tag)` False), and the others once their deadline passes."""
+        for tag in list(self._held):
+            if waiting(tag):
+                self._release_at_deadline.add(tag)
+            else:
+                self.release(tag)
+
+    def deadline_passed(self, tag: int) -> None:
+        """The client of the command under `tag` stopped waiting."""
+        if tag in self._release_at_deadline:
+            self.release(tag)
