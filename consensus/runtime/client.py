@@ -181,6 +181,16 @@ class _Connection:
         await self._stream.aclose()
 
 
+class _Dial:
+    """A connection being made to one endpoint, which every caller that needs it awaits."""
+
+    __slots__ = ("done", "error")
+
+    def __init__(self) -> None:
+        self.done = anyio.Event()
+        self.error: Exception | None = None  # set when it failed; None when abandoned
+
+
 class CellarClient:
     def __init__(self, endpoints: Sequence[str], connect: Connect,
                  config: ClientConfig = ClientConfig(), *, first: int | None = None) -> None:
@@ -194,6 +204,7 @@ class CellarClient:
         # leads its share of the commands: SDPaxos spreads replication over every replica.
         self._preferred = secrets.randbelow(len(self._endpoints)) if first is None else first
         self._connections: dict[str, _Connection] = {}
+        self._dials: dict[str, _Dial] = {}  # at most one dial per endpoint at a time
         self._sessions: list[list[Any]] = [[secrets.token_hex(8), 0]
                                            for _ in range(config.sessions)]
         self._session_freed: anyio.Event | None = None  # set when a session comes back
@@ -221,14 +232,36 @@ class CellarClient:
         return bool(suppress)
 
     async def _connection(self, endpoint: str) -> _Connection:
-        connection = self._connections.get(endpoint)
-        if connection is None or connection.broken:
-            assert self._tasks is not None, "use the client in `async with`"
+        """The live connection to `endpoint`, dialed when there is none. One dial per endpoint
+        at a time: callers that come meanwhile wait for it and share its outcome (each dialing
+        its own left all but the last connection open for the client's lifetime); if its
+        dialer was cancelled, one of them dials again."""
+        while True:
+            connection = self._connections.get(endpoint)
+            if connection is not None and not connection.broken:
+                return connection
+            dial = self._dials.get(endpoint)
+            if dial is None:
+                return await self._dial(endpoint)
+            await dial.done.wait()
+            if dial.error is not None:
+                raise ConnectionError(f"{endpoint}: {dial.error}") from dial.error
+
+    async def _dial(self, endpoint: str) -> _Connection:
+        assert self._tasks is not None, "use the client in `async with`"
+        dial = self._dials[endpoint] = _Dial()
+        try:
             connection = _Connection(endpoint, await self._connect(endpoint))
-            self._connections[endpoint] = connection
-            self._tasks.start_soon(connection.read_responses)
-            self._tasks.start_soon(connection.write_requests)
-            self._tasks.start_soon(connection.deadlines.run)
+        except Exception as error:
+            dial.error = error
+            raise
+        finally:  # the waiters look again: at the connection, or at the error
+            del self._dials[endpoint]
+            dial.done.set()
+        self._connections[endpoint] = connection  # before any waiter runs: no await since
+        self._tasks.start_soon(connection.read_responses)
+        self._tasks.start_soon(connection.write_requests)
+        self._tasks.start_soon(connection.deadlines.run)
         return connection
 
     def _rotation(self, now: float) -> list[str]:

@@ -4,13 +4,15 @@ try moving on to the next replica; nothing is left waiting on a connection after
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import anyio
 import pytest
 
 from consensus.runtime.client import CellarClient, ClientConfig, OutcomeUnknown, Unavailable
 from consensus.runtime.client_codec import decode_request
+from tests.consensus.runtime.kv_machine import SessionKv
+from tests.consensus.runtime.local import MemoryFrames, local_cluster
 
 pytestmark = pytest.mark.anyio
 
@@ -58,3 +60,68 @@ async def test_unanswered_commands_and_reads_end_at_their_deadline() -> None:
             connections = list(client._connections.values())
     assert set(heard) == {"a", "b"}  # no answer from one replica: the next one is tried
     assert all(not connection._waiting for connection in connections)
+
+
+class Dialer:
+    """A `Connect` that counts its dials, each taking a while (or failing) and keeping the
+    streams it made, against the in-process replica of a local cluster."""
+
+    def __init__(self, connect: Callable[[str], Awaitable[MemoryFrames]], *,
+                 fail: bool = False) -> None:
+        self._connect, self.fail = connect, fail
+        self.dials = 0
+        self.streams: list[MemoryFrames] = []
+
+    async def __call__(self, endpoint: str) -> MemoryFrames:
+        self.dials += 1
+        await anyio.sleep(0.05)  # every caller arrives while the dial is in progress
+        if self.fail:
+            raise ConnectionRefusedError(f"{endpoint} refused")
+        stream = await self._connect(endpoint)
+        self.streams.append(stream)
+        return stream
+
+
+async def test_concurrent_callers_share_one_dial_per_endpoint() -> None:
+    """Twenty status requests at once used to dial twenty connections; all but the last stayed
+    open, with their tasks, for the client's lifetime."""
+    with anyio.fail_after(20):
+        async with local_cluster(SessionKv) as (cluster, _):
+            assert cluster.connect is not None
+            dialer = Dialer(cluster.connect)
+            async with CellarClient(["0"], dialer, ClientConfig(deadline_s=5)) as client:
+                async with anyio.create_task_group() as callers:
+                    for _ in range(20):
+                        callers.start_soon(client.status, "0")
+                assert dialer.dials == 1 and len(dialer.streams) == 1
+                assert client._connections["0"]._stream is dialer.streams[0]
+                dialer.fail = True
+                failures: list[BaseException] = []
+                client._connections["0"].broken = True  # dial again, and fail
+
+                async def status() -> None:
+                    try:
+                        await client.status("0")
+                    except Unavailable as error:
+                        failures.append(error)
+
+                async with anyio.create_task_group() as callers:
+                    for _ in range(5):
+                        callers.start_soon(status)
+                assert dialer.dials == 2  # one failed dial answered all five
+                assert len(failures) == 5
+
+
+async def test_a_dial_whose_caller_gave_up_is_made_again_by_one_waiting() -> None:
+    with anyio.fail_after(20):
+        async with local_cluster(SessionKv) as (cluster, _):
+            assert cluster.connect is not None
+            dialer = Dialer(cluster.connect)
+            async with CellarClient(["0"], dialer, ClientConfig(deadline_s=5)) as client:
+                async with anyio.create_task_group() as callers:
+                    callers.start_soon(client.status, "0")  # runs once this task dials
+                    with anyio.move_on_after(0.01):  # the dialer gives up mid-dial
+                        await client._connection("0")
+                    assert dialer.dials == 1
+                assert dialer.dials == 2 and len(dialer.streams) == 1
+                assert client._dials == {}
