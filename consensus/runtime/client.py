@@ -25,6 +25,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
+from consensus.envelope import BODY_BYTES_MAX
 from consensus.errors import ConsensusError, InvalidMessage
 from consensus.runtime.client_codec import (
     Code,
@@ -79,6 +80,13 @@ class ReplyTooLarge(ClientError):
     """The answer would not fit in a frame of the connection. A command was applied all the
     same (its result is lost; asking again in the same session gets the same answer); a query
     should ask for less."""
+
+
+def _check_body(body: bytes, what: str) -> None:
+    """Refuse at once what every replica would refuse as malformed (never sent)."""
+    if len(body) > BODY_BYTES_MAX:
+        raise Rejected(f"{what} of {len(body)} bytes, more than the protocol's "
+                       f"{BODY_BYTES_MAX}; not sent")
 
 
 def _refusal(response: Response) -> ClientError | None:
@@ -164,6 +172,8 @@ class _Connection:
             await waiter.signal()
         except anyio.BrokenResourceError:  # from put: the writer ended
             return None
+        except ValueError as error:  # from put: over the frame cap, so never queued
+            raise Rejected(f"{error}; not sent") from None
         finally:
             self._waiting.pop(request_id, None)
         return waiter.answer
@@ -171,7 +181,7 @@ class _Connection:
     async def write_requests(self) -> None:
         try:
             await self.outbox.run()
-        except _BROKEN:
+        except (*_BROKEN, ValueError):  # ValueError (a frame over the cap) `put` refuses first
             pass
         finally:
             self._break()
@@ -298,6 +308,7 @@ class CellarClient:
         """Apply `body` exactly once and return the state machine's reply. (One coroutine from
         here to the connection's waiter while the first replica answers: this runs per
         command.)"""
+        _check_body(body, "a command")
         deadline_s = deadline_s or self.config.deadline_s
         session = self._sessions.pop() if self._sessions else await self._take_session()
         session[1] += 1
@@ -392,6 +403,7 @@ class CellarClient:
 
     async def read(self, query: bytes, *, deadline_s: float | None = None) -> bytes:
         """A linearizable read of `query`."""
+        _check_body(query, "a query")
         timeout_ms = int(self.config.attempt_timeout_s * 1000)
         now = self._now()
         deadline = now + (deadline_s or self.config.deadline_s)
@@ -417,6 +429,7 @@ class CellarClient:
                     ) -> tuple[bytes, int]:
         """Run `query` once some replica executed past `after_slot` (or `wait_s` passed):
         returns the result and that replica's executed slot, to resume from."""
+        _check_body(query, "a query")
         for endpoint in self._rotation(self._now()):
             response = await self._try(endpoint, lambda request_id: encode_request(Watch(
                 request_id, query, after_slot, int(wait_s * 1000))), held_s=wait_s)

@@ -21,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import msgpack
+
 from consensus.codec import pack, unpack
 from consensus.envelope import BODY_BYTES_MAX, SESSION_LENGTH_MAX
 from consensus.errors import InvalidMessage
@@ -142,6 +144,24 @@ def decode_request(data: bytes) -> Request:
                 and 0 <= timeout_ms <= TIMEOUT_MS_MAX):
             return _new_propose(request_id, session, sequence, body, timeout_ms)
     return _checked_request(raw)
+
+
+def request_id_of(data: bytes) -> int:
+    """The id of a request that does not decode, read from its first two items where they are
+    [kind, id] (so its BAD_REQUEST reaches the caller waiting for it); 0 where they are not.
+    Reads no further than the id, whatever the size of the rest."""
+    unpacker = msgpack.Unpacker(raw=False, max_buffer_size=max(len(data), 1))
+    unpacker.feed(data)
+    try:
+        if unpacker.read_array_header() < 2:
+            return 0
+        unpacker.skip()  # the kind
+        request_id = unpacker.unpack()
+    except (ValueError, msgpack.UnpackException):
+        return 0
+    if type(request_id) is int and 0 <= request_id <= INT64_MAX:
+        return request_id
+    return 0
 
 
 def _checked_request(raw: object) -> Request:

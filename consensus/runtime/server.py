@@ -6,7 +6,9 @@ a node agent acting for another node or a non-admin issuing admin commands. Requ
 connection are answered concurrently (bounded: a permit per request until its answer is
 written), each response tagged with its request id; commands and reads are handed to the driver
 with a callback, and their responses leave through the connection's `Outbox`, many per write.
-A request that does not decode is answered BAD_REQUEST and counted; the connection goes on.
+A request that does not decode is answered BAD_REQUEST and counted, with its request id when
+that much of it can be read (else the client could not match the answer and would wait out its
+deadline); the connection goes on.
 A command or read is waited for at least WAIT_MS_MIN, whatever timeout it asks: with none, its
 answer (and its permit) came back at once while the command stayed queued in the core, so one
 connection could queue commands without bound (the driver's byte budget now bounds that too).
@@ -42,6 +44,7 @@ from consensus.runtime.client_codec import (
     encode_ok,
     encode_response,
     encode_status,
+    request_id_of,
 )
 from consensus.runtime.driver import Done, Driver, Overloaded
 from consensus.runtime.framing import TransportError
@@ -94,7 +97,7 @@ class ClientServer:
             request = decode_request(frame)
         except InvalidMessage as error:
             self._driver.metrics.count("server.bad_requests")
-            answers.error(0, Code.BAD_REQUEST, error.reason)
+            answers.error(request_id_of(frame), Code.BAD_REQUEST, error.reason)
             return
         if not self._driver.running:
             answers.error(request.request_id, Code.UNAVAILABLE, "the replica is not running")

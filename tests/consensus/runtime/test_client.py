@@ -9,7 +9,14 @@ from collections.abc import Awaitable, Callable, Sequence
 import anyio
 import pytest
 
-from consensus.runtime.client import CellarClient, ClientConfig, OutcomeUnknown, Unavailable
+from consensus.envelope import BODY_BYTES_MAX
+from consensus.runtime.client import (
+    CellarClient,
+    ClientConfig,
+    OutcomeUnknown,
+    Rejected,
+    Unavailable,
+)
 from consensus.runtime.client_codec import decode_request
 from tests.consensus.runtime.kv_machine import SessionKv
 from tests.consensus.runtime.local import MemoryFrames, local_cluster
@@ -125,3 +132,41 @@ async def test_a_dial_whose_caller_gave_up_is_made_again_by_one_waiting() -> Non
                     assert dialer.dials == 1
                 assert dialer.dials == 2 and len(dialer.streams) == 1
                 assert client._dials == {}
+
+
+async def test_a_body_over_the_protocols_limit_is_rejected_unsent() -> None:
+    """Every replica would refuse it as malformed; sending it cost the whole deadline and
+    ended as OutcomeUnknown for a command no replica proposed."""
+    heard: list[str] = []
+
+    async def connect(endpoint: str) -> SilentReplica:
+        return SilentReplica(endpoint, heard)
+
+    too_big = b"x" * (BODY_BYTES_MAX + 1)
+    with anyio.fail_after(10):
+        async with CellarClient(["a"], connect, ClientConfig(deadline_s=5)) as client:
+            with pytest.raises(Rejected, match="more than the protocol's"):
+                await client.propose(too_big)
+            with pytest.raises(Rejected):
+                await client.read(too_big)
+            with pytest.raises(Rejected):
+                await client.watch(too_big, -1)
+    assert heard == []
+
+
+async def test_a_request_over_the_connections_frame_cap_is_rejected_unsent() -> None:
+    heard: list[str] = []
+
+    async def connect(endpoint: str) -> SilentReplica:
+        replica = SilentReplica(endpoint, heard)
+        replica.frame_bytes_max = 1000
+        return replica
+
+    with anyio.fail_after(10):
+        async with CellarClient(["a"], connect, ClientConfig(deadline_s=5)) as client:
+            with pytest.raises(Rejected, match="not sent"):
+                await client.propose(b"x" * 2000)
+            await anyio.sleep(0.05)  # the writer is still there: a small one goes out
+            with pytest.raises(OutcomeUnknown):
+                await client.propose(b"small", deadline_s=0.2)
+    assert heard == ["a"]

@@ -27,6 +27,7 @@ from consensus.runtime.client_codec import (
     encode_ok,
     encode_request,
     encode_response,
+    request_id_of,
 )
 from tests.decoding import one_field_changed, outcome
 
@@ -97,3 +98,27 @@ def test_the_inline_propose_path_decides_as_the_checked_one(raw: list[object]) -
 @example([7, True, b"x", 0, ""])
 def test_the_inline_answer_path_decides_as_the_checked_one(raw: list[object]) -> None:
     assert outcome(lambda: decode_response(pack(raw))) == outcome(lambda: _checked_response(raw))
+
+
+@given(requests)
+def test_the_id_of_a_valid_request_is_read_back(request: Propose | Read | Watch | Status) -> None:
+    assert request_id_of(encode_request(request)) == request.request_id
+
+
+@pytest.mark.parametrize(("data", "request_id"), [
+    (pack([1, 42, "s", 1, b"x" * (BODY_BYTES_MAX + 1), 1000]), 42),  # too big to decode
+    (pack([9, 43]), 43),  # an unknown kind
+    (pack([1, 44, "s"]), 44),  # too few fields
+    (pack([1]), 0),
+    (pack([1, -5, "s", 1, b"", 0]), 0),
+    (pack([1, "id", "s", 1, b"", 0]), 0),
+    (pack({"id": 7}), 0),
+    (b"\xc1garbage", 0),
+    (b"", 0),
+    (pack([1, 2**63, "s", 1, b"", 0]), 0),
+])
+def test_the_id_of_a_request_that_does_not_decode(data: bytes, request_id: int) -> None:
+    """Read where [kind, id] can be read, so its BAD_REQUEST reaches the caller; else 0."""
+    with pytest.raises(InvalidMessage):
+        decode_request(data)
+    assert request_id_of(data) == request_id

@@ -3,19 +3,24 @@
 Goal: an answer larger than the connection's frame cap (a query's result, a command's reply) is
 never queued, which failed the connection's writer and, through the listener, stopped the whole
 replica; the request gets TOO_LARGE instead, which the client raises as ReplyTooLarge at once
-(saying that a command was applied all the same), and the connection and the replica go on."""
+(saying that a command was applied all the same), and the connection and the replica go on.
+A request that does not decode is answered BAD_REQUEST under its own id wherever that can be
+read: under id 0 no caller matched it, and the client waited out every try on every replica,
+then said a command nobody proposed "may still be applied"."""
 
 from __future__ import annotations
 
 import anyio
 import pytest
 
-from consensus.codec import decode_envelope
+from consensus.codec import decode_envelope, pack
 from consensus.config import ReplicaConfig
+from consensus.envelope import BODY_BYTES_MAX, Principal, Role
 from consensus.errors import InvalidMessage
 from consensus.prng import Prng
 from consensus.replica import Replica
-from consensus.runtime.client import CellarClient, ClientConfig, ReplyTooLarge
+from consensus.runtime.client import CellarClient, ClientConfig, Rejected, ReplyTooLarge
+from consensus.runtime.client_codec import TIMEOUT_MS_MAX, Code, decode_response
 from consensus.runtime.connect import connector
 from consensus.runtime.driver import Driver, DriverConfig
 from consensus.runtime.framing import FramedConnection
@@ -25,7 +30,7 @@ from consensus.runtime.server import ClientServer
 from consensus.runtime.tls import Identity
 from jepsen.sim.kv_codec import decode_reply, encode_get, encode_put
 from tests.consensus.runtime.kv_machine import SessionKv
-from tests.consensus.runtime.local import MemoryStore, local_cluster
+from tests.consensus.runtime.local import MemoryFrames, MemoryStore, local_cluster
 
 pytestmark = pytest.mark.anyio
 FRAME_CAP = 64 << 10
@@ -98,3 +103,38 @@ async def test_a_command_whose_reply_is_over_the_cap_is_applied_and_said_so() ->
                     if isinstance(machine, BigAnswers)] == [1, 1, 1]
             assert sum(driver.metrics.counter("server.answers_too_large")
                        for driver in cluster.drivers) == 2
+
+
+async def test_a_request_that_does_not_decode_is_answered_under_its_own_id() -> None:
+    replica = Replica(ReplicaConfig(replica_id=0, replica_count=3), Prng(1))
+    driver = Driver(replica, MemoryStore(), SessionKv(), lambda peer, frame: True, Metrics(),
+                    config=DriverConfig(tick_ms=5))
+    to_server, from_client = anyio.create_memory_object_stream[bytes](10)
+    to_client, from_server = anyio.create_memory_object_stream[bytes](10)
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tasks:
+            await tasks.start(driver.run)
+            tasks.start_soon(ClientServer(driver).serve, Principal(Role.NODE, "n1"),
+                             MemoryFrames(to_client, from_client))
+            await to_server.send(pack([1, 42, "s", 1, b"x" * (BODY_BYTES_MAX + 1), 1000]))
+            await to_server.send(b"\xc1 not a request")
+            answers = [decode_response(await from_server.receive()) for _ in range(2)]
+            tasks.cancel_scope.cancel()
+    assert [(answer.request_id, answer.code) for answer in answers] == [
+        (42, Code.BAD_REQUEST), (0, Code.BAD_REQUEST)]
+    assert "propose.body" in answers[0].message
+    assert driver.metrics.counter("server.bad_requests") == 2
+
+
+async def test_a_request_every_replica_refuses_is_rejected_at_once() -> None:
+    """A watch that asks to wait longer than the protocol allows: each replica answers
+    BAD_REQUEST, which the client now matches and raises, instead of waiting out its tries."""
+    with anyio.fail_after(30):
+        async with local_cluster(SessionKv) as (_, client):
+            started = anyio.current_time()
+            with pytest.raises(Rejected, match=r"watch\.wait_ms"):
+                await client.watch(b"q", -1, wait_s=TIMEOUT_MS_MAX / 1000 + 1)
+            assert anyio.current_time() - started < 5  # not the 15 s deadline plus the wait
+            with pytest.raises(Rejected, match="not sent"):
+                await client.propose(b"x" * (BODY_BYTES_MAX + 1))
+            assert anyio.current_time() - started < 5
