@@ -3,6 +3,7 @@ the cluster, and framing. The client library calls the `Connect` this returns pe
 
 from __future__ import annotations
 
+import ssl
 from collections import Counter
 from collections.abc import Awaitable, Callable
 
@@ -38,14 +39,25 @@ def connector(tls: TlsConfig | None, *, insecure: bool = False,
         host, port = split_endpoint(endpoint)
         with anyio.fail_after(CONNECT_TIMEOUT_S):
             stream: anyio.abc.ByteStream = await anyio.connect_tcp(host, port)
-        if context is not None:
-            secured = await tls_handshake(stream, context, server_side=False, metrics=metrics)
-            if secured is None:
-                raise ConnectRefused(f"{endpoint}: the TLS handshake failed")
-            stream, identity = secured
-            if identity.role is not IdentityRole.REPLICA:
-                await anyio.aclose_forcefully(stream)
-                raise ConnectRefused(f"{endpoint} presented {identity}, not a replica")
-        return FramedConnection(stream, frame_bytes_max=frame_bytes_max, metrics=metrics)
+        try:
+            if context is not None:
+                stream = await secure(endpoint, stream, context, metrics)
+            return FramedConnection(stream, frame_bytes_max=frame_bytes_max, metrics=metrics)
+        except BaseException:  # refused, failed or cancelled: the socket is closed, not leaked
+            await anyio.aclose_forcefully(stream)
+            raise
 
     return connect
+
+
+async def secure(endpoint: str, stream: anyio.abc.ByteStream, context: ssl.SSLContext,
+                 metrics: Counter[str]) -> anyio.abc.ByteStream:
+    """`stream` under TLS, once the server proved to be a replica; raises ConnectRefused."""
+    secured = await tls_handshake(stream, context, server_side=False, metrics=metrics)
+    if secured is None:
+        raise ConnectRefused(f"{endpoint}: the TLS handshake failed")
+    tls_stream, identity = secured
+    if identity.role is not IdentityRole.REPLICA:
+        await anyio.aclose_forcefully(tls_stream)
+        raise ConnectRefused(f"{endpoint} presented {identity}, not a replica")
+    return tls_stream

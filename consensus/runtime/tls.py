@@ -189,7 +189,8 @@ async def tls_handshake(
 
     A failed handshake (no certificate, another CA, not TLS at all, too slow) counts as
     TLS_REFUSED; a valid certificate without a cellar identity as IDENTITY_REFUSED. The caller
-    still decides whether the identity found may connect.
+    still decides whether the identity found may connect. `stream` is closed whenever no TLS
+    stream comes back, cancellation from outside included.
     """
     try:
         with anyio.fail_after(timeout_s):
@@ -200,6 +201,9 @@ async def tls_handshake(
         logger.info("TLS handshake with %s failed: %r", remote_address(stream), error)
         await anyio.aclose_forcefully(stream)
         return None
+    except BaseException:  # cancelled: the caller gets no stream to close
+        await anyio.aclose_forcefully(stream)
+        raise
     try:
         certificate = tls_stream.extra(TLSAttribute.peer_certificate)
         identity = identity_from_certificate(certificate)
