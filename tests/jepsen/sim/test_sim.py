@@ -87,7 +87,9 @@ def test_it_catches_a_missing_dedup_guard(seed: int) -> None:
 def test_it_catches_a_new_sequencer_that_rebuilds_its_log_from_its_own_vote() -> None:
     """The new sequencer's log is checked when it is rebuilt: it lacks a slot for an instance
     that another replica's vote carried and that was ready."""
-    options = swarm(1, SimOptions(seed=1, replica_count=3))
+    # A seed whose faults make the defect show (7 seeds in 40 did before leaders relayed
+    # their requests for ordering through peers, 3 in 40 after: this is one of those).
+    options = swarm(22, SimOptions(seed=22, replica_count=3))
     result = run(dataclasses.replace(options, defects=frozenset({Defect.OWN_VOTE_ONLY})))
     assert any(violation.invariant == "ready position" and "view" in violation.detail
                for violation in result.violations), explain(result)
