@@ -26,7 +26,8 @@ the page cache is unknown, and continuing could lose what was acknowledged.
 
 Client commands are bounded in bytes as well as in count: `proposal_bytes_max` caps the bytes
 of commands submitted and not yet executed, covered by a snapshot or refused, however long their
-clients wait (consensus/runtime/proposal_budget.py); past it a submit is answered Overloaded.
+clients wait (consensus/runtime/proposal_budget.py), and reads' queries until answered; past
+it a submit is answered Overloaded.
 """
 
 from __future__ import annotations
@@ -181,8 +182,21 @@ class Driver:
     def submit_read(self, query: bytes, timeout_s: float, done: Done) -> None:
         """A linearizable read, answered through `done` as `submit` answers: the query runs once
         this replica executed every slot the sequencer had allocated when asked (its read
-        index, under its lease)."""
-        self._submit("read", query, timeout_s, done, "driver.reads_refused")
+        index, under its lease). Its bytes count against the same budget as commands' until
+        `done` is called (exactly once, whatever the outcome)."""
+        size = len(query)
+        if not self._budget.admit(size):
+            self.metrics.count("driver.reads_refused_bytes")
+            done(None, Overloaded(
+                f"the replica holds {self._budget.held_bytes} bytes of requests not yet "
+                f"answered (at most {self._budget.bytes_max})"))
+            return
+
+        def answered(reply: bytes | None, error: Exception | None) -> None:
+            self._budget.refund(size)
+            done(reply, error)
+
+        self._submit("read", query, timeout_s, answered, "driver.reads_refused")
 
     def _submit(self, kind: str, payload: bytes, timeout_s: float, done: Done,
                 refused: str) -> bool:

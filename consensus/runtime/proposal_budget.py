@@ -9,6 +9,9 @@ peer's snapshot covers it, or the core refuses it, whatever became of its client
 would take the count past `bytes_max` is refused as Overloaded (nothing proposed: retrying is
 safe).
 
+A read's query counts too, from `submit_read` until its answer (or refusal, or expiry) is
+handed to its client: the driver refunds it then (`Driver.submit_read`).
+
 One case is released on time instead: a snapshot installed from a peer may make the core forget
 own commands it had in flight (their indexes fall below the snapshot), and it leaves their
 clients to time out. The driver cannot tell which, so at such an install every held command

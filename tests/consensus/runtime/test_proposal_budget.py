@@ -64,6 +64,27 @@ async def test_commands_whose_clients_stopped_waiting_still_count() -> None:
     assert driver.metrics.counter("driver.proposals_refused_bytes") == 1
 
 
+async def test_reads_count_until_answered_and_then_free_their_bytes() -> None:
+    """A lone replica has no lease: its reads wait until their deadline. Until then their
+    bytes count, and a read past the budget is Overloaded at once; once they expire, the
+    bytes are free again."""
+    query = b"q" * 10_000
+    driver = lone_driver(proposal_bytes_max=3 * len(query))
+    answers: list[str] = []
+    async with anyio.create_task_group() as tasks:
+        await tasks.start(driver.run)
+        for _ in range(3):
+            driver.submit_read(query, 0.2, recorder(answers))
+        driver.submit_read(query, 0.2, recorder(answers))
+        assert answers == ["Overloaded"]
+        assert driver.status()["proposal_bytes"] == 3 * len(query)
+        await anyio.sleep(0.5)
+        assert answers == ["Overloaded"] + ["OutcomeUnknown"] * 3
+        assert driver.status()["proposal_bytes"] == 0
+        tasks.cancel_scope.cancel()
+    assert driver.metrics.counter("driver.reads_refused_bytes") == 1
+
+
 async def test_executed_commands_free_their_bytes() -> None:
     """A budget of three commands serves any number of them, one after another."""
     body = encode_put("k", 1)
