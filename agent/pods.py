@@ -46,11 +46,6 @@ def binding_of(pod: PodAssignment | dict[str, Any]) -> Binding:
                    env=tuple((str(name), str(value)) for name, value in pod.get("env", ())))
 
 
-def _first_kept(gaps: BaseExceptionGroup[EffectsTrimmed]) -> int:
-    return max(gap.first_index if isinstance(gap, EffectsTrimmed) else _first_kept(gap)
-               for gap in gaps.exceptions)
-
-
 class Pods:
     def __init__(self, link: StoreLink, runner: JobRunner, state_dir: pathlib.Path) -> None:
         self.link = link
@@ -123,19 +118,17 @@ class Pods:
         EffectsTrimmed, having moved its cursor past them: the registration that must follow
         reconciles with the store's bindings, which covers what was missed."""
         after = self._cursor()
-        try:
-            async with anyio.create_task_group() as stops, aclosing(
-                    self.link.store.watch_effects(self.link.node, after,
-                                                  wait_s=WATCH_WAIT_S)) as effects:
+        async with anyio.create_task_group() as stops, aclosing(
+                self.link.store.watch_effects(self.link.node, after,
+                                              wait_s=WATCH_WAIT_S)) as effects:
+            try:
                 async for effect in effects:
                     await self._effect(effect, stops)
                     self._remember(int(effect["index"]))
-        except* EffectsTrimmed as gaps:  # raised in the task group's body: in a group
-            first_index = _first_kept(gaps)
-            logger.warning("effects were trimmed before this agent saw them (the outbox "
-                           "starts at %d): reconciling", first_index)
-            self._remember(first_index - 1)
-            raise
+            except EffectsTrimmed as gap:
+                logger.warning("%s: reconciling", gap)
+                self._remember(gap.first_index - 1)
+                raise
 
     async def _effect(self, effect: dict[str, Any], stops: anyio.abc.TaskGroup) -> None:
         kind = effect.get("kind")

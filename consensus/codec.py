@@ -279,6 +279,17 @@ def encode_messages(messages: list[Message]) -> bytes:
                   *_MESSAGE_ENCODERS[type(message)][1](message)] for message in messages])
 
 
+def frame_of_encoded(encoded: list[bytes]) -> bytes:
+    """The frame `encode_messages` makes, from messages each already `encode_message`d: a
+    msgpack array is its header and its items' encodings, one after the other."""
+    packer = _idle_packers.pop() if _idle_packers else msgpack.Packer(use_bin_type=True)
+    try:
+        header: bytes = packer.pack_array_header(len(encoded))
+    finally:
+        _idle_packers.append(packer)
+    return header + b"".join(encoded)
+
+
 def decode_message(data: bytes) -> Message:
     raw = unpack(data, bytes_max=MESSAGE_BYTES_MAX, what="message")
     return _decode_tagged(raw, _MESSAGES, "message")  # type: ignore[no-any-return]

@@ -345,10 +345,15 @@ MESSAGE_TYPES: tuple[type[Message], ...] = (
 def check_message(message: Message, replica_count: int) -> str | None:
     """The reason `message` cannot be from a group of `replica_count`, or None if it can."""
     reason = _check_fields(message, replica_count)
-    if reason is None and type(message) is OCommit and \
-            len(message.slots) != len(message.values):
-        reason = "values: not one per slot"
+    if reason is None and (paired := _PAIRED.get(type(message))) is not None and \
+            len(getattr(message, paired[0])) != len(getattr(message, paired[1])):
+        reason = f"{paired[1]}: not one per {paired[2]}"
     return None if reason is None else f"{type(message).__name__}.{reason}"
+
+
+# Fields of a class that go together item by item (the handlers zip them), and what one item
+# of the first is called.
+_PAIRED: dict[type, tuple[str, str, str]] = {OCommit: ("slots", "values", "slot")}
 
 
 # Every message from a peer is checked, and most fields need no check: each class's checked

@@ -21,9 +21,10 @@ loop looks through it.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar, cast
 
@@ -31,10 +32,11 @@ import anyio
 import anyio.abc
 from anyio.streams.stapled import MultiListener
 
-from consensus.runtime.framing import Metrics
+from consensus.runtime.framing import HANDSHAKES_REFUSED_LIMIT, Metrics
 
 logger = logging.getLogger("cellar.transport")
 
+T = TypeVar("T")
 T_Stream = TypeVar("T_Stream")
 T_Accepted_co = TypeVar("T_Accepted_co", covariant=True)
 ACCEPT_BACKOFF_S = 0.1
@@ -76,6 +78,28 @@ class Slots:
     def release(self) -> None:
         assert self.in_use > 0, "a slot released twice"
         self.in_use -= 1
+
+
+@contextlib.contextmanager
+def holding(slots: Slots, metrics: Metrics, refused: str) -> Iterator[bool]:
+    """One of `slots` for the block (True), given back after it; False, counting `refused`,
+    when none is free (the caller sheds the connection)."""
+    if not slots.take():
+        metrics[refused] += 1
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        slots.release()
+
+
+async def authenticated(stream: T_Stream, handshake: Callable[[T_Stream], Awaitable[T]],
+                        handshakes: Slots, metrics: Metrics) -> T | None:
+    """`handshake(stream)` holding one of `handshakes` while it runs; None when it refused the
+    connection, or when no handshake place was free (counted)."""
+    with holding(handshakes, metrics, HANDSHAKES_REFUSED_LIMIT) as held:
+        return await handshake(stream) if held else None
 
 
 def retried_errno(error: BaseException) -> int | None:

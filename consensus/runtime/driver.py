@@ -170,11 +170,7 @@ class Driver:
         `done(None, error)` (Overloaded: nothing was proposed; OutcomeUnknown: no result within
         `timeout_s`, the command may still be applied), called exactly once, from the driver's
         task (or at once when the input queue or the budget of command bytes is full)."""
-        if not self._budget.admit(len(command)):
-            self.metrics.count("driver.proposals_refused_bytes")
-            done(None, Overloaded(
-                f"the replica holds {self._budget.held_bytes} bytes of commands not yet "
-                f"executed (at most {self._budget.bytes_max})"))
+        if not self._admit(len(command), done, "driver.proposals_refused_bytes"):
             return
         if not self._submit("propose", command, timeout_s, done, "driver.proposals_refused"):
             self._budget.refund(len(command))
@@ -185,11 +181,7 @@ class Driver:
         index, under its lease). Its bytes count against the same budget as commands' until
         `done` is called (exactly once, whatever the outcome)."""
         size = len(query)
-        if not self._budget.admit(size):
-            self.metrics.count("driver.reads_refused_bytes")
-            done(None, Overloaded(
-                f"the replica holds {self._budget.held_bytes} bytes of requests not yet "
-                f"answered (at most {self._budget.bytes_max})"))
+        if not self._admit(size, done, "driver.reads_refused_bytes"):
             return
 
         def answered(reply: bytes | None, error: Exception | None) -> None:
@@ -197,6 +189,15 @@ class Driver:
             done(reply, error)
 
         self._submit("read", query, timeout_s, answered, "driver.reads_refused")
+
+    def _admit(self, size: int, done: Done, refused: str) -> bool:
+        """Take `size` bytes of the budget for a request, or answer it Overloaded at once."""
+        if self._budget.admit(size):
+            return True
+        self.metrics.count(refused)
+        done(None, Overloaded(f"the replica holds {self._budget.held_bytes} bytes of requests "
+                              f"not yet answered or executed (at most {self._budget.bytes_max})"))
+        return False
 
     def _submit(self, kind: str, payload: bytes, timeout_s: float, done: Done,
                 refused: str) -> bool:
@@ -398,14 +399,10 @@ class Driver:
         for peer, message in messages:
             by_peer.setdefault(peer, []).append(message)
         for peer in sorted(by_peer):
-            for frame in self._frames(by_peer[peer]):
+            for frame in frames_of(by_peer[peer], self.config.frame_bytes_max):
                 if not self._send(peer, frame):
                     self.metrics.count("driver.frames_dropped_send_queue")
                 self.metrics.count("driver.frames_sent")
-
-    def _frames(self, messages: list[Message]) -> list[bytes]:
-        """As few frames as the cap allows (message merging)."""
-        return frames_of(messages, self.config.frame_bytes_max)
 
     def _apply(self, ready: Ready) -> None:
         release = self._budget.release

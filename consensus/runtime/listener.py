@@ -30,14 +30,13 @@ import anyio
 import anyio.abc
 
 from consensus.codec import MESSAGE_BYTES_MAX
-from consensus.runtime.accept import Slots, accept_forever
+from consensus.runtime.accept import Slots, accept_forever, authenticated, holding
 from consensus.runtime.framing import (
     CONNECTIONS_ACCEPTED,
     CONNECTIONS_LOST,
     CONNECTIONS_REFUSED_LIMIT,
     FRAMES_REFUSED_OVERSIZED,
     FRAMES_TRUNCATED,
-    HANDSHAKES_REFUSED_LIMIT,
     IDENTITY_REFUSED,
     FramedConnection,
     FrameTooLarge,
@@ -127,25 +126,16 @@ class ClientListener:
             if self.connections >= self.connections_max:
                 self.metrics[CONNECTIONS_REFUSED_LIMIT] += 1
                 return
-            if not self._handshakes.take():
-                self.metrics[HANDSHAKES_REFUSED_LIMIT] += 1
-                return
-            try:
-                accepted = await self._accept(stream)
-            finally:
-                self._handshakes.release()
+            accepted = await authenticated(stream, self._accept, self._handshakes, self.metrics)
             if accepted is None:
                 return
-            if not self._clients.take():  # others authenticated meanwhile
-                self.metrics[CONNECTIONS_REFUSED_LIMIT] += 1
-                return
-            try:
-                identity, connected = accepted
-                self.metrics[CONNECTIONS_ACCEPTED] += 1
-                await self._handle(identity, FramedConnection(
-                    connected, frame_bytes_max=self.frame_bytes_max, metrics=self.metrics))
-            finally:
-                self._clients.release()
+            # Refused if others authenticated meanwhile and took the last place.
+            with holding(self._clients, self.metrics, CONNECTIONS_REFUSED_LIMIT) as held:
+                if held:
+                    identity, connected = accepted
+                    self.metrics[CONNECTIONS_ACCEPTED] += 1
+                    await self._handle(identity, FramedConnection(
+                        connected, frame_bytes_max=self.frame_bytes_max, metrics=self.metrics))
         finally:
             await anyio.aclose_forcefully(stream)
 

@@ -46,7 +46,7 @@ import anyio
 import anyio.abc
 
 from consensus.codec import MESSAGE_BYTES_MAX
-from consensus.runtime.accept import Slots, accept_forever
+from consensus.runtime.accept import Slots, accept_forever, authenticated, holding
 from consensus.runtime.deadlines import Doorbell
 from consensus.runtime.framing import (
     CONNECTIONS_ACCEPTED,
@@ -59,7 +59,6 @@ from consensus.runtime.framing import (
     FRAMES_RECEIVED,
     FRAMES_REFUSED_OVERSIZED,
     FRAMES_TRUNCATED,
-    HANDSHAKES_REFUSED_LIMIT,
     IDENTITY_REFUSED,
     RECONNECTS,
     WRITE_BYTES_MAX,
@@ -407,22 +406,12 @@ class PeerMesh:
 
     async def _serve_inbound(self, stream: anyio.abc.SocketStream) -> None:
         try:
-            if not self._handshakes.take():
-                self.metrics[HANDSHAKES_REFUSED_LIMIT] += 1
-                return
-            try:
-                accepted = await self._accept(stream)
-            finally:
-                self._handshakes.release()
+            accepted = await authenticated(stream, self._accept, self._handshakes, self.metrics)
             if accepted is None:
                 return
-            if not self._inbound.take():
-                self.metrics[CONNECTIONS_REFUSED_LIMIT] += 1
-                return
-            try:
-                await self._receive_from(*accepted)
-            finally:
-                self._inbound.release()
+            with holding(self._inbound, self.metrics, CONNECTIONS_REFUSED_LIMIT) as held:
+                if held:
+                    await self._receive_from(*accepted)
         finally:
             await anyio.aclose_forcefully(stream)
 

@@ -168,15 +168,18 @@ class _Answers:
         outbox = self.outbox
         if outbox.broken:  # the client is gone (put would raise)
             return
-        if len(frame) > outbox.frame_bytes_max:
+        try:
+            outbox.put(frame)  # it checks the cap
+            return
+        except ValueError:
             self._metrics.count("server.answers_too_large")
-            frame = encode_response(Response(request_id, Code.TOO_LARGE, message=(
-                f"{what}: {len(frame)} bytes, more than this connection's frame cap of "
-                f"{outbox.frame_bytes_max}")[:RESPONSE_MESSAGE_LENGTH_MAX]))
-            if len(frame) > outbox.frame_bytes_max:  # a cap too small for any answer
-                self._release(1)  # dropped: the client's try times out
-                return
-        outbox.put(frame)
+        too_large = encode_response(Response(request_id, Code.TOO_LARGE, message=(
+            f"{what}: {len(frame)} bytes, more than this connection's frame cap of "
+            f"{outbox.frame_bytes_max}")[:RESPONSE_MESSAGE_LENGTH_MAX]))
+        try:
+            outbox.put(too_large)
+        except ValueError:  # a cap too small for any answer: dropped, the client's try times out
+            self._release(1)
 
 
 async def _write_until_broken(outbox: Outbox) -> None:

@@ -29,13 +29,7 @@ from jepsen.history import History
 from jepsen.models import KvModel
 from jepsen.sim.cluster import Cluster
 from jepsen.sim.monitor import Violation
-from jepsen.sim.nemesis import (
-    Fault,
-    NemesisEvent,
-    disturbance,
-    draw_schedule,
-    partition_groups,  # noqa: F401 (scripts import it from here)
-)
+from jepsen.sim.nemesis import Fault, NemesisEvent, disturbance, draw_schedule
 from jepsen.sim.network import Disturbance, LinkFaults, Network
 from jepsen.sim.options import SimOptions
 from jepsen.verdict import Verdict

@@ -20,6 +20,7 @@ from consensus.codec import (
     encode_message,
     encode_messages,
     encode_record,
+    frame_of_encoded,
     pack,
 )
 from consensus.errors import InvalidMessage
@@ -100,6 +101,12 @@ def test_an_o_commit_without_one_value_per_slot_is_refused() -> None:
 @given(st.lists(any_message, max_size=5))
 def test_frames_of_several_messages_round_trip(messages: list[Message]) -> None:
     assert decode_messages(encode_messages(messages)) == messages
+
+
+@given(st.lists(any_message, max_size=20))
+def test_a_frame_built_from_encoded_messages_is_the_same_frame(messages: list[Message]) -> None:
+    encoded = [encode_message(message) for message in messages]
+    assert frame_of_encoded(encoded) == encode_messages(messages)
 
 
 @given(any_record)

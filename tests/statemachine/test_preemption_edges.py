@@ -7,7 +7,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 from statemachine.commands import (
-    AckPodStarted,
     ApplyConfig,
     BindPod,
     Cordon,
@@ -17,7 +16,6 @@ from statemachine.commands import (
     MarkBad,
     RegisterNode,
     ReportHealth,
-    ReportPodExit,
     Uncordon,
 )
 from statemachine.effects import EffectKind
@@ -34,31 +32,9 @@ from tests.statemachine.builders import (
     rack_spec,
     vc,
 )
+from tests.statemachine.test_scenarios import exit_all, started
 
 ONE_NODE_TENANT = (vc("a", ("A100-RACK", "A100-NODE", 1)),)
-
-
-def start_pods(driver: Driver, name: str) -> None:
-    """Bind every pod of an allocated gang and have its node agent acknowledge it."""
-    topology = driver.state.configured().topology
-    for position, pod in enumerate(driver.state.groups[name].pods):
-        uid = f"{name}-p{position}"
-        driver.ok(BindPod(group=name, member=pod.member, pod_uid=uid), SCHEDULER)
-        node = topology.node_ids[pod.node]
-        uuids = tuple(f"GPU-{node}-{topology.gpu_index(leaf)}" for leaf in pod.leaves)
-        driver.ok(AckPodStarted(node=node, incarnation=driver.incarnations[node], group=name,
-                                pod_uid=uid, gpu_uuids=uuids), node_principal(node))
-
-
-def exit_pods(driver: Driver, name: str, *, on_node: str = "") -> None:
-    """Report the exit of a gang's pods (only those on `on_node`, if named)."""
-    topology = driver.state.configured().topology
-    for pod in driver.state.groups[name].pods:
-        node = topology.node_ids[pod.node]
-        if on_node in ("", node):
-            driver.ok(ReportPodExit(node=node, incarnation=driver.incarnations[node],
-                                    group=name, pod_uid=pod.pod_uid, exit_code=137),
-                      node_principal(node))
 
 
 def preemptor_waiting_on_two_victims() -> Driver:
@@ -71,10 +47,10 @@ def preemptor_waiting_on_two_victims() -> Driver:
     driver.ok(Cordon(node="n1"), ADMIN)
     for name in ("V", "W"):
         driver.submit(gang(name, "a", -1, (1, 4)))
-        start_pods(driver, name)
+        started(driver, name)
     driver.submit(gang("P", "a", 10, (1, 8)))
     assert list(driver.state.groups["P"].victims) == ["V", "W"]
-    exit_pods(driver, "V")
+    exit_all(driver, "V")
     assert "V" not in driver.state.groups
     assert list(driver.state.groups["P"].victims) == ["W"]
     driver.ok(Uncordon(node="n1"), ADMIN)
@@ -84,7 +60,7 @@ def preemptor_waiting_on_two_victims() -> Driver:
 def test_a_new_gang_under_a_released_victims_id_is_left_alone() -> None:
     driver = preemptor_waiting_on_two_victims()
     driver.submit(gang("V", "a", -1, (1, 2)))
-    start_pods(driver, "V")
+    started(driver, "V")
     effects_before = len(driver.state.outbox.effects)
     driver.tick(step_ms=5_000)  # past P's deadline: the kills are sent again
     assert "V" in driver.state.groups
@@ -107,7 +83,7 @@ def preempting_on_two_nodes() -> Driver:
     driver.configure(rack_spec(racks=1, quota=ONE_NODE_TENANT))
     driver.register("n0", "n1")
     driver.submit(gang("opp", "a", -1, (2, 8)))
-    start_pods(driver, "opp")
+    started(driver, "opp")
     assert driver.submit(gang("g", "a", 10, (1, 8))).phase is GroupPhase.PREEMPTING
     return driver
 
@@ -124,7 +100,7 @@ def test_a_preemptor_whose_reserved_gpu_fails_queues_again() -> None:
         HealthReport(uuid=f"GPU-{node}-0", status=HealthStatus.FAIL, reason="xid 79"),)),
         node_principal(node))
     assert driver.state.groups["g"].phase is GroupPhase.PENDING
-    exit_pods(driver, "opp")
+    exit_all(driver, "opp")
     group = driver.state.groups["g"]
     assert group.phase is GroupPhase.ALLOCATED
     assert reserved_node(driver) != node  # placed on the healthy node, not the failed GPU
@@ -133,10 +109,10 @@ def test_a_preemptor_whose_reserved_gpu_fails_queues_again() -> None:
 def test_a_preemptor_whose_reserved_node_is_suspect_at_the_end_queues_again() -> None:
     driver = preempting_on_two_nodes()
     node = reserved_node(driver)
-    exit_pods(driver, "opp", on_node="n1" if node == "n0" else "n0")
+    exit_all(driver, "opp", on_node="n1" if node == "n0" else "n0")
     driver.tick(step_ms=driver.state.policy.lease_ms + 1)  # no heartbeats: nodes suspect
     assert driver.state.nodes[node].liveness is Liveness.SUSPECT
-    exit_pods(driver, "opp", on_node=node)  # the last victim leaves a GPU that is not usable
+    exit_all(driver, "opp", on_node=node)  # the last victim leaves a GPU that is not usable
     assert driver.state.groups["g"].phase is GroupPhase.PENDING
 
 

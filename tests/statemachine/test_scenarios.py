@@ -50,12 +50,15 @@ def started(driver: Driver, group: str) -> None:
                   node_principal(bound.node))
 
 
-def exit_all(driver: Driver, group: str) -> None:
+def exit_all(driver: Driver, group: str, *, on_node: str = "") -> None:
+    """Report the exit of a gang's pods (only those on `on_node`, if named)."""
     topology = driver.state.configured().topology
     for pod in driver.state.groups[group].pods:
         node = topology.node_ids[pod.node]
-        driver.ok(ReportPodExit(node=node, incarnation=driver.incarnations[node], group=group,
-                                pod_uid=pod.pod_uid, exit_code=143), node_principal(node))
+        if on_node in ("", node):
+            driver.ok(ReportPodExit(node=node, incarnation=driver.incarnations[node],
+                                    group=group, pod_uid=pod.pod_uid, exit_code=143),
+                      node_principal(node))
 
 
 def nodes_of(driver: Driver, group: str) -> list[str]:

@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 import anyio
+import anyio.abc
 
 from consensus.codec import MESSAGE_BYTES_MAX
 from consensus.config import ReplicaConfig
@@ -78,6 +79,25 @@ class LocalCluster:
                             self.connect,
                             config or ClientConfig(attempt_timeout_s=0.5, deadline_s=8.0),
                             first=first)
+
+
+NODE_N1 = Principal(Role.NODE, "n1")
+
+
+@asynccontextmanager
+async def serving(driver: Driver, principal: Principal = NODE_N1
+                  ) -> AsyncIterator[tuple[anyio.abc.ObjectSendStream[bytes],
+                                           anyio.abc.ObjectReceiveStream[bytes]]]:
+    """`driver` running with a `ClientServer` for one client connection: the streams a test
+    sends request frames on and receives answer frames from."""
+    to_server, from_client = anyio.create_memory_object_stream[bytes](10)
+    to_client, from_server = anyio.create_memory_object_stream[bytes](10)
+    async with anyio.create_task_group() as tasks:
+        await tasks.start(driver.run)
+        tasks.start_soon(ClientServer(driver).serve, principal,
+                         MemoryFrames(to_client, from_client))
+        yield to_server, from_server
+        tasks.cancel_scope.cancel()
 
 
 @asynccontextmanager

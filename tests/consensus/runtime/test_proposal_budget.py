@@ -25,10 +25,10 @@ from consensus.runtime.client_codec import Propose, Read, decode_response, encod
 from consensus.runtime.driver import Done, Driver, DriverConfig
 from consensus.runtime.metrics import Metrics
 from consensus.runtime.proposal_budget import ProposalBudget
-from consensus.runtime.server import WAIT_MS_MIN, ClientServer
+from consensus.runtime.server import WAIT_MS_MIN
 from jepsen.sim.kv_codec import encode_put
 from tests.consensus.runtime.kv_machine import SessionKv
-from tests.consensus.runtime.local import MemoryFrames, MemoryStore, local_cluster
+from tests.consensus.runtime.local import MemoryStore, local_cluster, serving
 
 pytestmark = pytest.mark.anyio
 COMMAND = encode_envelope_of(Principal(Role.NODE, "n1"), "s", 1, 0, b"x" * 10_000)
@@ -111,20 +111,14 @@ async def test_the_server_waits_at_least_its_minimum_for_a_command_or_read(
 
     monkeypatch.setattr(driver, "submit", recording(driver.submit))
     monkeypatch.setattr(driver, "submit_read", recording(driver.submit_read))
-    to_server, from_client = anyio.create_memory_object_stream[bytes](10)
-    to_client, from_server = anyio.create_memory_object_stream[bytes](10)
     with anyio.fail_after(10):
-        async with anyio.create_task_group() as tasks:
-            await tasks.start(driver.run)
-            tasks.start_soon(ClientServer(driver).serve, Principal(Role.NODE, "n1"),
-                             MemoryFrames(to_client, from_client))
+        async with serving(driver) as (to_server, from_server):
             await to_server.send(encode_request(Propose(1, "s", 1, b"put", 0)))
             await to_server.send(encode_request(Read(2, b"get", 0)))
             await to_server.send(encode_request(Propose(3, "s", 2, b"put", 5000)))
             answered = {decode_response(await from_server.receive()).request_id
                         for _ in range(2)}
             assert answered == {1, 2}
-            tasks.cancel_scope.cancel()
     assert waited_s == [WAIT_MS_MIN / 1000, WAIT_MS_MIN / 1000, 5.0]
 
 

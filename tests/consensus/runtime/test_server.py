@@ -15,7 +15,7 @@ import pytest
 
 from consensus.codec import decode_envelope, pack
 from consensus.config import ReplicaConfig
-from consensus.envelope import BODY_BYTES_MAX, Principal, Role
+from consensus.envelope import BODY_BYTES_MAX
 from consensus.errors import InvalidMessage
 from consensus.prng import Prng
 from consensus.replica import Replica
@@ -30,7 +30,7 @@ from consensus.runtime.server import ClientServer
 from consensus.runtime.tls import Identity
 from jepsen.sim.kv_codec import decode_reply, encode_get, encode_put
 from tests.consensus.runtime.kv_machine import SessionKv
-from tests.consensus.runtime.local import MemoryFrames, MemoryStore, local_cluster
+from tests.consensus.runtime.local import MemoryStore, local_cluster, serving
 
 pytestmark = pytest.mark.anyio
 FRAME_CAP = 64 << 10
@@ -109,17 +109,11 @@ async def test_a_request_that_does_not_decode_is_answered_under_its_own_id() -> 
     replica = Replica(ReplicaConfig(replica_id=0, replica_count=3), Prng(1))
     driver = Driver(replica, MemoryStore(), SessionKv(), lambda peer, frame: True, Metrics(),
                     config=DriverConfig(tick_ms=5))
-    to_server, from_client = anyio.create_memory_object_stream[bytes](10)
-    to_client, from_server = anyio.create_memory_object_stream[bytes](10)
     with anyio.fail_after(10):
-        async with anyio.create_task_group() as tasks:
-            await tasks.start(driver.run)
-            tasks.start_soon(ClientServer(driver).serve, Principal(Role.NODE, "n1"),
-                             MemoryFrames(to_client, from_client))
+        async with serving(driver) as (to_server, from_server):
             await to_server.send(pack([1, 42, "s", 1, b"x" * (BODY_BYTES_MAX + 1), 1000]))
             await to_server.send(b"\xc1 not a request")
             answers = [decode_response(await from_server.receive()) for _ in range(2)]
-            tasks.cancel_scope.cancel()
     assert [(answer.request_id, answer.code) for answer in answers] == [
         (42, Code.BAD_REQUEST), (0, Code.BAD_REQUEST)]
     assert "propose.body" in answers[0].message
