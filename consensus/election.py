@@ -7,7 +7,10 @@ and asks for votes, which also O-prepare every slot from its committed prefix on
 promises the view (it will accept nothing older), and reports its O-entries and, per replica,
 the highest C-index it accepted. With a majority of votes the candidate rebuilds the log
 (`consensus.view_change`), has a majority accept it in the new view, and only then serves.
-Replicas that missed the new view get the rebuilt log again until they acknowledge it.
+Replicas that missed the new view get the rebuilt log again until they acknowledge it. One
+that cannot hear the sequencer (a lost link) gets it from a peer instead: a replica serving the
+view passes its copy on when it refuses that replica's pre-vote (`NewViewRelay`), with how far
+it knows the view committed.
 
 A follower also grants the sequencer a read lease with every heartbeat it answers: until the
 lease runs out it votes for no one, so a deposed sequencer cannot answer reads.
@@ -32,6 +35,7 @@ from consensus.messages import (
     LeaseGrant,
     NewView,
     NewViewAck,
+    NewViewRelay,
     PreVote,
     PreVoteRequest,
     Suspect,
@@ -64,6 +68,7 @@ class Election:
         "_slow_rounds",
         "_suspecting",
         "_suspicions",
+        "_view_log",
         "_votes",
         "_window_start",
         "highest_view_seen",
@@ -77,6 +82,7 @@ class Election:
         self._leader = leader
         self._votes: dict[int, Vote] = {}
         self._new_view: NewView | None = None
+        self._view_log: NewView | None = None  # the log of the view installed here, to relay
         self._new_view_acks: set[int] = set()
         self._new_view_sent_at = 0
         self._established = False
@@ -137,7 +143,7 @@ class Election:
         base = ctx.config.election_ticks
         self._deadline = ctx.now + base + ctx.prng.below(base)  # try again if this fails
         ctx.count("election.pre_votes")
-        ctx.broadcast(PreVoteRequest(ctx.id, self._pre_vote_view))
+        ctx.broadcast(PreVoteRequest(ctx.id, self._pre_vote_view, ctx.view))
 
     def _leased_elsewhere(self, candidate: int) -> bool:
         """This replica promised its lease holder not to vote for anyone else yet; voting for
@@ -166,6 +172,24 @@ class Election:
         ctx = self._ctx
         granted = message.view > ctx.view and self._would_vote(message.sender)
         ctx.send(message.sender, PreVote(ctx.id, message.view, granted))
+        log = self._view_log
+        if not granted and ctx.status is Status.NORMAL and message.current_view <= ctx.view \
+                and log is not None and log.view == ctx.view:
+            # The asker may have missed this view's log and be unable to hear its sequencer.
+            ctx.count("election.view_log_relayed")
+            ctx.send(message.sender, NewViewRelay(ctx.id, ctx.view, log.start, log.values,
+                                                  log.o_counts, ctx.olog.commit_prefix))
+
+    def on_new_view_relay(self, message: NewViewRelay) -> bool:
+        """A peer passed on its view's log: install it as if the view's sequencer had sent it.
+        True when this replica now serves that view."""
+        ctx = self._ctx
+        sequencer = ctx.config.sequencer_of(message.view)
+        if sequencer == ctx.id:
+            return False  # this replica's own view, left by a restart: it must stand again
+        self.on_new_view(NewView(sequencer, message.view, message.start, message.values,
+                                 message.o_counts))
+        return message.view == ctx.view and ctx.status is Status.NORMAL
 
     def on_pre_vote(self, message: PreVote) -> None:
         ctx = self._ctx
@@ -253,6 +277,7 @@ class Election:
         known committed stay: this view committed them before its log reached here."""
         ctx = self._ctx
         olog = ctx.olog
+        self._view_log = message
         end = message.start + len(message.values)
         for offset, value in enumerate(message.values):
             olog.accept(message.start + offset, value, ctx.view)

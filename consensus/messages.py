@@ -198,9 +198,12 @@ class OCommit(Message):
 @dataclass(frozen=True, slots=True)
 class PreVoteRequest(Message):
     """Would the receiver vote for `view`? Asked before a candidacy, changing nothing, so a
-    replica that was merely cut off or paused cannot disrupt a healthy sequencer."""
+    replica that was merely cut off or paused cannot disrupt a healthy sequencer.
+    `current_view`: the view the asker is in; a receiver serving that view or a newer one
+    relays its log to it (`NewViewRelay`)."""
 
     TAG: ClassVar[int] = 37
+    current_view: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,6 +240,20 @@ class NewView(Message):
     start: int
     values: tuple[int, ...]
     o_counts: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class NewViewRelay(Message):
+    """The NewView of the sender's view, passed on by a replica that installed it to one that
+    asked for pre-votes from an older or the same view: that one may have missed the log and
+    may not hear its sequencer (a lost link). `commit_prefix`: how far the sender knows the
+    view committed, which the asker settles up to before it proposes (as after a heartbeat)."""
+
+    TAG: ClassVar[int] = 39
+    start: int
+    values: tuple[int, ...]
+    o_counts: tuple[int, ...]
+    commit_prefix: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -336,8 +353,8 @@ class SnapshotChunk(Message):
 MESSAGE_TYPES: tuple[type[Message], ...] = (
     CAccept, CAck, CNack, CCommit, CRequest, CPrepare, CPromise,
     OAccept, OAck, OCommit,
-    PreVoteRequest, PreVote, VoteRequest, Vote, NewView, NewViewAck, Heartbeat, LeaseGrant,
-    Suspect,
+    PreVoteRequest, PreVote, VoteRequest, Vote, NewView, NewViewRelay, NewViewAck, Heartbeat,
+    LeaseGrant, Suspect,
     ReadIndexRequest, ReadIndexReply, Forward, ReadyNotice, FetchRequest, FetchReply,
     SnapshotChunk,
 )

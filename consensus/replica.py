@@ -45,6 +45,7 @@ from consensus.messages import (
     Message,
     NewView,
     NewViewAck,
+    NewViewRelay,
     OAccept,
     OAck,
     OCommit,
@@ -79,7 +80,15 @@ from consensus.sequencer import Sequencer
 # Messages that state facts (chosen values, catch-up data) or run the view change itself;
 # every other message from a newer view makes this replica join that view first.
 _VIEW_INDEPENDENT = (OCommit, CCommit, FetchReply, FetchRequest, SnapshotChunk, VoteRequest,
-                     NewView, Vote, NewViewAck, PreVoteRequest, PreVote)
+                     NewView, NewViewRelay, Vote, NewViewAck, PreVoteRequest, PreVote)
+
+
+def _promised_newer_view(message: Message, view: int) -> bool:
+    """Whether the sender of a vote or pre-vote request promised a view above `view`: a
+    candidate has; one asking for pre-votes only if it was in such a view already."""
+    if isinstance(message, PreVoteRequest):
+        return message.current_view > view
+    return isinstance(message, VoteRequest)
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +191,7 @@ class Replica:
             PreVote: self._election.on_pre_vote,
             VoteRequest: self._election.on_vote_request, Vote: self._election.on_vote,
             NewView: self._election.on_new_view, NewViewAck: self._election.on_new_view_ack,
+            NewViewRelay: self._on_new_view_relay,
             Heartbeat: self._on_heartbeat, LeaseGrant: self._sequencer.on_lease_grant,
             Suspect: self._election.on_suspect,
             ReadIndexRequest: self._on_read_index_request, ReadIndexReply: self._reads.on_reply,
@@ -220,9 +230,10 @@ class Replica:
     def _handle(self, message: Message) -> None:
         ctx = self._ctx
         if message.view > ctx.view:
-            if isinstance(message, VoteRequest | PreVoteRequest) and ctx.is_sequencer:
-                # A replica wants a view this healthy sequencer's lease keeps it from
-                # winning, and it ignores this view meanwhile: move everyone past it.
+            if ctx.is_sequencer and _promised_newer_view(message, ctx.view):
+                # A replica promised a view this healthy sequencer's lease keeps it from
+                # winning, and it ignores this view meanwhile: move everyone past it. (One
+                # still in this view or an older one gets this view's log relayed instead.)
                 self._election.bump(message.view)
             elif not isinstance(message, _VIEW_INDEPENDENT):
                 self._election.on_newer_view(message.view)
@@ -367,6 +378,12 @@ class Replica:
             if ctx.status is Status.NORMAL:
                 self._learner.commit_prefix_of_view(message.commit_prefix)
         self._election.on_heartbeat(message)
+
+    def _on_new_view_relay(self, message: NewViewRelay) -> None:
+        if self._election.on_new_view_relay(message):
+            # The sender serves this view and hears its sequencer: as good a word on how far
+            # it is committed as a heartbeat (this replica may hear none).
+            self._catchup.on_commit_hint(message.commit_prefix)
 
     def _on_read_index_request(self, message: ReadIndexRequest) -> None:
         if message.view == self._ctx.view:

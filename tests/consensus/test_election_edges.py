@@ -140,13 +140,15 @@ def test_a_voter_restarted_before_the_new_view_installs_it_before_acknowledging(
         assert chosen == chosen_at_1, (replica, chosen, chosen_at_1)
 
 
-@pytest.mark.parametrize("lost", [{(1, 0)}, {(1, 0), (0, 1)}], ids=["one-way", "bridge"])
+@pytest.mark.parametrize("lost", [{(1, 0)}, {(0, 1)}, {(1, 0), (0, 1)}],
+                         ids=["mute", "deaf", "bridge"])
 def test_a_leader_cut_off_from_the_sequencer_gets_its_commands_ordered_through_a_peer(
         lost: set[tuple[int, int]]) -> None:
-    """Replica 1 cannot reach sequencer 0 (nor, in the bridge, hear it), while 2 reaches
-    both: its C-instances commit through 2, but its requests for ordering are lost. Once
-    ordering lags, it asks through its peers (who pass the request on) and fetches the
-    commits it may have missed; no view change is needed, and none happens."""
+    """Replica 1 cannot reach sequencer 0, or cannot hear it, or both, while 2 reaches both:
+    its C-instances commit through 2, but its requests for ordering or their answers are
+    lost. Once ordering lags, it asks through its peers (who pass the request on) and
+    fetches the commits it may have missed; no view change is needed, and none happens (a
+    sequencer that hears the deaf replica's pre-votes had re-elected itself past each)."""
     cluster = warmed_up({})
     cluster.blocked = set(lost)
     for number in range(5):
@@ -166,3 +168,38 @@ def commands(cluster: Stepper, replica: int) -> set[str]:
     """The commands `replica` executed (each batch is described as "[a b c]")."""
     return {command for _, batch in cluster.executed[replica]
             for command in batch.strip("[]").split()}
+
+
+def test_a_replica_that_missed_the_new_view_and_cannot_hear_its_sequencer_joins_through_a_peer(
+        ) -> None:
+    """Sequencer 0 is cut off and 1 is elected; the link from 1 to 2 breaks before the new
+    view's log reaches 2, which had voted. 2 can still reach 1, and 0 (healed) hears 1. 2
+    learns the view's log and how far it is committed from a peer when its pre-votes are
+    refused; its commands then run everywhere, and the view stays as it is (before, the
+    sequencer re-elected itself past 2's pre-votes, again and again)."""
+    cluster = warmed_up({})
+    cluster.blocked = {(0, 1), (1, 0), (0, 2), (2, 0)}
+    for _ in range(ROUNDS_MAX):  # until 1 is elected: its log goes to 2, not to 0
+        cluster.tick()
+        cluster.process_all()
+        cluster.drop(lambda source, target, message:
+                     source == 2 and isinstance(message, PreVoteRequest | VoteRequest))
+        if any(isinstance(message, NewView) for _, _, message in cluster.queue):
+            break
+        cluster.deliver()
+    else:
+        raise AssertionError("replica 1 was never elected")
+    view = cluster.node(1).status().view
+    cluster.drop(lambda source, target, message: isinstance(message, NewView))
+    cluster.blocked = {(1, 2)}
+    for number in range(3):
+        for replica in range(3):
+            cluster.node(replica).propose(b"%c%d" % (ord("a") + replica, number))
+    wanted = {f"{kind}{number}" for kind in "abc" for number in range(3)}
+    for _ in range(ROUNDS_MAX):
+        cluster.round()
+        if all(commands(cluster, replica) >= wanted for replica in range(3)):
+            break
+    for replica in range(3):
+        assert commands(cluster, replica) >= wanted, (replica, cluster.executed[replica])
+        assert cluster.node(replica).status().view == view
