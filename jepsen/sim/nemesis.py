@@ -31,6 +31,9 @@ class Fault(enum.StrEnum):
     ISOLATE_SEQUENCER = "isolate-sequencer"
     ISOLATE = "isolate"
     ONE_WAY = "one-way"  # target hears nobody, but everybody hears it
+    # Target hears everybody but the sequencer (the one after it, if it is the sequencer).
+    # Explicit schedules only: drawn schedules keep the kinds (and so the seeds) they had.
+    DEAF_TO_SEQUENCER = "deaf-to-sequencer"
     CLOG = "clog"  # links to and from target slowed to a crawl: late, not lost
     CRASH = "crash"  # target crashes, restarts after the duration
     PAUSE = "pause"  # target stops (as under SIGSTOP) for the duration
@@ -108,6 +111,9 @@ def disturbance(fault: Fault, target: int, replica_count: int, *, sequencer: int
         return Disturbance(clogged=frozenset(links), clog_us=clog_us)
     if fault is Fault.ONE_WAY:
         return Disturbance(blocked=frozenset((other, target) for other in others))
+    if fault is Fault.DEAF_TO_SEQUENCER:
+        deaf = target if target != sequencer else (target + 1) % replica_count
+        return Disturbance(blocked=frozenset({(sequencer, deaf)}))
     groups = partition_groups(fault, target, replica_count, sequencer)
     return Disturbance(blocked=links_between_groups(groups, replica_count))
 

@@ -86,7 +86,8 @@ def hears(groups: list[list[int]], replica: int) -> set[int]:
 @pytest.mark.parametrize("replicas", [3, 5, 7])
 @pytest.mark.parametrize("fault", [Fault.PARTITION_HALVES, Fault.PARTITION_RING,
                                    Fault.PARTITION_BRIDGE, Fault.ISOLATE,
-                                   Fault.ISOLATE_SEQUENCER, Fault.ONE_WAY])
+                                   Fault.ISOLATE_SEQUENCER, Fault.ONE_WAY,
+                                   Fault.DEAF_TO_SEQUENCER])
 def test_every_partition_shape_cuts_a_link(fault: Fault, replicas: int) -> None:
     for target in range(replicas):
         cluster = cluster_with(NemesisEvent(0, fault, target, 300), replicas=replicas)

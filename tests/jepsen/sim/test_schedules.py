@@ -16,7 +16,8 @@ from jepsen.sim.runner import run
 
 SAFETY_MS = 900
 FAULTS = [Fault.CLOG, Fault.PAUSE, Fault.ONE_WAY, Fault.ISOLATE, Fault.ISOLATE_SEQUENCER,
-          Fault.PARTITION_HALVES, Fault.PARTITION_RING, Fault.PARTITION_BRIDGE, Fault.CRASH]
+          Fault.PARTITION_HALVES, Fault.PARTITION_RING, Fault.PARTITION_BRIDGE, Fault.CRASH,
+          Fault.DEAF_TO_SEQUENCER]
 
 
 def events(replicas: int) -> st.SearchStrategy[NemesisEvent]:

@@ -8,6 +8,7 @@ import dataclasses
 import pytest
 
 from consensus.config import Defect, Mode
+from jepsen.history import EventType
 from jepsen.sim.latency import run_latency
 from jepsen.sim.nemesis import Fault, NemesisEvent
 from jepsen.sim.options import SimOptions, swarm
@@ -71,6 +72,19 @@ def test_a_straggling_sequencer_is_replaced() -> None:
     assert result.ok, explain(result)
     assert result.views > 0
     assert max(result.ready_latency_ms[1:]) < result.ready_latency_ms[0]
+
+
+@pytest.mark.parametrize("replicas", [3, 5])
+def test_a_replica_deaf_to_the_sequencer_is_served_through_its_peers(replicas: int) -> None:
+    """The sequencer's messages to replica 1 are lost for the whole safety phase: 1 learns
+    commits and how far the view is committed from its peers, its commands are ordered
+    through them, no client of 1 gives up, and the sequencer is not replaced (it had
+    re-elected itself past each of 1's pre-votes, and 1's commands starved)."""
+    options = SimOptions(seed=5, replica_count=replicas, **SHORT)  # type: ignore[arg-type]
+    result = run(options, (NemesisEvent(0, Fault.DEAF_TO_SEQUENCER, 1, options.safety_ms),))
+    assert result.ok, explain(result)
+    assert result.views == 0
+    assert not [event for event in result.history.events if event.type is EventType.INFO]
 
 
 # --- the simulator must catch a broken protocol ---------------------------------------------
