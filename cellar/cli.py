@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("cellar.bench", "benchmarks that print figures (medians of several runs)"),
     "check": ("jepsen.check_cli", "check a recorded history for linearizability"),
     "sim": ("jepsen.sim.cli", "the deterministic cluster simulator: run, sweep, latency"),
+    "live": ("cellar.live.command", "a local cluster under the nemesis, its history checked"),
     "replica": ("cellar.replica_cli", "run one replica of the store"),
     "status": ("cellar.ops_cli", "each replica's role, view, sequencer, progress and lag"),
     "admin": ("cellar.admin_cli", "admin commands and queries against a live cluster"),

@@ -52,6 +52,9 @@ class Layout:
     snapshot_every_slots: int = 20_000
     limits: dict[str, int] = field(default_factory=dict)  # more [limits] entries
     peer_ports: list[int] = field(default_factory=list)
+    # (source, target) -> the port `source` dials to reach `target`, when not target's own
+    # peer port: a relay in between (cellar/live/relays.py)
+    peer_routes: dict[tuple[int, int], int] = field(default_factory=dict)
     client_ports: list[int] = field(default_factory=list)
     metrics_ports: list[int] = field(default_factory=list)
 
@@ -98,7 +101,8 @@ class Layout:
             lines += ["[tls]", 'ca = "certs/ca.pem"', f'cert = "{stem}.pem"',
                       f'key = "{stem}.key"']
         for peer in range(self.replicas):
-            lines += ["[[peers]]", f"id = {peer}", f'peer = "{HOST}:{self.peer_ports[peer]}"',
+            route = self.peer_routes.get((replica, peer), self.peer_ports[peer])
+            lines += ["[[peers]]", f"id = {peer}", f'peer = "{HOST}:{route}"',
                       f'client = "{HOST}:{self.client_ports[peer]}"']
         lines += ["[limits]", f"snapshot_every_slots = {self.snapshot_every_slots}"]
         lines += [f"{name} = {value}" for name, value in sorted(self.limits.items())]

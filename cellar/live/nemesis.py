@@ -1,0 +1,119 @@
+"""The live nemesis: the simulator's faults, done to real replica processes and their links.
+
+The schedule is the simulator's (`jepsen.sim.nemesis.draw_schedule`, from the same kind of
+seed), and so is what a network fault cuts or slows (`disturbance`): here the links are the
+relays of `cellar.live.relays`. A crash is `kill -9` and a restart when it ends; a pause is
+SIGSTOP and SIGCONT. Faults overlap as they are drawn: the links are recomputed from the
+network faults still in force, and a replica crashed (or paused) twice comes back when the
+last of them ends. Each fault's start and end go into the history (never checked, shown in
+the report).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from collections.abc import Awaitable, Callable
+
+import anyio
+
+from cellar.live.relays import LinkRelays
+from cellar.local_cluster import ProcessCluster
+from jepsen.history import HistoryRecorder
+from jepsen.sim.nemesis import Fault, NemesisEvent, disturbance
+from jepsen.sim.network import Disturbance
+
+FindSequencer = Callable[[], Awaitable[int | None]]
+
+
+class LiveNemesis:
+    def __init__(self, cluster: ProcessCluster, relays: LinkRelays, recorder: HistoryRecorder,
+                 find_sequencer: FindSequencer, *, clog_ms: int) -> None:
+        self._cluster = cluster
+        self._relays = relays
+        self._recorder = recorder
+        self._find_sequencer = find_sequencer
+        self._clog_ms = clog_ms
+        self._network: dict[int, Disturbance] = {}
+        self._crashed: dict[int, int] = {}  # replica -> crash faults in force
+        self._paused: dict[int, int] = {}
+        self._faults_started = 0
+
+    async def run(self, schedule: tuple[NemesisEvent, ...], started_s: float) -> None:
+        """Each event at its time after `started_s` (the loop's clock), until all ended."""
+        async with anyio.create_task_group() as group:
+            for event in schedule:
+                group.start_soon(self._fault, event, started_s)
+
+    async def _fault(self, event: NemesisEvent, started_s: float) -> None:
+        await anyio.sleep_until(started_s + event.at_ms / 1000)
+        self._faults_started += 1
+        number = self._faults_started
+        what = f"{event.fault.value} {event.target} for {event.duration_ms} ms"
+        self._recorder.nemesis("start", what)
+        end = await self._start(event, number)
+        try:
+            await anyio.sleep(event.duration_ms / 1000)
+        finally:
+            with anyio.CancelScope(shield=True):
+                end()
+                self._recorder.nemesis("stop", what)
+
+    async def _start(self, event: NemesisEvent, number: int) -> Callable[[], None]:
+        """Put the fault in force; returns what ends it."""
+        target = event.target
+        if event.fault is Fault.CRASH:
+            self._crashed[target] = self._crashed.get(target, 0) + 1
+            self._cluster.processes[target].kill()
+            return lambda: self._end_crash(target)
+        if event.fault is Fault.PAUSE:
+            self._paused[target] = self._paused.get(target, 0) + 1
+            self._signal(target, signal.SIGSTOP)
+            return lambda: self._end_pause(target)
+        sequencer = await self._find_sequencer()
+        self._network[number] = disturbance(
+            event.fault, target, len(self._cluster.processes),
+            sequencer=target if sequencer is None else sequencer, clog_us=self._clog_ms * 1000)
+        self._apply_network()
+        return lambda: self._end_network(number)
+
+    def _end_crash(self, replica: int) -> None:
+        self._crashed[replica] -= 1
+        if not self._crashed[replica] and not self._cluster.processes[replica].running:
+            self._cluster.processes[replica].start()
+
+    def _end_pause(self, replica: int) -> None:
+        self._paused[replica] -= 1
+        if not self._paused[replica]:
+            self._signal(replica, signal.SIGCONT)
+
+    def _end_network(self, number: int) -> None:
+        del self._network[number]
+        self._apply_network()
+
+    def _apply_network(self) -> None:
+        faults = self._network.values()
+        cut = {link for fault in faults for link in fault.blocked}
+        slowed = {link for fault in faults for link in fault.clogged}
+        delay_us = max((fault.clog_us for fault in faults if fault.clogged), default=0)
+        self._relays.set_links(cut, slowed, delay_us / 1e6)
+
+    def _signal(self, replica: int, number: signal.Signals) -> None:
+        process = self._cluster.processes[replica]
+        if process.running and process.process is not None:
+            with contextlib.suppress(ProcessLookupError):
+                process.process.send_signal(number)
+
+    def heal(self) -> None:
+        """Everything back: links pass, paused replicas go on, crashed ones restart."""
+        self._network.clear()
+        self._apply_network()
+        for replica in sorted(self._paused):
+            if self._paused[replica]:
+                self._paused[replica] = 0
+                self._signal(replica, signal.SIGCONT)
+        for replica, process in enumerate(self._cluster.processes):
+            self._crashed[replica] = 0
+            if not process.running:
+                process.start()
+        self._recorder.nemesis("heal")

@@ -1,0 +1,156 @@
+"""One live run: a local cluster of real replica processes (the key-value machine, synced,
+TLS), its clients recording a history while the nemesis works, then a heal, and the verdict.
+
+Phases, on the loop's clock:
+
+1. start: the replicas, the link relays between them, and one client; wait until the cluster
+   serves one view under one sequencer;
+2. faults (`fault_s`): the clients run while the nemesis plays the seed's schedule;
+3. heal (`heal_s`): every fault ends at once; the clients go on. Operations invoked once the
+   cluster had `settle_s` to recover must all succeed: a put or read that fails or times out
+   then is a liveness failure, as in the simulator.
+
+The history is checked with the key-value model (every key starts absent). The run directory
+keeps the replicas' data and logs, `history.jsonl` (read by `cellar check`) and
+`report.html`.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from dataclasses import dataclass
+
+import anyio
+import anyio.to_thread
+
+from cellar.bench.peers.cellar_peer import settled
+from cellar.kv.store import KvStore
+from cellar.live.nemesis import LiveNemesis
+from cellar.live.relays import LinkRelays
+from cellar.live.workload import Workload
+from cellar.local_cluster import Layout, ProcessCluster
+from consensus.prng import Prng
+from consensus.runtime.client import CellarClient, ClientConfig, Unavailable
+from consensus.runtime.tls import IdentityRole
+from jepsen.checker import check
+from jepsen.formats import save
+from jepsen.history import EventType, History, HistoryRecorder
+from jepsen.models import KvModel
+from jepsen.report import html_report
+from jepsen.sim.nemesis import NemesisEvent, draw_schedule
+from jepsen.sim.options import SimOptions
+from jepsen.verdict import CheckResult
+
+PRINCIPAL = "live"
+STATUS_TIMEOUT_S = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class LiveOptions:
+    seed: int = 1
+    replicas: int = 3
+    fault_s: float = 20.0
+    heal_s: float = 6.0
+    settle_s: float = 3.0  # after the heal: how long the cluster has to recover
+    processes: int = 6
+    keys: int = 3
+    read_fraction: float = 0.5
+    partition_every_ms: int = 3000
+    crash_every_ms: int = 4000
+    pause_every_ms: int = 4000
+    clog_every_ms: int = 4000
+    fault_duration_ms: int = 2000
+    clog_ms: int = 100  # how much longer a slowed link takes
+    loop: str = "asyncio"  # the replicas' event loop: asyncio, uvloop or trio
+    check_timeout_s: float = 60.0
+
+    def schedule(self) -> tuple[NemesisEvent, ...]:
+        """The seed's faults, drawn as the simulator draws them."""
+        options = SimOptions(
+            seed=self.seed, replica_count=self.replicas, safety_ms=int(self.fault_s * 1000),
+            partition_every_ms=self.partition_every_ms, crash_every_ms=self.crash_every_ms,
+            pause_every_ms=self.pause_every_ms, clog_every_ms=self.clog_every_ms,
+            fault_duration_ms=self.fault_duration_ms)
+        return draw_schedule(options, Prng(self.seed).fork(4))
+
+
+@dataclass(frozen=True, slots=True)
+class LiveResult:
+    options: LiveOptions
+    schedule: tuple[NemesisEvent, ...]
+    history: History
+    check: CheckResult
+    operations: int
+    ok_operations: int
+    unsettled: int  # operations invoked after the heal settled that did not succeed
+
+    @property
+    def ok(self) -> bool:
+        return self.check.is_linearizable and not self.unsettled
+
+
+async def run_live(options: LiveOptions, directory: pathlib.Path) -> LiveResult:
+    relays = LinkRelays(options.replicas)
+    await relays.bind()
+    layout = Layout(directory, options.replicas, loop=options.loop, machine="kv",
+                    snapshot_every_slots=500, peer_routes=dict(relays.routes))
+    layout.write(admins=[PRINCIPAL])
+    cluster = ProcessCluster(layout)
+    recorder = HistoryRecorder()
+    schedule = options.schedule()
+    cluster.start()
+    try:
+        async with anyio.create_task_group() as group:
+            await group.start(relays.serve, layout.peer_ports)
+            await anyio.to_thread.run_sync(cluster.wait_ports)
+            workload = await _run_phases(options, layout, cluster, relays, recorder)
+            group.cancel_scope.cancel()
+    finally:
+        cluster.stop()
+    history = recorder.history(source=str(directory / "history.jsonl"))
+    save(history, directory / "history.jsonl")
+    result = check(KvModel(), history, timeout_s=options.check_timeout_s)
+    (directory / "report.html").write_text(html_report(history, result), encoding="utf-8")
+    outcomes = workload.outcomes
+    settled_at = outcomes.started_s + options.fault_s + options.settle_s
+    unsettled = sum(outcomes.count(kind, invoked_after_s=settled_at)
+                    for kind in (EventType.FAIL, EventType.INFO))
+    return LiveResult(options, schedule, history, result, len(outcomes.types),
+                      outcomes.count(EventType.OK), unsettled)
+
+
+async def _run_phases(options: LiveOptions, layout: Layout, cluster: ProcessCluster,
+                      relays: LinkRelays, recorder: HistoryRecorder) -> Workload:
+    config = ClientConfig(attempt_timeout_s=1.0, deadline_s=4.0, sessions=options.processes)
+    async with layout.client(IdentityRole.ADMIN, PRINCIPAL, config) as client:
+        await settled(client, layout.endpoints)
+        workload = Workload(KvStore(client), recorder, keys=options.keys,
+                            processes=options.processes, read_fraction=options.read_fraction,
+                            seed=options.seed)
+        nemesis = LiveNemesis(cluster, relays, recorder,
+                              lambda: _sequencer(client, layout.endpoints),
+                              clog_ms=options.clog_ms)
+        started = workload.outcomes.started_s = anyio.current_time()
+        async with anyio.create_task_group() as group:
+            group.start_soon(workload.run, started + options.fault_s + options.heal_s)
+            with anyio.move_on_after(options.fault_s):
+                await nemesis.run(options.schedule(), started)
+                await anyio.sleep_forever()
+            nemesis.heal()
+    return workload
+
+
+async def _sequencer(client: CellarClient, endpoints: list[str]) -> int | None:
+    """The sequencer of the newest view any replica reports (None: none answered)."""
+    newest: tuple[int, int] | None = None
+    for endpoint in endpoints:
+        with anyio.move_on_after(STATUS_TIMEOUT_S):
+            try:
+                status = await client.status(endpoint)
+            except Unavailable:
+                continue
+            view, sequencer = status.get("view"), status.get("sequencer")
+            if isinstance(view, int) and isinstance(sequencer, int) and \
+                    (newest is None or view > newest[0]):
+                newest = (view, sequencer)
+    return None if newest is None else newest[1]

@@ -1,0 +1,97 @@
+"""`cellar live`: the link relays cut and slow what they should, and a short run of real
+replicas under every kind of fault stays linearizable and recovers after the heal."""
+
+from __future__ import annotations
+
+import pathlib
+
+import anyio
+import anyio.abc
+import pytest
+
+from cellar.cli import main
+from cellar.live.relays import LinkRelays
+from cellar.live.run import LiveOptions, run_live
+from cellar.local_cluster import HOST
+from jepsen.sim.nemesis import Fault
+from tests.cellar.leftovers import kill_leftovers
+
+pytestmark = [pytest.mark.live, pytest.mark.anyio]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+async def echo_server(task_group: anyio.abc.TaskGroup) -> int:
+    """A server that sends back what it reads; returns its port."""
+    async def echo(stream: anyio.abc.SocketStream) -> None:
+        async with stream:
+            async for chunk in stream:
+                await stream.send(chunk)
+
+    listener = await anyio.create_tcp_listener(local_host=HOST, local_port=0)
+    task_group.start_soon(listener.serve, echo)
+    return int(listener.extra(anyio.abc.SocketAttribute.local_port))
+
+
+async def round_trip_s(port: int) -> float:
+    async with await anyio.connect_tcp(HOST, port) as stream:
+        started = anyio.current_time()
+        await stream.send(b"ping")
+        assert await stream.receive() == b"ping"
+        return anyio.current_time() - started
+
+
+async def test_a_relay_passes_a_link_slows_it_and_cuts_it() -> None:
+    relays = LinkRelays(2)
+    await relays.bind()
+    async with anyio.create_task_group() as group:
+        target = await echo_server(group)
+        await group.start(relays.serve, [target, target])
+        port = relays.routes[(0, 1)]
+        assert await round_trip_s(port) < 0.1
+        relays.set_links(cut=(), slowed={(0, 1)}, delay_s=0.3)
+        assert await round_trip_s(port) >= 0.6  # held once each way
+        assert await round_trip_s(relays.routes[(1, 0)]) < 0.1  # the other direction's link
+        async with await anyio.connect_tcp(HOST, port) as open_stream:
+            relays.set_links(cut={(0, 1)}, slowed=(), delay_s=0.0)
+            with pytest.raises((anyio.EndOfStream, anyio.BrokenResourceError)):
+                await open_stream.send(b"lost")
+                await open_stream.receive()  # the cut closed the connection under way
+        async with await anyio.connect_tcp(HOST, port) as refused:
+            with pytest.raises((anyio.EndOfStream, anyio.BrokenResourceError)):
+                await refused.send(b"refused")
+                await refused.receive()
+        relays.set_links(cut=(), slowed=(), delay_s=0.0)
+        assert await round_trip_s(port) < 0.1
+        group.cancel_scope.cancel()
+
+
+async def test_real_replicas_under_every_kind_of_fault_stay_linearizable(
+        tmp_path: pathlib.Path) -> None:
+    options = LiveOptions(seed=3, fault_s=8.0, heal_s=5.0, processes=4,
+                          partition_every_ms=1500, crash_every_ms=2500, pause_every_ms=2500,
+                          clog_every_ms=2500, fault_duration_ms=1500)
+    kinds = {event.fault for event in options.schedule()}
+    assert {Fault.CRASH, Fault.PAUSE, Fault.CLOG} <= kinds
+    assert kinds - {Fault.CRASH, Fault.PAUSE, Fault.CLOG}  # and partitions
+    try:
+        result = await run_live(options, tmp_path)
+    finally:
+        assert kill_leftovers(tmp_path) == ""  # every replica stopped, none left paused
+    assert result.ok, (result.check.verdict, result.unsettled)
+    assert result.ok_operations > 100
+    faults = [event for event in result.history.events if event.process == "nemesis"]
+    assert len([event for event in faults if event.f == "start"]) == len(result.schedule)
+    assert (tmp_path / "history.jsonl").exists()
+    assert (tmp_path / "report.html").exists()
+
+
+def test_the_command_refuses_a_run_directory_in_use(tmp_path: pathlib.Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "left-over").write_text("x")
+    assert main(["live", "--dir", str(tmp_path)]) == 3
+    assert "is not empty" in capsys.readouterr().err
+    assert main(["live", "--dir", str(tmp_path / "new"), "--heal-seconds", "1"]) == 3
