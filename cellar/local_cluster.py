@@ -51,6 +51,7 @@ class Layout:
     sync: bool = True  # False only to compare with stores that do not sync
     snapshot_every_slots: int = 20_000
     limits: dict[str, int] = field(default_factory=dict)  # more [limits] entries
+    defects: tuple[str, ...] = ()  # deliberate protocol faults, to show the harness finds them
     peer_ports: list[int] = field(default_factory=list)
     # (source, target) -> the port `source` dials to reach `target`, when not target's own
     # peer port: a relay in between (cellar/live/relays.py)
@@ -95,7 +96,8 @@ class Layout:
                  f"tick_ms = {self.tick_ms}", f'loop = "{self.loop}"',
                  f'metrics = "{HOST}:{self.metrics_ports[replica]}"',
                  f"insecure = {'true' if self.insecure else 'false'}",
-                 f'machine = "{self.machine}"', f"sync = {'true' if self.sync else 'false'}"]
+                 f'machine = "{self.machine}"', f"sync = {'true' if self.sync else 'false'}",
+                 "defects = [" + ", ".join(f'"{defect}"' for defect in self.defects) + "]"]
         if not self.insecure:
             stem = f"certs/replica-{replica}"
             lines += ["[tls]", 'ca = "certs/ca.pem"', f'cert = "{stem}.pem"',

@@ -21,12 +21,14 @@ import sys
 import tempfile
 from typing import TYPE_CHECKING
 
+from consensus.config import Defect
 from consensus.runtime.arguments import at_least, seconds
 
 if TYPE_CHECKING:
     from cellar.live.run import LiveResult
 
 LOOPS = ("asyncio", "uvloop", "trio")
+DEFECTS = tuple(defect.value for defect in Defect)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -40,6 +42,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="client processes, one operation at a time each")
     parser.add_argument("--loop", choices=LOOPS, default="asyncio",
                         help="the replicas' event loop")
+    parser.add_argument("--defect", action="append", default=[], choices=DEFECTS,
+                        help="run every replica with this deliberate protocol fault, to see "
+                             "the run catch it (repeatable)")
     parser.add_argument("--dir", type=pathlib.Path, default=None,
                         help="the run directory (default: a new one under the system's "
                              "temporary directory, kept)")
@@ -52,7 +57,8 @@ def run(args: argparse.Namespace) -> int:
     from cellar.live.run import LiveOptions, run_live  # noqa: PLC0415 - as above
 
     options = LiveOptions(seed=args.seed, replicas=args.replicas, fault_s=args.seconds,
-                          heal_s=args.heal_seconds, processes=args.clients, loop=args.loop)
+                          heal_s=args.heal_seconds, processes=args.clients, loop=args.loop,
+                          defects=tuple(args.defect))
     if options.settle_s >= options.heal_s:
         print(f"cellar live: --heal-seconds must exceed the {options.settle_s:g} s the "
               "cluster has to recover", file=sys.stderr)

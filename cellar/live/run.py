@@ -17,6 +17,7 @@ keeps the replicas' data and logs, `history.jsonl` (read by `cellar check`) and
 
 from __future__ import annotations
 
+import contextlib
 import pathlib
 from dataclasses import dataclass
 
@@ -62,6 +63,7 @@ class LiveOptions:
     fault_duration_ms: int = 2000
     clog_ms: int = 100  # how much longer a slowed link takes
     loop: str = "asyncio"  # the replicas' event loop: asyncio, uvloop or trio
+    defects: tuple[str, ...] = ()  # deliberate protocol faults in every replica
     check_timeout_s: float = 60.0
 
     def schedule(self) -> tuple[NemesisEvent, ...]:
@@ -93,7 +95,8 @@ async def run_live(options: LiveOptions, directory: pathlib.Path) -> LiveResult:
     relays = LinkRelays(options.replicas)
     await relays.bind()
     layout = Layout(directory, options.replicas, loop=options.loop, machine="kv",
-                    snapshot_every_slots=500, peer_routes=dict(relays.routes))
+                    snapshot_every_slots=500, peer_routes=dict(relays.routes),
+                    defects=options.defects)
     layout.write(admins=[PRINCIPAL])
     cluster = ProcessCluster(layout)
     recorder = HistoryRecorder()
@@ -121,12 +124,15 @@ async def run_live(options: LiveOptions, directory: pathlib.Path) -> LiveResult:
 
 async def _run_phases(options: LiveOptions, layout: Layout, cluster: ProcessCluster,
                       relays: LinkRelays, recorder: HistoryRecorder) -> Workload:
-    config = ClientConfig(attempt_timeout_s=1.0, deadline_s=4.0, sessions=options.processes)
-    async with layout.client(IdentityRole.ADMIN, PRINCIPAL, config) as client:
+    config = ClientConfig(attempt_timeout_s=1.0, deadline_s=4.0, sessions=1)
+    async with contextlib.AsyncExitStack() as stack:
+        clients = [await stack.enter_async_context(layout.client(
+            IdentityRole.ADMIN, PRINCIPAL, config, first=slot % options.replicas))
+            for slot in range(options.processes)]
+        client = clients[0]
         await settled(client, layout.endpoints)
-        workload = Workload(KvStore(client), recorder, keys=options.keys,
-                            processes=options.processes, read_fraction=options.read_fraction,
-                            seed=options.seed)
+        workload = Workload([KvStore(each) for each in clients], recorder, keys=options.keys,
+                            read_fraction=options.read_fraction, seed=options.seed)
         nemesis = LiveNemesis(cluster, relays, recorder,
                               lambda: _sequencer(client, layout.endpoints),
                               clog_ms=options.clog_ms)

@@ -1,9 +1,10 @@
 """The live run's clients: processes that put unique values to a few keys and read them back,
 each operation recorded as it happens for the linearizability checker.
 
-A process runs one operation at a time through a client shared by all of them (each put runs
-in a session of its own, so a put retried on another replica still applies once). Outcomes
-are recorded as Jepsen's clients record them:
+A process runs one operation at a time through a client of its own, which starts at replica
+`slot mod N` (so every replica leads commands and serves reads) and moves on when that replica
+fails it; a put retried on another replica still applies once (its session). Outcomes are
+recorded as Jepsen's clients record them:
 
 - a put answered is `ok`; one refused by the store, or taken by no replica (`Unavailable`:
   certainly not applied), is `fail`; one whose fate is unknown (`OutcomeUnknown`, a broken
@@ -44,13 +45,12 @@ class Outcomes:
 
 
 class Workload:
-    def __init__(self, store: KvStore, recorder: HistoryRecorder, *, keys: int,
-                 processes: int, read_fraction: float, seed: int) -> None:
-        self._store = store
+    def __init__(self, stores: list[KvStore], recorder: HistoryRecorder, *, keys: int,
+                 read_fraction: float, seed: int) -> None:
+        self._stores = stores  # one per process slot
         self._recorder = recorder
         self._keys = [f"k{number}" for number in range(keys)]
-        self._processes = processes
-        self._next_process = processes  # a process that saw `info` goes on under a new id
+        self._next_process = len(stores)  # a process that saw `info` goes on under a new id
         self._read_fraction = read_fraction
         self._random = random.Random(seed)  # which key and which operation, not timing
         self._writes = 0
@@ -59,22 +59,23 @@ class Workload:
     async def run(self, until_s: float) -> None:
         """Every process, until the loop's clock reaches `until_s`."""
         async with anyio.create_task_group() as group:
-            for process in range(self._processes):
-                group.start_soon(self._process, process, until_s)
+            for slot in range(len(self._stores)):
+                group.start_soon(self._process, slot, until_s)
 
-    async def _process(self, process: int, until_s: float) -> None:
+    async def _process(self, slot: int, until_s: float) -> None:
+        process, store = slot, self._stores[slot]
         while anyio.current_time() < until_s:
             key = self._random.choice(self._keys)
             if self._random.random() < self._read_fraction:
-                await self._get(process, key)
+                await self._get(store, process, key)
             else:
-                process = await self._put(process, key)
+                process = await self._put(store, process, key)
 
-    async def _get(self, process: int, key: str) -> None:
+    async def _get(self, store: KvStore, process: int, key: str) -> None:
         invoked_s = anyio.current_time()
         handle = self._recorder.invoke(process, "get", None, key=key)
         try:
-            value = await self._store.get(key.encode())
+            value = await store.get(key.encode())
         except ConsensusError:
             self._recorder.fail(handle)
             self.outcomes.add(invoked_s, EventType.FAIL)
@@ -82,14 +83,14 @@ class Workload:
         self._recorder.ok(handle, None if value is None else value.decode())
         self.outcomes.add(invoked_s, EventType.OK)
 
-    async def _put(self, process: int, key: str) -> int:
+    async def _put(self, store: KvStore, process: int, key: str) -> int:
         """The put's outcome recorded; returns the id the process goes on under."""
         self._writes += 1
         value = f"{process}.{self._writes}"
         invoked_s = anyio.current_time()
         handle = self._recorder.invoke(process, "put", value, key=key)
         try:
-            await self._store.put(key.encode(), value.encode())
+            await store.put(key.encode(), value.encode())
         except (KvRefused, Unavailable):
             kind = EventType.FAIL
         except (ConsensusError, OSError):

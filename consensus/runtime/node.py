@@ -47,6 +47,7 @@ def replica_config(config: NodeConfig) -> ReplicaConfig:
         replica_id=config.replica_id, replica_count=len(config.peers),
         batch_commands_max=config.limits["batch_commands_max"],
         inflight_instances_max=config.limits["inflight_instances_max"],
+        defects=frozenset(config.defects),
     ).validate()
 
 
@@ -122,5 +123,10 @@ class ReplicaNode:
                     self.render_metrics, metrics=self.metrics_endpoint))
             logger.info("replica %d serving clients on %s, peers on %s",
                         self.config.replica_id, self.config.me.client, self.config.me.peer)
+            if self.config.defects:
+                logger.warning("replica %d runs with DELIBERATE PROTOCOL DEFECTS %s: it is "
+                               "not safe, and is only for showing that the harness finds them",
+                               self.config.replica_id,
+                               ", ".join(defect.value for defect in self.config.defects))
             task_status.started()
             await self.driver.run()

@@ -9,6 +9,7 @@
     sync = true                  # false: not fsynced before acknowledging (benchmarks only)
     metrics = "127.0.0.1:9400"   # optional Prometheus endpoint
     insecure = false             # plain TCP, for local development only
+    defects = []                 # deliberate protocol faults: only to test the harness
 
     [tls]
     ca = "certs/ca.pem"
@@ -37,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from consensus.catchup import FETCH_REPLY_BYTES_MAX
-from consensus.config import REPLICA_COUNT_MAX
+from consensus.config import REPLICA_COUNT_MAX, Defect
 from consensus.runtime.config_fields import (
     Address,
     ConfigError,
@@ -95,6 +96,9 @@ class NodeConfig:
     sync: bool  # False: acknowledged writes can be lost on a power failure (benchmarks only)
     metrics: Address | None
     limits: dict[str, int]
+    # Deliberate protocol faults (consensus.config.Defect), only for showing that the harness
+    # catches them (`cellar live --defect`); the replica warns at start. Never in production.
+    defects: tuple[Defect, ...] = ()
 
     @property
     def me(self) -> PeerEntry:
@@ -107,7 +111,8 @@ def load_node_config(path: pathlib.Path) -> NodeConfig:
 
 def parse_node_config(raw: dict[str, Any], *, base: pathlib.Path) -> NodeConfig:
     refuse_unknown(raw, {"replica_id", "data_dir", "tick_ms", "idle_wake_ticks", "loop",
-                         "metrics", "insecure", "machine", "sync", "tls", "peers", "limits"},
+                         "metrics", "insecure", "machine", "sync", "tls", "peers", "limits",
+                         "defects"},
                    error=NodeConfigError)
     peers = _peers(raw.get("peers"))
     replica_id = integer(raw, "replica_id", 0, REPLICA_COUNT_MAX - 1, error=NodeConfigError)
@@ -127,7 +132,15 @@ def parse_node_config(raw: dict[str, Any], *, base: pathlib.Path) -> NodeConfig:
         metrics=address(raw["metrics"], "metrics", NodeConfigError) if "metrics" in raw
         else None,
         limits=_limits(raw.get("limits", {})),
+        defects=_defects(raw.get("defects", [])),
     )
+
+
+def _defects(value: Any) -> tuple[Defect, ...]:
+    names = [defect.value for defect in Defect]
+    if not isinstance(value, list) or any(item not in names for item in value):
+        raise NodeConfigError(f"defects: a list of deliberate faults among {names}")
+    return tuple(Defect(item) for item in value)
 
 
 def _peers(value: Any) -> tuple[PeerEntry, ...]:

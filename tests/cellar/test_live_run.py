@@ -14,6 +14,7 @@ from cellar.live.relays import LinkRelays
 from cellar.live.run import LiveOptions, run_live
 from cellar.local_cluster import HOST
 from jepsen.sim.nemesis import Fault
+from jepsen.verdict import Verdict
 from tests.cellar.leftovers import kill_leftovers
 
 pytestmark = [pytest.mark.live, pytest.mark.anyio]
@@ -87,6 +88,20 @@ async def test_real_replicas_under_every_kind_of_fault_stay_linearizable(
     assert len([event for event in faults if event.f == "start"]) == len(result.schedule)
     assert (tmp_path / "history.jsonl").exists()
     assert (tmp_path / "report.html").exists()
+
+
+async def test_a_run_finds_replicas_that_serve_reads_from_local_state(
+        tmp_path: pathlib.Path) -> None:
+    """The same kind of run with a deliberate defect (reads answered from each replica's own
+    state, without the sequencer's read index) is found not linearizable: the run can fail."""
+    options = LiveOptions(seed=3, fault_s=4.0, heal_s=4.0, processes=4,
+                          fault_duration_ms=1500, defects=("local-reads",))
+    try:
+        result = await run_live(options, tmp_path)
+    finally:
+        kill_leftovers(tmp_path)
+    assert result.check.verdict is Verdict.NOT_LINEARIZABLE
+    assert not result.ok
 
 
 def test_the_command_refuses_a_run_directory_in_use(tmp_path: pathlib.Path,

@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+from consensus.config import Defect
+from consensus.runtime.node import replica_config
 from consensus.runtime.node_config import NodeConfigError, load_node_config, parse_node_config
 
 GOOD = """
@@ -44,6 +46,7 @@ def test_a_good_file_loads(tmp_path: pathlib.Path) -> None:
     assert str(config.metrics) == "127.0.0.1:9401"
     assert config.machine == "gpu" and config.sync  # the defaults: the GPU store, synced
     assert config.idle_wake_ticks == 4
+    assert config.defects == ()  # no deliberate fault unless named
 
 
 def test_the_key_value_machine_and_unsynced_storage_are_chosen_explicitly() -> None:
@@ -51,6 +54,14 @@ def test_the_key_value_machine_and_unsynced_storage_are_chosen_explicitly() -> N
     raw.update(machine="kv", sync=False)
     config = parse_node_config(raw, base=pathlib.Path("."))
     assert config.machine == "kv" and not config.sync
+
+
+def test_deliberate_defects_reach_the_protocol_core_only_when_named() -> None:
+    raw = base()
+    raw.update(defects=["local-reads"])
+    config = parse_node_config(raw, base=pathlib.Path("."))
+    assert config.defects == (Defect.LOCAL_READS,)
+    assert replica_config(config).defects == frozenset({Defect.LOCAL_READS})
 
 
 def test_an_idle_replica_may_be_told_to_wake_every_tick() -> None:
@@ -83,6 +94,8 @@ def base() -> dict[str, Any]:
     (lambda raw: raw.update(idle_wake_ticks=101), r"idle_wake_ticks: 101 is outside"),
     (lambda raw: raw.update(machine="sql"), "machine: 'sql' is not one of gpu, kv"),
     (lambda raw: raw.update(sync="no"), "sync"),
+    (lambda raw: raw.update(defects=["no-dedup-guard", "typo"]), "defects: a list of"),
+    (lambda raw: raw.update(defects="local-reads"), "defects: a list of"),
 ])
 def test_bad_files_name_the_key(change: Any, message: str) -> None:
     raw = base()
