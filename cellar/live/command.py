@@ -10,7 +10,7 @@ the run directory.
 
 Exit status: 0 linearizable and every operation after the heal succeeded; 1 not
 linearizable, or operations failed after the cluster had time to recover; 2 the checker ran
-out of time (verdict unknown); 3 bad arguments or the run could not start.
+out of time (verdict unknown); 3 bad arguments, or the cluster never started or settled.
 """
 
 from __future__ import annotations
@@ -52,9 +52,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import anyio  # noqa: PLC0415 - the event loop only for a run, not for `cellar --help`
-
-    from cellar.live.run import LiveOptions, run_live  # noqa: PLC0415 - as above
+    from cellar.exception_groups import run_unwrapped  # noqa: PLC0415 - no event loop for
+    from cellar.live.run import LiveOptions, run_live  # noqa: PLC0415 - `cellar --help`
 
     options = LiveOptions(seed=args.seed, replicas=args.replicas, fault_s=args.seconds,
                           heal_s=args.heal_seconds, processes=args.clients, loop=args.loop,
@@ -77,7 +76,12 @@ def run(args: argparse.Namespace) -> int:
     for event in options.schedule():
         print(f"  at {event.at_ms:>6} ms: {event.fault.value} {event.target} for "
               f"{event.duration_ms} ms")
-    return _report(anyio.run(run_live, options, directory), directory)
+    try:
+        result = run_unwrapped(run_live, options, directory)
+    except (RuntimeError, TimeoutError, OSError) as error:  # the cluster never served
+        print(f"cellar live: the run could not start: {error}", file=sys.stderr)
+        return 3
+    return _report(result, directory)
 
 
 def _report(result: LiveResult, directory: pathlib.Path) -> int:

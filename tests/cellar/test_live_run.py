@@ -12,7 +12,7 @@ import pytest
 from cellar.cli import main
 from cellar.live.relays import LinkRelays
 from cellar.live.run import LiveOptions, run_live
-from cellar.local_cluster import HOST
+from cellar.local_cluster import HOST, ProcessCluster
 from jepsen.sim.nemesis import Fault
 from jepsen.verdict import Verdict
 from tests.cellar.leftovers import kill_leftovers
@@ -110,3 +110,15 @@ def test_the_command_refuses_a_run_directory_in_use(tmp_path: pathlib.Path,
     assert main(["live", "--dir", str(tmp_path)]) == 3
     assert "is not empty" in capsys.readouterr().err
     assert main(["live", "--dir", str(tmp_path / "new"), "--heal-seconds", "1"]) == 3
+
+
+def test_a_cluster_that_never_starts_is_a_usage_error_and_leaves_nothing(
+        tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    def never_serves(self: ProcessCluster, timeout_s: float = 20.0) -> None:
+        raise RuntimeError("replica 1 did not start")
+
+    monkeypatch.setattr(ProcessCluster, "wait_ports", never_serves)
+    assert main(["live", "--dir", str(tmp_path / "run")]) == 3
+    assert "could not start: replica 1 did not start" in capsys.readouterr().err
+    assert kill_leftovers(tmp_path) == ""
