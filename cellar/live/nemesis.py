@@ -50,8 +50,8 @@ class LiveNemesis:
         self._faults_started += 1
         number = self._faults_started
         what = f"{event.fault.value} {event.target} for {event.duration_ms} ms"
-        self._recorder.nemesis("start", what)
         end = await self._start(event, number)
+        self._recorder.nemesis("start", what)
         try:
             await anyio.sleep(event.duration_ms / 1000)
         finally:
