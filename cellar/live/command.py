@@ -3,8 +3,9 @@
 Starts 3 (or 5) `cellar replica` processes on loopback with the key-value machine (synced,
 TLS), their peer links through relays the nemesis can cut and slow, and clients that put and
 read a few keys. The seed draws the faults as the simulator does (partitions of every shape,
-one-way cuts, slowed links, `kill -9` with restarts, SIGSTOP pauses); then every fault heals
-and the clients go on. Prints the schedule, the operations' outcomes and the verdict, and
+one-way cuts, slowed links, `kill -9` with restarts, SIGSTOP pauses), or `--schedule` names
+them (any of the simulator's faults, `deaf-to-sequencer` too); then every fault heals and the
+clients go on. Prints the schedule, the operations' outcomes and the verdict, and
 leaves `history.jsonl` (for `cellar check`), `report.html` and the replicas' logs and data in
 the run directory.
 
@@ -23,6 +24,8 @@ from typing import TYPE_CHECKING
 
 from consensus.config import Defect
 from consensus.runtime.arguments import at_least, seconds
+from jepsen.sim.cli import parse_schedule
+from jepsen.sim.nemesis import schedule_problems
 
 if TYPE_CHECKING:
     from cellar.live.run import LiveResult
@@ -42,6 +45,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="client processes, one operation at a time each")
     parser.add_argument("--loop", choices=LOOPS, default="asyncio",
                         help="the replicas' event loop")
+    parser.add_argument("--schedule", type=parse_schedule, default=None,
+                        help="explicit faults instead of the seed's: "
+                             "AT_MS:FAULT:TARGET:DURATION_MS,... (as `cellar sim run`)")
     parser.add_argument("--defect", action="append", default=[], choices=DEFECTS,
                         help="run every replica with this deliberate protocol fault, to see "
                              "the run catch it (repeatable)")
@@ -57,10 +63,14 @@ def run(args: argparse.Namespace) -> int:
 
     options = LiveOptions(seed=args.seed, replicas=args.replicas, fault_s=args.seconds,
                           heal_s=args.heal_seconds, processes=args.clients, loop=args.loop,
-                          defects=tuple(args.defect))
+                          defects=tuple(args.defect), explicit_schedule=args.schedule)
+    problems = schedule_problems(options.schedule(), options.replicas,
+                                 int(options.fault_s * 1000))
     if options.settle_s >= options.heal_s:
-        print(f"cellar live: --heal-seconds must exceed the {options.settle_s:g} s the "
-              "cluster has to recover", file=sys.stderr)
+        problems.append(f"--heal-seconds must exceed the {options.settle_s:g} s the cluster "
+                        "has to recover")
+    if problems:
+        print("cellar live: " + "; ".join(problems), file=sys.stderr)
         return 3
     directory = args.dir or pathlib.Path(tempfile.mkdtemp(prefix="cellar-live-"))
     try:

@@ -65,9 +65,13 @@ class LiveOptions:
     loop: str = "asyncio"  # the replicas' event loop: asyncio, uvloop or trio
     defects: tuple[str, ...] = ()  # deliberate protocol faults in every replica
     check_timeout_s: float = 60.0
+    explicit_schedule: tuple[NemesisEvent, ...] | None = None  # instead of the seed's
 
     def schedule(self) -> tuple[NemesisEvent, ...]:
-        """The seed's faults, drawn as the simulator draws them."""
+        """The faults: the explicit schedule, or the seed's drawn as the simulator draws
+        them."""
+        if self.explicit_schedule is not None:
+            return self.explicit_schedule
         options = SimOptions(
             seed=self.seed, replica_count=self.replicas, safety_ms=int(self.fault_s * 1000),
             partition_every_ms=self.partition_every_ms, crash_every_ms=self.crash_every_ms,

@@ -110,6 +110,8 @@ def test_the_command_refuses_a_run_directory_in_use(tmp_path: pathlib.Path,
     assert main(["live", "--dir", str(tmp_path)]) == 3
     assert "is not empty" in capsys.readouterr().err
     assert main(["live", "--dir", str(tmp_path / "new"), "--heal-seconds", "1"]) == 3
+    assert main(["live", "--dir", str(tmp_path / "new"), "--schedule", "100:crash:3:500"]) == 3
+    assert "target 3 is no replica" in capsys.readouterr().err
 
 
 def test_a_cluster_that_never_starts_is_a_usage_error_and_leaves_nothing(
