@@ -28,7 +28,8 @@ class Status(enum.Enum):
 
 
 class Context:
-    __slots__ = ("_delay8", "clog", "config", "epoch", "heard_at", "id", "lease_holder",
+    __slots__ = ("_delay8", "clog", "config", "epoch", "epoch_durable", "heard_at", "id",
+                 "lease_holder",
                  "lease_until",
                  "majority", "now", "olog", "outbox", "prng", "replica_count", "stats", "status",
                  "view")
@@ -46,6 +47,9 @@ class Context:
         self.view = 0
         self.status = Status.NORMAL
         self.epoch = 0
+        # Whether this life's epoch is on disk: until it is, a crash could start the next
+        # life with the same epoch, so nothing that names it may leave before the sync.
+        self.epoch_durable = True
         # Until this tick this replica votes for no sequencer but `lease_holder`: it granted
         # that replica a read lease.
         self.lease_until = 0

@@ -290,8 +290,12 @@ class Suspect(Message):
 
 @dataclass(frozen=True, slots=True)
 class ReadIndexRequest(Message):
+    """`read_id` names the read within the asker's life (`epoch`, one more at every restart):
+    the driver numbers reads from 1 again after each start."""
+
     TAG: ClassVar[int] = 40
     read_id: int
+    epoch: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,6 +306,7 @@ class ReadIndexReply(Message):
 
     TAG: ClassVar[int] = 41
     read_id: int
+    epoch: int  # the request's: a reply to a read of the asker's previous life is ignored
     executed_upto: int
 
 

@@ -55,10 +55,13 @@ class Reads:
             if self._sequencer.lease_valid():
                 self._granted(read_id, self._sequencer.next_slot)
             return
-        ctx.send(ctx.sequencer, ReadIndexRequest(ctx.id, ctx.view, read_id))
+        ctx.send(ctx.sequencer, ReadIndexRequest(ctx.id, ctx.view, read_id, ctx.epoch),
+                 after_persist=not ctx.epoch_durable)
 
     def on_reply(self, message: ReadIndexReply) -> None:
-        if message.view != self._ctx.view or message.sender != self._ctx.sequencer:
+        ctx = self._ctx
+        if message.view != ctx.view or message.sender != ctx.sequencer or \
+                message.epoch != ctx.epoch:  # another read of an earlier life, same id
             return
         if message.executed_upto != NO_INDEX and \
                 self._pending.get(message.read_id) == _UNKNOWN:

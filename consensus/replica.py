@@ -294,6 +294,7 @@ class Replica:
 
     def advance(self) -> None:
         """The last Ready is handled: its records are durable; count own acceptances."""
+        self._ctx.epoch_durable = True  # the first Ready after a restart held its record
         for message in self._ctx.outbox.take_persisted_loopback():
             self._handle(message)
         self._run_loopback()
@@ -387,7 +388,7 @@ class Replica:
 
     def _on_read_index_request(self, message: ReadIndexRequest) -> None:
         if message.view == self._ctx.view:
-            self._sequencer.read_index(message.sender, message.read_id)
+            self._sequencer.read_index(message.sender, message.read_id, message.epoch)
 
     def _on_forward(self, message: Forward) -> None:
         if self._ctx.is_sequencer and self.config.mode is Mode.MULTIPAXOS:
@@ -485,6 +486,7 @@ class Replica:
         ctx, leader = self._ctx, self._leader
         ctx.epoch += 1
         ctx.persist(EpochRecord(ctx.epoch))
+        ctx.epoch_durable = False  # the first Ready carries the record: see advance()
         ctx.status = Status.AWAITING if ctx.sequencer == ctx.id else Status.NORMAL
         ctx.lease_until = ctx.config.lease_ticks  # it may have granted a lease before
         self._election.highest_view_seen = ctx.view

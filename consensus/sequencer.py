@@ -204,9 +204,9 @@ class Sequencer:
             return False
         return ctx.now < sent_at + ctx.config.lease_ticks - ctx.config.lease_drift_ticks
 
-    def read_index(self, requester: int, read_id: int) -> None:
+    def read_index(self, requester: int, read_id: int, epoch: int) -> None:
         ctx = self._ctx
         upto = self.next_slot if self.lease_valid() else NO_INDEX
         if upto == NO_INDEX:
             ctx.count("reads.refused_no_lease")
-        ctx.send(requester, ReadIndexReply(ctx.id, ctx.view, read_id, upto))
+        ctx.send(requester, ReadIndexReply(ctx.id, ctx.view, read_id, epoch, upto))
