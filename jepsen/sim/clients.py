@@ -32,6 +32,7 @@ class Operation:
     deadline_us: int
     payload: bytes = b""
     handle: Handle | None = None
+    read_id: int = 0  # a get's id at its replica, in that replica's life
 
 
 class Workload:

@@ -39,6 +39,8 @@ from jepsen.sim.network import Network
 from jepsen.sim.options import SimOptions
 
 DELIVER, TICK, FLUSH, SYNCED, CLIENT, TIMEOUT, CALL = range(7)
+FRAMES_WAITING_MAX = 256  # frames held for a crashed replica until it restarts
+RECONNECT_US_MAX = 50_000  # how long after a restart its peers' held frames may arrive
 
 
 class Event(NamedTuple):
@@ -54,10 +56,10 @@ class Event(NamedTuple):
 class SimNode:
     """One replica and what its driver keeps: disk, state machine, clients' waiting ops."""
 
-    __slots__ = ("busy", "config", "cpu_free_at", "disk", "flush_pending", "id",
-                 "incarnation", "last_snapshot", "last_view", "paused_until", "pending_reads",
-                 "pending_tags", "proposed_at", "replica", "sm", "tick_period_us",
-                 "ticks_done", "ticks_origin_us")
+    __slots__ = ("busy", "config", "cpu_free_at", "disk", "flush_pending", "frames_waiting",
+                 "id", "incarnation", "last_read_id", "last_snapshot", "last_view",
+                 "paused_until", "pending_reads", "pending_tags", "proposed_at", "replica", "sm",
+                 "tick_period_us", "ticks_done", "ticks_origin_us")
 
     def __init__(self, config: ReplicaConfig, tick_period_us: int) -> None:
         self.id = config.replica_id
@@ -76,7 +78,14 @@ class SimNode:
         self.last_snapshot = 0
         self.last_view = -1
         self.pending_tags: dict[int, Operation] = {}
-        self.pending_reads: dict[int, Operation] = {}
+        # Read ids are numbered from 1 again in every life, as the runtime's driver does:
+        # replies meant for a read of an earlier life must not serve the new one's.
+        self.last_read_id = 0
+        self.pending_reads: dict[int, Operation] = {}  # read id -> its operation
+        # Frames sent to it while it was down: the runtime's peers keep frames queued while
+        # a connection is down and send them once the restarted replica is back, so its new
+        # life hears what was meant for the old one (bounded, as the peers' queues are).
+        self.frames_waiting: list[bytes] = []
         self.proposed_at: dict[int, int] = {}
 
 
@@ -135,6 +144,12 @@ class Cluster:
         node.sm = KvStateMachine()
         node.busy = node.flush_pending = False
         node.incarnation += 1
+        node.last_read_id = 0
+        if node.frames_waiting:
+            reconnected_at = self.now_us + self._prng.int_inclusive(0, RECONNECT_US_MAX)
+            for frame in node.frames_waiting:  # in order, once the peers have dialed again
+                self.schedule(reconnected_at, DELIVER, node.id, frame)
+            node.frames_waiting = []
         node.ticks_origin_us, node.ticks_done = self.now_us, 0
         node.last_snapshot = replica.inspect.log_base
         node.last_view = -1
@@ -188,6 +203,10 @@ class Cluster:
 
     def _deliver(self, event: Event) -> None:
         node = self.nodes[event.node]
+        if node.replica is None:
+            if len(node.frames_waiting) < FRAMES_WAITING_MAX:
+                node.frames_waiting.append(event.payload)
+            return
         if not self._available(node, event):
             return
         cost = self.options.straggler_cpu_us if node.id == self.options.straggler else 0
@@ -326,8 +345,10 @@ class Cluster:
         self.invoked_at[operation.op_id] = self.now_us
         self.schedule(operation.deadline_us, TIMEOUT, node.id, operation.op_id)
         if operation.f == "get":
-            node.pending_reads[operation.op_id] = operation
-            replica.read(operation.op_id)
+            node.last_read_id += 1
+            operation.read_id = node.last_read_id
+            node.pending_reads[operation.read_id] = operation
+            replica.read(operation.read_id)
         else:
             try:
                 tag = replica.propose(operation.payload)
@@ -389,11 +410,12 @@ class Cluster:
         if operation is None:
             return
         node = self.nodes[operation.replica]
-        node.pending_reads.pop(operation.op_id, None)
+        if node.pending_reads.get(operation.read_id) is operation:
+            del node.pending_reads[operation.read_id]
+            if node.replica is not None:
+                node.replica.cancel_read(operation.read_id)
         for tag in [tag for tag, pending in node.pending_tags.items() if pending is operation]:
             del node.pending_tags[tag]
-        if node.replica is not None and operation.f == "get":
-            node.replica.cancel_read(operation.op_id)
         self.finish_unknown(operation)
 
     def finish_unknown(self, operation: Operation) -> None:
