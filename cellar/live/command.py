@@ -97,6 +97,8 @@ def run(args: argparse.Namespace) -> int:
 def _report(result: LiveResult, directory: pathlib.Path) -> int:
     print(f"operations: {result.operations} ({result.ok_operations} ok); "
           f"after the heal settled: {result.unsettled} did not succeed")
+    first, last = ("?" if view is None else view for view in result.views)
+    print(f"views: {first} when the faults began, {last} at the end")
     print(f"verdict: {result.check.verdict.value} ({result.check.checked} operations "
           f"checked in {result.check.elapsed_s:.1f} s)"
           + (f": {result.check.reason}" if result.check.reason else ""))

@@ -89,6 +89,7 @@ class LiveResult:
     operations: int
     ok_operations: int
     unsettled: int  # operations invoked after the heal settled that did not succeed
+    views: tuple[int | None, int | None]  # the newest view reported once settled, at the end
 
     @property
     def ok(self) -> bool:
@@ -110,7 +111,7 @@ async def run_live(options: LiveOptions, directory: pathlib.Path) -> LiveResult:
         async with anyio.create_task_group() as group:
             await group.start(relays.serve, layout.peer_ports)
             await anyio.to_thread.run_sync(cluster.wait_ports)
-            workload = await _run_phases(options, layout, cluster, relays, recorder)
+            workload, views = await _run_phases(options, layout, cluster, relays, recorder)
             group.cancel_scope.cancel()
     finally:
         cluster.stop()
@@ -123,11 +124,12 @@ async def run_live(options: LiveOptions, directory: pathlib.Path) -> LiveResult:
     unsettled = sum(outcomes.count(kind, invoked_after_s=settled_at)
                     for kind in (EventType.FAIL, EventType.INFO))
     return LiveResult(options, schedule, history, result, len(outcomes.types),
-                      outcomes.count(EventType.OK), unsettled)
+                      outcomes.count(EventType.OK), unsettled, views)
 
 
 async def _run_phases(options: LiveOptions, layout: Layout, cluster: ProcessCluster,
-                      relays: LinkRelays, recorder: HistoryRecorder) -> Workload:
+                      relays: LinkRelays, recorder: HistoryRecorder
+                      ) -> tuple[Workload, tuple[int | None, int | None]]:
     config = ClientConfig(attempt_timeout_s=1.0, deadline_s=4.0, sessions=1)
     async with contextlib.AsyncExitStack() as stack:
         clients = [await stack.enter_async_context(layout.client(
@@ -135,6 +137,7 @@ async def _run_phases(options: LiveOptions, layout: Layout, cluster: ProcessClus
             for slot in range(options.processes)]
         client = clients[0]
         await settled(client, layout.endpoints)
+        first = await _newest_view(client, layout.endpoints)
         workload = Workload([KvStore(each) for each in clients], recorder, keys=options.keys,
                             read_fraction=options.read_fraction, seed=options.seed)
         nemesis = LiveNemesis(cluster, relays, recorder,
@@ -147,11 +150,22 @@ async def _run_phases(options: LiveOptions, layout: Layout, cluster: ProcessClus
                 await nemesis.run(options.schedule(), started)
                 await anyio.sleep_forever()
             nemesis.heal()
-    return workload
+        last = await _newest_view(client, layout.endpoints)
+    return workload, (_view(first), _view(last))
+
+
+def _view(seen: tuple[int, int] | None) -> int | None:
+    return None if seen is None else seen[0]
 
 
 async def _sequencer(client: CellarClient, endpoints: list[str]) -> int | None:
     """The sequencer of the newest view any replica reports (None: none answered)."""
+    newest = await _newest_view(client, endpoints)
+    return None if newest is None else newest[1]
+
+
+async def _newest_view(client: CellarClient, endpoints: list[str]) -> tuple[int, int] | None:
+    """The newest view any replica reports, and its sequencer (None: none answered)."""
     newest: tuple[int, int] | None = None
     for endpoint in endpoints:
         with anyio.move_on_after(STATUS_TIMEOUT_S):
@@ -163,4 +177,4 @@ async def _sequencer(client: CellarClient, endpoints: list[str]) -> int | None:
             if isinstance(view, int) and isinstance(sequencer, int) and \
                     (newest is None or view > newest[0]):
                 newest = (view, sequencer)
-    return None if newest is None else newest[1]
+    return newest
