@@ -68,9 +68,10 @@ class LinkRelays:
                     group.start_soon(listener.serve, functools.partial(self._relay, link))
                 task_status.started()
         finally:
-            for listener in self._listeners.values():
-                with contextlib.suppress(*_CLOSED):
-                    await listener.aclose()
+            with anyio.CancelScope(shield=True):  # serve ends by being cancelled
+                for listener in self._listeners.values():
+                    with contextlib.suppress(*_CLOSED):
+                        await listener.aclose()
 
     def set_links(self, cut: Iterable[Link], slowed: Iterable[Link], delay_s: float) -> None:
         """The links cut and slowed from now on; every other link passes freely."""
