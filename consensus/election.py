@@ -10,7 +10,8 @@ the highest C-index it accepted. With a majority of votes the candidate rebuilds
 Replicas that missed the new view get the rebuilt log again until they acknowledge it. One
 that cannot hear the sequencer (a lost link) gets it from a peer instead: a replica serving the
 view passes its copy on when it refuses that replica's pre-vote (`NewViewRelay`), with how far
-it knows the view committed.
+it knows the view committed; a peer that restarted since it installed the log (the copy is in
+memory only) asks the sequencer for it again (`ViewLogRequest`) and passes it on next time.
 
 A follower also grants the sequencer a read lease with every heartbeat it answers: until the
 lease runs out it votes for no one, so a deposed sequencer cannot answer reads.
@@ -39,6 +40,7 @@ from consensus.messages import (
     PreVote,
     PreVoteRequest,
     Suspect,
+    ViewLogRequest,
     Vote,
     VoteRequest,
 )
@@ -172,13 +174,27 @@ class Election:
         ctx = self._ctx
         granted = message.view > ctx.view and self._would_vote(message.sender)
         ctx.send(message.sender, PreVote(ctx.id, message.view, granted))
-        log = self._view_log
-        if not granted and ctx.status is Status.NORMAL and message.current_view <= ctx.view \
-                and log is not None and log.view == ctx.view:
+        if not granted and ctx.status is Status.NORMAL and message.current_view <= ctx.view:
             # The asker may have missed this view's log and be unable to hear its sequencer.
+            self._pass_on_view_log(message.sender)
+
+    def _pass_on_view_log(self, asker: int) -> None:
+        """Relay this view's log to `asker`; with no copy (a restart since it was installed),
+        ask the sequencer for one, to relay at the asker's next pre-vote."""
+        ctx, log = self._ctx, self._view_log
+        if log is not None and log.view == ctx.view:
             ctx.count("election.view_log_relayed")
-            ctx.send(message.sender, NewViewRelay(ctx.id, ctx.view, log.start, log.values,
-                                                  log.o_counts, ctx.olog.commit_prefix))
+            ctx.send(asker, NewViewRelay(ctx.id, ctx.view, log.start, log.values,
+                                         log.o_counts, ctx.olog.commit_prefix))
+        elif not ctx.is_sequencer:
+            ctx.count("election.view_log_requested")
+            ctx.send(ctx.sequencer, ViewLogRequest(ctx.id, ctx.view))
+
+    def on_view_log_request(self, message: ViewLogRequest) -> None:
+        new_view = self._new_view
+        if self._ctx.is_sequencer and new_view is not None and \
+                new_view.view == message.view == self._ctx.view:
+            self._ctx.send(message.sender, new_view)  # installed again there (idempotent)
 
     def on_new_view_relay(self, message: NewViewRelay) -> bool:
         """A peer passed on its view's log: install it as if the view's sequencer had sent it.

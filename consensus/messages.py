@@ -257,6 +257,14 @@ class NewViewRelay(Message):
 
 
 @dataclass(frozen=True, slots=True)
+class ViewLogRequest(Message):
+    """A replica serving `view` was asked for the view's log (a pre-vote it refused) and holds
+    no copy, having restarted since it installed it: the sequencer sends its NewView again."""
+
+    TAG: ClassVar[int] = 47
+
+
+@dataclass(frozen=True, slots=True)
 class NewViewAck(Message):
     TAG: ClassVar[int] = 33
     end: int
@@ -358,8 +366,8 @@ class SnapshotChunk(Message):
 MESSAGE_TYPES: tuple[type[Message], ...] = (
     CAccept, CAck, CNack, CCommit, CRequest, CPrepare, CPromise,
     OAccept, OAck, OCommit,
-    PreVoteRequest, PreVote, VoteRequest, Vote, NewView, NewViewRelay, NewViewAck, Heartbeat,
-    LeaseGrant, Suspect,
+    PreVoteRequest, PreVote, VoteRequest, Vote, NewView, NewViewRelay, ViewLogRequest,
+    NewViewAck, Heartbeat, LeaseGrant, Suspect,
     ReadIndexRequest, ReadIndexReply, Forward, ReadyNotice, FetchRequest, FetchReply,
     SnapshotChunk,
 )

@@ -174,13 +174,15 @@ def commands(cluster: Stepper, replica: int) -> set[str]:
             for command in batch.strip("[]").split()}
 
 
+@pytest.mark.parametrize("peer_restarts", [False, True], ids=["peer-up", "peer-restarted"])
 def test_a_replica_that_missed_the_new_view_and_cannot_hear_its_sequencer_joins_through_a_peer(
-        ) -> None:
+        peer_restarts: bool) -> None:
     """Sequencer 0 is cut off and 1 is elected; the link from 1 to 2 breaks before the new
     view's log reaches 2, which had voted. 2 can still reach 1, and 0 (healed) hears 1. 2
     learns the view's log and how far it is committed from a peer when its pre-votes are
     refused; its commands then run everywhere, and the view stays as it is (before, the
-    sequencer re-elected itself past 2's pre-votes, again and again)."""
+    sequencer re-elected itself past 2's pre-votes, again and again). A peer that installed
+    the log and restarted since has no copy to pass on: it asks the sequencer for one."""
     cluster = warmed_up({})
     cluster.blocked = {(0, 1), (1, 0), (0, 2), (2, 0)}
     for _ in range(ROUNDS_MAX):  # until 1 is elected: its log goes to 2, not to 0
@@ -196,6 +198,14 @@ def test_a_replica_that_missed_the_new_view_and_cannot_hear_its_sequencer_joins_
     view = cluster.node(1).status().view
     cluster.drop(lambda source, target, message: isinstance(message, NewView))
     cluster.blocked = {(1, 2)}
+    if peer_restarts:
+        cluster.blocked = {(1, 2), (0, 2)}  # 2 hears no relay from 0 before it restarts
+        for _ in range(50):  # 0 installs the view's log, and 1 hears that it did
+            cluster.round()
+        cluster.crash(0)
+        cluster.restart(0)
+        cluster.blocked = {(1, 2)}
+        assert cluster.node(2).status().status != "normal"
     for number in range(3):
         for replica in range(3):
             cluster.node(replica).propose(b"%c%d" % (ord("a") + replica, number))

@@ -100,17 +100,23 @@ def test_it_catches_a_missing_dedup_guard(seed: int) -> None:
     assert any(violation.invariant == "ready order" for violation in result.violations)
 
 
+# Seeds whose faults make the own-vote-only defect show as a misplaced ready command, 3 or 4
+# in 60 (7 in 40 before leaders relayed their requests for ordering through peers). Which ones
+# moves with every change to the protocol's messages; the first that shows it is enough.
+OWN_VOTE_SEEDS = (18, 46, 53)
+
+
 def test_it_catches_a_new_sequencer_that_rebuilds_its_log_from_its_own_vote() -> None:
     """The new sequencer's log is checked when it is rebuilt: it lacks a slot for an instance
     that another replica's vote carried and that was ready."""
-    # A seed whose faults make the defect show this way: 7 seeds in 40 did before leaders
-    # relayed their requests for ordering through peers, 3 in 40 after; seed 22 of those
-    # stopped showing it once replicas relayed the view's log too.
-    options = swarm(42, SimOptions(seed=42, replica_count=3))
-    result = run(dataclasses.replace(options, defects=frozenset({Defect.OWN_VOTE_ONLY})))
-    assert any(violation.invariant == "ready position" and "view" in violation.detail
-               for violation in result.violations), explain(result)
-    assert run(options).ok
+    for seed in OWN_VOTE_SEEDS:
+        options = swarm(seed, SimOptions(seed=seed, replica_count=3))
+        result = run(dataclasses.replace(options, defects=frozenset({Defect.OWN_VOTE_ONLY})))
+        if any(violation.invariant == "ready position" and "view" in violation.detail
+               for violation in result.violations):
+            assert run(options).ok  # and without the defect the same seed passes
+            return
+    raise AssertionError(f"no seed of {OWN_VOTE_SEEDS} showed the defect; find new ones")
 
 
 def test_it_catches_missing_view_gating() -> None:
