@@ -9,9 +9,11 @@ clients go on. Prints the schedule, the operations' outcomes and the verdict, an
 leaves `history.jsonl` (for `cellar check`), `report.html` and the replicas' logs and data in
 the run directory.
 
-Exit status: 0 linearizable and every operation after the heal succeeded; 1 not
-linearizable, or operations failed after the cluster had time to recover; 2 the checker ran
-out of time (verdict unknown); 3 bad arguments, or the cluster never started or settled.
+Exit status: 0 linearizable, every replica kept running (but for the nemesis's crashes) and
+every operation after the heal succeeded; 1 not linearizable, a replica stopped by itself, or
+operations failed after the cluster had time to recover; 2 the checker ran out of time
+(verdict unknown, nothing else wrong); 3 bad arguments, or the cluster never started or
+settled.
 """
 
 from __future__ import annotations
@@ -102,7 +104,11 @@ def _report(result: LiveResult, directory: pathlib.Path) -> int:
     print(f"verdict: {result.check.verdict.value} ({result.check.checked} operations "
           f"checked in {result.check.elapsed_s:.1f} s)"
           + (f": {result.check.reason}" if result.check.reason else ""))
+    for stopped in result.exits:
+        print(f"failure: {stopped}; see its log in {directory}")
     print(f"history: {directory / 'history.jsonl'}; report: {directory / 'report.html'}")
+    if not result.live:
+        return 1
     if result.check.verdict.value == "unknown":  # neither proven nor refuted in time
         return 2
     return 0 if result.ok else 1

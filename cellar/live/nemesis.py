@@ -38,6 +38,7 @@ class LiveNemesis:
         self._crashed: dict[int, int] = {}  # replica -> crash faults in force
         self._paused: dict[int, int] = {}
         self._faults_started = 0
+        self.exits: list[str] = []  # replicas that stopped without the nemesis
 
     async def run(self, schedule: tuple[NemesisEvent, ...], started_s: float) -> None:
         """Each event at its time after `started_s` (the loop's clock), until all ended."""
@@ -63,8 +64,7 @@ class LiveNemesis:
         """Put the fault in force; returns what ends it."""
         target = event.target
         if event.fault is Fault.CRASH:
-            self._crashed[target] = self._crashed.get(target, 0) + 1
-            self._cluster.processes[target].kill()
+            self._start_crash(target)
             return lambda: self._end_crash(target)
         if event.fault is Fault.PAUSE:
             self._paused[target] = self._paused.get(target, 0) + 1
@@ -81,6 +81,11 @@ class LiveNemesis:
         self._crashed[replica] -= 1
         if not self._crashed[replica] and not self._cluster.processes[replica].running:
             self._cluster.processes[replica].start()
+
+    def _start_crash(self, replica: int) -> None:
+        self.note_exits()  # one that stopped by itself first is not this crash's
+        self._crashed[replica] = self._crashed.get(replica, 0) + 1
+        self._cluster.processes[replica].kill()
 
     def _end_pause(self, replica: int) -> None:
         self._paused[replica] -= 1
@@ -104,8 +109,21 @@ class LiveNemesis:
             with contextlib.suppress(ProcessLookupError):
                 process.process.send_signal(number)
 
+    def note_exits(self) -> None:
+        """Record every replica that stopped though no crash fault holds it down: it failed by
+        itself (an invariant's assert, an error), which the run must not hide by restarting
+        it."""
+        for replica, process in enumerate(self._cluster.processes):
+            if process.running or self._crashed.get(replica, 0) or process.process is None:
+                continue
+            stopped = f"replica {replica} exited by itself (status {process.process.returncode})"
+            if stopped not in self.exits:
+                self.exits.append(stopped)
+                self._recorder.nemesis("exit", stopped)
+
     def heal(self) -> None:
         """Everything back: links pass, paused replicas go on, crashed ones restart."""
+        self.note_exits()
         self._network.clear()
         self._apply_network()
         for replica in sorted(self._paused):

@@ -69,9 +69,13 @@ class LinkRelays:
                 task_status.started()
         finally:
             with anyio.CancelScope(shield=True):  # serve ends by being cancelled
-                for listener in self._listeners.values():
-                    with contextlib.suppress(*_CLOSED):
-                        await listener.aclose()
+                await self.aclose()
+
+    async def aclose(self) -> None:
+        """Stop listening (again is harmless)."""
+        for listener in self._listeners.values():
+            with contextlib.suppress(*_CLOSED):
+                await listener.aclose()
 
     def set_links(self, cut: Iterable[Link], slowed: Iterable[Link], delay_s: float) -> None:
         """The links cut and slowed from now on; every other link passes freely."""

@@ -90,10 +90,16 @@ class LiveResult:
     ok_operations: int
     unsettled: int  # operations invoked after the heal settled that did not succeed
     views: tuple[int | None, int | None]  # the newest view reported once settled, at the end
+    exits: tuple[str, ...]  # replicas that stopped without the nemesis (a crash, an assert)
+
+    @property
+    def live(self) -> bool:
+        """Every replica kept running, and every operation after the heal succeeded."""
+        return not self.unsettled and not self.exits
 
     @property
     def ok(self) -> bool:
-        return self.check.is_linearizable and not self.unsettled
+        return self.check.is_linearizable and self.live
 
 
 async def run_live(options: LiveOptions, directory: pathlib.Path) -> LiveResult:
@@ -106,30 +112,37 @@ async def run_live(options: LiveOptions, directory: pathlib.Path) -> LiveResult:
     cluster = ProcessCluster(layout)
     recorder = HistoryRecorder()
     schedule = options.schedule()
-    cluster.start()
     try:
+        cluster.start()
         async with anyio.create_task_group() as group:
             await group.start(relays.serve, layout.peer_ports)
             await anyio.to_thread.run_sync(cluster.wait_ports)
-            workload, views = await _run_phases(options, layout, cluster, relays, recorder)
+            phases = await _run_phases(options, layout, cluster, relays, recorder)
             group.cancel_scope.cancel()
     finally:
         cluster.stop()
+        await relays.aclose()
     history = recorder.history(source=str(directory / "history.jsonl"))
     save(history, directory / "history.jsonl")
     result = check(KvModel(), history, timeout_s=options.check_timeout_s)
     (directory / "report.html").write_text(html_report(history, result), encoding="utf-8")
-    outcomes = workload.outcomes
+    outcomes = phases.workload.outcomes
     settled_at = outcomes.started_s + options.fault_s + options.settle_s
     unsettled = sum(outcomes.count(kind, invoked_after_s=settled_at)
                     for kind in (EventType.FAIL, EventType.INFO))
     return LiveResult(options, schedule, history, result, len(outcomes.types),
-                      outcomes.count(EventType.OK), unsettled, views)
+                      outcomes.count(EventType.OK), unsettled, phases.views, phases.exits)
+
+
+@dataclass(frozen=True, slots=True)
+class _Phases:
+    workload: Workload
+    views: tuple[int | None, int | None]
+    exits: tuple[str, ...]
 
 
 async def _run_phases(options: LiveOptions, layout: Layout, cluster: ProcessCluster,
-                      relays: LinkRelays, recorder: HistoryRecorder
-                      ) -> tuple[Workload, tuple[int | None, int | None]]:
+                      relays: LinkRelays, recorder: HistoryRecorder) -> _Phases:
     config = ClientConfig(attempt_timeout_s=1.0, deadline_s=4.0, sessions=1)
     async with contextlib.AsyncExitStack() as stack:
         clients = [await stack.enter_async_context(layout.client(
@@ -151,7 +164,8 @@ async def _run_phases(options: LiveOptions, layout: Layout, cluster: ProcessClus
                 await anyio.sleep_forever()
             nemesis.heal()
         last = await _newest_view(client, layout.endpoints)
-    return workload, (_view(first), _view(last))
+        nemesis.note_exits()
+    return _Phases(workload, (_view(first), _view(last)), tuple(nemesis.exits))
 
 
 def _view(seen: tuple[int, int] | None) -> int | None:

@@ -3,17 +3,25 @@ replicas under every kind of fault stays linearizable and recovers after the hea
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
+import subprocess
+from types import SimpleNamespace
 
 import anyio
 import anyio.abc
 import pytest
 
 from cellar.cli import main
+from cellar.live.command import _report
+from cellar.live.nemesis import LiveNemesis
 from cellar.live.relays import LinkRelays
-from cellar.live.run import LiveOptions, run_live
+from cellar.live.run import LiveOptions, LiveResult, run_live
 from cellar.local_cluster import HOST, ProcessCluster
-from jepsen.sim.nemesis import Fault
+from jepsen.checker import check
+from jepsen.history import HistoryRecorder
+from jepsen.models import KvModel
+from jepsen.sim.nemesis import Fault, NemesisEvent
 from jepsen.verdict import Verdict
 from tests.cellar.leftovers import kill_leftovers
 
@@ -93,10 +101,13 @@ async def test_real_replicas_under_every_kind_of_fault_stay_linearizable(
 
 async def test_a_run_finds_replicas_that_serve_reads_from_local_state(
         tmp_path: pathlib.Path) -> None:
-    """The same kind of run with a deliberate defect (reads answered from each replica's own
-    state, without the sequencer's read index) is found not linearizable: the run can fail."""
-    options = LiveOptions(seed=3, fault_s=4.0, heal_s=4.0, processes=4,
-                          fault_duration_ms=1500, defects=("local-reads",))
+    """A run with a deliberate defect (reads answered from each replica's own state, without
+    the sequencer's read index) is found not linearizable: the run can fail. Replica 2 is cut
+    off, so the clients that start there read its stale state while the others write (mostly
+    reads: a client moves on from replica 2 once one of its writes times out there)."""
+    options = LiveOptions(seed=3, fault_s=4.0, heal_s=4.0, processes=6, read_fraction=0.9,
+                          explicit_schedule=(NemesisEvent(0, Fault.ISOLATE, 2, 4000),),
+                          defects=("local-reads",))
     try:
         result = await run_live(options, tmp_path)
     finally:
@@ -125,3 +136,57 @@ def test_a_cluster_that_never_starts_is_a_usage_error_and_leaves_nothing(
     assert main(["live", "--dir", str(tmp_path / "run")]) == 3
     assert "could not start: replica 1 did not start" in capsys.readouterr().err
     assert kill_leftovers(tmp_path) == ""
+
+
+class FakeReplica:
+    """A replica process as the nemesis sees it: running, or exited with a status."""
+
+    def __init__(self) -> None:
+        self.process: subprocess.CompletedProcess[bytes] | None = None
+        self.running = True
+        self.starts = 0
+
+    def exit(self, status: int) -> None:
+        self.process = subprocess.CompletedProcess([], status)
+        self.running = False
+
+    def kill(self) -> None:
+        self.exit(-9)
+
+    def start(self) -> None:
+        self.running, self.starts = True, self.starts + 1
+
+
+def test_a_replica_that_stops_by_itself_is_a_failure_and_a_crash_is_not() -> None:
+    """The nemesis's own `kill -9` is expected; a replica that exits on its own (an invariant's
+    assert) must not be hidden by the restart at the heal."""
+    replicas = [FakeReplica() for _ in range(3)]
+    recorder = HistoryRecorder()
+    nemesis = LiveNemesis(SimpleNamespace(processes=replicas), LinkRelays(3),  # type: ignore[arg-type]
+                          recorder, find_sequencer=lambda: anyio.sleep(0), clog_ms=0)
+
+    async def crash_and_fail() -> None:
+        with anyio.move_on_after(0.05):  # the crash is still in force when the heal comes
+            await nemesis.run((NemesisEvent(0, Fault.CRASH, 0, 1000),), anyio.current_time())
+        replicas[2].exit(134)
+
+    anyio.run(crash_and_fail)
+    nemesis.heal()
+    assert nemesis.exits == ["replica 2 exited by itself (status 134)"]
+    assert [replica.running for replica in replicas] == [True, True, True]  # all back
+    assert [event.value for event in recorder.history().events if event.f == "exit"] == [
+        "replica 2 exited by itself (status 134)"]
+    nemesis.note_exits()
+    assert len(nemesis.exits) == 1
+
+
+def test_a_run_with_failed_operations_after_the_heal_fails_even_if_the_checker_gave_up(
+        tmp_path: pathlib.Path) -> None:
+    history = HistoryRecorder().history()
+    unknown = dataclasses.replace(check(KvModel(), history), verdict=Verdict.UNKNOWN)
+    result = LiveResult(LiveOptions(), (), history, unknown, 10, 8, unsettled=2,
+                        views=(1, 1), exits=())
+    assert _report(result, tmp_path) == 1
+    assert _report(dataclasses.replace(result, unsettled=0), tmp_path) == 2
+    assert _report(dataclasses.replace(result, unsettled=0, exits=("replica 1 exited",)),
+                   tmp_path) == 1
