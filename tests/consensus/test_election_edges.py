@@ -1,7 +1,8 @@
 """View changes and lost links at their edges, stepped by hand: a pre-vote that outlives a
 lease granted after it, a voter that restarts between its vote and the new view's log (both
-once broke safety: a stale read; two values for one slot), and a leader that cannot reach the
-sequencer (its commands once starved for good)."""
+once broke safety: a stale read; two values for one slot), a leader that cannot reach or hear
+the sequencer, and a voter that missed the new view's log and cannot hear the sequencer, with
+or without a peer that restarted (their commands once starved for good)."""
 
 from __future__ import annotations
 
