@@ -186,7 +186,7 @@ class Election:
             ctx.count("election.view_log_relayed")
             ctx.send(asker, NewViewRelay(ctx.id, ctx.view, log.start, log.values,
                                          log.o_counts, ctx.olog.commit_prefix))
-        elif not ctx.is_sequencer:
+        elif not ctx.is_sequencer and ctx.view > 0:  # view 0 has no log: every replica starts in it
             ctx.count("election.view_log_requested")
             ctx.send(ctx.sequencer, ViewLogRequest(ctx.id, ctx.view))
 

@@ -100,10 +100,12 @@ def test_it_catches_a_missing_dedup_guard(seed: int) -> None:
     assert any(violation.invariant == "ready order" for violation in result.violations)
 
 
-# Seeds whose faults make the own-vote-only defect show as a misplaced ready command, 3 or 4
-# in 60 (7 in 40 before leaders relayed their requests for ordering through peers). Which ones
-# moves with every change to the protocol's messages; the first that shows it is enough.
-OWN_VOTE_SEEDS = (18, 46, 53)
+# Seeds whose faults make the own-vote-only defect show as a misplaced ready command: 7 in 40
+# before leaders relayed their requests for ordering through peers, 3 or 4 in 60 with view-log
+# relays, 1 in 70 since (on most seeds the O-log's agreement assert now catches it first).
+# Which ones moves with every change to the protocol's messages: to find new ones, run swarm
+# seeds with the defect and keep those that report it this way. The first that does is enough.
+OWN_VOTE_SEEDS = (42, 18, 46, 53)
 
 
 def test_it_catches_a_new_sequencer_that_rebuilds_its_log_from_its_own_vote() -> None:
@@ -111,7 +113,11 @@ def test_it_catches_a_new_sequencer_that_rebuilds_its_log_from_its_own_vote() ->
     that another replica's vote carried and that was ready."""
     for seed in OWN_VOTE_SEEDS:
         options = swarm(seed, SimOptions(seed=seed, replica_count=3))
-        result = run(dataclasses.replace(options, defects=frozenset({Defect.OWN_VOTE_ONLY})))
+        try:
+            result = run(dataclasses.replace(options,
+                                             defects=frozenset({Defect.OWN_VOTE_ONLY})))
+        except AssertionError:  # caught later, by the O-log's own agreement check
+            continue
         if any(violation.invariant == "ready position" and "view" in violation.detail
                for violation in result.violations):
             assert run(options).ok  # and without the defect the same seed passes
