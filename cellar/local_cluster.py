@@ -17,13 +17,17 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import anyio
+
 from cellar.child_processes import stop_processes
 from consensus.runtime.certs import identities, init_directory
-from consensus.runtime.client import CellarClient, ClientConfig
+from consensus.runtime.client import CellarClient, ClientConfig, Unavailable
 from consensus.runtime.connect import connector
 from consensus.runtime.tls import Identity, IdentityRole, TlsConfig
 
 HOST = "127.0.0.1"
+SETTLE_TIMEOUT_S = 20.0  # a new cluster's first election, at the most
+SETTLE_POLL_S = 0.05
 
 
 def free_ports(count: int) -> list[int]:
@@ -252,3 +256,22 @@ class ProcessCluster:
                         raise RuntimeError(f"replica {replica} did not start; see {log}: "
                                            f"{log.read_text()[-2000:]}") from None
                     time.sleep(0.05)
+
+
+async def settled(client: CellarClient, endpoints: list[str]) -> None:
+    """Until every replica serves one view under one sequencer. A new cluster's view-0
+    sequencer waits for an election, as a restarted one does (an empty data directory may be a
+    replaced disk's), so a new cluster changes view within a second or so of its start; a
+    measurement begun before would measure that election."""
+    with anyio.fail_after(SETTLE_TIMEOUT_S):
+        while True:
+            try:
+                statuses = [await client.status(endpoint) for endpoint in endpoints]
+            except Unavailable:
+                statuses = []
+            seen = {(status.get("status"), status.get("view"), status.get("sequencer"))
+                    for status in statuses}
+            if len(statuses) == len(endpoints) and len(seen) == 1 and \
+                    statuses[0].get("status") == "normal":
+                return
+            await anyio.sleep(SETTLE_POLL_S)

@@ -281,9 +281,9 @@ class Election:
         counts = [ctx.olog.count(replica, start) for replica in range(ctx.replica_count)]
         values = rebuild_log(votes, start, ctx.replica_count, counts)
         totals = tuple(count + values.count(replica) for replica, count in enumerate(counts))
-        self._install(NewView(ctx.id, ctx.view, start, values, totals))
-        ctx.status = Status.ESTABLISHING
         self._new_view = NewView(ctx.id, ctx.view, start, values, totals)
+        self._install(self._new_view)
+        ctx.status = Status.ESTABLISHING
         self._new_view_acks = set()
         self._new_view_sent_at = ctx.now
         ctx.broadcast(self._new_view, after_persist=True)

@@ -28,6 +28,7 @@ from consensus.config import Defect
 from consensus.runtime.arguments import at_least, seconds
 from jepsen.sim.cli import parse_schedule
 from jepsen.sim.nemesis import schedule_problems
+from jepsen.verdict import Verdict
 
 if TYPE_CHECKING:
     from cellar.live.run import LiveResult
@@ -109,6 +110,6 @@ def _report(result: LiveResult, directory: pathlib.Path) -> int:
     print(f"history: {directory / 'history.jsonl'}; report: {directory / 'report.html'}")
     if not result.live:
         return 1
-    if result.check.verdict.value == "unknown":  # neither proven nor refuted in time
+    if result.check.verdict is Verdict.UNKNOWN:  # neither proven nor refuted in time
         return 2
     return 0 if result.ok else 1

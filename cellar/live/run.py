@@ -24,12 +24,11 @@ from dataclasses import dataclass
 import anyio
 import anyio.to_thread
 
-from cellar.bench.peers.cellar_peer import settled
 from cellar.kv.store import KvStore
 from cellar.live.nemesis import LiveNemesis
 from cellar.live.relays import LinkRelays
 from cellar.live.workload import Workload
-from cellar.local_cluster import Layout, ProcessCluster
+from cellar.local_cluster import Layout, ProcessCluster, settled
 from consensus.prng import Prng
 from consensus.runtime.client import CellarClient, ClientConfig, Unavailable
 from consensus.runtime.tls import IdentityRole
@@ -111,7 +110,6 @@ async def run_live(options: LiveOptions, directory: pathlib.Path) -> LiveResult:
     layout.write(admins=[PRINCIPAL])
     cluster = ProcessCluster(layout)
     recorder = HistoryRecorder()
-    schedule = options.schedule()
     try:
         cluster.start()
         async with anyio.create_task_group() as group:
@@ -130,12 +128,13 @@ async def run_live(options: LiveOptions, directory: pathlib.Path) -> LiveResult:
     settled_at = outcomes.started_s + options.fault_s + options.settle_s
     unsettled = sum(outcomes.count(kind, invoked_after_s=settled_at)
                     for kind in (EventType.FAIL, EventType.INFO))
-    return LiveResult(options, schedule, history, result, len(outcomes.types),
+    return LiveResult(options, phases.schedule, history, result, len(outcomes.types),
                       outcomes.count(EventType.OK), unsettled, phases.views, phases.exits)
 
 
 @dataclass(frozen=True, slots=True)
 class _Phases:
+    schedule: tuple[NemesisEvent, ...]
     workload: Workload
     views: tuple[int | None, int | None]
     exits: tuple[str, ...]
@@ -156,16 +155,17 @@ async def _run_phases(options: LiveOptions, layout: Layout, cluster: ProcessClus
         nemesis = LiveNemesis(cluster, relays, recorder,
                               lambda: _sequencer(client, layout.endpoints),
                               clog_ms=options.clog_ms)
+        schedule = options.schedule()
         started = workload.outcomes.started_s = anyio.current_time()
         async with anyio.create_task_group() as group:
             group.start_soon(workload.run, started + options.fault_s + options.heal_s)
             with anyio.move_on_after(options.fault_s):
-                await nemesis.run(options.schedule(), started)
+                await nemesis.run(schedule, started)
                 await anyio.sleep_forever()
             nemesis.heal()
         last = await _newest_view(client, layout.endpoints)
         nemesis.note_exits()
-    return _Phases(workload, (_view(first), _view(last)), tuple(nemesis.exits))
+    return _Phases(schedule, workload, (_view(first), _view(last)), tuple(nemesis.exits))
 
 
 def _view(seen: tuple[int, int] | None) -> int | None:

@@ -15,18 +15,14 @@ from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-import anyio
-
 from cellar.bench.peers.kv import Durability
 from cellar.kv.store import KvStore
-from cellar.local_cluster import Layout, ProcessCluster
-from consensus.runtime.client import CellarClient, ClientConfig, Unavailable
+from cellar.local_cluster import Layout, ProcessCluster, settled
+from consensus.runtime.client import CellarClient, ClientConfig
 from consensus.runtime.tls import IdentityRole
 
 BENCH_PRINCIPAL = "bench"
 SESSIONS_PER_CLIENT = 1024  # concurrent commands one client may have in flight
-SETTLE_TIMEOUT_S = 20.0  # a new cluster's first election, at the most
-SETTLE_POLL_S = 0.05
 
 
 class CellarKvClient:
@@ -76,25 +72,6 @@ class CellarCluster:
 
     def stop(self) -> None:
         self.processes.stop()
-
-
-async def settled(client: CellarClient, endpoints: list[str]) -> None:
-    """Until every replica serves one view under one sequencer. A new cluster's view-0
-    sequencer waits for an election, as a restarted one does (an empty data directory may be a
-    replaced disk's), so a new cluster changes view within a second or so of its start; a
-    measurement begun before would measure that election."""
-    with anyio.fail_after(SETTLE_TIMEOUT_S):
-        while True:
-            try:
-                statuses = [await client.status(endpoint) for endpoint in endpoints]
-            except Unavailable:
-                statuses = []
-            seen = {(status.get("status"), status.get("view"), status.get("sequencer"))
-                    for status in statuses}
-            if len(statuses) == len(endpoints) and len(seen) == 1 and \
-                    statuses[0].get("status") == "normal":
-                return
-            await anyio.sleep(SETTLE_POLL_S)
 
 
 @dataclass(frozen=True, slots=True)
