@@ -168,3 +168,24 @@ def test_quota_types_are_resolved_per_chain() -> None:
         QuotaSpec(chain="A100-RACK", cell_type="A100-SOCK", count=3),)),))
     topology = Topology(spec)
     assert topology.quota["a"][0] == (0, 0, 0, 3, 0, 0)
+
+
+def test_a_reconfiguration_rebinds_a_gang_at_the_level_it_was_bound_at() -> None:
+    """An 8-GPU gang of a tenant with one socket and one node cell is bound to the node cell.
+    Applying the same configuration again must keep it guaranteed: rebinding GPU by GPU from
+    the lowest level would take the socket cell for its first GPUs and find no cell left for
+    the others."""
+    spec = rack_spec(racks=1, quota=(vc("a", ("A100-RACK", "A100-SOCK", 1),
+                                           ("A100-RACK", "A100-NODE", 1)),))
+    driver = Driver()
+    driver.configure(spec)
+    driver.register("n0", "n1")
+    driver.submit(gang("job", "a", 0, (1, 8)))
+    driver.submit(gang("small", "a", 0, (1, 2)))
+    placed = {name: group.leaves() for name, group in driver.state.groups.items()}
+    result = driver.ok(ApplyConfig(expected_version=1, spec=spec), ADMIN)
+    assert result == ConfigApplied(version=2, downgraded=(), requeued=())
+    groups = driver.state.groups
+    assert {name: group.leaves() for name, group in groups.items()} == placed
+    assert [groups[name].effective_priority for name in ("job", "small")] == [0, 0]
+
