@@ -14,6 +14,7 @@ from __future__ import annotations
 from statemachine.buddy import Buddy
 from statemachine.commands import ApplyConfig
 from statemachine.config_check import check_spec
+from statemachine.effects import EffectKind
 from statemachine.errors import Code, refuse
 from statemachine.groups import Group
 from statemachine.lifecycle import release
@@ -104,19 +105,16 @@ def _reattach(state: State, previous: Configured | None, config: Configured,
     vc_exists = group.vc in config.topology.quota
     requeued = group.phase is GroupPhase.PREEMPTING
     if requeued:  # its reservation was on the old cells: it queues again for the new ones
-        for pod in group.pods:
-            state.set(pod, "node", -1)
-            state.set(pod, "leaves", ())
-        state.set(group, "phase", GroupPhase.PENDING)
-        state.set(group, "chain", -1)
-        state.set(group, "victims", ())
-        state.enqueue(group)
+        _unplace(state, group)
     if group.phase is GroupPhase.PENDING:
         state.set(group, "attempt_epoch", -1)
         state.set(group, "preempt_epoch", -1)
         if not vc_exists and group.guaranteed:
             release(state, group, f"the configuration no longer has VC {group.vc}")
             return "released"
+        if requeued:
+            state.outbox.emit(EffectKind.GANG_REQUEUED, node="", group=group.group,
+                              reason=group.why_pending)
         return "requeued" if requeued else "kept"
     assert previous is not None
     levels = _bound_levels(previous, config.topology, group)
@@ -128,9 +126,24 @@ def _reattach(state: State, previous: Configured | None, config: Configured,
             state.journal.rollback(mark)
             state.set(group, "effective_priority", OPPORTUNISTIC_PRIORITY)
             state.set(group, "downgraded", "no longer fits its VC after reconfiguration")
+            state.outbox.emit(EffectKind.GANG_DOWNGRADED, node="", group=group.group,
+                              reason=group.downgraded)
             outcome = "downgraded"
     config.cells.hold(leaves, group.group, group.effective_priority)
     return outcome
+
+
+def _unplace(state: State, group: Group) -> None:
+    """A preempting gang back to the queue: the cells it reserved belong to the old tree."""
+    for pod in group.pods:
+        state.set(pod, "node", -1)
+        state.set(pod, "leaves", ())
+    state.set(group, "phase", GroupPhase.PENDING)
+    state.set(group, "chain", -1)
+    state.set(group, "victims", ())
+    state.set(group, "deadline_ms", 0)
+    state.set(group, "why_pending", "its reservation was dropped by a reconfiguration")
+    state.enqueue(group)
 
 
 def _remap(state: State, old: Topology, new: Topology, group: Group) -> list[int]:

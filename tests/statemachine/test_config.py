@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 
 from statemachine.commands import ApplyConfig
+from statemachine.effects import EffectKind
 from statemachine.errors import Code
 from statemachine.results import ConfigApplied, GroupPhase
 from statemachine.spec import (
@@ -22,6 +23,7 @@ from statemachine.spec import (
 )
 from statemachine.topology import Topology
 from tests.statemachine.builders import A100_TYPES, ADMIN, SCHEDULER, Driver, gang, rack_spec, vc
+from tests.statemachine.test_scenarios import effects, started
 
 BASE = rack_spec()
 
@@ -189,3 +191,23 @@ def test_a_reconfiguration_rebinds_a_gang_at_the_level_it_was_bound_at() -> None
     assert {name: group.leaves() for name, group in groups.items()} == placed
     assert [groups[name].effective_priority for name in ("job", "small")] == [0, 0]
 
+
+def test_a_reconfiguration_announces_the_gangs_it_downgrades_and_requeues() -> None:
+    """Schedulers follow gang events in the outbox: a gang a reconfiguration downgrades or
+    sends back to the queue is announced, as a lazy preemption or a lost reservation is."""
+    driver = Driver()
+    two = (vc("a", ("A100-RACK", "A100-NODE", 2)), vc("b", ("A100-RACK", "A100-NODE", 1)))
+    driver.configure(rack_spec(racks=2, quota=two))
+    driver.register("n0", "n1", "n2", "n3")
+    for name in ("a1", "a2"):
+        driver.submit(gang(name, "a", 0, (1, 8)))
+    driver.submit(gang("opp", "b", -1, (2, 8)))
+    started(driver, "opp")
+    assert driver.submit(gang("g", "b", 10, (1, 8))).phase is GroupPhase.PREEMPTING
+    one = (vc("a", ("A100-RACK", "A100-NODE", 1)), vc("b", ("A100-RACK", "A100-NODE", 1)))
+    result = driver.ok(ApplyConfig(expected_version=1, spec=rack_spec(racks=2, quota=one)),
+                       ADMIN)
+    assert result == ConfigApplied(version=2, downgraded=("a2",), requeued=("g",))
+    assert effects(driver, EffectKind.GANG_DOWNGRADED) == [("a2", "")]
+    assert effects(driver, EffectKind.GANG_REQUEUED) == [("g", "")]
+    assert driver.state.groups["g"].deadline_ms == 0
