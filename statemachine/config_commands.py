@@ -11,8 +11,10 @@ remove or reshape a node under a live gang is refused (CONFIG_CONFLICT): drain i
 
 from __future__ import annotations
 
+from statemachine.buddy import Buddy
 from statemachine.commands import ApplyConfig
 from statemachine.config_check import check_spec
+from statemachine.effects import EffectKind
 from statemachine.errors import Code, refuse
 from statemachine.groups import Group
 from statemachine.lifecycle import release
@@ -31,7 +33,8 @@ def apply_config(state: State, command: ApplyConfig) -> ConfigApplied:
         raise refuse(Code.VERSION_MISMATCH,
                      f"expected version {command.expected_version}, current is {current}")
     topology = check_spec(command.spec)
-    old = state.config.topology if state.config is not None else None
+    previous = state.config
+    old = previous.topology if previous is not None else None
     if old is not None:
         _check_conflicts(state, old, topology)
     config = Configured(command.spec, current + 1, topology, state.journal)
@@ -45,7 +48,7 @@ def apply_config(state: State, command: ApplyConfig) -> ConfigApplied:
     state.set(state, "uuid_owner", derive_uuid_owner(nodes))
     downgraded, requeued = [], []
     for group in sorted(state.groups.values(), key=lambda group: group.submit_index):
-        outcome = _reattach(state, old, config, group)
+        outcome = _reattach(state, previous, config, group)
         if outcome == "downgraded":
             downgraded.append(group.group)
         elif outcome == "requeued":
@@ -97,36 +100,50 @@ def _carry_nodes(state: State, topology: Topology) -> dict[str, NodeRecord]:
     return nodes
 
 
-def _reattach(state: State, old: Topology | None, config: Configured, group: Group) -> str:
+def _reattach(state: State, previous: Configured | None, config: Configured,
+              group: Group) -> str:
     vc_exists = group.vc in config.topology.quota
     requeued = group.phase is GroupPhase.PREEMPTING
     if requeued:  # its reservation was on the old cells: it queues again for the new ones
-        for pod in group.pods:
-            state.set(pod, "node", -1)
-            state.set(pod, "leaves", ())
-        state.set(group, "phase", GroupPhase.PENDING)
-        state.set(group, "chain", -1)
-        state.set(group, "victims", ())
-        state.enqueue(group)
+        _unplace(state, group)
     if group.phase is GroupPhase.PENDING:
         state.set(group, "attempt_epoch", -1)
         state.set(group, "preempt_epoch", -1)
         if not vc_exists and group.guaranteed:
             release(state, group, f"the configuration no longer has VC {group.vc}")
             return "released"
+        if requeued:
+            state.outbox.emit(EffectKind.GANG_REQUEUED, node="", group=group.group,
+                              reason=group.why_pending)
         return "requeued" if requeued else "kept"
-    assert old is not None
-    leaves = _remap(state, old, config.topology, group)
+    assert previous is not None
+    levels = _bound_levels(previous, config.topology, group)
+    leaves = _remap(state, previous.topology, config.topology, group)
     outcome = "kept"
     if group.guaranteed:
         mark = state.journal.mark()
-        if not (vc_exists and _rebind(config, group.vc, leaves)):
+        if not (vc_exists and _rebind(config, group.vc, leaves, levels)):
             state.journal.rollback(mark)
             state.set(group, "effective_priority", OPPORTUNISTIC_PRIORITY)
             state.set(group, "downgraded", "no longer fits its VC after reconfiguration")
+            state.outbox.emit(EffectKind.GANG_DOWNGRADED, node="", group=group.group,
+                              reason=group.downgraded)
             outcome = "downgraded"
     config.cells.hold(leaves, group.group, group.effective_priority)
     return outcome
+
+
+def _unplace(state: State, group: Group) -> None:
+    """A preempting gang back to the queue: the cells it reserved belong to the old tree."""
+    for pod in group.pods:
+        state.set(pod, "node", -1)
+        state.set(pod, "leaves", ())
+    state.set(group, "phase", GroupPhase.PENDING)
+    state.set(group, "chain", -1)
+    state.set(group, "victims", ())
+    state.set(group, "deadline_ms", 0)
+    state.set(group, "why_pending", "its reservation was dropped by a reconfiguration")
+    state.enqueue(group)
 
 
 def _remap(state: State, old: Topology, new: Topology, group: Group) -> list[int]:
@@ -142,26 +159,46 @@ def _remap(state: State, old: Topology, new: Topology, group: Group) -> list[int
     return leaves
 
 
-def _rebind(config: Configured, vc: str, leaves: list[int]) -> bool:
-    """Bind, around each GPU of a guaranteed gang, the lowest cell the VC may still bind."""
+def _bound_levels(previous: Configured, new: Topology, group: Group) -> list[int]:
+    """Per GPU of an allocated gang (in placement order): the level, in the new tree, of the
+    type of the cell its tenant had bound around it; 0 where the new chain has no such type."""
+    old, buddy = previous.topology, previous.buddy
+    levels = []
+    for pod in group.pods:
+        chain = new.chains[new.node_chain[new.node_index[old.node_ids[pod.node]]]]
+        for leaf in pod.leaves:
+            root = buddy.bound_root[leaf]
+            name = old.chain_for(root).type_names[old.level[root]] if root >= 0 else ""
+            levels.append(chain.level_of_type(name) if name else 0)
+    return levels
+
+
+def _rebind(config: Configured, vc: str, leaves: list[int], levels: list[int]) -> bool:
+    """Bind, around each GPU of a guaranteed gang, a cell the VC may still bind: first one of
+    the type it was bound in before, then the lowest. (Lowest first alone would take a small
+    cell around a gang's first GPUs and leave none for the rest of a larger cell.)"""
     topology, buddy = config.topology, config.buddy
-    for leaf in leaves:
+    for leaf, before in zip(leaves, levels, strict=True):
         root = buddy.bound_root[leaf]
         if root >= 0:
             if buddy.bound_vc[root] != vc:
                 return False
             continue
         chain = topology.chain_for(leaf)
-        cell, bound = leaf, False
-        for level in range(1, chain.top_level + 1):
-            if level > 1:
-                cell = topology.parent[cell]
-            if buddy.unbound[vc][chain.index][level] <= 0 or not buddy.bindable(cell):
-                continue
-            if buddy.feasible_after(chain.index, [cell]):
-                buddy.bind(cell, vc)
-                bound = True
-                break
-        if not bound:
+        ancestors = [leaf, *topology.ancestors(leaf)]  # by level, from 1
+        order = [before] if before else []
+        order += [level for level in range(1, chain.top_level + 1) if level != before]
+        if not any(_try_bind(buddy, vc, ancestors[level - 1]) for level in order):
             return False
+    return True
+
+
+def _try_bind(buddy: Buddy, vc: str, cell: int) -> bool:
+    topology = buddy.topology
+    chain, level = topology.chain_of[cell], topology.level[cell]
+    if buddy.unbound[vc][chain][level] <= 0 or not buddy.bindable(cell):
+        return False
+    if not buddy.feasible_after(chain, [cell]):
+        return False
+    buddy.bind(cell, vc)
     return True

@@ -257,6 +257,13 @@ def release_unused_bindings(state: State, leaves: Sequence[int]) -> None:
             buddy.unbind(root)
 
 
+def latest_failures(known: Sequence[str], new: Sequence[str]) -> tuple[str, ...]:
+    """A gang's "uuid: reason" failures with `new` ones added, one per GPU, the latest: a GPU
+    that fails again and again (each time with a new reason) must not grow the list."""
+    by_gpu = {entry.partition(": ")[0]: entry for entry in (*known, *new)}
+    return tuple(sorted(by_gpu.values()))
+
+
 def hardware_failed(state: State, leaves: Sequence[int]) -> None:
     """GPUs under gangs failed (a fail report, an admin mark, a Down node): record it on each
     gang, announce it, and release the gang if its VC's policy says so."""
@@ -275,7 +282,7 @@ def hardware_failed(state: State, leaves: Sequence[int]) -> None:
         group = state.groups.get(name)
         if group is None:
             continue
-        state.set(group, "failures", tuple(sorted({*group.failures, *touched[name]})))
+        state.set(group, "failures", latest_failures(group.failures, touched[name]))
         state.outbox.emit(EffectKind.GANG_FAILURE, node="", group=name,
                           reason="; ".join(sorted(set(touched[name]))))
         if config.failure_policy.get(group.vc) is FailurePolicy.RELEASE:

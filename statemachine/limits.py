@@ -16,6 +16,7 @@ COMMAND_BYTES_MAX = 1 << 20  # one command body, the cluster configuration inclu
 QUERY_BYTES_MAX = 4096
 NAME_LENGTH_MAX = 128  # node ids, group ids, VC names, cell type names, pod uids
 REASON_LENGTH_MAX = 256  # free text in health reports and admin marks
+EFFECT_REASON_LENGTH_MAX = 4096  # an effect's reason; a longer one is cut (outbox.emit)
 POD_COMMAND_ARGS_MAX = 256  # the argv a pod's binding carries
 POD_COMMAND_BYTES_MAX = 16_384  # its arguments' UTF-8 bytes together
 UUID_LENGTH_MAX = 96  # "GPU-" + 36, with room for MIG instance ids

@@ -16,7 +16,7 @@ import bisect
 from statemachine.effect_codec import pack_effect, unpack_effect
 from statemachine.effects import Effect, EffectKind
 from statemachine.journal import Journal
-from statemachine.limits import OUTBOX_RETAINED_MAX
+from statemachine.limits import EFFECT_REASON_LENGTH_MAX, OUTBOX_RETAINED_MAX
 
 TRIM_CHUNK = 4096
 
@@ -44,7 +44,7 @@ class Outbox:
              gpu_uuids: tuple[str, ...] = (), env: tuple[tuple[str, str], ...] = (),
              reason: str = "", command: tuple[str, ...] = ()) -> None:
         effect = Effect(index=self.next_index, kind=kind, node=node, group=group,
-                        pod_uid=pod_uid, gpu_uuids=gpu_uuids, env=env, reason=reason,
+                        pod_uid=pod_uid, gpu_uuids=gpu_uuids, env=env, reason=clip(reason),
                         command=command)
         self.load(node, pack_effect(effect))
         self._journal.record(self._unload)
@@ -99,3 +99,13 @@ class Outbox:
             restored = [self.first_index + position for position, name in enumerate(nodes)
                         if name == node]
             self.by_node[node] = restored + self.by_node.get(node, [])
+
+
+def clip(reason: str) -> str:
+    """`reason` cut to EFFECT_REASON_LENGTH_MAX characters, saying how much was cut. Every
+    other field of an effect is bounded; a reason may list a gang's victims (hundreds of
+    names), and a packed effect over EFFECT_BYTES_MAX could never be read back."""
+    if len(reason) <= EFFECT_REASON_LENGTH_MAX:
+        return reason
+    kept = EFFECT_REASON_LENGTH_MAX - 40
+    return f"{reason[:kept]}... ({len(reason) - kept} more characters)"

@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 
 from statemachine.commands import ApplyConfig
+from statemachine.effects import EffectKind
 from statemachine.errors import Code
 from statemachine.results import ConfigApplied, GroupPhase
 from statemachine.spec import (
@@ -22,6 +23,7 @@ from statemachine.spec import (
 )
 from statemachine.topology import Topology
 from tests.statemachine.builders import A100_TYPES, ADMIN, SCHEDULER, Driver, gang, rack_spec, vc
+from tests.statemachine.test_scenarios import effects, started
 
 BASE = rack_spec()
 
@@ -168,3 +170,44 @@ def test_quota_types_are_resolved_per_chain() -> None:
         QuotaSpec(chain="A100-RACK", cell_type="A100-SOCK", count=3),)),))
     topology = Topology(spec)
     assert topology.quota["a"][0] == (0, 0, 0, 3, 0, 0)
+
+
+def test_a_reconfiguration_rebinds_a_gang_at_the_level_it_was_bound_at() -> None:
+    """An 8-GPU gang of a tenant with one socket and one node cell is bound to the node cell.
+    Applying the same configuration again must keep it guaranteed: rebinding GPU by GPU from
+    the lowest level would take the socket cell for its first GPUs and find no cell left for
+    the others."""
+    spec = rack_spec(racks=1, quota=(vc("a", ("A100-RACK", "A100-SOCK", 1),
+                                           ("A100-RACK", "A100-NODE", 1)),))
+    driver = Driver()
+    driver.configure(spec)
+    driver.register("n0", "n1")
+    driver.submit(gang("job", "a", 0, (1, 8)))
+    driver.submit(gang("small", "a", 0, (1, 2)))
+    placed = {name: group.leaves() for name, group in driver.state.groups.items()}
+    result = driver.ok(ApplyConfig(expected_version=1, spec=spec), ADMIN)
+    assert result == ConfigApplied(version=2, downgraded=(), requeued=())
+    groups = driver.state.groups
+    assert {name: group.leaves() for name, group in groups.items()} == placed
+    assert [groups[name].effective_priority for name in ("job", "small")] == [0, 0]
+
+
+def test_a_reconfiguration_announces_the_gangs_it_downgrades_and_requeues() -> None:
+    """Schedulers follow gang events in the outbox: a gang a reconfiguration downgrades or
+    sends back to the queue is announced, as a lazy preemption or a lost reservation is."""
+    driver = Driver()
+    two = (vc("a", ("A100-RACK", "A100-NODE", 2)), vc("b", ("A100-RACK", "A100-NODE", 1)))
+    driver.configure(rack_spec(racks=2, quota=two))
+    driver.register("n0", "n1", "n2", "n3")
+    for name in ("a1", "a2"):
+        driver.submit(gang(name, "a", 0, (1, 8)))
+    driver.submit(gang("opp", "b", -1, (2, 8)))
+    started(driver, "opp")
+    assert driver.submit(gang("g", "b", 10, (1, 8))).phase is GroupPhase.PREEMPTING
+    one = (vc("a", ("A100-RACK", "A100-NODE", 1)), vc("b", ("A100-RACK", "A100-NODE", 1)))
+    result = driver.ok(ApplyConfig(expected_version=1, spec=rack_spec(racks=2, quota=one)),
+                       ADMIN)
+    assert result == ConfigApplied(version=2, downgraded=("a2",), requeued=("g",))
+    assert effects(driver, EffectKind.GANG_DOWNGRADED) == [("a2", "")]
+    assert effects(driver, EffectKind.GANG_REQUEUED) == [("g", "")]
+    assert driver.state.groups["g"].deadline_ms == 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from statemachine.apply import apply
 from statemachine.commands import (
     ApplyConfig,
     BindPod,
@@ -18,10 +19,13 @@ from statemachine.commands import (
     ReportHealth,
     Uncordon,
 )
+from statemachine.context import Context
+from statemachine.effect_codec import EFFECT_BYTES_MAX
 from statemachine.effects import EffectKind
 from statemachine.nodes import Liveness
-from statemachine.results import GroupPhase
-from statemachine.spec import PolicySpec
+from statemachine.queries import EffectsQuery, answer
+from statemachine.results import GroupPhase, GroupStatus
+from statemachine.spec import CellTypeSpec, PhysicalCellSpec, PolicySpec
 from tests.statemachine.builders import (
     ADMIN,
     SCHEDULER,
@@ -162,3 +166,28 @@ def test_registering_again_keeps_each_remaining_gpus_health() -> None:
     health = driver.state.nodes["n0"].health
     assert health[2].failed and health[3].admin_bad == "bad HBM"
     assert not health[7].failed  # the new board starts healthy
+
+
+def test_a_preemption_of_hundreds_of_gangs_leaves_every_effect_readable() -> None:
+    """A gang preempts 576 gangs with long ids. Its GANG_PREEMPTING effect must still pack
+    under EFFECT_BYTES_MAX, or no one could read the outbox past it."""
+    nodes = tuple(f"b{index}" for index in range(9))
+    spec = replace(rack_spec(), cell_types=(
+        CellTypeSpec(name="BIG", child="A100", child_count=64, node_level=True),),
+        physical_cells=tuple(PhysicalCellSpec(cell_type="BIG", nodes=(node,))
+                             for node in nodes),
+        virtual_clusters=(vc("a", ("BIG", "BIG", 9)),))
+    driver = Driver()
+    driver.configure(spec)
+    driver.register(*nodes, count=64)
+    for index in range(9 * 64):  # straight through `apply`: invariants once, below
+        command = gang(f"{index:03d}-" + "x" * 121, "a", -1, (1, 1))
+        context = Context(principal=SCHEDULER, now_ms=driver.now_ms)
+        assert isinstance(apply(driver.state, command, context), GroupStatus)
+    driver.submit(gang("P", "a", 0, (9, 64)))
+    assert driver.state.groups["P"].phase is GroupPhase.ALLOCATED
+    assert max(len(packed) for packed in driver.state.outbox.packed) <= EFFECT_BYTES_MAX
+    effects = answer(driver.state, EffectsQuery(after=0, node="", limit=4096))
+    assert isinstance(effects, dict)
+    kinds = [effect["kind"] for effect in effects["effects"]]
+    assert kinds.count(EffectKind.GANG_PREEMPTING.value) == 1

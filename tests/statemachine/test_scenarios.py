@@ -226,6 +226,25 @@ def test_a_failed_gpu_is_surfaced_and_the_tenant_policy_applies() -> None:
     assert [group for group, _ in effects(driver, EffectKind.KILL_POD)] == ["dropped"]
 
 
+def test_a_flapping_gpu_leaves_one_failure_on_its_gang() -> None:
+    """A GPU fails, recovers and fails again, each time with a new reason (agents report
+    counters): its gang keeps the latest failure of each GPU, not one entry per failure."""
+    driver = Driver()
+    driver.configure(rack_spec(racks=1, quota=(vc("a", ("A100-RACK", "A100-NODE", 1)),),
+                               policy=PolicySpec(recover_reports=1)))
+    driver.register("n0", "n1")
+    driver.submit(gang("job", "a", 0, (1, 8)))
+    node = nodes_of(driver, "job")[0]
+    for count in range(1, 6):
+        for status in (HealthStatus.FAIL, HealthStatus.PASS):
+            driver.ok(ReportHealth(node=node, incarnation=1, reports=(
+                HealthReport(uuid=f"GPU-{node}-5", status=status,
+                             reason=f"{count} uncorrectable ECC errors"),)),
+                node_principal(node))
+    assert driver.state.groups["job"].failures == (
+        f"GPU-{node}-5: failed: 5 uncorrectable ECC errors",)
+
+
 def test_recovery_needs_consecutive_passes() -> None:
     driver = Driver()
     driver.configure(rack_spec(racks=1, quota=(), policy=PolicySpec(recover_reports=2)))
