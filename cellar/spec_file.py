@@ -29,7 +29,7 @@ def load_spec(path: pathlib.Path) -> ClusterSpec:
         raw: Any = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
     except OSError as error:
         raise SpecFileError(f"{path}: cannot read it ({error.strerror})") from error
-    except (ValueError, tomllib.TOMLDecodeError) as error:
+    except (ValueError, tomllib.TOMLDecodeError, RecursionError) as error:  # nested too deep
         kind = "JSON" if path.suffix == ".json" else "TOML"
         raise SpecFileError(f"{path}: not valid {kind} ({error})") from error
     try:
@@ -43,9 +43,15 @@ def with_defaults(raw: Any) -> Any:
         return raw
     filled = dict(raw)
     filled.setdefault("policy", {})
-    filled["cell_types"] = [{"node_level": False, **item} if isinstance(item, dict) else item
-                            for item in raw.get("cell_types", [])]
-    filled["virtual_clusters"] = [{"on_failure": "keep", "quota": [], **item}
-                                  if isinstance(item, dict) else item
-                                  for item in raw.get("virtual_clusters", [])]
+    filled["cell_types"] = _each_with(raw.get("cell_types", []), {"node_level": False})
+    filled["virtual_clusters"] = _each_with(raw.get("virtual_clusters", []),
+                                            {"on_failure": "keep", "quota": []})
     return filled
+
+
+def _each_with(items: Any, defaults: dict[str, Any]) -> Any:
+    """Each map of the list `items` with `defaults` under it. Anything but a list is left as
+    it is, for the decoder to refuse by name (iterating `cell_types = 3` raised TypeError)."""
+    if not isinstance(items, list):
+        return items
+    return [{**defaults, **item} if isinstance(item, dict) else item for item in items]

@@ -56,11 +56,13 @@ DURATION_MS_MAX = 1 << 40  # about 35 years; bounds every duration and count in 
 
 OUTBOX_RETAINED_MAX = 65_536  # effects kept; older ones are dropped, oldest first
 SESSIONS_MAX = 65_536
+SESSIONS_PER_PRINCIPAL_MAX = SESSIONS_MAX // 8  # no one client's sessions fill the table
 QUERY_LIMIT_MAX = 4096  # items one query may return
 
 assert COMMAND_BYTES_MAX <= ENVELOPE_BODY_BYTES_MAX, "a command must fit in an envelope"
 assert PODS_PER_MEMBER_MAX <= PODS_PER_GANG_MAX
 assert GPUS_PER_NODE_MAX * PODS_PER_GANG_MAX >= GPUS_PER_GANG_MAX
 assert OPPORTUNISTIC_PRIORITY > FREE_PRIORITY
+assert SESSIONS_PER_PRINCIPAL_MAX < SESSIONS_MAX
 assert BUDDY_SCAN_MAX >= BUDDY_CANDIDATES_MAX
 assert HEALTH_REPORTS_MAX >= GPUS_PER_NODE_MAX, "one report can cover a whole node"

@@ -95,5 +95,6 @@ def _session_refusal(verdict: str, sequence: int) -> Rejection:
             "the command was stamped too long ago to open a session (it may repeat one "
             "whose session was forgotten): not applied; use a new session"))
     return Rejection(code=Code.SESSIONS_FULL, message=(
-        "the session table is full: not applied; retry once idle sessions expire"))
+        "the session table, or this principal's share of it, is full: not applied; retry "
+        "once idle sessions expire"))
 

@@ -105,8 +105,8 @@ def decode_snapshot(data: bytes) -> tuple[State, Sessions, int]:
         state.outbox.load(node, packed)
     table = Sessions()
     for key, last_sequence, expires_ms, reply in sessions:
-        table.table[key] = Session(last_sequence=last_sequence, reply=reply,
-                                   expires_ms=expires_ms)
+        table.load(key, Session(last_sequence=last_sequence, reply=reply,
+                                expires_ms=expires_ms))
     return state, table, applied_index
 
 

@@ -21,7 +21,7 @@ from cellar.kv.codec import (
 )
 from consensus.codec import decode_envelope
 from consensus.errors import InvalidMessage
-from statemachine.sessions import Sessions, session_key
+from statemachine.sessions import Session, Sessions, session_key
 
 SESSION_TTL_MS = 10 * 60 * 1000
 _REFUSALS = {"stale": Code.STALE_SEQUENCE, "too_old": Code.SESSION_TOO_OLD,
@@ -81,7 +81,9 @@ class KvMachine:
         self.data = data
         self.sessions = Sessions()
         for name, sequence, reply, expires_ms in sessions:
-            self.sessions.record(name, sequence, reply, expires_ms)
+            # load, not record: a snapshot taken before the per-principal cap may exceed it
+            self.sessions.load(name, Session(last_sequence=sequence, reply=reply,
+                                             expires_ms=expires_ms))
 
     def digest(self) -> bytes:
         return hashlib.blake2b(self.snapshot(), digest_size=16).digest()

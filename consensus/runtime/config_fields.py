@@ -39,7 +39,7 @@ def load_toml(path: pathlib.Path, error: type[ConfigError] = ConfigError) -> dic
         return tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as failure:
         raise error(f"{path}: cannot read it ({failure.strerror})") from failure
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as failure:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError, RecursionError) as failure:
         raise error(f"{path}: not valid TOML ({failure})") from failure
 
 
@@ -87,7 +87,8 @@ def address(value: Any, key: str, error: type[ConfigError] = ConfigError) -> Add
     if not isinstance(value, str) or value.count(":") < 1:
         raise error(f"{key}: {value!r} is not HOST:PORT")
     host, _, port = value.rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+    # isdigit() alone admits digits int() refuses ("²"), which escaped as a ValueError
+    if not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
         raise error(f"{key}: {value!r} is not HOST:PORT with a port in 1..65535")
     return Address(host.strip("[]"), int(port))
 

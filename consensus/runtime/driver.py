@@ -26,8 +26,8 @@ the page cache is unknown, and continuing could lose what was acknowledged.
 
 Client commands are bounded in bytes as well as in count: `proposal_bytes_max` caps the bytes
 of commands submitted and not yet executed, covered by a snapshot or refused, however long their
-clients wait (consensus/runtime/proposal_budget.py), and reads' queries until answered; past
-it a submit is answered Overloaded.
+clients wait (consensus/runtime/proposal_budget.py), and reads' and watches' queries until
+answered; past it a submit or a watch is answered Overloaded.
 """
 
 from __future__ import annotations
@@ -195,9 +195,12 @@ class Driver:
         if self._budget.admit(size):
             return True
         self.metrics.count(refused)
-        done(None, Overloaded(f"the replica holds {self._budget.held_bytes} bytes of requests "
-                              f"not yet answered or executed (at most {self._budget.bytes_max})"))
+        done(None, self._over_budget())
         return False
+
+    def _over_budget(self) -> Overloaded:
+        return Overloaded(f"the replica holds {self._budget.held_bytes} bytes of requests not "
+                          f"yet answered or executed (at most {self._budget.bytes_max})")
 
     def _submit(self, kind: str, payload: bytes, timeout_s: float, done: Done,
                 refused: str) -> bool:
@@ -209,11 +212,22 @@ class Driver:
 
     async def local_read(self, query: bytes, after_slot: int, wait_s: float) -> tuple[bytes, int]:
         """Run `query` on this replica's state, once it has executed past `after_slot` or after
-        `wait_s` (long polling for watches); returns the result and the executed slot count."""
-        with anyio.move_on_after(wait_s):
-            while self.replica.executed_slots <= after_slot:
-                await self._applied.wait()
-        return self._machine.query(query), self.replica.executed_slots
+        `wait_s` (long polling for watches); returns the result and the executed slot count.
+
+        The query's bytes count against the budget while it waits, as a read's do: a watch
+        may wait minutes, and a connection's thousand watches of a megabyte each held a
+        gigabyte that nothing bounded. Past the budget it raises Overloaded at once."""
+        size = len(query)
+        if not self._budget.admit(size):
+            self.metrics.count("driver.watches_refused_bytes")
+            raise self._over_budget()
+        try:
+            with anyio.move_on_after(wait_s):
+                while self.replica.executed_slots <= after_slot:
+                    await self._applied.wait()
+            return self._machine.query(query), self.replica.executed_slots
+        finally:
+            self._budget.refund(size)
 
     @property
     def proposal_bytes(self) -> int:

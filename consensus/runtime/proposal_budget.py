@@ -11,6 +11,7 @@ safe).
 
 A read's query counts too, from `submit_read` until its answer (or refusal, or expiry) is
 handed to its client: the driver refunds it then (`Driver.submit_read`).
+A watch's query counts while it waits (`Driver.local_read`).
 
 One case is released on time instead: a snapshot installed from a peer may make the core forget
 own commands it had in flight (their indexes fall below the snapshot), and it leaves their

@@ -115,8 +115,12 @@ class ClientServer:
     async def _answer_slowly(self, request: Request, answers: _Answers) -> None:
         request_id = request.request_id
         if isinstance(request, Watch):
-            result, slot = await self._driver.local_read(request.query, request.after_slot,
-                                                         request.wait_ms / 1000)
+            try:
+                result, slot = await self._driver.local_read(request.query, request.after_slot,
+                                                             request.wait_ms / 1000)
+            except Overloaded as error:  # past the budget of bytes held: retrying is safe
+                answers.error(request_id, Code.OVERLOADED, str(error))
+                return
             answers.put(request_id, encode_response(Response(request_id, Code.OK, result, slot)),
                         _ANSWER)
         else:

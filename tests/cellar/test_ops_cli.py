@@ -29,12 +29,24 @@ def test_the_example_configuration_loads() -> None:
      r"spec\.gpu_models\[0\]\.memory_mib: missing"),
     ("gpu_models = []\ncell_types = []", "spec.physical_cells: missing"),
     ("gpu_models = = 1", "not valid TOML"),
+    # not lists: iterating them to fill in defaults raised TypeError
+    ("gpu_models = []\ncell_types = 3", "spec.cell_types: expected a list"),
+    ("gpu_models = []\nphysical_cells = []\nvirtual_clusters = true",
+     "spec.virtual_clusters: expected a list"),
 ])
 def test_bad_configuration_files_name_the_path(tmp_path: pathlib.Path, text: str,
                                                message: str) -> None:
     path = tmp_path / "bad.toml"
     path.write_text(text)
     with pytest.raises(SpecFileError, match=message):
+        load_spec(path)
+
+
+def test_a_file_nested_too_deep_is_refused_by_name(tmp_path: pathlib.Path) -> None:
+    """The parsers recurse: such a file raised RecursionError, not SpecFileError."""
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(SpecFileError, match="not valid JSON"):
         load_spec(path)
 
 

@@ -14,7 +14,14 @@ from consensus.envelope import Envelope, Principal, Role
 from consensus.state_machine import StateMachine
 from statemachine import Machine, sessions
 from statemachine.codec import encode_command
-from statemachine.commands import ApplyConfig, Command, RegisterNode, ReleaseGroup, Tick
+from statemachine.commands import (
+    ApplyConfig,
+    Command,
+    Cordon,
+    RegisterNode,
+    ReleaseGroup,
+    Tick,
+)
 from statemachine.errors import Code, Rejection
 from statemachine.query_codec import encode_query
 from statemachine.result_codec import decode_result
@@ -128,6 +135,24 @@ def test_a_full_session_table_refuses_new_sessions_and_keeps_the_live_ones(
     later = run(machine, gang("c3", "a", 0, (1, 1)), SCHEDULER, session="c3", sequence=1,
                 now_ms=12_000)  # past the others' expiry: they make room
     assert isinstance(later, GroupStatus)
+
+
+def test_one_principal_cannot_take_the_whole_session_table(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node agent opening session after session (valid commands or not) filled the table,
+    and every other client's new session was refused, an administrator's included."""
+    monkeypatch.setattr(sessions, "SESSIONS_MAX", 4)
+    monkeypatch.setattr(sessions, "SESSIONS_PER_PRINCIPAL_MAX", 2)
+    machine = ready_machine()
+    node = Principal(Role.NODE, "n0")
+    verdicts = [run(machine, Tick(), node, session=name, sequence=1) for name in "abcd"]
+    assert [isinstance(verdict, Rejection) and verdict.code is Code.SESSIONS_FULL
+            for verdict in verdicts] == [False, False, True, True]
+    cordoned = run(machine, Cordon(node="n1"), ADMIN, session="ops", sequence=1)
+    assert not isinstance(cordoned, Rejection) and machine.state.nodes["n1"].cordoned
+    later = run(machine, Tick(), node, session="c", sequence=1, now_ms=12_000)
+    assert not (isinstance(later, Rejection) and later.code is Code.SESSIONS_FULL), \
+        "its own sessions expired: it may open new ones"
 
 
 def test_bad_envelopes_and_bodies_are_rejections() -> None:

@@ -80,6 +80,8 @@ def base() -> dict[str, Any]:
     (lambda raw: raw.update(replica_id="one"), "replica_id: required, an integer"),
     (lambda raw: raw["peers"][1].update(client="localhost"), r"peers\[1\].client"),
     (lambda raw: raw["peers"][2].update(peer="h:99999"), r"peers\[2\].peer"),
+    # "²" is a digit to str.isdigit, not to int(): it escaped as a bare ValueError
+    (lambda raw: raw["peers"][2].update(peer="h:\u00b2"), r"peers\[2\].peer"),
     (lambda raw: raw["peers"].pop(), "odd number"),
     (lambda raw: raw["peers"][2].update(id=0), "each once"),
     (lambda raw: raw.update(loop="gevent"), "loop: 'gevent'"),
@@ -119,3 +121,7 @@ def test_unreadable_and_invalid_files(tmp_path: pathlib.Path) -> None:
     bad.write_text("replica_id = = 1")
     with pytest.raises(NodeConfigError, match="not valid TOML"):
         load_node_config(bad)
+    deep = tmp_path / "deep.toml"
+    deep.write_text("replica_id = " + "[" * 100_000 + "]" * 100_000)  # RecursionError escaped
+    with pytest.raises(NodeConfigError, match="not valid TOML"):
+        load_node_config(deep)
