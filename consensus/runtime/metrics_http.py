@@ -6,7 +6,9 @@ fresh for each scrape by the `render` callable (a string, or bytes already encod
 
 At most `connections_max` connections are served at once (a scraper needs one; a few more cover
 overlapping scrapes and a curl): one more is closed at once and counted, and each is given
-`REQUEST_TIMEOUT_S` to send its request head. A failed accept() is retried (`accept.py`), so
+`REQUEST_TIMEOUT_S` to send its request head and `REPLY_TIMEOUT_S` to take the answer (a
+scraper that stops reading held its place for good once the page outgrew the socket buffers).
+A failed accept() is retried (`accept.py`), so
 nobody who can reach the port can run the process out of descriptors or end it.
 """
 
@@ -24,6 +26,7 @@ from consensus.runtime.framing import CONNECTIONS_REFUSED_LIMIT, Metrics
 
 REQUEST_HEAD_BYTES_MAX = 8192
 REQUEST_TIMEOUT_S = 5.0
+REPLY_TIMEOUT_S = 5.0
 CONNECTIONS_MAX = 16
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -77,5 +80,6 @@ async def _reply(stream: SocketStream, status: int, reason: str, body: str) -> N
     payload = body.encode()
     head = (f"HTTP/1.1 {status} {reason}\r\nContent-Type: {CONTENT_TYPE}\r\n"
             f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n").encode()
-    with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+    with anyio.move_on_after(REPLY_TIMEOUT_S), contextlib.suppress(
+            anyio.BrokenResourceError, anyio.ClosedResourceError):
         await stream.send(head + payload)

@@ -8,6 +8,7 @@ from collections import Counter
 import anyio
 import pytest
 
+from consensus.runtime import metrics_http
 from consensus.runtime.framing import CONNECTIONS_REFUSED_LIMIT
 from consensus.runtime.metrics import Histogram, Metrics
 from consensus.runtime.metrics_http import serve_metrics
@@ -84,4 +85,23 @@ async def test_the_endpoint_sheds_connections_beyond_its_bound() -> None:
                 if answer:
                     break
             assert answer.startswith(b"HTTP/1.1 200 OK")
+            tasks.cancel_scope.cancel()
+
+
+@pytest.mark.anyio
+async def test_a_scraper_that_stops_reading_gives_its_place_back(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A page larger than the socket buffers, asked for and never read: the endpoint gives up
+    on the answer after REPLY_TIMEOUT_S, so its one place serves the next scrape."""
+    monkeypatch.setattr(metrics_http, "REPLY_TIMEOUT_S", 0.3)
+    page = "cellar_padding 1\n" * 500_000  # about 8 MB
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tasks:
+            port = await tasks.start(functools.partial(
+                serve_metrics, "127.0.0.1", 0, lambda: page, connections_max=1))
+            async with await anyio.connect_tcp("127.0.0.1", port) as stuck:
+                await stuck.send(b"GET /metrics HTTP/1.1\r\n\r\n")  # and never reads
+                await anyio.sleep(1.0)
+                answer = await _get(port, b"GET /metrics HTTP/1.1\r\n\r\n")
+            assert answer.startswith(b"HTTP/1.1 200 OK") and answer.endswith(page.encode())
             tasks.cancel_scope.cancel()
