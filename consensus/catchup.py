@@ -12,7 +12,11 @@ always progresses: an instance holds at most `batch_bytes_max` bytes of commands
 replica behind the peer's truncation point gets the peer's latest snapshot instead, in chunks,
 and installs it before executing anything else. A transfer comes from one sender (chunks of
 the same snapshot from two peers may differ byte for byte) and is checked against the digest
-the sender computed before it is installed.
+the sender computed before it is installed. A fetch is answered with one window of the
+snapshot (`snapshot_window_bytes`, ending at a multiple of it): a peer link queues only so many
+bytes and drops the rest, so a large snapshot sent whole would never arrive past that point.
+The receiver asks the same sender for the next window, from the bytes it holds, as soon as a
+window is complete (or, when chunks were lost, after a repair period), while it makes progress.
 
 Snapshots are also how the log stays bounded: `compact` folds the executed prefix into a
 state-machine snapshot and truncates both logs below it.
@@ -77,6 +81,7 @@ class CatchUp:
     __slots__ = (
         "_asked_at",
         "_ctx",
+        "_digest",
         "_executor",
         "_learner",
         "_next_peer",
@@ -105,6 +110,7 @@ class CatchUp:
         # execute up to here before proposing
         self.settle_upto = 0
         self.snapshot: SnapshotRecord | None = None  # the latest, served to laggards
+        self._digest: tuple[SnapshotRecord, bytes] | None = None  # computed once per snapshot
         self._receiving: _Transfer | None = None
         self._received = bytearray()
         self._received_at = 0
@@ -139,16 +145,23 @@ class CatchUp:
         peer = ctx.sequencer if self._next_peer == 0 and ctx.sequencer != ctx.id else \
             peers[self._next_peer % len(peers)]
         self._next_peer += 1
+        snapshot_slot = snapshot_offset = 0
+        transfer = self._receiving
+        if transfer is not None and ctx.now - self._received_at <= ctx.config.repair_ticks:
+            # A snapshot under way: its sender sends the rest (another would start over).
+            peer, snapshot_slot, snapshot_offset = \
+                transfer.sender, transfer.meta.slot, len(self._received)
         ctx.count("catchup.fetch_sent")
         ctx.send(peer, FetchRequest(ctx.id, ctx.view, self._executor.exec_slot,
-                                    tuple(self._executor.exec_counts)))
+                                    tuple(self._executor.exec_counts), snapshot_slot,
+                                    snapshot_offset))
 
     # --- serving a fetch --------------------------------------------------------------------
 
     def on_request(self, message: FetchRequest) -> None:
         ctx = self._ctx
         if message.exec_slot < ctx.olog.base:
-            self._send_snapshot(message.sender)
+            self._send_snapshot(message)
             return
         slot = message.exec_slot
         o_values: list[int] = []
@@ -179,16 +192,25 @@ class CatchUp:
         ctx.send(message.sender, FetchReply(ctx.id, ctx.view, message.exec_slot,
                                             tuple(o_values), tuple(c_entries)))
 
-    def _send_snapshot(self, peer: int) -> None:
+    def _send_snapshot(self, request: FetchRequest) -> None:
+        """One window of the latest snapshot: from where the requester stopped, when it names
+        this snapshot, else from the start."""
         ctx = self._ctx
         if self.snapshot is None:
             return
-        state, chunk = self.snapshot.state, ctx.config.snapshot_chunk_bytes
-        digest = state_digest(state)
+        state, meta = self.snapshot.state, self.snapshot.meta
+        chunk, window = ctx.config.snapshot_chunk_bytes, ctx.config.snapshot_window_bytes
+        offset = request.snapshot_offset if request.snapshot_slot == meta.slot else 0
+        if offset >= len(state):
+            offset = 0
+        end = min(len(state), (offset // window + 1) * window)
+        if self._digest is None or self._digest[0] is not self.snapshot:
+            self._digest = (self.snapshot, state_digest(state))  # each window names it
+        digest = self._digest[1]
         ctx.count("catchup.snapshot_sent")
-        for offset in range(0, max(len(state), 1), chunk):
-            ctx.send(peer, SnapshotChunk(ctx.id, ctx.view, self.snapshot.meta, offset,
-                                         len(state), digest, state[offset:offset + chunk]))
+        for start in range(offset, max(end, 1), chunk):
+            ctx.send(request.sender, SnapshotChunk(ctx.id, ctx.view, meta, start, len(state),
+                                                   digest, state[start:min(start + chunk, end)]))
 
     # --- receiving ----------------------------------------------------------------------------
 
@@ -218,6 +240,8 @@ class CatchUp:
         self._received_at = ctx.now
         self._received += message.data
         if len(self._received) < message.total_bytes:
+            if len(self._received) % ctx.config.snapshot_window_bytes == 0:
+                self._asked_at = ctx.now - ctx.config.repair_ticks  # a window is in: ask on
             return
         state = bytes(self._received)
         self._receiving, self._received = None, bytearray()

@@ -57,6 +57,10 @@ class ReplicaConfig:
     reads_pending_max: int = 100_000
     dedup_window_per_origin: int = 65_536  # executed command tags remembered per origin
     snapshot_chunk_bytes: int = 1 << 19
+    # Snapshot bytes sent for one fetch. A peer link queues at most 64 MiB and drops the rest,
+    # so a snapshot sent whole in one burst never arrives past that: it goes a window at a time,
+    # the receiver asking for the next one where it stopped (consensus/catchup.py).
+    snapshot_window_bytes: int = 8 << 20
     snapshot_bytes_max: int = 1 << 30  # a peer's snapshot larger than this is refused
     lead_lag_slots_max: int = 16  # further behind the committed prefix, proposals wait
 
@@ -115,7 +119,7 @@ def _problems(config: ReplicaConfig) -> list[str]:
     positive = ("batch_commands_max", "batch_bytes_max", "inflight_instances_max",
                 "pending_proposals_max", "o_entries_per_message_max", "fetch_instances_max",
                 "reads_pending_max", "dedup_window_per_origin", "snapshot_chunk_bytes",
-                "snapshot_bytes_max", "lead_lag_slots_max",
+                "snapshot_window_bytes", "snapshot_bytes_max", "lead_lag_slots_max",
                 "heartbeat_ticks", "election_ticks", "lease_ticks", "resend_ticks",
                 "repair_ticks", "recovery_ticks", "straggler_window_ticks",
                 "straggler_rounds", "straggler_margin_ticks", "straggler_cooldown_ticks")

@@ -336,11 +336,15 @@ class ReadyNotice(Message):
 
 @dataclass(frozen=True, slots=True)
 class FetchRequest(Message):
-    """A stalled replica asks for committed state from slot `exec_slot` on."""
+    """A stalled replica asks for committed state from slot `exec_slot` on. While it receives
+    this peer's snapshot taken at `snapshot_slot`, it holds its first `snapshot_offset` bytes
+    and asks for what follows (both 0 otherwise)."""
 
     TAG: ClassVar[int] = 44
     exec_slot: int
     exec_counts: tuple[int, ...]
+    snapshot_slot: int = 0
+    snapshot_offset: int = 0
 
 
 @dataclass(frozen=True, slots=True)

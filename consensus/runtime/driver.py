@@ -145,6 +145,10 @@ class Driver:
         self._ticks_done = 0
         self._origin = clock()
         self._last_snapshot = replica.executed_slots
+        # Slots the state machine holds. A restarted core counts the snapshot it replayed at
+        # once, but the machine gets it only with the first Ready (may_compact is False while
+        # an install waits): until then it holds nothing, and watches must not see it as more.
+        self._machine_slots = replica.executed_slots if replica.may_compact else 0
         self._applied = anyio.Event()
         self.running = False
         self._system_command = system_command  # e.g. the state machine's Tick(now_ms)
@@ -212,7 +216,8 @@ class Driver:
 
     async def local_read(self, query: bytes, after_slot: int, wait_s: float) -> tuple[bytes, int]:
         """Run `query` on this replica's state, once it has executed past `after_slot` or after
-        `wait_s` (long polling for watches); returns the result and the executed slot count.
+        `wait_s` (long polling for watches); returns the result and the slot count the state
+        machine holds (not the core's, which a restart's replayed snapshot runs ahead).
 
         The query's bytes count against the budget while it waits, as a read's do: a watch
         may wait minutes, and a connection's thousand watches of a megabyte each held a
@@ -223,9 +228,9 @@ class Driver:
             raise self._over_budget()
         try:
             with anyio.move_on_after(wait_s):
-                while self.replica.executed_slots <= after_slot:
+                while self._machine_slots <= after_slot:
                     await self._applied.wait()
-            return self._machine.query(query), self.replica.executed_slots
+            return self._machine.query(query), self._machine_slots
         finally:
             self._budget.refund(size)
 
@@ -402,6 +407,10 @@ class Driver:
         if ready.snapshot_to_install is not None:  # own commands in flight may be forgotten
             self._budget.forget_after_snapshot(self._proposals.__contains__)
         self._apply(ready)
+        if self._machine_slots != self.replica.executed_slots:  # the core runs only in ready()
+            self._machine_slots = self.replica.executed_slots
+            self._applied.set()
+            self._applied = anyio.Event()
 
     def _persist(self, records: list[Record], must_sync: bool) -> None:
         self._store.append(records)
@@ -433,8 +442,6 @@ class Driver:
         if ready.executed:
             self.metrics.count("driver.commands_applied",
                                sum(len(item.commands) for item in ready.executed))
-            self._applied.set()
-            self._applied = anyio.Event()
         for read_id in ready.reads:
             read = self._reads.pop(read_id, None)  # None: its callback expired
             if read is not None:

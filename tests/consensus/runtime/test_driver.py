@@ -15,10 +15,10 @@ import pytest
 from consensus.codec import encode_envelope, encode_messages, unpack
 from consensus.config import ReplicaConfig
 from consensus.envelope import Envelope, Principal, Role
-from consensus.messages import Heartbeat, Message
+from consensus.messages import Heartbeat, Message, SnapshotMeta
 from consensus.prng import Prng
 from consensus.ready import Ready
-from consensus.records import ViewRecord
+from consensus.records import SnapshotRecord, ViewRecord
 from consensus.replica import Replica
 from consensus.runtime.client import CellarClient, ClientConfig, OutcomeUnknown
 from consensus.runtime.client_codec import Propose, encode_request
@@ -367,3 +367,27 @@ async def test_the_ticks_due_are_caught_up_before_any_input_is_taken() -> None:
 async def test_a_long_batch_of_inputs_keeps_the_clock_current() -> None:
     ticks = await _ticks_seen_by_inputs([0.0], CATCH_UP_EVERY_INPUTS + 1, 0.010)  # a tick each
     assert ticks[CATCH_UP_EVERY_INPUTS] - ticks[0] >= CATCH_UP_EVERY_INPUTS
+
+
+async def test_a_watch_after_a_restart_never_sees_the_state_before_the_snapshot() -> None:
+    """A restarted replica replays its snapshot into the core at once, but its state machine
+    gets it only with the first Ready: until then a watch must not answer from the empty
+    machine under the snapshot's slot count (a state that never existed at that slot)."""
+    before = SessionKv()
+    for value in range(5):
+        before.apply(encode_envelope(Envelope(
+            principal=Principal(Role.SCHEDULER, "tester"), session="s", sequence=value + 1,
+            now_ms=0, body=encode_put("k", value))))
+    meta = SnapshotMeta(slot=5, exec_counts=(5, 0, 0), o_counts=(5, 0, 0),
+                        dedup_low=(0, 0, 0), dedup_tags=((), (), ()))
+    replica = Replica.restore(ReplicaConfig(replica_id=0, replica_count=3), Prng(0),
+                              [SnapshotRecord(meta, before.snapshot())])
+    driver = Driver(replica, MemoryStore(), SessionKv(), lambda target, frame: True, Metrics())
+    answers: list[tuple[bytes, int]] = []
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tasks:
+            await tasks.start(driver.run)  # running: the server takes watches from now on
+            answers.append(await driver.local_read(encode_get("k"), 0, 2.0))
+            answers.append(await driver.local_read(encode_get("k"), 4, 2.0))
+            tasks.cancel_scope.cancel()
+    assert [(decode_reply(answer), slot) for answer, slot in answers] == [((True, 4), 5)] * 2
