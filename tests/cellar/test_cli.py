@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import signal
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -25,7 +25,9 @@ def command(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
 
     def handler(args: argparse.Namespace) -> int:
         try:
-            os.kill(os.getpid(), args.signal)
+            # To this thread: sent to the process, it may land on a worker thread an earlier
+            # test left behind, and this handler could return before the main thread runs it.
+            signal.pthread_kill(threading.get_ident(), args.signal)
             ran.append("after the signal")
             return 0
         finally:
