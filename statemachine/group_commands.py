@@ -1,9 +1,10 @@
 """Gang commands: SubmitGroup, BindPod, ReleaseGroup.
 
 A submission is validated against the configuration (tenant, GPU model, shapes that can never
-fit are refused up front, pai#4029 style), queued, and tried at once. Resubmitting the same id
-with the same spec returns the gang's current status (idempotent); a different spec is a
-conflict. Binding claims the lowest free slot of a member for a pod and puts the start effect,
+fit are refused up front, pai#4029 style), queued, and tried at once. At most GROUPS_MAX gangs
+are held, pending ones included: past that a submission is refused (GROUPS_FULL). Resubmitting
+the same id with the same spec returns the gang's current status (idempotent); a different spec
+is a conflict. Binding claims the lowest free slot of a member for a pod and puts the start effect,
 with the GPUs' UUIDs and the environment to inject, in the outbox.
 """
 
@@ -33,6 +34,9 @@ def submit_group(state: State, command: SubmitGroup) -> GroupStatus:
                          f"gang {command.group!r} exists with a different spec")
         return group_status(state, existing)
     _check_against_config(config, command)
+    if len(state.groups) >= limits.GROUPS_MAX:  # every gang is kept until released
+        raise refuse(Code.GROUPS_FULL, f"{len(state.groups)} gangs are held, at most "
+                                       f"{limits.GROUPS_MAX}: release some first")
     group = Group(group=command.group, vc=command.vc, priority=command.priority,
                   effective_priority=command.priority, lazy_preemption=command.lazy_preemption,
                   gpu_model=command.gpu_model, members=command.members,

@@ -58,6 +58,7 @@ OUTBOX_RETAINED_MAX = 65_536  # effects kept; older ones are dropped, oldest fir
 SESSIONS_MAX = 65_536
 SESSIONS_PER_PRINCIPAL_MAX = SESSIONS_MAX // 8  # no one client's sessions fill the table
 QUERY_LIMIT_MAX = 4096  # items one query may return
+GROUPS_MAX = 16_384  # gangs held at once, pending ones included (each of PODS_PER_GANG_MAX pods)
 
 assert COMMAND_BYTES_MAX <= ENVELOPE_BODY_BYTES_MAX, "a command must fit in an envelope"
 assert PODS_PER_MEMBER_MAX <= PODS_PER_GANG_MAX

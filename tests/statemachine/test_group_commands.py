@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from statemachine import limits
 from statemachine.commands import (
     BindPod,
     Member,
@@ -171,3 +172,15 @@ def test_a_binding_carries_its_command_to_the_agent_and_its_end_back(driver: Dri
         assert [(pod.exit_code, pod.exit_reason) for pod in view.pods] == [
             (255, "lost: gone after restart"), (0, "")]
         assert state.groups["job"].pods[0].command == argv
+
+
+def test_gangs_past_the_bound_are_refused_until_one_is_released(
+        driver: Driver, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(limits, "GROUPS_MAX", 2)
+    first, second = gang("g1", "a", 1, (1, 1)), gang("g2", "a", 1, (1, 1))
+    driver.ok(first, SCHEDULER)
+    driver.ok(second, SCHEDULER)  # it waits in the queue, and counts all the same
+    driver.rejected(gang("g3", "a", 1, (1, 1)), SCHEDULER, Code.GROUPS_FULL)
+    driver.ok(first, SCHEDULER)  # a resubmission holds nothing new: still answered
+    driver.ok(ReleaseGroup(group="g1", reason="done"), SCHEDULER)
+    driver.ok(gang("g3", "a", 1, (1, 1)), SCHEDULER)
