@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from statemachine.effects import EffectKind
-from statemachine.groups import Group
+from statemachine.groups import Group, Pod
 from statemachine.limits import OPPORTUNISTIC_PRIORITY
 from statemachine.results import GroupPhase, PodPhase
 from statemachine.search import Plan
@@ -176,11 +176,15 @@ def evict(state: State, group: Group, reason: str) -> None:
 
 
 def _kill_live_pods(state: State, group: Group, reason: str) -> None:
-    topology = state.configured().topology
     for pod in group.pods:
         if pod.phase in LIVE_PHASES:
-            state.outbox.emit(EffectKind.KILL_POD, node=topology.node_ids[pod.node],
-                              group=group.group, pod_uid=pod.pod_uid, reason=reason)
+            kill_pod(state, group, pod, reason)
+
+
+def kill_pod(state: State, group: Group, pod: Pod, reason: str) -> None:
+    """Tell the pod's node to stop it (an effect: the agent reports the exit)."""
+    state.outbox.emit(EffectKind.KILL_POD, node=state.configured().topology.node_ids[pod.node],
+                      group=group.group, pod_uid=pod.pod_uid, reason=reason)
 
 
 def resend_kills(state: State, group: Group) -> None:

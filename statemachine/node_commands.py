@@ -4,8 +4,11 @@ node's own agent), and the admin's marks, cordon, drain and deregistration.
 Agent commands carry the incarnation that registration handed out; an older one is refused
 (STALE_INCARNATION), which fences a rebooted agent's late messages. A new incarnation means the
 node rebooted: its running pods are marked bound again and listed in the reply, for the agent
-to start anew. Health changes refresh the GPUs' usability; GPUs that fail under gangs are
-reported on those gangs (and the gangs released where their tenant's policy says so).
+to start anew. A pod of a gang being evicted is told to stop again at each registration: an
+agent cut off long enough misses effects trimmed from the outbox, its kill among them, and the
+gang would wait for that pod for ever. Health changes refresh the GPUs' usability; GPUs that
+fail under gangs are reported on those gangs (and the gangs released where their tenant's policy
+says so).
 """
 
 from __future__ import annotations
@@ -32,9 +35,11 @@ from statemachine.commands import (
 from statemachine.errors import Code, refuse
 from statemachine.groups import Group, Pod
 from statemachine.lifecycle import (
+    LIVE_PHASES,
     evict,
     finish_if_done,
     hardware_failed,
+    kill_pod,
     pod_env,
     pod_uuids,
     release,
@@ -60,6 +65,9 @@ def register_node(state: State, command: RegisterNode) -> NodeRegistered:
         state.set(record, "liveness", Liveness.UP)
     refresh_usable(state, record)
     schedule(state)
+    for group, _, pod in _pods_on(state, record):
+        if group.evicting and pod.phase in LIVE_PHASES:  # its kill may have gone unseen
+            kill_pod(state, group, pod, group.evicting)
     pods = [PodAssignment(group=group.group, pod_uid=pod.pod_uid,
                           gpu_uuids=pod_uuids(state, group, position),
                           env=pod_env(pod_uuids(state, group, position)), command=pod.command)

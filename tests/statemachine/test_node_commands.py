@@ -227,3 +227,23 @@ def test_the_measured_topology_is_kept_and_checked(driver: Driver) -> None:
     restored, _, _ = decode_snapshot(snapshot(driver))
     assert restored.nodes["n2"].links == driver.state.nodes["n2"].links
     assert restored.nodes["n2"].gpus == gpus
+
+
+def test_registering_again_repeats_the_kills_of_a_gang_being_evicted(driver: Driver) -> None:
+    """An agent cut off while its node's outbox was trimmed never saw the kill: each
+    registration tells it again, for its own node's pods only."""
+    driver.submit(gang("job", "b", 0, (2, 8)))
+    started(driver, "job")
+    driver.ok(Drain(node="n1"), ADMIN)
+    before = driver.state.outbox.next_index
+    driver.register("n0")  # the same boot: the pod still runs there
+    again = [(effect.node, effect.pod_uid, effect.reason) for effect in driver.state.outbox.effects
+             if effect.kind is EffectKind.KILL_POD and effect.index >= before]
+    assert again == [("n0", "job-0-0", "node n1 drained")]
+    driver.ok(ReportPodExit(node="n0", incarnation=driver.incarnations["n0"], group="job",
+                            pod_uid="job-0-0", exit_code=137, reason="killed"),
+              node_principal("n0"))
+    driver.ok(ReportPodExit(node="n1", incarnation=driver.incarnations["n1"], group="job",
+                            pod_uid="job-0-1", exit_code=137, reason="killed"),
+              node_principal("n1"))
+    assert "job" not in driver.state.groups
