@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import signal
-import threading
 from collections.abc import Iterator
 
 import pytest
@@ -25,9 +25,7 @@ def command(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
 
     def handler(args: argparse.Namespace) -> int:
         try:
-            # To this thread: sent to the process, it may land on a worker thread an earlier
-            # test left behind, and this handler could return before the main thread runs it.
-            signal.pthread_kill(threading.get_ident(), args.signal)
+            os.kill(os.getpid(), args.signal)
             ran.append("after the signal")
             return 0
         finally:
@@ -36,7 +34,11 @@ def command(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     module = argparse.Namespace(configure=configure)
     monkeypatch.setattr(cli, "COMMANDS", {"signalled": ("fake.module", "test")})
     monkeypatch.setattr(importlib, "import_module", lambda name: module)
+    # Ctrl-C's meaning in a terminal: a shell without job control starts its background
+    # commands with SIGINT ignored, and a test run started that way failed here.
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
     yield ran
+    signal.signal(signal.SIGINT, before)
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # put back as found
 
 
