@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 
 from cellar.kv.codec import (
+    DATA_BYTES_MAX,
     OK_REPLY,
     Code,
     Operation,
@@ -31,10 +32,11 @@ _REFUSALS = {"stale": Code.STALE_SEQUENCE, "too_old": Code.SESSION_TOO_OLD,
 class KvMachine:
     """Implements consensus.state_machine.StateMachine."""
 
-    __slots__ = ("data", "now_ms", "sessions")
+    __slots__ = ("data", "data_bytes", "now_ms", "sessions")
 
     def __init__(self) -> None:
         self.data: dict[bytes, bytes] = {}
+        self.data_bytes = 0  # of the keys and values in `data`, at most DATA_BYTES_MAX
         self.sessions = Sessions()
         self.now_ms = 0  # the latest proposer's stamp applied: the sessions' clock
 
@@ -56,10 +58,18 @@ class KvMachine:
             if verdict != "new":
                 return encode_reply(_REFUSALS[verdict])
         self.now_ms = now_ms
+        reply = self._put(key, value)
+        if envelope.sequence:  # a refusal too: a retry of it gets the same answer
+            self.sessions.record(name, envelope.sequence, reply, self.now_ms + SESSION_TTL_MS)
+        return reply
+
+    def _put(self, key: bytes, value: bytes) -> bytes:
+        old = self.data.get(key)
+        grown = len(value) - (len(old) if old is not None else -len(key))
+        if self.data_bytes + grown > DATA_BYTES_MAX:
+            return encode_reply(Code.STORE_FULL)
         self.data[key] = value
-        if envelope.sequence:
-            self.sessions.record(name, envelope.sequence, OK_REPLY,
-                                 self.now_ms + SESSION_TTL_MS)
+        self.data_bytes += grown
         return OK_REPLY
 
     def query(self, query: bytes) -> bytes:
@@ -79,6 +89,7 @@ class KvMachine:
     def restore(self, snapshot: bytes) -> None:
         data, sessions, self.now_ms = decode_snapshot(snapshot)
         self.data = data
+        self.data_bytes = sum(len(key) + len(value) for key, value in data.items())
         self.sessions = Sessions()
         for name, sequence, reply, expires_ms in sessions:
             # load, not record: a snapshot taken before the per-principal cap may exceed it

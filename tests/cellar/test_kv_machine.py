@@ -3,9 +3,11 @@ canonical snapshots, and malformed input answered rather than raised."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from cellar.kv import machine as kv_machine
 from cellar.kv.codec import (
     KEY_BYTES_MAX,
     OK_REPLY,
@@ -144,3 +146,25 @@ def test_the_inline_put_path_decides_as_the_checked_one(raw: list[object]) -> No
 def test_replies_round_trip_the_constant_ok_included(code: Code, value: bytes | None) -> None:
     assert decode_reply(encode_reply(code, value)) == (code, value)
     assert (encode_reply(code, value) == OK_REPLY) == (code is Code.OK and value is None)
+
+
+def test_puts_past_the_store_s_bound_are_refused_and_the_refusal_is_kept(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keys and values count; overwriting with less frees room; a refused put's retry gets
+    the same refusal, as any reply; a restored snapshot counts what it holds."""
+    monkeypatch.setattr(kv_machine, "DATA_BYTES_MAX", 20)
+    machine = KvMachine()
+    assert decode_reply(machine.apply(envelope("s", 1, encode_put(b"k1", b"x" * 10))))[0] \
+        is Code.OK  # 12 bytes held
+    full = envelope("s", 2, encode_put(b"k2", b"y" * 10))
+    assert decode_reply(machine.apply(full))[0] is Code.STORE_FULL  # 24 would be past 20
+    assert decode_reply(machine.apply(full))[0] is Code.STORE_FULL  # its retry: the same
+    assert get(machine, b"k2") is None
+    assert decode_reply(machine.apply(envelope("s", 3, encode_put(b"k1", b"x"))))[0] is Code.OK
+    assert decode_reply(machine.apply(envelope("s", 4, encode_put(b"k2", b"y" * 10))))[0] \
+        is Code.OK  # 3 + 12 = 15 bytes
+    restored = KvMachine()
+    restored.restore(machine.snapshot())
+    assert restored.data_bytes == machine.data_bytes == 15
+    assert decode_reply(restored.apply(envelope("t", 1, encode_put(b"k3", b"z" * 4))))[0] \
+        is Code.STORE_FULL  # 15 + 6 = 21
