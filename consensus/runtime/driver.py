@@ -32,6 +32,7 @@ answered; past it a submit or a watch is answered Overloaded.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -41,7 +42,7 @@ import anyio
 import anyio.lowlevel
 import anyio.to_thread
 
-from consensus.codec import MESSAGE_BYTES_MAX, encode_envelope
+from consensus.codec import MESSAGE_BYTES_MAX, RECORD_BYTES_MAX, encode_envelope
 from consensus.envelope import SYSTEM_PRINCIPAL, Envelope
 from consensus.errors import ConsensusError
 from consensus.leader import ProposalDropped
@@ -58,6 +59,11 @@ from consensus.state_machine import StateMachine
 
 CATCH_UP_EVERY_INPUTS = 64  # inputs taken between two looks at the clock
 PROPOSAL_BYTES_MAX = 256 << 20
+# A snapshot's state must fit one log record with its metadata: a larger one could not be
+# written, and the replica would stop at every start, at the same slot as its peers.
+SNAPSHOT_STATE_BYTES_MAX = RECORD_BYTES_MAX - (1 << 20)
+
+logger = logging.getLogger("cellar.driver")
 
 
 class RecordStore(Protocol):
@@ -456,8 +462,16 @@ class Driver:
         executed = self.replica.executed_slots
         if executed - self._last_snapshot >= self.config.snapshot_every_slots and \
                 self.replica.may_compact:
-            self.replica.compact(self._machine.snapshot(), executed)
-            self._last_snapshot = executed
+            state = self._machine.snapshot()
+            self._last_snapshot = executed  # too large: tried again a period later
+            limit = min(SNAPSHOT_STATE_BYTES_MAX, self.replica.config.snapshot_bytes_max)
+            if len(state) > limit:  # peers would refuse it too; the log goes on growing
+                self.metrics.count("driver.snapshots_too_large")
+                logger.error("replica %d: a snapshot of %d bytes is more than %d; the log is "
+                             "not compacted (make the state machine hold less)",
+                             self.replica.config.replica_id, len(state), limit)
+                return
+            self.replica.compact(state, executed)
             self.metrics.count("driver.snapshots_taken")
 
     def _fail_all(self, error: Exception) -> None:

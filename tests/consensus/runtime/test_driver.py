@@ -20,6 +20,7 @@ from consensus.prng import Prng
 from consensus.ready import Ready
 from consensus.records import SnapshotRecord, ViewRecord
 from consensus.replica import Replica
+from consensus.runtime import driver as driver_module
 from consensus.runtime.client import CellarClient, ClientConfig, OutcomeUnknown
 from consensus.runtime.client_codec import Propose, encode_request
 from consensus.runtime.driver import CATCH_UP_EVERY_INPUTS, Driver, DriverConfig, _Callback
@@ -391,3 +392,19 @@ async def test_a_watch_after_a_restart_never_sees_the_state_before_the_snapshot(
             answers.append(await driver.local_read(encode_get("k"), 4, 2.0))
             tasks.cancel_scope.cancel()
     assert [(decode_reply(answer), slot) for answer, slot in answers] == [((True, 4), 5)] * 2
+
+
+async def test_a_snapshot_too_large_for_one_log_record_is_not_taken(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """One the log could not hold as a record would stop the replica at every start (its peers
+    at the same slot): the driver leaves the log uncompacted, says so, and goes on serving."""
+    monkeypatch.setattr(driver_module, "SNAPSHOT_STATE_BYTES_MAX", 64)
+    with anyio.fail_after(30):
+        async with local_cluster(SessionKv) as (cluster, client):
+            for index in range(120):  # past the cluster's snapshot_every_slots (50)
+                await client.propose(encode_put(f"key-{index}", index))
+            assert decode_reply(await client.read(encode_get("key-119"))) == (True, 119)
+            await anyio.sleep(0.2)
+            for driver in cluster.drivers:
+                assert driver.metrics.counter("driver.snapshots_too_large") >= 1
+                assert driver.metrics.counter("driver.snapshots_taken") == 0
