@@ -7,7 +7,9 @@ these methods. Commands arrive in the global log order, each exactly once, as th
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, runtime_checkable
+
+from consensus.envelope import Principal
 
 
 class StateMachine(Protocol):
@@ -30,4 +32,16 @@ class StateMachine(Protocol):
 
     def digest(self) -> bytes:
         """A short hash of the canonical state, equal across replicas and processes."""
+        ...
+
+
+@runtime_checkable
+class QueryGate(Protocol):
+    """A state machine that decides who may ask what (the GPU store: a node agent asks only
+    about its own node). Commands carry their principal into `apply`; queries do not, so the
+    server asks the gate before a read or watch goes to the driver."""
+
+    def check_query(self, principal: Principal, query: bytes) -> str | None:
+        """None if `principal` may ask `query`, else why not. A query that does not decode
+        passes: the machine answers it with its own error."""
         ...

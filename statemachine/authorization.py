@@ -6,6 +6,11 @@
 - role system: Tick, which nobody else may send.
 
 A violation is a rejection (UNAUTHORIZED), replicated like any other.
+
+Queries (`query_refusal`): a node agent asks only about its own node, its effects (the start
+effects carry other nodes' pod commands and environments) and the gangs it runs pods of (any
+gang by id; a gang's status carries no command); everything else is for administrators and
+schedulers.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from statemachine.commands import (
     Uncordon,
 )
 from statemachine.errors import Code, refuse
+from statemachine.queries import EffectsQuery, GroupQuery, NodeQuery, Query
 
 NODE_COMMANDS = (RegisterNode, Heartbeat, ReportHealth, AckPodStarted, ReportPodExit)
 ADMIN_COMMANDS = (ApplyConfig, MarkBad, ClearBad, Cordon, Uncordon, Drain, Deregister)
@@ -55,3 +61,15 @@ def authorize(command: Command, principal: Principal) -> None:
         allowed = role in (Role.ADMIN, Role.SCHEDULER)
     if not allowed:
         raise refuse(Code.UNAUTHORIZED, f"{principal} may not send {name}")
+
+
+def query_refusal(query: Query, principal: Principal) -> str | None:
+    """None if `principal` may ask `query`, else why not (see the module docstring)."""
+    if principal.role is not Role.NODE:
+        return None
+    if isinstance(query, GroupQuery):
+        return None
+    if isinstance(query, EffectsQuery | NodeQuery) and query.node == principal.name:
+        return None
+    return f"{principal} may ask only about node {principal.name!r}: not {type(query).__name__}" + (
+        f" for {query.node!r}" if isinstance(query, EffectsQuery | NodeQuery) else "")

@@ -12,9 +12,10 @@ replicated state, sessions and applied index included.
 from __future__ import annotations
 
 from consensus.codec import decode_envelope
-from consensus.envelope import Envelope, Role
+from consensus.envelope import Envelope, Principal, Role
 from consensus.errors import InvalidMessage
 from statemachine.apply import apply
+from statemachine.authorization import query_refusal
 from statemachine.codec import decode_command
 from statemachine.commands import Tick
 from statemachine.context import Context
@@ -68,6 +69,14 @@ class Machine:
         if isinstance(command, Tick) and envelope.principal.role is Role.SYSTEM:
             self.sessions.expire(self.state.now_ms)
         return result
+
+    def check_query(self, principal: Principal, query: bytes) -> str | None:
+        """Implements consensus.state_machine.QueryGate."""
+        try:
+            decoded = decode_query(query)
+        except DecodeError:
+            return None  # `query` answers it with the reason
+        return query_refusal(decoded, principal)
 
     def query(self, query: bytes) -> bytes:
         try:

@@ -76,6 +76,11 @@ class Rejected(ClientError):
     """The replica refused the request as malformed."""
 
 
+class Forbidden(ClientError):
+    """The replica refused the query: the client's principal may not ask it (a node agent
+    asking about another node)."""
+
+
 class ReplyTooLarge(ClientError):
     """The answer would not fit in a frame of the connection. A command was applied all the
     same (its result is lost; asking again in the same session gets the same answer); a query
@@ -96,6 +101,8 @@ def _refusal(response: Response) -> ClientError | None:
         return Rejected(response.message)
     if response.code is Code.TOO_LARGE:
         return ReplyTooLarge(response.message)
+    if response.code is Code.REFUSED:
+        return Forbidden(response.message)
     return None
 
 

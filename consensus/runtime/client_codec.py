@@ -57,6 +57,7 @@ class Code(enum.IntEnum):
     BAD_REQUEST = 3
     UNAVAILABLE = 4
     TOO_LARGE = 5
+    REFUSED = 6  # this principal may not ask it (the state machine's query gate)
 
 
 @dataclass(frozen=True, slots=True)

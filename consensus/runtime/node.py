@@ -31,7 +31,7 @@ from consensus.runtime.peers import PeerMesh
 from consensus.runtime.server import ClientServer
 from consensus.runtime.storage import DurableLog
 from consensus.runtime.tls import Identity, TlsConfig
-from consensus.state_machine import StateMachine
+from consensus.state_machine import QueryGate, StateMachine
 
 logger = logging.getLogger("cellar.replica")
 
@@ -75,7 +75,8 @@ class ReplicaNode:
                                 snapshot_every_slots=limits["snapshot_every_slots"],
                                 proposal_bytes_max=limits["proposal_bytes_max"]),
             system_command=system_command)
-        self.server = ClientServer(self.driver, status=self.status)
+        gate = machine.check_query if isinstance(machine, QueryGate) else None
+        self.server = ClientServer(self.driver, status=self.status, check_query=gate)
         self.listener = ClientListener(
             (config.me.client.host, config.me.client.port), tls, handle=self._serve_client,
             connections_max=limits["client_connections_max"],

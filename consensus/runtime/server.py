@@ -13,6 +13,9 @@ A command or read is waited for at least WAIT_MS_MIN, whatever timeout it asks: 
 answer (and its permit) came back at once while the command stayed queued in the core, so one
 connection could queue commands without bound (the driver's byte budget now bounds that too).
 
+A state machine that gates queries (`consensus.state_machine.QueryGate`) is asked before a read
+or watch goes to the driver: one it refuses is answered REFUSED with its reason, and counted.
+
 No frame over the connection's cap is ever queued (the writer would fail, and with it the
 connection's task group and the listener): an answer too large to send (a query's result, a
 command's reply, the status) is answered TOO_LARGE instead, counted, and the connection goes
@@ -60,11 +63,13 @@ class ClientServer:
     def __init__(self, driver: Driver, *, now_ms: Callable[[], int] = lambda: int(
                      time.time() * 1000),
                  inflight_max: int = INFLIGHT_PER_CONNECTION_MAX,
-                 status: Callable[[], dict[str, Any]] | None = None) -> None:
+                 status: Callable[[], dict[str, Any]] | None = None,
+                 check_query: Callable[[Principal, bytes], str | None] | None = None) -> None:
         self._driver = driver
         self._now_ms = now_ms
         self._inflight_max = inflight_max
         self._status = status or driver.status
+        self._check_query = check_query
 
     async def serve(self, principal: Principal, connection: FrameStream) -> None:
         """Answer requests until the client hangs up."""
@@ -101,6 +106,10 @@ class ClientServer:
             return
         if not self._driver.running:
             answers.error(request.request_id, Code.UNAVAILABLE, "the replica is not running")
+        elif isinstance(request, Read | Watch) and (
+                refused := self._refusal(principal, request.query)) is not None:
+            self._driver.metrics.count("server.queries_refused")
+            answers.error(request.request_id, Code.REFUSED, refused)
         elif isinstance(request, Propose):
             command = encode_envelope_of(principal, request.session, request.sequence,
                                          self._now_ms(), request.body)
@@ -111,6 +120,9 @@ class ClientServer:
                                      answers.responder(request.request_id, _ANSWER))
         else:
             tasks.start_soon(self._answer_slowly, request, answers)
+
+    def _refusal(self, principal: Principal, query: bytes) -> str | None:
+        return None if self._check_query is None else self._check_query(principal, query)
 
     async def _answer_slowly(self, request: Request, answers: _Answers) -> None:
         request_id = request.request_id

@@ -26,6 +26,8 @@ from statemachine.commands import (
     Uncordon,
 )
 from statemachine.errors import Code, Rejection
+from statemachine.machine import Machine
+from statemachine.query_codec import encode_query
 from tests.statemachine.builders import Driver, gang, inventory, rack_spec
 
 NODE_N0 = Principal(Role.NODE, "n0")
@@ -76,3 +78,33 @@ def test_the_message_names_the_principal_and_the_node() -> None:
     assert result.message == "node:n1 may not send Heartbeat for node 'n0'"
     result = driver.rejected(Tick(), ADMIN, Code.UNAUTHORIZED)
     assert result.message == "admin:ops may not send Tick"
+
+
+NODE_N0 = Principal(Role.NODE, "n0")
+
+
+@pytest.mark.parametrize(("kind", "fields", "refused"), [
+    ("effects", {"after": 0, "node": "n0", "limit": 10}, False),
+    ("node", {"node": "n0"}, False),
+    ("group", {"group": "any"}, False),
+    ("effects", {"after": 0, "node": "n1", "limit": 10}, True),
+    ("effects", {"after": 0, "node": None, "limit": 10}, True),  # every node's
+    ("effects", {"after": 0, "node": "", "limit": 10}, True),
+    ("node", {"node": "n1"}, True),
+    ("nodes", {"after": "", "limit": 10}, True),
+    ("groups", {"vc": "", "phase": "", "after": "", "limit": 10}, True),
+    ("cluster", {}, True),
+    ("stats", {}, True),
+])
+def test_a_node_agent_asks_only_about_its_own_node(kind: str, fields: dict[str, object],
+                                                   refused: bool) -> None:
+    """Other nodes' start effects carry their pods' commands and environments."""
+    machine = Machine()
+    query = encode_query(kind, **fields)
+    why = machine.check_query(NODE_N0, query)
+    assert (why is not None) is refused, why
+    if refused:
+        assert why is not None and "node:n0" in why and "'n0'" in why
+    for role in (Role.ADMIN, Role.SCHEDULER):
+        assert machine.check_query(Principal(role, "ops"), query) is None
+    assert machine.check_query(NODE_N0, b"\xc1 not a query") is None  # `query` answers it

@@ -15,11 +15,17 @@ import pytest
 
 from consensus.codec import decode_envelope, pack
 from consensus.config import ReplicaConfig
-from consensus.envelope import BODY_BYTES_MAX
+from consensus.envelope import BODY_BYTES_MAX, Principal
 from consensus.errors import InvalidMessage
 from consensus.prng import Prng
 from consensus.replica import Replica
-from consensus.runtime.client import CellarClient, ClientConfig, Rejected, ReplyTooLarge
+from consensus.runtime.client import (
+    CellarClient,
+    ClientConfig,
+    Forbidden,
+    Rejected,
+    ReplyTooLarge,
+)
 from consensus.runtime.client_codec import TIMEOUT_MS_MAX, Code, decode_response
 from consensus.runtime.connect import connector
 from consensus.runtime.driver import Driver, DriverConfig
@@ -132,3 +138,38 @@ async def test_a_request_every_replica_refuses_is_rejected_at_once() -> None:
             with pytest.raises(Rejected, match="not sent"):
                 await client.propose(b"x" * (BODY_BYTES_MAX + 1))
             assert anyio.current_time() - started < 5
+
+
+async def test_a_query_the_gate_refuses_is_answered_refused_and_raised_forbidden() -> None:
+    """The state machine's gate is asked before a read or a watch goes to the driver; the
+    client raises Forbidden at once, and the connection goes on."""
+    replica = Replica(ReplicaConfig(replica_id=0, replica_count=3), Prng(1))
+    driver = Driver(replica, MemoryStore(), SessionKv(), lambda peer, frame: True, Metrics(),
+                    config=DriverConfig(tick_ms=5))
+    asked: list[tuple[str, bytes]] = []
+
+    def gate(principal: Principal, query: bytes) -> str | None:
+        asked.append((str(principal), query))
+        return "not for you" if query == b"secret" else None
+
+    server = ClientServer(driver, check_query=gate)
+
+    async def serve(identity: Identity, connection: FramedConnection) -> None:
+        await server.serve(identity.principal(), connection)
+
+    listener = ClientListener(("127.0.0.1", 0), None, insecure=True, handle=serve)
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as node:
+            await node.start(driver.run)
+            host, port = await node.start(listener.run)
+            async with CellarClient([f"{host}:{port}"], connector(None, insecure=True),
+                                    ClientConfig(attempt_timeout_s=1, deadline_s=5)) as client:
+                with pytest.raises(Forbidden, match="not for you"):
+                    await client.read(b"secret")
+                with pytest.raises(Forbidden, match="not for you"):
+                    await client.watch(b"secret", -1, wait_s=0)
+                answer, _ = await client.watch(encode_get("k"), -1, wait_s=0)  # let through
+                assert decode_reply(answer) == (True, None)  # no such key yet
+            node.cancel_scope.cancel()
+    assert driver.metrics.counter("server.queries_refused") == 2
+    assert asked[0] == ("admin:insecure-dev", b"secret") and len(asked) == 3
