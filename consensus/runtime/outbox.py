@@ -22,7 +22,8 @@ from consensus.runtime.streams import FrameStream
 
 
 class Outbox:
-    __slots__ = ("_doorbell", "_frames", "_on_written", "_stream", "broken", "frame_bytes_max")
+    __slots__ = ("_doorbell", "_frames", "_on_written", "_stream", "broken", "frame_bytes_max",
+                 "queued_bytes")
 
     def __init__(self, stream: FrameStream,
                  on_written: Callable[[int], None] | None = None) -> None:
@@ -32,6 +33,7 @@ class Outbox:
         self._on_written = on_written  # told how many frames each write carried
         self.broken = False
         self.frame_bytes_max = stream.frame_bytes_max
+        self.queued_bytes = 0  # of the frames put and not yet handed to the stream
 
     def put(self, frame: bytes) -> None:
         """Queue `frame`; raises BrokenResourceError once the stream broke, ValueError (and
@@ -41,7 +43,15 @@ class Outbox:
         if len(frame) > self.frame_bytes_max:
             raise ValueError(f"frame of {len(frame)} bytes, more than {self.frame_bytes_max}")
         self._frames.append(frame)
+        self.queued_bytes += len(frame)
         self._doorbell.ring()
+
+    def abandon(self) -> None:
+        """Drop what is queued and refuse more, as if the stream broke (the caller ends the
+        writer's task, which may be blocked in a write)."""
+        self.broken = True
+        self._frames.clear()
+        self.queued_bytes = 0
 
     async def run(self) -> None:
         """Write queued frames until the stream breaks (or this task is cancelled)."""
@@ -49,10 +59,11 @@ class Outbox:
             while True:
                 while not self._frames:
                     await self._doorbell.sleep()
-                frames, self._frames = self._frames, []
+                frames, self._frames, self.queued_bytes = self._frames, [], 0
                 await self._stream.send_many(frames)
                 if self._on_written is not None:
                     self._on_written(len(frames))
         finally:
             self.broken = True
             self._frames.clear()
+            self.queued_bytes = 0

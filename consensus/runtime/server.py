@@ -16,6 +16,10 @@ connection could queue commands without bound (the driver's byte budget now boun
 A state machine that gates queries (`consensus.state_machine.QueryGate`) is asked before a read
 or watch goes to the driver: one it refuses is answered REFUSED with its reason, and counted.
 
+A client that stops reading is dropped once the answers queued for it and not yet written pass
+ANSWERS_QUEUED_BYTES_MAX (counted): its permits bound how many answers wait, not their bytes,
+and a thousand large ones would have stayed in the replica's memory for as long as it idled.
+
 No frame over the connection's cap is ever queued (the writer would fail, and with it the
 connection's task group and the listener): an answer too large to send (a query's result, a
 command's reply, the status) is answered TOO_LARGE instead, counted, and the connection goes
@@ -57,6 +61,7 @@ from consensus.runtime.streams import FrameStream
 
 INFLIGHT_PER_CONNECTION_MAX = 1024
 WAIT_MS_MIN = 100  # the least a command or read is waited for (module docstring)
+ANSWERS_QUEUED_BYTES_MAX = 64 << 20  # per connection, past which it is dropped (docstring)
 
 
 class ClientServer:
@@ -75,10 +80,11 @@ class ClientServer:
         """Answer requests until the client hangs up."""
         self._driver.metrics.count("server.connections")
         limiter = anyio.Semaphore(self._inflight_max)  # a permit per request until answered
-        answers = _Answers(connection, limiter, self._driver.metrics)
-        outbox = answers.outbox
         ended: TransportError | None = None
         async with anyio.create_task_group() as tasks:
+            answers = _Answers(connection, limiter, self._driver.metrics,
+                               on_overflow=tasks.cancel_scope.cancel)
+            outbox = answers.outbox
             tasks.start_soon(_write_until_broken, outbox)
             while not outbox.broken:
                 try:
@@ -151,12 +157,13 @@ class _Answers:
     frame cap (TOO_LARGE in its place when it is over), each returning its request's permit
     once written."""
 
-    __slots__ = ("_limiter", "_metrics", "outbox")
+    __slots__ = ("_limiter", "_metrics", "_on_overflow", "outbox")
 
-    def __init__(self, connection: FrameStream, limiter: anyio.Semaphore,
-                 metrics: Metrics) -> None:
+    def __init__(self, connection: FrameStream, limiter: anyio.Semaphore, metrics: Metrics, *,
+                 on_overflow: Callable[[], None]) -> None:
         self._limiter = limiter
         self._metrics = metrics
+        self._on_overflow = on_overflow  # ends the connection's service
         self.outbox = Outbox(connection, on_written=self._release)
 
     def _release(self, permits: int) -> None:
@@ -186,9 +193,12 @@ class _Answers:
             return
         try:
             outbox.put(frame)  # it checks the cap
-            return
         except ValueError:
             self._metrics.count("server.answers_too_large")
+        else:
+            if outbox.queued_bytes > ANSWERS_QUEUED_BYTES_MAX:
+                self._drop()
+            return
         too_large = encode_response(Response(request_id, Code.TOO_LARGE, message=(
             f"{what}: {len(frame)} bytes, more than this connection's frame cap of "
             f"{outbox.frame_bytes_max}")[:RESPONSE_MESSAGE_LENGTH_MAX]))
@@ -196,6 +206,13 @@ class _Answers:
             outbox.put(too_large)
         except ValueError:  # a cap too small for any answer: dropped, the client's try times out
             self._release(1)
+
+
+    def _drop(self) -> None:
+        """The client stopped reading: forget its answers and end its service."""
+        self._metrics.count("server.slow_clients_dropped")
+        self.outbox.abandon()  # later answers are not queued either
+        self._on_overflow()
 
 
 async def _write_until_broken(outbox: Outbox) -> None:

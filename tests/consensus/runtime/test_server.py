@@ -19,6 +19,7 @@ from consensus.envelope import BODY_BYTES_MAX, Principal
 from consensus.errors import InvalidMessage
 from consensus.prng import Prng
 from consensus.replica import Replica
+from consensus.runtime import server as server_module
 from consensus.runtime.client import (
     CellarClient,
     ClientConfig,
@@ -26,7 +27,13 @@ from consensus.runtime.client import (
     Rejected,
     ReplyTooLarge,
 )
-from consensus.runtime.client_codec import TIMEOUT_MS_MAX, Code, decode_response
+from consensus.runtime.client_codec import (
+    TIMEOUT_MS_MAX,
+    Code,
+    Watch,
+    decode_response,
+    encode_request,
+)
 from consensus.runtime.connect import connector
 from consensus.runtime.driver import Driver, DriverConfig
 from consensus.runtime.framing import FramedConnection
@@ -173,3 +180,21 @@ async def test_a_query_the_gate_refuses_is_answered_refused_and_raised_forbidden
             node.cancel_scope.cancel()
     assert driver.metrics.counter("server.queries_refused") == 2
     assert asked[0] == ("admin:insecure-dev", b"secret") and len(asked) == 3
+
+
+async def test_a_client_that_stops_reading_is_dropped_once_its_answers_pile_up(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Permits bound how many answers wait for a client, not their bytes: past
+    ANSWERS_QUEUED_BYTES_MAX queued and unwritten, the connection is dropped."""
+    monkeypatch.setattr(server_module, "ANSWERS_QUEUED_BYTES_MAX", 200_000)
+    replica = Replica(ReplicaConfig(replica_id=0, replica_count=3), Prng(1))
+    driver = Driver(replica, MemoryStore(), BigAnswers(), lambda peer, frame: True, Metrics(),
+                    config=DriverConfig(tick_ms=5))
+    with anyio.fail_after(10):
+        async with serving(driver) as (to_server, _never_read):
+            for request_id in range(1, 21):  # each answered with 64 KiB at once
+                await to_server.send(encode_request(Watch(request_id, BIG, -1, 0)))
+            while not driver.metrics.counter("server.slow_clients_dropped"):
+                await anyio.sleep(0.01)
+            await anyio.sleep(0.1)
+    assert driver.metrics.counter("server.slow_clients_dropped") == 1
