@@ -112,23 +112,29 @@ class ClientServer:
             return
         if not self._driver.running:
             answers.error(request.request_id, Code.UNAVAILABLE, "the replica is not running")
-        elif isinstance(request, Read | Watch) and (
-                refused := self._refusal(principal, request.query)) is not None:
-            self._driver.metrics.count("server.queries_refused")
-            answers.error(request.request_id, Code.REFUSED, refused)
         elif isinstance(request, Propose):
             command = encode_envelope_of(principal, request.session, request.sequence,
                                          self._now_ms(), request.body)
             self._driver.submit(command, max(request.timeout_ms, WAIT_MS_MIN) / 1000,
                                 answers.responder(request.request_id, _REPLY))
-        elif isinstance(request, Read):
-            self._driver.submit_read(request.query, max(request.timeout_ms, WAIT_MS_MIN) / 1000,
-                                     answers.responder(request.request_id, _ANSWER))
-        else:
-            tasks.start_soon(self._answer_slowly, request, answers)
+        elif isinstance(request, Status) or self._allowed(principal, request, answers):
+            if isinstance(request, Read):
+                self._driver.submit_read(request.query,
+                                         max(request.timeout_ms, WAIT_MS_MIN) / 1000,
+                                         answers.responder(request.request_id, _ANSWER))
+            else:
+                tasks.start_soon(self._answer_slowly, request, answers)
 
-    def _refusal(self, principal: Principal, query: bytes) -> str | None:
-        return None if self._check_query is None else self._check_query(principal, query)
+    def _allowed(self, principal: Principal, query: Read | Watch, answers: _Answers) -> bool:
+        """Whether the state machine's gate lets `principal` ask it; if not, answered so."""
+        if self._check_query is None:
+            return True
+        refused = self._check_query(principal, query.query)
+        if refused is None:
+            return True
+        self._driver.metrics.count("server.queries_refused")
+        answers.error(query.request_id, Code.REFUSED, refused)
+        return False
 
     async def _answer_slowly(self, request: Request, answers: _Answers) -> None:
         request_id = request.request_id
