@@ -16,7 +16,9 @@ the sender computed before it is installed. A fetch is answered with one window 
 snapshot (`snapshot_window_bytes`, ending at a multiple of it): a peer link queues only so many
 bytes and drops the rest, so a large snapshot sent whole would never arrive past that point.
 The receiver asks the same sender for the next window, from the bytes it holds, as soon as a
-window is complete (or, when chunks were lost, after a repair period), while it makes progress.
+window is complete (or, when chunks were lost, after a repair period), for as long as a chunk
+came in the last TRANSFER_PATIENCE_REPAIRS repair periods: one lost fetch or chunk must not
+send it to another peer, which would start over from the first byte.
 
 Snapshots are also how the log stays bounded: `compact` folds the executed prefix into a
 state-machine snapshot and truncates both logs below it.
@@ -62,6 +64,9 @@ def fetched_bytes_max(batch: Batch) -> int:
     """The most bytes an instance holding `batch` adds to an encoded FetchReply."""
     return ENTRY_OVERHEAD_BYTES + sum(len(command.payload) + COMMAND_OVERHEAD_BYTES
                                       for command in batch)
+
+
+TRANSFER_PATIENCE_REPAIRS = 4  # repair periods without a chunk before a transfer is given up
 
 
 def state_digest(state: bytes) -> bytes:
@@ -110,7 +115,7 @@ class CatchUp:
         # execute up to here before proposing
         self.settle_upto = 0
         self.snapshot: SnapshotRecord | None = None  # the latest, served to laggards
-        self._digest: tuple[SnapshotRecord, bytes] | None = None  # computed once per snapshot
+        self._digest: bytes | None = None  # of `snapshot`, once a laggard asked for it
         self._receiving: _Transfer | None = None
         self._received = bytearray()
         self._received_at = 0
@@ -147,7 +152,7 @@ class CatchUp:
         self._next_peer += 1
         snapshot_slot = snapshot_offset = 0
         transfer = self._receiving
-        if transfer is not None and ctx.now - self._received_at <= ctx.config.repair_ticks:
+        if transfer is not None and self._transfer_alive():
             # A snapshot under way: its sender sends the rest (another would start over).
             peer, snapshot_slot, snapshot_offset = \
                 transfer.sender, transfer.meta.slot, len(self._received)
@@ -204,9 +209,9 @@ class CatchUp:
         if offset >= len(state):
             offset = 0
         end = min(len(state), (offset // window + 1) * window)
-        if self._digest is None or self._digest[0] is not self.snapshot:
-            self._digest = (self.snapshot, state_digest(state))  # each window names it
-        digest = self._digest[1]
+        if self._digest is None:
+            self._digest = state_digest(state)  # each window names it
+        digest = self._digest
         ctx.count("catchup.snapshot_sent")
         for start in range(offset, max(end, 1), chunk):
             ctx.send(request.sender, SnapshotChunk(ctx.id, ctx.view, meta, start, len(state),
@@ -255,8 +260,12 @@ class CatchUp:
         snapshot, or one that made no progress for a repair period."""
         current = self._receiving
         return (current is None or current.sender == transfer.sender
-                or current.meta.slot < transfer.meta.slot
-                or self._ctx.now - self._received_at >= self._ctx.config.repair_ticks)
+                or current.meta.slot < transfer.meta.slot or not self._transfer_alive())
+
+    def _transfer_alive(self) -> bool:
+        """Whether the transfer under way had a chunk lately (see the module docstring)."""
+        ctx = self._ctx
+        return ctx.now - self._received_at <= TRANSFER_PATIENCE_REPAIRS * ctx.config.repair_ticks
 
     def install(self, meta: SnapshotMeta, state: bytes, *, from_peer: bool) -> None:
         """Replace the executed prefix with a snapshot (from a peer, or at restart)."""
@@ -267,7 +276,7 @@ class CatchUp:
             ctx.clog[space].truncate(count)
         self._executor.reset_to(meta)
         self._learner.forget_slots_below(meta.slot)
-        self.snapshot = SnapshotRecord(meta, state)
+        self.snapshot, self._digest = SnapshotRecord(meta, state), None
         if from_peer:
             ctx.persist(self.snapshot)
             self.settle_upto = max(self.settle_upto, self.commit_hint)
@@ -306,5 +315,5 @@ class CatchUp:
         for space, count in enumerate(meta.exec_counts):
             ctx.clog[space].truncate(count)
         self._learner.forget_slots_below(meta.slot)
-        self.snapshot = record
+        self.snapshot, self._digest = record, None  # no older state is kept alive by it
         return record

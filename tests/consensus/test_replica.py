@@ -425,6 +425,44 @@ def test_a_snapshot_larger_than_what_a_link_queues_at_once_still_arrives() -> No
     raise AssertionError("the snapshot never arrived")
 
 
+def test_a_lost_fetch_resumes_the_transfer_from_its_sender_where_it_stopped() -> None:
+    """One lost fetch (or first chunk) of a window must not send the laggard to another peer,
+    which would start over from the first byte: it asks the same sender again, from the
+    bytes it holds, while chunks came lately."""
+    def config(replica_id: int) -> ReplicaConfig:
+        return ReplicaConfig(replica_id=replica_id, replica_count=3, snapshot_chunk_bytes=4,
+                             snapshot_window_bytes=8)
+
+    state = bytes(range(40))
+    server = Replica.restore(config(0), Prng(0), [SnapshotRecord(SNAPSHOT_META, state)])
+    server.ready()
+    server.advance()
+    laggard = Replica(config(2), Prng(2))
+    fetches: list[tuple[int, int]] = []  # (peer, offset) of each fetch the laggard sent
+    for _ in range(300):
+        laggard.step(Heartbeat(0, 0, SNAPSHOT_META.slot, 0))
+        laggard.tick()
+        ready = laggard.ready()
+        laggard.advance()
+        if ready.snapshot_to_install is not None:
+            assert ready.snapshot_to_install.state == state
+            break
+        for target, message in ready.messages:
+            if isinstance(message, FetchRequest):
+                fetches.append((target, message.snapshot_offset))
+                if target == 0 and fetches.count((0, 16)) != 1:  # the first for 16 is lost
+                    server.step(message)
+        for target, message in server.ready().messages:
+            if target == 2 and isinstance(message, SnapshotChunk):
+                laggard.step(message)
+        server.advance()
+    else:
+        raise AssertionError("the snapshot never arrived")
+    assert fetches.count((0, 16)) == 2, fetches  # asked again, of the same sender
+    assert fetches.index((0, 16)) < fetches.index((0, 24)), fetches
+    assert all(peer == 0 for peer, _ in fetches), fetches
+
+
 def test_no_compaction_while_an_install_waits_to_be_drained() -> None:
     """The driver's state machine is behind the core until it drains the install."""
     replica = Replica(ReplicaConfig(replica_id=2, replica_count=3), Prng(2))
