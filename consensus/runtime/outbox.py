@@ -46,13 +46,6 @@ class Outbox:
         self.queued_bytes += len(frame)
         self._doorbell.ring()
 
-    def abandon(self) -> None:
-        """Drop what is queued and refuse more, as if the stream broke (the caller ends the
-        writer's task, which may be blocked in a write)."""
-        self.broken = True
-        self._frames.clear()
-        self.queued_bytes = 0
-
     async def run(self) -> None:
         """Write queued frames until the stream breaks (or this task is cancelled)."""
         try:

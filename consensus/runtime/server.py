@@ -16,9 +16,12 @@ connection could queue commands without bound (the driver's byte budget now boun
 A state machine that gates queries (`consensus.state_machine.QueryGate`) is asked before a read
 or watch goes to the driver: one it refuses is answered REFUSED with its reason, and counted.
 
-A client that stops reading is dropped once the answers queued for it and not yet written pass
-ANSWERS_QUEUED_BYTES_MAX (counted): its permits bound how many answers wait, not their bytes,
-and a thousand large ones would have stayed in the replica's memory for as long as it idled.
+Permits bound how many answers wait for a client, not their bytes. While more than
+ANSWERS_QUEUED_BYTES_MAX of them wait unwritten, the server takes no new request from it; a
+client whose answers stay over that bound with no write going through for ANSWERS_STALL_S (it
+stopped reading) is dropped and counted, so a thousand large answers do not stay in the
+replica's memory for as long as it idles. A burst over the bound that a reader drains is only
+paused, never dropped.
 
 No frame over the connection's cap is ever queued (the writer would fail, and with it the
 connection's task group and the listener): an answer too large to send (a query's result, a
@@ -53,6 +56,7 @@ from consensus.runtime.client_codec import (
     encode_status,
     request_id_of,
 )
+from consensus.runtime.deadlines import Doorbell
 from consensus.runtime.driver import Done, Driver, Overloaded
 from consensus.runtime.framing import TransportError
 from consensus.runtime.metrics import Metrics
@@ -61,7 +65,8 @@ from consensus.runtime.streams import FrameStream
 
 INFLIGHT_PER_CONNECTION_MAX = 1024
 WAIT_MS_MIN = 100  # the least a command or read is waited for (module docstring)
-ANSWERS_QUEUED_BYTES_MAX = 64 << 20  # per connection, past which it is dropped (docstring)
+ANSWERS_QUEUED_BYTES_MAX = 64 << 20  # per connection; past it no request is taken (docstring)
+ANSWERS_STALL_S = 30.0  # over that bound with no write for this long: the client is dropped
 
 
 class ClientServer:
@@ -81,12 +86,14 @@ class ClientServer:
         self._driver.metrics.count("server.connections")
         limiter = anyio.Semaphore(self._inflight_max)  # a permit per request until answered
         ended: TransportError | None = None
+        answers = _Answers(connection, limiter, self._driver.metrics)
+        outbox = answers.outbox
         async with anyio.create_task_group() as tasks:
-            answers = _Answers(connection, limiter, self._driver.metrics,
-                               on_overflow=tasks.cancel_scope.cancel)
-            outbox = answers.outbox
-            tasks.start_soon(_write_until_broken, outbox)
+            tasks.start_soon(answers.write_until_broken)
             while not outbox.broken:
+                if not await answers.drained():
+                    self._driver.metrics.count("server.slow_clients_dropped")
+                    break
                 try:
                     frame = await connection.receive()
                 except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
@@ -163,18 +170,39 @@ class _Answers:
     frame cap (TOO_LARGE in its place when it is over), each returning its request's permit
     once written."""
 
-    __slots__ = ("_limiter", "_metrics", "_on_overflow", "outbox")
+    __slots__ = ("_limiter", "_metrics", "_written", "outbox", "writes")
 
-    def __init__(self, connection: FrameStream, limiter: anyio.Semaphore, metrics: Metrics, *,
-                 on_overflow: Callable[[], None]) -> None:
+    def __init__(self, connection: FrameStream, limiter: anyio.Semaphore,
+                 metrics: Metrics) -> None:
         self._limiter = limiter
         self._metrics = metrics
-        self._on_overflow = on_overflow  # ends the connection's service
+        self._written = Doorbell()  # rung after each write
+        self.writes = 0
         self.outbox = Outbox(connection, on_written=self._release)
 
     def _release(self, permits: int) -> None:
         for _ in range(permits):
             self._limiter.release()
+        self.writes += 1
+        self._written.ring()
+
+    async def write_until_broken(self) -> None:
+        """The client hanging up ends the writer quietly; the reader then sees the end too."""
+        try:
+            with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+                await self.outbox.run()
+        finally:
+            self._written.ring()  # a reader waiting in `drained` sees the end at once
+
+    async def drained(self) -> bool:
+        """Once the answers waiting are within ANSWERS_QUEUED_BYTES_MAX (at once if they are);
+        False if a whole ANSWERS_STALL_S passed over it without a write going through."""
+        while self.outbox.queued_bytes > ANSWERS_QUEUED_BYTES_MAX and not self.outbox.broken:
+            writes = self.writes
+            await self._written.sleep(ANSWERS_STALL_S)
+            if self.writes == writes and self.outbox.queued_bytes > ANSWERS_QUEUED_BYTES_MAX:
+                return False
+        return True
 
     def responder(self, request_id: int, what: str) -> Done:
         """The driver's callback for one command or read."""
@@ -199,12 +227,9 @@ class _Answers:
             return
         try:
             outbox.put(frame)  # it checks the cap
+            return
         except ValueError:
             self._metrics.count("server.answers_too_large")
-        else:
-            if outbox.queued_bytes > ANSWERS_QUEUED_BYTES_MAX:
-                self._drop()
-            return
         too_large = encode_response(Response(request_id, Code.TOO_LARGE, message=(
             f"{what}: {len(frame)} bytes, more than this connection's frame cap of "
             f"{outbox.frame_bytes_max}")[:RESPONSE_MESSAGE_LENGTH_MAX]))
@@ -212,19 +237,6 @@ class _Answers:
             outbox.put(too_large)
         except ValueError:  # a cap too small for any answer: dropped, the client's try times out
             self._release(1)
-
-
-    def _drop(self) -> None:
-        """The client stopped reading: forget its answers and end its service."""
-        self._metrics.count("server.slow_clients_dropped")
-        self.outbox.abandon()  # later answers are not queued either
-        self._on_overflow()
-
-
-async def _write_until_broken(outbox: Outbox) -> None:
-    """The client hanging up ends the writer quietly; the reader then sees the end too."""
-    with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
-        await outbox.run()
 
 
 async def _acquire(limiter: anyio.Semaphore) -> None:

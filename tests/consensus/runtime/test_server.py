@@ -184,9 +184,10 @@ async def test_a_query_the_gate_refuses_is_answered_refused_and_raised_forbidden
 
 async def test_a_client_that_stops_reading_is_dropped_once_its_answers_pile_up(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """Permits bound how many answers wait for a client, not their bytes: past
-    ANSWERS_QUEUED_BYTES_MAX queued and unwritten, the connection is dropped."""
+    """Permits bound how many answers wait for a client, not their bytes: over
+    ANSWERS_QUEUED_BYTES_MAX unwritten, with no write for ANSWERS_STALL_S, it is dropped."""
     monkeypatch.setattr(server_module, "ANSWERS_QUEUED_BYTES_MAX", 200_000)
+    monkeypatch.setattr(server_module, "ANSWERS_STALL_S", 0.3)
     replica = Replica(ReplicaConfig(replica_id=0, replica_count=3), Prng(1))
     driver = Driver(replica, MemoryStore(), BigAnswers(), lambda peer, frame: True, Metrics(),
                     config=DriverConfig(tick_ms=5))
@@ -198,3 +199,29 @@ async def test_a_client_that_stops_reading_is_dropped_once_its_answers_pile_up(
                 await anyio.sleep(0.01)
             await anyio.sleep(0.1)
     assert driver.metrics.counter("server.slow_clients_dropped") == 1
+
+
+class MegabyteAnswers(SessionKv):
+    def query(self, query: bytes) -> bytes:
+        return b"x" * (1 << 20) if query == BIG else super().query(query)
+
+
+async def test_a_burst_of_answers_over_the_bound_a_reader_drains_is_not_dropped(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Ready answers all its reads in a row, before the writer runs: ten 1-MiB answers
+    queued at once pass a 4-MiB bound however promptly the client reads. The server pauses
+    taking requests until they are written; it does not drop the client."""
+    monkeypatch.setattr(server_module, "ANSWERS_QUEUED_BYTES_MAX", 4 << 20)
+    with anyio.fail_after(30):
+        async with local_cluster(MegabyteAnswers) as (cluster, client):
+            answers: list[bytes] = []
+
+            async def read() -> None:
+                answers.append(await client.read(BIG))
+
+            async with anyio.create_task_group() as tasks:
+                for _ in range(10):
+                    tasks.start_soon(read)
+            assert [len(answer) for answer in answers] == [1 << 20] * 10
+            assert sum(driver.metrics.counter("server.slow_clients_dropped")
+                       for driver in cluster.drivers) == 0
