@@ -3,8 +3,9 @@
 A put is `[1, key, value]`, a get `[2, key]`; replies are `[OK]` / `[OK, value]` or `[code]`.
 Keys are at most `KEY_BYTES_MAX` bytes, values `VALUE_BYTES_MAX`, and every decoded field is
 checked before use: a malformed command becomes a BAD_REQUEST reply, never an exception. The
-store holds at most `DATA_BYTES_MAX` bytes of keys and values (STORE_FULL past it), so that its
-snapshot stays within what one log record holds (`consensus.codec.RECORD_BYTES_MAX`).
+store holds at most `DATA_BYTES_MAX` bytes of keys and values, framing counted, and `KEYS_MAX`
+keys (STORE_FULL past either), so that its snapshot stays within what one log record holds
+(`consensus.codec.RECORD_BYTES_MAX`) and what a snapshot may list.
 """
 
 from __future__ import annotations
@@ -19,11 +20,14 @@ KEY_BYTES_MAX = 1024
 VALUE_BYTES_MAX = 64 * 1024
 COMMAND_BYTES_MAX = KEY_BYTES_MAX + VALUE_BYTES_MAX + 64
 SNAPSHOT_BYTES_MAX = 1 << 31
-# Keys and values held. A snapshot over the log's record cap (1 GiB) could not be written, and
-# every replica, compacting at the same slot, would stop there on every start: the store
-# refuses to grow well before that (the snapshot's sessions and framing take the rest).
+# What the store holds: keys and values with ITEM_OVERHEAD_BYTES each (their framing in the
+# snapshot), and at most KEYS_MAX keys (what a snapshot may list). A snapshot over the log's
+# record cap (1 GiB) could not be written, and one over ITEMS_MAX could not be read back: the
+# store refuses to grow well before either (its sessions take the rest of the snapshot).
 DATA_BYTES_MAX = 512 << 20
-ITEMS_MAX = 1 << 24
+ITEM_OVERHEAD_BYTES = 16  # msgpack's array and two bin headers take at most 7
+ITEMS_MAX = 1 << 24  # the most items or sessions a snapshot may list
+KEYS_MAX = ITEMS_MAX
 
 
 SessionRow = tuple[str, int, bytes, int]  # name, last sequence, its reply, expiry (ms)
@@ -46,7 +50,7 @@ class Code(enum.IntEnum):
     STALE_SEQUENCE = 2  # an older command of the session, whose reply is gone
     SESSION_TOO_OLD = 3  # stamped too long ago to open a session (statemachine/sessions.py)
     SESSIONS_FULL = 4  # no room for a new session until one expires
-    STORE_FULL = 5  # DATA_BYTES_MAX of keys and values held: the put would go past it
+    STORE_FULL = 5  # the put would go past DATA_BYTES_MAX or KEYS_MAX
 
 
 _CODE_OF = {code.value: code for code in Code}

@@ -12,6 +12,8 @@ import hashlib
 
 from cellar.kv.codec import (
     DATA_BYTES_MAX,
+    ITEM_OVERHEAD_BYTES,
+    KEYS_MAX,
     OK_REPLY,
     Code,
     Operation,
@@ -36,7 +38,7 @@ class KvMachine:
 
     def __init__(self) -> None:
         self.data: dict[bytes, bytes] = {}
-        self.data_bytes = 0  # of the keys and values in `data`, at most DATA_BYTES_MAX
+        self.data_bytes = 0  # of the items in `data`, framing counted: at most DATA_BYTES_MAX
         self.sessions = Sessions()
         self.now_ms = 0  # the latest proposer's stamp applied: the sessions' clock
 
@@ -65,7 +67,12 @@ class KvMachine:
 
     def _put(self, key: bytes, value: bytes) -> bytes:
         old = self.data.get(key)
-        grown = len(value) - (len(old) if old is not None else -len(key))
+        if old is not None:
+            grown = len(value) - len(old)
+        elif len(self.data) >= KEYS_MAX:
+            return encode_reply(Code.STORE_FULL)
+        else:
+            grown = len(key) + len(value) + ITEM_OVERHEAD_BYTES
         if self.data_bytes + grown > DATA_BYTES_MAX:
             return encode_reply(Code.STORE_FULL)
         self.data[key] = value
@@ -89,7 +96,8 @@ class KvMachine:
     def restore(self, snapshot: bytes) -> None:
         data, sessions, self.now_ms = decode_snapshot(snapshot)
         self.data = data
-        self.data_bytes = sum(len(key) + len(value) for key, value in data.items())
+        self.data_bytes = sum(len(key) + len(value) + ITEM_OVERHEAD_BYTES
+                              for key, value in data.items())
         self.sessions = Sessions()
         for name, sequence, reply, expires_ms in sessions:
             # load, not record: a snapshot taken before the per-principal cap may exceed it

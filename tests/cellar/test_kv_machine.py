@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from cellar.kv import machine as kv_machine
 from cellar.kv.codec import (
+    ITEM_OVERHEAD_BYTES,
     KEY_BYTES_MAX,
     OK_REPLY,
     VALUE_BYTES_MAX,
@@ -150,12 +151,14 @@ def test_replies_round_trip_the_constant_ok_included(code: Code, value: bytes | 
 
 def test_puts_past_the_store_s_bound_are_refused_and_the_refusal_is_kept(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """Keys and values count; overwriting with less frees room; a refused put's retry gets
-    the same refusal, as any reply; a restored snapshot counts what it holds."""
-    monkeypatch.setattr(kv_machine, "DATA_BYTES_MAX", 20)
+    """Keys, values and each item's framing count; overwriting with less frees room; a
+    refused put's retry gets the same refusal, as any reply; a restored snapshot counts what
+    it holds."""
+    item = ITEM_OVERHEAD_BYTES
+    monkeypatch.setattr(kv_machine, "DATA_BYTES_MAX", 20 + 2 * item)
     machine = KvMachine()
     assert decode_reply(machine.apply(envelope("s", 1, encode_put(b"k1", b"x" * 10))))[0] \
-        is Code.OK  # 12 bytes held
+        is Code.OK  # 12 bytes and an item held
     full = envelope("s", 2, encode_put(b"k2", b"y" * 10))
     assert decode_reply(machine.apply(full))[0] is Code.STORE_FULL  # 24 would be past 20
     assert decode_reply(machine.apply(full))[0] is Code.STORE_FULL  # its retry: the same
@@ -165,6 +168,15 @@ def test_puts_past_the_store_s_bound_are_refused_and_the_refusal_is_kept(
         is Code.OK  # 3 + 12 = 15 bytes
     restored = KvMachine()
     restored.restore(machine.snapshot())
-    assert restored.data_bytes == machine.data_bytes == 15
-    assert decode_reply(restored.apply(envelope("t", 1, encode_put(b"k3", b"z" * 4))))[0] \
-        is Code.STORE_FULL  # 15 + 6 = 21
+    assert restored.data_bytes == machine.data_bytes == 15 + 2 * item
+    assert decode_reply(restored.apply(envelope("t", 1, encode_put(b"k3", b""))))[0] \
+        is Code.STORE_FULL  # a third item's framing does not fit
+
+
+def test_keys_past_what_a_snapshot_may_list_are_refused(monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    monkeypatch.setattr(kv_machine, "KEYS_MAX", 2)
+    machine = KvMachine()
+    codes = [decode_reply(machine.apply(envelope("s", sequence, encode_put(key, b""))))[0]
+             for sequence, key in enumerate((b"a", b"b", b"c", b"a"), 1)]
+    assert codes == [Code.OK, Code.OK, Code.STORE_FULL, Code.OK]  # an overwrite still fits
