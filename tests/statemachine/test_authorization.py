@@ -80,9 +80,6 @@ def test_the_message_names_the_principal_and_the_node() -> None:
     assert result.message == "admin:ops may not send Tick"
 
 
-NODE_N0 = Principal(Role.NODE, "n0")
-
-
 @pytest.mark.parametrize(("kind", "fields", "refused"), [
     ("effects", {"after": 0, "node": "n0", "limit": 10}, False),
     ("node", {"node": "n0"}, False),
