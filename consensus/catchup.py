@@ -18,7 +18,9 @@ bytes and drops the rest, so a large snapshot sent whole would never arrive past
 The receiver asks the same sender for the next window, from the bytes it holds, as soon as a
 window is complete (or, when chunks were lost, after a repair period), for as long as a chunk
 came in the last TRANSFER_PATIENCE_REPAIRS repair periods: one lost fetch or chunk must not
-send it to another peer, which would start over from the first byte.
+send it to another peer, which would start over from the first byte. The sender goes on
+serving the snapshot a transfer started on after it compacts again, for as long as the
+transfer asks: a large snapshot under load would otherwise start over at every compaction.
 
 Snapshots are also how the log stays bounded: `compact` folds the executed prefix into a
 state-machine snapshot and truncates both logs below it.
@@ -82,6 +84,17 @@ class _Transfer:
     state_digest: bytes
 
 
+class _Served:
+    """A snapshot a laggard's transfer started on, its digest, and when it last asked."""
+
+    __slots__ = ("at", "digest", "record")
+
+    def __init__(self, record: SnapshotRecord, digest: bytes, at: int) -> None:
+        self.record = record
+        self.digest = digest
+        self.at = at
+
+
 class CatchUp:
     __slots__ = (
         "_asked_at",
@@ -93,6 +106,7 @@ class CatchUp:
         "_received",
         "_received_at",
         "_receiving",
+        "_serving",
         "commit_hint",
         "commit_hint_view",
         "on_install",
@@ -116,6 +130,7 @@ class CatchUp:
         self.settle_upto = 0
         self.snapshot: SnapshotRecord | None = None  # the latest, served to laggards
         self._digest: bytes | None = None  # of `snapshot`, once a laggard asked for it
+        self._serving: dict[int, _Served] = {}  # per laggard, the snapshot it is being sent
         self._receiving: _Transfer | None = None
         self._received = bytearray()
         self._received_at = 0
@@ -198,24 +213,45 @@ class CatchUp:
                                             tuple(o_values), tuple(c_entries)))
 
     def _send_snapshot(self, request: FetchRequest) -> None:
-        """One window of the latest snapshot: from where the requester stopped, when it names
-        this snapshot, else from the start."""
+        """One window of a snapshot: of the one the requester's transfer started on, from where
+        it stopped, while this replica still serves it; else of the latest, from the start."""
         ctx = self._ctx
-        if self.snapshot is None:
-            return
-        state, meta = self.snapshot.state, self.snapshot.meta
-        chunk, window = ctx.config.snapshot_chunk_bytes, ctx.config.snapshot_window_bytes
-        offset = request.snapshot_offset if request.snapshot_slot == meta.slot else 0
-        if offset >= len(state):
-            offset = 0
-        end = min(len(state), (offset // window + 1) * window)
-        if self._digest is None:
-            self._digest = state_digest(state)  # each window names it
-        digest = self._digest
+        self._forget_idle_transfers()
+        served = self._serving.get(request.sender)
+        offset = request.snapshot_offset
+        if served is None or served.record.meta.slot != request.snapshot_slot or \
+                not 0 < offset < len(served.record.state):
+            if self.snapshot is None:
+                return
+            served, offset = _Served(self.snapshot, self._digest_of(self.snapshot), 0), 0
+        record, window = served.record, ctx.config.snapshot_window_bytes
+        state, end = record.state, min(len(record.state), (offset // window + 1) * window)
+        served.at = ctx.now
+        if end < len(state):  # kept until its last window leaves, or it idles
+            self._serving[request.sender] = served
+        else:
+            self._serving.pop(request.sender, None)
         ctx.count("catchup.snapshot_sent")
-        for start in range(offset, max(end, 1), chunk):
-            ctx.send(request.sender, SnapshotChunk(ctx.id, ctx.view, meta, start, len(state),
-                                                   digest, state[start:min(start + chunk, end)]))
+        for start in range(offset, max(end, 1), ctx.config.snapshot_chunk_bytes):
+            piece = state[start:min(start + ctx.config.snapshot_chunk_bytes, end)]
+            ctx.send(request.sender, SnapshotChunk(ctx.id, ctx.view, record.meta, start,
+                                                   len(state), served.digest, piece))
+
+    def _digest_of(self, record: SnapshotRecord) -> bytes:
+        """Computed once per snapshot a transfer starts on (each window names it)."""
+        for served in self._serving.values():
+            if served.record is record:
+                return served.digest
+        if self._digest is None:
+            self._digest = state_digest(record.state)
+        return self._digest
+
+    def _forget_idle_transfers(self) -> None:
+        """A snapshot older than the latest is kept only for a transfer still asking for it."""
+        patience = TRANSFER_PATIENCE_REPAIRS * self._ctx.config.repair_ticks
+        for peer in [peer for peer, served in sorted(self._serving.items())
+                     if self._ctx.now - served.at > patience]:
+            del self._serving[peer]
 
     # --- receiving ----------------------------------------------------------------------------
 

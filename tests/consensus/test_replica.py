@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from consensus.catchup import state_digest
@@ -461,6 +463,47 @@ def test_a_lost_fetch_resumes_the_transfer_from_its_sender_where_it_stopped() ->
     assert fetches.count((0, 16)) == 2, fetches  # asked again, of the same sender
     assert fetches.index((0, 16)) < fetches.index((0, 24)), fetches
     assert all(peer == 0 for peer, _ in fetches), fetches
+
+
+def test_a_transfer_under_way_is_finished_on_its_snapshot_after_the_sender_compacts() -> None:
+    """Windows go one at a time; a sender that compacts meanwhile (under load, often) goes on
+    serving the snapshot the transfer started on, so the laggard does not start over."""
+    def config(replica_id: int) -> ReplicaConfig:
+        return ReplicaConfig(replica_id=replica_id, replica_count=3, snapshot_chunk_bytes=4,
+                             snapshot_window_bytes=8)
+
+    state = bytes(range(40))
+    server = Replica.restore(config(0), Prng(0), [SnapshotRecord(SNAPSHOT_META, state)])
+    server.ready()
+    server.advance()
+    laggard = Replica(config(2), Prng(2))
+    starts: list[int] = []  # the offset of each window the server sent
+    newer = SnapshotRecord(dataclasses.replace(SNAPSHOT_META, slot=SNAPSHOT_META.slot + 1),
+                           bytes(40))
+    for _ in range(300):
+        laggard.step(Heartbeat(0, 0, SNAPSHOT_META.slot, 0))
+        laggard.tick()
+        server.tick()
+        ready = laggard.ready()
+        laggard.advance()
+        if ready.snapshot_to_install is not None:
+            assert ready.snapshot_to_install.state == state
+            break
+        for target, message in ready.messages:
+            if target == 0 and isinstance(message, FetchRequest):
+                server.step(message)
+        chunks_out = [message for target, message in server.ready().messages
+                      if target == 2 and isinstance(message, SnapshotChunk)]
+        server.advance()
+        if chunks_out:
+            starts.append(chunks_out[0].offset)
+        if starts == [0]:
+            server._catchup.snapshot = newer  # as a compaction does between two windows
+        for message in chunks_out:
+            laggard.step(message)
+    else:
+        raise AssertionError("the snapshot never arrived")
+    assert starts == [0, 8, 16, 24, 32], starts  # never back to the start
 
 
 def test_no_compaction_while_an_install_waits_to_be_drained() -> None:
