@@ -91,7 +91,8 @@ class ClientServer:
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(answers.write_until_broken)
             while not outbox.broken:
-                if not await answers.drained():
+                if outbox.queued_bytes > ANSWERS_QUEUED_BYTES_MAX and \
+                        not await answers.drained():  # (no coroutine per request otherwise)
                     self._driver.metrics.count("server.slow_clients_dropped")
                     break
                 try:
