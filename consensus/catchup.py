@@ -223,7 +223,7 @@ class CatchUp:
                 not 0 < offset < len(served.record.state):
             if self.snapshot is None:
                 return
-            served, offset = _Served(self.snapshot, self._digest_of(self.snapshot), 0), 0
+            served, offset = _Served(self.snapshot, self._latest_digest(), 0), 0
         record, window = served.record, ctx.config.snapshot_window_bytes
         state, end = record.state, min(len(record.state), (offset // window + 1) * window)
         served.at = ctx.now
@@ -232,18 +232,17 @@ class CatchUp:
         else:
             self._serving.pop(request.sender, None)
         ctx.count("catchup.snapshot_sent")
-        for start in range(offset, max(end, 1), ctx.config.snapshot_chunk_bytes):
-            piece = state[start:min(start + ctx.config.snapshot_chunk_bytes, end)]
+        chunk = ctx.config.snapshot_chunk_bytes
+        for start in range(offset, max(end, 1), chunk):
             ctx.send(request.sender, SnapshotChunk(ctx.id, ctx.view, record.meta, start,
-                                                   len(state), served.digest, piece))
+                                                   len(state), served.digest,
+                                                   state[start:min(start + chunk, end)]))
 
-    def _digest_of(self, record: SnapshotRecord) -> bytes:
-        """Computed once per snapshot a transfer starts on (each window names it)."""
-        for served in self._serving.values():
-            if served.record is record:
-                return served.digest
+    def _latest_digest(self) -> bytes:
+        """The latest snapshot's, computed once (each window of each transfer names it)."""
+        assert self.snapshot is not None
         if self._digest is None:
-            self._digest = state_digest(record.state)
+            self._digest = state_digest(self.snapshot.state)
         return self._digest
 
     def _forget_idle_transfers(self) -> None:

@@ -29,10 +29,8 @@ class Status(enum.Enum):
 
 class Context:
     __slots__ = ("_delay8", "clog", "config", "epoch", "epoch_durable", "heard_at", "id",
-                 "lease_holder",
-                 "lease_until",
-                 "majority", "now", "olog", "outbox", "prng", "replica_count", "stats", "status",
-                 "view")
+                 "lease_holder", "lease_until", "majority", "now", "olog", "outbox", "prng",
+                 "replica_count", "stats", "status", "view")
 
     def __init__(self, config: ReplicaConfig, prng: Prng) -> None:
         self.config = config

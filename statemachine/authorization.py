@@ -65,11 +65,11 @@ def authorize(command: Command, principal: Principal) -> None:
 
 def query_refusal(query: Query, principal: Principal) -> str | None:
     """None if `principal` may ask `query`, else why not (see the module docstring)."""
-    if principal.role is not Role.NODE:
+    if principal.role is not Role.NODE or isinstance(query, GroupQuery):
         return None
-    if isinstance(query, GroupQuery):
-        return None
-    if isinstance(query, EffectsQuery | NodeQuery) and query.node == principal.name:
-        return None
-    return f"{principal} may ask only about node {principal.name!r}: not {type(query).__name__}" + (
-        f" for {query.node!r}" if isinstance(query, EffectsQuery | NodeQuery) else "")
+    asked = f"{type(query).__name__}"
+    if isinstance(query, EffectsQuery | NodeQuery):
+        if query.node == principal.name:
+            return None
+        asked += f" for {query.node!r}"
+    return f"{principal} may ask only about node {principal.name!r}: not {asked}"

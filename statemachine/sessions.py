@@ -66,7 +66,8 @@ class Sessions:
             return "stale", b""
         if stamp_ms < now_ms - ttl_ms // 2:
             return "too_old", b""
-        if self._full(_owner(key)) and (not self.expire(now_ms) or self._full(_owner(key))):
+        owner = _owner(key)
+        if self._full(owner) and (not self.expire(now_ms) or self._full(owner)):
             return "full", b""
         return "new", b""
 

@@ -147,8 +147,8 @@ class Doorbell:
             self._sleeper = None
             sleeper.finish(None)
 
-    async def sleep(self, timeout_s: float = math.inf) -> None:
-        """Sleep until rung, or `timeout_s` passed."""
+    async def sleep(self, timeout_s: float = math.inf) -> bool:
+        """Sleep until rung, or `timeout_s` passed; True if rung."""
         if not self._loop_known:
             self._loop, self._loop_known = running_asyncio_loop(), True
         loop = self._loop
@@ -166,6 +166,7 @@ class Doorbell:
                     await sleeper.wait()
                 finally:
                     timer.cancel()
+            return self._sleeper is not sleeper  # `ring` took it; a timeout left it
         finally:
             if self._sleeper is sleeper:
                 self._sleeper = None

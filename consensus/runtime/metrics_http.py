@@ -8,8 +8,8 @@ At most `connections_max` connections are served at once (a scraper needs one; a
 overlapping scrapes and a curl): one more is closed at once and counted, and each is given
 `REQUEST_TIMEOUT_S` to send its request head and `REPLY_TIMEOUT_S` to take the answer (a
 scraper that stops reading held its place for good once the page outgrew the socket buffers).
-A failed accept() is retried (`accept.py`), so
-nobody who can reach the port can run the process out of descriptors or end it.
+A failed accept() is retried (`accept.py`), so nobody who can reach the port can run the
+process out of descriptors or end it.
 """
 
 from __future__ import annotations

@@ -171,20 +171,18 @@ class _Answers:
     frame cap (TOO_LARGE in its place when it is over), each returning its request's permit
     once written."""
 
-    __slots__ = ("_limiter", "_metrics", "_written", "outbox", "writes")
+    __slots__ = ("_limiter", "_metrics", "_written", "outbox")
 
     def __init__(self, connection: FrameStream, limiter: anyio.Semaphore,
                  metrics: Metrics) -> None:
         self._limiter = limiter
         self._metrics = metrics
         self._written = Doorbell()  # rung after each write
-        self.writes = 0
         self.outbox = Outbox(connection, on_written=self._release)
 
     def _release(self, permits: int) -> None:
         for _ in range(permits):
             self._limiter.release()
-        self.writes += 1
         self._written.ring()
 
     async def write_until_broken(self) -> None:
@@ -199,9 +197,7 @@ class _Answers:
         """Once the answers waiting are within ANSWERS_QUEUED_BYTES_MAX (at once if they are);
         False if a whole ANSWERS_STALL_S passed over it without a write going through."""
         while self.outbox.queued_bytes > ANSWERS_QUEUED_BYTES_MAX and not self.outbox.broken:
-            writes = self.writes
-            await self._written.sleep(ANSWERS_STALL_S)
-            if self.writes == writes and self.outbox.queued_bytes > ANSWERS_QUEUED_BYTES_MAX:
+            if not await self._written.sleep(ANSWERS_STALL_S):
                 return False
         return True
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
+from collections.abc import Callable
 
 import pytest
 
@@ -392,74 +394,73 @@ def test_a_snapshot_over_the_size_limit_is_refused() -> None:
     assert dict(replica.status().counters)["dropped.snapshot_chunk_invalid"] == 2
 
 
+WINDOWED_STATE = bytes(range(40))  # SNAPSHOT_META's state, sent in 5 windows of 8 bytes
+
+
+def _windowed(replica_id: int) -> ReplicaConfig:
+    return ReplicaConfig(replica_id=replica_id, replica_count=3, snapshot_chunk_bytes=4,
+                         snapshot_window_bytes=8)
+
+
+def _transfer_windowed_snapshot(
+        fetch_passes: Callable[[int, int], bool] = lambda target, offset: target == 0,
+        delivered: Callable[[Replica, list[SnapshotChunk]], list[SnapshotChunk]] =
+        lambda server, sent: sent) -> None:
+    """Replica 0 holds WINDOWED_STATE; replica 2, behind it, fetches it until installed.
+    `fetch_passes(target, offset)` decides which fetches reach replica 0 (none reaches
+    another peer); `delivered(server, chunks)`, which of each round's chunks reach the
+    laggard (it may also act on the server between two windows)."""
+    server = Replica.restore(_windowed(0), Prng(0), [SnapshotRecord(SNAPSHOT_META,
+                                                                    WINDOWED_STATE)])
+    server.ready()
+    server.advance()
+    laggard = Replica(_windowed(2), Prng(2))
+    for _ in range(300):
+        laggard.step(Heartbeat(0, 0, SNAPSHOT_META.slot, 0))  # it is behind, and stays in view
+        laggard.tick()
+        server.tick()
+        ready = laggard.ready()
+        laggard.advance()
+        if ready.snapshot_to_install is not None:
+            assert ready.snapshot_to_install.state == WINDOWED_STATE
+            return
+        for target, message in ready.messages:
+            if isinstance(message, FetchRequest) and \
+                    fetch_passes(target, message.snapshot_offset):
+                server.step(message)
+        sent = [message for target, message in server.ready().messages
+                if target == 2 and isinstance(message, SnapshotChunk)]
+        server.advance()
+        for message in delivered(server, sent):
+            laggard.step(message)
+    raise AssertionError("the snapshot never arrived")
+
+
 def test_a_snapshot_larger_than_what_a_link_queues_at_once_still_arrives() -> None:
     """A peer link queues a bounded number of bytes and drops the rest (the runtime's mesh: 64
     MiB). A snapshot sent whole for each fetch then never arrives past that point, however
     often the laggard asks; sent a window a time, from where the laggard stopped, it does."""
-    def config(replica_id: int) -> ReplicaConfig:
-        return ReplicaConfig(replica_id=replica_id, replica_count=3, snapshot_chunk_bytes=4,
-                             snapshot_window_bytes=8)
-
-    state = bytes(range(40))
-    server = Replica.restore(config(0), Prng(0), [SnapshotRecord(SNAPSHOT_META, state)])
-    server.ready()
-    server.advance()
-    laggard = Replica(config(2), Prng(2))
     link_bytes = 12  # what the link from the server to the laggard takes in one burst
-    for _ in range(300):
-        laggard.step(Heartbeat(0, 0, SNAPSHOT_META.slot, 0))  # it is behind, and stays in view
-        laggard.tick()
-        ready = laggard.ready()
-        laggard.advance()
-        if ready.snapshot_to_install is not None:
-            assert ready.snapshot_to_install.state == state
-            return
-        for target, message in ready.messages:
-            if target == 0 and isinstance(message, FetchRequest):
-                server.step(message)
-        room = link_bytes
-        for target, message in server.ready().messages:
-            if target == 2 and isinstance(message, SnapshotChunk):
-                room = room - len(message.data) if len(message.data) <= room else -1
-                if room >= 0:  # past the queue's bound the rest of the burst is dropped
-                    laggard.step(message)
-        server.advance()
-    raise AssertionError("the snapshot never arrived")
+
+    def burst(server: Replica, sent: list[SnapshotChunk]) -> list[SnapshotChunk]:
+        taken = list(itertools.takewhile(lambda held: held <= link_bytes, itertools.accumulate(
+            len(message.data) for message in sent)))
+        return sent[:len(taken)]  # past the queue's bound the rest of the burst is dropped
+
+    _transfer_windowed_snapshot(delivered=burst)
 
 
 def test_a_lost_fetch_resumes_the_transfer_from_its_sender_where_it_stopped() -> None:
     """One lost fetch (or first chunk) of a window must not send the laggard to another peer,
     which would start over from the first byte: it asks the same sender again, from the
     bytes it holds, while chunks came lately."""
-    def config(replica_id: int) -> ReplicaConfig:
-        return ReplicaConfig(replica_id=replica_id, replica_count=3, snapshot_chunk_bytes=4,
-                             snapshot_window_bytes=8)
-
-    state = bytes(range(40))
-    server = Replica.restore(config(0), Prng(0), [SnapshotRecord(SNAPSHOT_META, state)])
-    server.ready()
-    server.advance()
-    laggard = Replica(config(2), Prng(2))
     fetches: list[tuple[int, int]] = []  # (peer, offset) of each fetch the laggard sent
-    for _ in range(300):
-        laggard.step(Heartbeat(0, 0, SNAPSHOT_META.slot, 0))
-        laggard.tick()
-        ready = laggard.ready()
-        laggard.advance()
-        if ready.snapshot_to_install is not None:
-            assert ready.snapshot_to_install.state == state
-            break
-        for target, message in ready.messages:
-            if isinstance(message, FetchRequest):
-                fetches.append((target, message.snapshot_offset))
-                if target == 0 and fetches.count((0, 16)) != 1:  # the first for 16 is lost
-                    server.step(message)
-        for target, message in server.ready().messages:
-            if target == 2 and isinstance(message, SnapshotChunk):
-                laggard.step(message)
-        server.advance()
-    else:
-        raise AssertionError("the snapshot never arrived")
+
+    def fetch_passes(target: int, offset: int) -> bool:
+        fetches.append((target, offset))
+        return target == 0 and fetches.count((0, 16)) != 1  # the first for 16 is lost
+
+    _transfer_windowed_snapshot(fetch_passes=fetch_passes)
     assert fetches.count((0, 16)) == 2, fetches  # asked again, of the same sender
     assert fetches.index((0, 16)) < fetches.index((0, 24)), fetches
     assert all(peer == 0 for peer, _ in fetches), fetches
@@ -468,41 +469,18 @@ def test_a_lost_fetch_resumes_the_transfer_from_its_sender_where_it_stopped() ->
 def test_a_transfer_under_way_is_finished_on_its_snapshot_after_the_sender_compacts() -> None:
     """Windows go one at a time; a sender that compacts meanwhile (under load, often) goes on
     serving the snapshot the transfer started on, so the laggard does not start over."""
-    def config(replica_id: int) -> ReplicaConfig:
-        return ReplicaConfig(replica_id=replica_id, replica_count=3, snapshot_chunk_bytes=4,
-                             snapshot_window_bytes=8)
-
-    state = bytes(range(40))
-    server = Replica.restore(config(0), Prng(0), [SnapshotRecord(SNAPSHOT_META, state)])
-    server.ready()
-    server.advance()
-    laggard = Replica(config(2), Prng(2))
     starts: list[int] = []  # the offset of each window the server sent
     newer = SnapshotRecord(dataclasses.replace(SNAPSHOT_META, slot=SNAPSHOT_META.slot + 1),
                            bytes(40))
-    for _ in range(300):
-        laggard.step(Heartbeat(0, 0, SNAPSHOT_META.slot, 0))
-        laggard.tick()
-        server.tick()
-        ready = laggard.ready()
-        laggard.advance()
-        if ready.snapshot_to_install is not None:
-            assert ready.snapshot_to_install.state == state
-            break
-        for target, message in ready.messages:
-            if target == 0 and isinstance(message, FetchRequest):
-                server.step(message)
-        chunks_out = [message for target, message in server.ready().messages
-                      if target == 2 and isinstance(message, SnapshotChunk)]
-        server.advance()
-        if chunks_out:
-            starts.append(chunks_out[0].offset)
+
+    def delivered(server: Replica, sent: list[SnapshotChunk]) -> list[SnapshotChunk]:
+        if sent:
+            starts.append(sent[0].offset)
         if starts == [0]:
             server._catchup.snapshot = newer  # as a compaction does between two windows
-        for message in chunks_out:
-            laggard.step(message)
-    else:
-        raise AssertionError("the snapshot never arrived")
+        return sent
+
+    _transfer_windowed_snapshot(delivered=delivered)
     assert starts == [0, 8, 16, 24, 32], starts  # never back to the start
 
 

@@ -11,7 +11,7 @@ import pytest
 from statemachine.commands import ApplyConfig
 from statemachine.effects import EffectKind
 from statemachine.errors import Code
-from statemachine.results import ConfigApplied, GroupPhase
+from statemachine.results import ConfigApplied, GroupPhase, Result
 from statemachine.spec import (
     CellTypeSpec,
     ClusterSpec,
@@ -131,18 +131,30 @@ def test_chains_levels_and_addresses_follow_the_spec() -> None:
     assert list(topology.leaves(topology.node_cell[3])) == list(range(leaf - 5, leaf + 3))
 
 
-def test_reconfiguration_keeps_gangs_and_downgrades_what_no_longer_fits() -> None:
+def _two_node_gangs_of_tenant_a() -> Driver:
+    """Two racks; tenant a holds two node cells, each under a guaranteed 8-GPU gang (a1, a2);
+    tenant b one node cell."""
     driver = Driver()
     two = (vc("a", ("A100-RACK", "A100-NODE", 2)), vc("b", ("A100-RACK", "A100-NODE", 1)))
     driver.configure(rack_spec(racks=2, quota=two))
     driver.register("n0", "n1", "n2", "n3")
     for name in ("a1", "a2"):
         driver.submit(gang(name, "a", 0, (1, 8)))
+    return driver
+
+
+def _shrink_tenant_a(driver: Driver) -> Result:
+    """Tenant a down to one node cell: one of its gangs no longer fits."""
+    one = (vc("a", ("A100-RACK", "A100-NODE", 1)), vc("b", ("A100-RACK", "A100-NODE", 1)))
+    return driver.ok(ApplyConfig(expected_version=1, spec=rack_spec(racks=2, quota=one)),
+                     ADMIN)
+
+
+def test_reconfiguration_keeps_gangs_and_downgrades_what_no_longer_fits() -> None:
+    driver = _two_node_gangs_of_tenant_a()
     driver.submit(gang("opp", "b", -1, (1, 4)))
     placed = {name: group.leaves() for name, group in driver.state.groups.items()}
-    one = (vc("a", ("A100-RACK", "A100-NODE", 1)), vc("b", ("A100-RACK", "A100-NODE", 1)))
-    result = driver.ok(ApplyConfig(expected_version=1, spec=rack_spec(racks=2, quota=one)),
-                       ADMIN)
+    result = _shrink_tenant_a(driver)
     assert result == ConfigApplied(version=2, downgraded=("a2",), requeued=())
     groups = driver.state.groups
     assert {name: group.leaves() for name, group in groups.items()} == placed
@@ -195,18 +207,11 @@ def test_a_reconfiguration_rebinds_a_gang_at_the_level_it_was_bound_at() -> None
 def test_a_reconfiguration_announces_the_gangs_it_downgrades_and_requeues() -> None:
     """Schedulers follow gang events in the outbox: a gang a reconfiguration downgrades or
     sends back to the queue is announced, as a lazy preemption or a lost reservation is."""
-    driver = Driver()
-    two = (vc("a", ("A100-RACK", "A100-NODE", 2)), vc("b", ("A100-RACK", "A100-NODE", 1)))
-    driver.configure(rack_spec(racks=2, quota=two))
-    driver.register("n0", "n1", "n2", "n3")
-    for name in ("a1", "a2"):
-        driver.submit(gang(name, "a", 0, (1, 8)))
+    driver = _two_node_gangs_of_tenant_a()
     driver.submit(gang("opp", "b", -1, (2, 8)))
     started(driver, "opp")
     assert driver.submit(gang("g", "b", 10, (1, 8))).phase is GroupPhase.PREEMPTING
-    one = (vc("a", ("A100-RACK", "A100-NODE", 1)), vc("b", ("A100-RACK", "A100-NODE", 1)))
-    result = driver.ok(ApplyConfig(expected_version=1, spec=rack_spec(racks=2, quota=one)),
-                       ADMIN)
+    result = _shrink_tenant_a(driver)
     assert result == ConfigApplied(version=2, downgraded=("a2",), requeued=("g",))
     assert effects(driver, EffectKind.GANG_DOWNGRADED) == [("a2", "")]
     assert effects(driver, EffectKind.GANG_REQUEUED) == [("g", "")]
