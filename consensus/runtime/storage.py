@@ -123,7 +123,7 @@ class DurableLog:
         self._path = directory / LOG_NAME
         self._lock = lock
         self._fd = fd
-        self._recovered = records
+        self._recovered: list[Record] | None = records
         self._records = list(records)
         self._size = size
         self._compacted_from = size  # growth is counted from here
@@ -166,8 +166,14 @@ class DurableLog:
         return self._path
 
     def records(self) -> list[Record]:
-        """Everything that was durable when the log was opened, in order."""
-        return list(self._recovered)
+        """Everything that was durable when the log was opened, in order.
+
+        Handed over once: the log keeps no reference to them afterwards, so the records a
+        replica was restored from are not held for the life of the process."""
+        if self._recovered is None:
+            raise RuntimeError("DurableLog.records() hands the opened records over only once")
+        recovered, self._recovered = self._recovered, None
+        return recovered
 
     def append(self, records: Sequence[Record]) -> None:
         """Write `records` after the others; they are durable only once `sync` returns."""

@@ -34,8 +34,9 @@ def append(args: argparse.Namespace) -> None:
     snapshot_every = SNAPSHOT_EVERY if args.snapshots else 0
     with DurableLog.open(args.directory, create=True,
                          compact_after_bytes=args.compact_bytes) as log:
-        written = 0 if args.snapshots else len(log.records())
-        print(f"opened {len(log.records())}", flush=True)
+        opened = len(log.records())
+        written = 0 if args.snapshots else opened
+        print(f"opened {opened}", flush=True)
         records = stream(args.seed, snapshot_every=snapshot_every)
         for _ in itertools.islice(records, written):
             pass

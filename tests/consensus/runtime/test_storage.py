@@ -99,6 +99,15 @@ def test_a_workload_of_every_record_type_round_trips(tmp_path: pathlib.Path) -> 
     assert reopen(tmp_path) == records
 
 
+def test_the_opened_records_are_handed_over_once(tmp_path: pathlib.Path) -> None:
+    records = take(3, 20)
+    write(tmp_path, records)
+    with DurableLog.open(tmp_path, create=False) as log:
+        assert log.records() == records
+        with pytest.raises(RuntimeError, match="only once"):
+            log.records()  # the log kept no reference to them
+
+
 def test_a_large_snapshot_round_trips(tmp_path: pathlib.Path) -> None:
     meta = SnapshotMeta(9, (3, 4, 5), (3, 3, 3), (0, 0, 0), ((), (), ()))
     snapshot = SnapshotRecord(meta, os.urandom(5 << 20))
