@@ -32,7 +32,8 @@ import anyio
 import anyio.abc
 from anyio.streams.stapled import MultiListener
 
-from consensus.runtime.framing import HANDSHAKES_REFUSED_LIMIT, Metrics
+from consensus.runtime.framing import HANDSHAKES_REFUSED_BARRED, HANDSHAKES_REFUSED_LIMIT, Metrics
+from consensus.runtime.handshake_guard import HandshakeGuard
 
 logger = logging.getLogger("cellar.transport")
 
@@ -95,11 +96,21 @@ def holding(slots: Slots, metrics: Metrics, refused: str) -> Iterator[bool]:
 
 
 async def authenticated(stream: T_Stream, handshake: Callable[[T_Stream], Awaitable[T]],
-                        handshakes: Slots, metrics: Metrics) -> T | None:
+                        handshakes: Slots, metrics: Metrics, *, guard: HandshakeGuard,
+                        host: str | None) -> T | None:
     """`handshake(stream)` holding one of `handshakes` while it runs; None when it refused the
-    connection, or when no handshake place was free (counted)."""
+    connection (charged to `host` in `guard`), when `guard` bars `host`, or when no handshake
+    place was free (each counted)."""
+    if guard.barred(host):
+        metrics[HANDSHAKES_REFUSED_BARRED] += 1
+        return None
     with holding(handshakes, metrics, HANDSHAKES_REFUSED_LIMIT) as held:
-        return await handshake(stream) if held else None
+        if not held:
+            return None
+        accepted = await handshake(stream)
+    if accepted is None:
+        guard.failed(host)
+    return accepted
 
 
 def retried_errno(error: BaseException) -> int | None:

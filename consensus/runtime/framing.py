@@ -53,6 +53,7 @@ FRAMES_TRUNCATED = "transport.frames_truncated"
 CONNECTIONS_ACCEPTED = "transport.connections_accepted"
 CONNECTIONS_REFUSED_LIMIT = "transport.connections_refused_limit"
 HANDSHAKES_REFUSED_LIMIT = "transport.handshakes_refused_limit"  # too many not authenticated
+HANDSHAKES_REFUSED_BARRED = "transport.handshakes_refused_barred"  # host failed too many
 CONNECTIONS_LOST = "transport.connections_lost"
 TLS_REFUSED = "transport.tls_refused"  # handshake failed: no certificate, wrong CA, garbage
 IDENTITY_REFUSED = "transport.identity_refused"  # a valid certificate, but the wrong identity

@@ -8,7 +8,8 @@ request protocol is the handler's: the listener only authenticates, bounds and c
 - At most `connections_max` authenticated clients at once, and at most `handshakes_max`
   connections still in their TLS handshake: a connection beyond either bound is closed at once
   and counted, so a flood of connections that never authenticate holds a bounded number of
-  descriptors (and each for at most `handshake_timeout_s`). A failed accept() (out of
+  descriptors (and each for at most `handshake_timeout_s`). A host that keeps failing its
+  handshakes is barred for a while (`handshake_guard.py`). A failed accept() (out of
   descriptors, a connection reset in the backlog) is retried, never fatal (`accept.py`).
 - A failed handshake or a refused identity is closed, counted and logged; nothing else changes.
 - A handler may let the connection's own errors escape (the client went away, an oversized or
@@ -44,6 +45,7 @@ from consensus.runtime.framing import (
     TruncatedFrame,
     check_frame_bytes_max,
 )
+from consensus.runtime.handshake_guard import HandshakeGuard
 from consensus.runtime.tls import (
     CLIENT_ROLES,
     CONNECTION_ERRORS,
@@ -53,6 +55,7 @@ from consensus.runtime.tls import (
     TlsConfig,
     check_security,
     remote_address,
+    remote_host,
     tls_handshake,
 )
 
@@ -74,7 +77,7 @@ class ClientListener:
         metrics: Metrics | None = None, roles: Collection[IdentityRole] = CLIENT_ROLES,
         insecure: bool = False, insecure_identity: Identity = INSECURE_IDENTITY_DEFAULT,
         handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S,
-        handshakes_max: int = HANDSHAKES_MAX_DEFAULT,
+        handshakes_max: int = HANDSHAKES_MAX_DEFAULT, guard: HandshakeGuard | None = None,
     ) -> None:
         check_security(tls, insecure=insecure, what="client listener")
         check_frame_bytes_max(frame_bytes_max)
@@ -94,6 +97,7 @@ class ClientListener:
         self.address: Address | None = None  # where it listens, once running
         self._clients = Slots(connections_max)  # authenticated clients being served
         self._handshakes = Slots(handshakes_max)  # connections not yet authenticated
+        self._guard = HandshakeGuard() if guard is None else guard
         self._context: ssl.SSLContext | None = None
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[Address] = anyio.TASK_STATUS_IGNORED,
@@ -126,7 +130,8 @@ class ClientListener:
             if self.connections >= self.connections_max:
                 self.metrics[CONNECTIONS_REFUSED_LIMIT] += 1
                 return
-            accepted = await authenticated(stream, self._accept, self._handshakes, self.metrics)
+            accepted = await authenticated(stream, self._accept, self._handshakes, self.metrics,
+                                           guard=self._guard, host=remote_host(stream))
             if accepted is None:
                 return
             # Refused if others authenticated meanwhile and took the last place.

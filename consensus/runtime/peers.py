@@ -23,7 +23,8 @@ accepted, so the two directions between a pair fail and recover independently.
   more is closed at once and counted), and at most `inbound_connections_max` authenticated ones
   (a live connection per peer and its replacement). A peer's place is taken only once it
   proved who it is, so connections that never authenticate cannot crowd out a peer; they can
-  only fill the handshake places, each for at most `handshake_timeout_s`. A failed accept()
+  only fill the handshake places, each for at most `handshake_timeout_s`, and a host that
+  keeps failing its handshakes is barred for a while (`handshake_guard.py`). A failed accept()
   (out of descriptors, a reset in the backlog) is retried, never fatal (`accept.py`).
 
 With `insecure=True` (local development only) there is no TLS; a dialer names itself in a first
@@ -70,6 +71,7 @@ from consensus.runtime.framing import (
     TruncatedFrame,
     check_frame_bytes_max,
 )
+from consensus.runtime.handshake_guard import HandshakeGuard
 from consensus.runtime.tls import (
     CONNECTION_ERRORS,
     HANDSHAKE_TIMEOUT_S,
@@ -78,6 +80,7 @@ from consensus.runtime.tls import (
     TlsConfig,
     check_security,
     remote_address,
+    remote_host,
     tls_handshake,
 )
 
@@ -196,7 +199,7 @@ class PeerMesh:
         backoff_initial_s: float = BACKOFF_INITIAL_S, backoff_max_s: float = BACKOFF_MAX_S,
         handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S,
         connect_timeout_s: float = CONNECT_TIMEOUT_S, rng: random.Random | None = None,
-        handshakes_max: int = HANDSHAKES_MAX_DEFAULT,
+        handshakes_max: int = HANDSHAKES_MAX_DEFAULT, guard: HandshakeGuard | None = None,
     ) -> None:
         check_security(tls, insecure=insecure, what=f"replica {replica_id} peer mesh")
         check_frame_bytes_max(frame_bytes_max)
@@ -226,6 +229,7 @@ class PeerMesh:
         self.inbound_connections_max = max(1, 2 * len(peers))
         self._inbound = Slots(self.inbound_connections_max)
         self._handshakes = Slots(handshakes_max)  # accepted, not yet authenticated
+        self._guard = HandshakeGuard() if guard is None else guard
         self.address: Address | None = None  # where it listens, once running
         rng = rng or random.Random()
         self._links = {peer: _Link(Outbox(frames_max=queue_frames_max, bytes_max=queue_bytes_max),
@@ -406,7 +410,8 @@ class PeerMesh:
 
     async def _serve_inbound(self, stream: anyio.abc.SocketStream) -> None:
         try:
-            accepted = await authenticated(stream, self._accept, self._handshakes, self.metrics)
+            accepted = await authenticated(stream, self._accept, self._handshakes, self.metrics,
+                                           guard=self._guard, host=remote_host(stream))
             if accepted is None:
                 return
             with holding(self._inbound, self.metrics, CONNECTIONS_REFUSED_LIMIT) as held:

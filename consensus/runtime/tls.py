@@ -215,6 +215,15 @@ async def tls_handshake(
     return tls_stream, identity
 
 
+def remote_host(stream: anyio.abc.ByteStream) -> str | None:
+    """The peer's IP address without its port, or None when the socket has none to give."""
+    try:
+        address = stream.extra(anyio.abc.SocketAttribute.remote_address, None)
+    except OSError:
+        return None
+    return str(address[0]) if isinstance(address, tuple) and address else None
+
+
 def remote_address(stream: anyio.abc.ByteStream) -> str:
     """The peer's address for a log line; a socket already reset has none to give."""
     try:

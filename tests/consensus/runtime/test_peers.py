@@ -33,6 +33,7 @@ from consensus.runtime.framing import (
     FRAMES_REFUSED_OVERSIZED,
     FRAMES_SENT,
     FRAMES_TRUNCATED,
+    HANDSHAKES_REFUSED_BARRED,
     HANDSHAKES_REFUSED_LIMIT,
     IDENTITY_REFUSED,
     RECONNECTS,
@@ -41,6 +42,7 @@ from consensus.runtime.framing import (
     Metrics,
     encode_frames,
 )
+from consensus.runtime.handshake_guard import HandshakeGuard
 from consensus.runtime.peers import INSECURE_HELLO, Backoff, Outbox, PeerMesh
 from consensus.runtime.tls import Identity, IdentityRole, TlsConfig
 
@@ -222,6 +224,35 @@ async def test_whoever_cannot_prove_to_be_a_peer_is_refused_and_counted(
             await meshes[0].wait_connected()  # settled: see `free_ports`
             group.cancel_scope.cancel()
     assert meshes[0].metrics[CONNECTIONS_ACCEPTED] == 1
+
+
+async def test_a_host_that_keeps_failing_its_handshakes_is_barred_until_its_budget_refills(
+        certificates: pathlib.Path) -> None:
+    """Loopback is charged here (exempt by default), so the real peer, on the same host as the
+    intruder, is shut out with it until the budget refills."""
+    ports = dict(enumerate(free_ports(2)))
+    inboxes = [Inbox(), Inbox()]
+    now_s = [0.0]
+    guard = HandshakeGuard(failures_max=3, window_s=30.0, loopback_exempt=False,
+                           clock=lambda: now_s[0])
+    meshes = [mesh_of(certificates, 0, ports, inboxes[0], guard=guard),
+              mesh_of(certificates, 1, ports, inboxes[1])]
+    frame = encode_frames([b"let me in"])
+    with anyio.fail_after(TIME_LIMIT_S):
+        async with anyio.create_task_group() as group:
+            await start(group, meshes[0])
+            for _ in range(3):
+                await intrude(ports[0], client_context(certificates, None), frame)
+            await eventually(lambda: meshes[0].metrics[TLS_REFUSED] == 3)
+            await start(group, meshes[1])
+            assert meshes[1].send(0, b"from a peer")
+            await eventually(lambda: meshes[0].metrics[HANDSHAKES_REFUSED_BARRED] >= 2)
+            assert inboxes[0].frames == []
+            assert meshes[0].metrics[TLS_REFUSED] == 3  # no handshake was tried for the peer
+            now_s[0] += 10.0  # a failure's worth back: the peer's next dial gets through
+            await eventually(lambda: inboxes[0].frames == [(1, b"from a peer")])
+            await meshes[0].wait_connected()
+            group.cancel_scope.cancel()
 
 
 async def test_a_dialer_refuses_a_server_that_is_not_the_replica_it_expected(

@@ -22,6 +22,7 @@ from consensus.runtime.framing import (
     CONNECTIONS_ACCEPTED,
     CONNECTIONS_REFUSED_LIMIT,
     FRAMES_REFUSED_OVERSIZED,
+    HANDSHAKES_REFUSED_BARRED,
     HANDSHAKES_REFUSED_LIMIT,
     IDENTITY_REFUSED,
     TLS_REFUSED,
@@ -29,6 +30,7 @@ from consensus.runtime.framing import (
     Metrics,
     encode_frames,
 )
+from consensus.runtime.handshake_guard import HandshakeGuard
 from consensus.runtime.listener import INSECURE_IDENTITY_DEFAULT, ClientListener
 from consensus.runtime.tls import Identity, IdentityRole, TlsConfig
 
@@ -213,6 +215,37 @@ async def test_connections_still_in_the_handshake_take_no_client_place_and_are_b
             assert listener.handshakes == 3
             for stream in (*silent, one_too_many):
                 await stream.aclose()
+            await client.aclose()
+            group.cancel_scope.cancel()
+
+
+async def test_a_host_that_keeps_failing_its_handshakes_is_closed_unheard_for_a_while(
+        certificates: pathlib.Path) -> None:
+    """Loopback is charged here (it is exempt by default): after two failed handshakes even a
+    valid client from that host is closed before any handshake, until the budget refills."""
+    now_s = [0.0]
+    guard = HandshakeGuard(failures_max=2, window_s=10.0, loopback_exempt=False,
+                           clock=lambda: now_s[0])
+    listener = listener_for(certificates, EchoService(), guard=guard)
+    with anyio.fail_after(TIME_LIMIT_S):
+        async with anyio.create_task_group() as group:
+            _, port = await group.start(listener.run)
+            for _ in range(2):
+                garbage = await anyio.connect_tcp(HOST, port)
+                await garbage.send(b"GET / HTTP/1.1\r\n\r\n")
+                with pytest.raises(CONNECTION_ENDED):
+                    await garbage.receive()
+                await garbage.aclose()
+            with pytest.raises(CONNECTION_ENDED):
+                barred = await connect(port, context_for(certificates, ADMIN))
+                await barred.send(b"let me in")
+                await barred.receive()
+            assert listener.metrics[HANDSHAKES_REFUSED_BARRED] == 1
+            assert listener.metrics[TLS_REFUSED] == 2  # no handshake was tried for the third
+            now_s[0] += 5.0  # one failure's worth back
+            client = await connect(port, context_for(certificates, ADMIN))
+            await client.send(b"hello again")
+            assert await client.receive() == b"admin:alice: hello again"
             await client.aclose()
             group.cancel_scope.cancel()
 
