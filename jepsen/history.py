@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TypeAlias
 
@@ -31,6 +31,32 @@ from jepsen.errors import HistoryError
 # A value is what JSON and EDN can both carry, frozen so states and cache keys can hash it.
 # Numbers are finite: JSON has no NaN or infinity, and a NaN equals nothing, not even itself.
 Value: TypeAlias = bool | int | float | str | tuple["Value", ...] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Exact:
+    """A boolean or a float as a model's state holds it: equal (and hashed) together with its
+    type, so `Exact("bool", True)` is neither `1` nor `Exact("float", 1.0)`."""
+
+    type_name: str
+    value: bool | float
+
+
+def exact(value: Value) -> Hashable:
+    """`value` as a model compares it: booleans and floats (also inside lists) wrapped in
+    `Exact`; integers, strings and nil, which Python's `==` already keeps apart, as they are."""
+    if isinstance(value, bool | float):
+        return Exact(type(value).__name__, value)
+    if isinstance(value, tuple):
+        return tuple(exact(item) for item in value)
+    return value
+
+
+def same_value(first: Value, second: Value) -> bool:
+    """Equal in type and value, as JSON and EDN see it: `true` is not `1`, `2.0` is not `2`."""
+    return exact(first) == exact(second)
+
+
 # A client process is an integer; any other process (a string) is no client.
 Process: TypeAlias = int | str
 
@@ -195,7 +221,7 @@ def _pair(events: Sequence[Event]) -> tuple[Operation, ...]:
             raise HistoryError(
                 f"process {event.process} completes {event.f} but invoked "
                 f"{invocation.f} (event {invocation.index})", index=position)
-        if event.key is not None and event.key != invocation.key:
+        if event.key is not None and not same_value(event.key, invocation.key):
             raise HistoryError(f"completion for key {event.key!r} of an "
                                f"invocation for key {invocation.key!r}", index=position)
         completions[invocation.index] = event

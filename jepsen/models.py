@@ -36,7 +36,7 @@ from typing import TypeAlias
 
 from consensus.state_machine import StateMachine
 from jepsen.errors import ModelError, ModelUnavailable
-from jepsen.history import EventType, Operation, Value
+from jepsen.history import EventType, Exact, Operation, Value, exact, same_value
 from statemachine.machine import Machine
 
 
@@ -52,30 +52,6 @@ Stepper: TypeAlias = Callable[[State], State | Illegal]
 
 def _same(state: State) -> State:
     return state
-
-
-@dataclass(frozen=True, slots=True)
-class Exact:
-    """A boolean or a float as a model's state holds it: equal (and hashed) together with its
-    type, so `Exact("bool", True)` is neither `1` nor `Exact("float", 1.0)`."""
-
-    type_name: str
-    value: bool | float
-
-
-def exact(value: Value) -> State:
-    """`value` as a model compares it: booleans and floats (also inside lists) wrapped in
-    `Exact`; integers, strings and nil, which Python's `==` already keeps apart, as they are."""
-    if isinstance(value, bool | float):
-        return Exact(type(value).__name__, value)
-    if isinstance(value, tuple):
-        return tuple(exact(item) for item in value)
-    return value
-
-
-def same_value(first: Value, second: Value) -> bool:
-    """Equal in type and value, as JSON and EDN see it: `true` is not `1`, `2.0` is not `2`."""
-    return exact(first) == exact(second)
 
 
 def show(value: object) -> str:
@@ -266,14 +242,17 @@ class KvModel(Model):
     def __init__(self, initial: Value = None, *, partitioned: bool = True) -> None:
         self.initial = initial
         self.partitioned = partitioned
-        self._slots: dict[Value, int] = {}
+        self._slots: dict[State, int] = {}  # by `exact(key)`: key 1 is not key true
+        self._keys: dict[State, Value] = {}  # each slot's key as the history has it
 
     def initial_state(self) -> State:
         return ()
 
     def compile(self, operation: Operation) -> Stepper:
         inner = _value_stepper(operation, KV_FUNCTIONS, self.name)
-        slot = self._slots.setdefault(operation.key, len(self._slots))
+        key = exact(operation.key)
+        slot = self._slots.setdefault(key, len(self._slots))
+        self._keys.setdefault(key, operation.key)
         initial = exact(self.initial)
 
         def step(state: State) -> State | Illegal:
@@ -296,16 +275,18 @@ class KvModel(Model):
     def partition(self, operations: Sequence[Operation]) -> list[Part] | None:
         if not self.partitioned:
             return None
-        by_key: dict[Value, list[Operation]] = {}
+        by_key: dict[State, list[Operation]] = {}  # by `exact(key)`: key 1 is not key true
         for operation in operations:
-            by_key.setdefault(operation.key, []).append(operation)
-        return [Part(f"key {show(key)}", KeyModel(key, self.initial), tuple(by_key[key]))
-                for key in sorted(by_key, key=_key_order)]
+            by_key.setdefault(exact(operation.key), []).append(operation)
+        parts = [tuple(part) for part in by_key.values()]
+        return [Part(f"key {show(part[0].key)}", KeyModel(part[0].key, self.initial), part)
+                for part in sorted(parts, key=lambda part: _key_order(part[0].key))]
 
     def describe_state(self, state: State) -> str:
         assert isinstance(state, tuple)
-        keys = sorted(self._slots, key=_key_order)
-        values = {key: state[self._slots[key]] for key in keys if self._slots[key] < len(state)}
+        keys = sorted(self._slots, key=lambda key: _key_order(self._keys[key]))
+        values = {self._keys[key]: state[self._slots[key]] for key in keys
+                  if self._slots[key] < len(state)}
         return "{" + ", ".join(f"{show(key)} {show(value)}" for key, value in values.items()
                                if value != exact(self.initial)) + "}"
 

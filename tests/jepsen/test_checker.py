@@ -278,6 +278,25 @@ def test_a_model_without_a_partition_is_never_partitioned() -> None:
     assert unpartitioned.verdict is Verdict.LINEARIZABLE
 
 
+@pytest.mark.parametrize("partitioned", [True, False])
+def test_keys_of_other_types_are_other_keys(partitioned: bool) -> None:
+    """`true` is not `1`, and `1.0` is not `1`, for keys as for values (JSON histories carry
+    keys of any type): a put of nil to key true does not explain nil read from key 1, and a
+    read of key 1.0 is not a read of key 1."""
+    model = KvModel(partitioned=partitioned)
+    recorder = HistoryRecorder()
+    recorder.ok(recorder.invoke(0, "put", "a", key=1), "a")
+    recorder.ok(recorder.invoke(1, "put", None, key=True), None)
+    recorder.ok(recorder.invoke(2, "get", key=1), None)
+    assert check(model, recorder.history()).verdict is Verdict.NOT_LINEARIZABLE
+    recorder = HistoryRecorder()
+    recorder.ok(recorder.invoke(0, "put", "a", key=1), "a")
+    recorder.ok(recorder.invoke(2, "get", key=1.0), None)
+    result = check(model, recorder.history())
+    assert result.verdict is Verdict.LINEARIZABLE
+    assert len(result.partitions) == (2 if partitioned else 1)
+
+
 def test_fail_and_info_reads_never_enter_the_search() -> None:
     hist = history("""
         0 invoke read

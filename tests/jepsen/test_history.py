@@ -101,6 +101,16 @@ def test_history_refuses_events_that_do_not_pair(rows: list[tuple[object, str, s
     assert caught.value.index == len(rows) - 1
 
 
+@pytest.mark.parametrize("completion_key", [True, 1.0, "1"])
+def test_a_completion_for_another_key_is_refused_even_when_python_calls_it_equal(
+        completion_key: object) -> None:
+    invocation = Event(0, 0, EventType.INVOKE, "get", None, 1)
+    completion = Event(1, 0, EventType.OK, "get", "v", completion_key)  # type: ignore[arg-type]
+    with pytest.raises(HistoryError, match="completion for key"):
+        History([invocation, completion])
+    assert History([invocation, Event(1, 0, EventType.OK, "get", "v", 1)]).operations[0].key == 1
+
+
 def test_history_refuses_out_of_order_indices() -> None:
     event = Event(5, 0, EventType.INVOKE, "read")
     with pytest.raises(HistoryError, match="index"):

@@ -8,7 +8,7 @@ import pytest
 
 from jepsen.checker import check
 from jepsen.errors import ModelError, ModelUnavailable
-from jepsen.history import EventType, HistoryRecorder, Operation, Value
+from jepsen.history import EventType, HistoryRecorder, Operation, Value, exact
 from jepsen.models import (
     ILLEGAL,
     KvModel,
@@ -16,7 +16,6 @@ from jepsen.models import (
     RegisterModel,
     StateMachineModel,
     describe_operation,
-    exact,
     model_named,
 )
 from jepsen.verdict import Verdict
