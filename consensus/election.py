@@ -44,7 +44,7 @@ from consensus.messages import (
     Vote,
     VoteRequest,
 )
-from consensus.records import OAcceptRecord, ViewRecord
+from consensus.records import InstallRecord, ViewRecord
 from consensus.sequencer import Sequencer
 from consensus.view_change import rebuild_log
 
@@ -256,8 +256,10 @@ class Election:
                 return
             self._adopt_view(message.view, Status.AWAITING)
         start = max(message.from_index, ctx.olog.base)
-        vote = Vote(ctx.id, ctx.view, message.from_index, ctx.olog.base,
-                    tuple(ctx.olog.entries_from(start)), ctx.clog.max_indexes())
+        olog = ctx.olog
+        vote = Vote(ctx.id, ctx.view, message.from_index, olog.base,
+                    tuple(olog.entries_from(start)), ctx.clog.max_indexes(),
+                    olog.installed_view, olog.installed_end)
         ctx.send(message.sender, vote, after_persist=True)
 
     def on_vote(self, message: Vote) -> None:
@@ -289,20 +291,12 @@ class Election:
         ctx.broadcast(self._new_view, after_persist=True)
 
     def _install(self, message: NewView) -> None:
-        """Accept the rebuilt log in this view and forget stale slots past it. Slots past it
-        known committed stay: this view committed them before its log reached here."""
+        """Accept the rebuilt log in this view and forget stale slots past it, on disk too
+        (`OrderLog.install`)."""
         ctx = self._ctx
-        olog = ctx.olog
         self._view_log = message
-        end = message.start + len(message.values)
-        for offset, value in enumerate(message.values):
-            olog.accept(message.start + offset, value, ctx.view)
-        stale = [slot for slot, entry in olog.slots.items()
-                 if slot >= end and not entry.committed and entry.view < ctx.view]
-        for slot in stale:
-            del olog.slots[slot]
-        olog.end = max([end, olog.base, *(slot + 1 for slot in olog.slots if slot >= end)])
-        ctx.persist(OAcceptRecord(ctx.view, message.start, message.values))
+        end = ctx.olog.install(ctx.view, message.start, message.values)
+        ctx.persist(InstallRecord(ctx.view, message.start, message.values))
         ctx.send(ctx.id, NewViewAck(ctx.id, ctx.view, end), after_persist=True)
 
     # --- establishing the new view -------------------------------------------------------------

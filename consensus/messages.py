@@ -228,6 +228,8 @@ class Vote(Message):
     log_base: int  # slots below were executed and truncated here: not reported
     entries: tuple[OEntry, ...]
     c_max_index: tuple[int, ...]  # per replica: highest C-index of its space accepted here
+    installed_view: int  # the newest view whose rebuilt log the voter installed (OrderLog)
+    installed_end: int  # and that log's end
 
 
 @dataclass(frozen=True, slots=True)

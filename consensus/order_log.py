@@ -7,6 +7,12 @@ changes (asserted). Slots below `base` were executed and folded into a snapshot;
 keeps how many of them each replica had, so counts stay exact after truncation.
 
 Invariant: base <= commit_prefix, and every slot in [base, commit_prefix) is committed.
+
+`installed_view` and `installed_end` are the newest view whose rebuilt log was installed here
+and that log's end. Past that end no value accepted in an older view can be chosen: the view's
+voters, a majority, would have reported it to its rebuild. A replica forgets its own such values
+when it installs the log (`install`), and a later rebuild ignores those other voters still hold
+(`consensus/view_change.py`), which may not have installed it.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ class OSlot:
 
 class OrderLog:
     __slots__ = ("_accepted_prefix", "_accepted_prefix_view", "base", "commit_prefix",
-                 "count_base", "end", "slots")
+                 "count_base", "end", "installed_end", "installed_view", "slots")
 
     def __init__(self, replica_count: int) -> None:
         self.slots: dict[int, OSlot] = {}
@@ -38,6 +44,8 @@ class OrderLog:
         self.end = 0  # one past the highest slot known here
         self._accepted_prefix = 0
         self._accepted_prefix_view = 0
+        self.installed_view = 0  # view 0 starts with the empty log, ended at slot 0
+        self.installed_end = 0
 
     def get(self, slot: int) -> OSlot | None:
         return self.slots.get(slot)
@@ -65,6 +73,22 @@ class OrderLog:
             return False
         entry.value, entry.view, entry.durable = value, view, False
         return True
+
+    def install(self, view: int, start: int, values: tuple[int, ...]) -> int:
+        """Accept view `view`'s rebuilt log (`values` from `start`) and forget the uncommitted
+        values of older views past its end; returns that end. Slots past it known committed
+        stay: the view committed them before its log reached here."""
+        end = start + len(values)
+        for offset, value in enumerate(values):
+            self.accept(start + offset, value, view)
+        stale = [slot for slot, entry in self.slots.items()
+                 if slot >= end and not entry.committed and entry.view < view]
+        for slot in stale:
+            del self.slots[slot]
+        self.end = max([end, self.base, *(slot + 1 for slot in self.slots if slot >= end)])
+        if view >= self.installed_view:
+            self.installed_view, self.installed_end = view, end
+        return end
 
     def conflicts(self, start: int, values: tuple[int, ...]) -> bool:
         """Whether an offer for slots from `start` differs from a value known committed. Such

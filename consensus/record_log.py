@@ -16,6 +16,7 @@ from consensus.records import (
     CCommitRecord,
     CPromiseRecord,
     EpochRecord,
+    InstallRecord,
     OAcceptRecord,
     OCommitRecord,
     Record,
@@ -70,6 +71,9 @@ def _uncovered(record: Record, snapshot: SnapshotRecord) -> Record | None:
         if skip >= len(record.values):
             return None
         return OAcceptRecord(record.view, record.start + skip, record.values[skip:])
+    if isinstance(record, InstallRecord):  # kept even when covered: its end still rules
+        skip = min(max(0, meta.slot - record.start), len(record.values))
+        return InstallRecord(record.view, record.start + skip, record.values[skip:])
     if isinstance(record, OCommitRecord):
         pairs = [(slot, value) for slot, value in zip(record.slots, record.values, strict=True)
                  if slot >= meta.slot]

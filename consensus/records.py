@@ -75,6 +75,19 @@ class OAcceptRecord(Record):
 
 
 @dataclass(frozen=True, slots=True)
+class InstallRecord(Record):
+    """The replica installed view `view`'s rebuilt O-log, slots [start, start + len(values)):
+    it accepted those values in `view`, and no value of an older view past that end can be
+    chosen any more (the view's voters would have reported it), so it forgot its own. Replayed
+    the same way, so those stale values do not come back after a restart (`OrderLog.install`)."""
+
+    TAG: ClassVar[int] = 68
+    view: int
+    start: int
+    values: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class OCommitRecord(Record):
     TAG: ClassVar[int] = 66
     SYNC: ClassVar[bool] = False
@@ -94,5 +107,5 @@ class SnapshotRecord(Record):
 
 RECORD_TYPES: tuple[type[Record], ...] = (
     EpochRecord, ViewRecord, CPromiseRecord, CAcceptRecord, CCommitRecord, OAcceptRecord,
-    OCommitRecord, SnapshotRecord,
+    OCommitRecord, SnapshotRecord, InstallRecord,
 )

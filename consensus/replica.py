@@ -69,6 +69,7 @@ from consensus.records import (
     CCommitRecord,
     CPromiseRecord,
     EpochRecord,
+    InstallRecord,
     OAcceptRecord,
     OCommitRecord,
     Record,
@@ -483,6 +484,9 @@ class Replica:
         elif isinstance(record, OCommitRecord):
             for slot, value in zip(record.slots, record.values, strict=True):
                 ctx.olog.commit(slot, value)
+        elif isinstance(record, InstallRecord):
+            end = ctx.olog.install(record.view, record.start, record.values)
+            ctx.olog.mark_durable(record.start, end, record.view)
 
     def _rejoin(self) -> None:
         ctx, leader = self._ctx, self._leader

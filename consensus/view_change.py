@@ -2,6 +2,12 @@
 
 From a majority of votes, each slot from the candidate's committed prefix on takes the value a
 voter reports committed, else the one accepted in the highest view (Paxos phase 1, per slot).
+A voter's uncommitted value from a view older than the newest view any voter installed, at a
+slot past that view's log, is no value: that view's rebuild met every value chosen before it,
+so such a slot is a hole, as it is on the replicas that installed the view (`OrderLog.install`).
+Without this, a slot a voter still held from before that view could take the place of a hole
+and move a command the view made ready behind one proposed after it.
+
 Slots no voter reports are holes:
 
 - 3 replicas, and 7 or more: a hole was never committed (a committed slot was accepted by a
@@ -41,10 +47,14 @@ def rebuild_log(votes: Sequence[Vote], start: int, replica_count: int,
 
 def _highest_per_slot(votes: Sequence[Vote], start: int) -> list[int]:
     best: dict[int, tuple[bool, int, int]] = {}  # slot -> (committed, view, value)
+    installed = max(votes, key=lambda vote: (vote.installed_view, vote.sender))
     for vote in sorted(votes, key=lambda vote: vote.sender):
         for entry in vote.entries:
             if entry.index < start:
                 continue
+            if (not entry.committed and entry.view < installed.installed_view
+                    and entry.index >= installed.installed_end):
+                continue  # ruled out by the newest installed view (module docstring)
             candidate = (entry.committed, entry.view, entry.value)
             current = best.get(entry.index)
             if current is None or candidate[:2] > current[:2]:

@@ -157,7 +157,7 @@ def test_oversized_frames_are_refused_before_decoding() -> None:
         (CAccept(0, 0, 9, 0, 1, ()), "space"),
         (CAccept(0, 0, 1, 0, 1, (Command(8, 1, b""),)), "origin"),
         (OAccept(0, 0, 0, (1, 6), 0), "values"),
-        (Vote(0, 1, 0, 0, (), (0, 0)), "c_max_index"),
+        (Vote(0, 1, 0, 0, (), (0, 0), 0, 0), "c_max_index"),
     ],
 )
 def test_check_message_catches_replicas_outside_the_group(message: Message,

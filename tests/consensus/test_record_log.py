@@ -15,6 +15,7 @@ from consensus.records import (
     CAcceptRecord,
     CPromiseRecord,
     EpochRecord,
+    InstallRecord,
     OAcceptRecord,
     OCommitRecord,
     Record,
@@ -37,7 +38,7 @@ def state_of(replica: Replica) -> Any:
     slots = sorted((slot, entry.value, entry.view, entry.committed)
                    for slot, entry in olog.slots.items())
     return ctx.view, ctx.epoch, spaces, slots, olog.base, olog.count_base, \
-        replica.executed_slots
+        replica.executed_slots, olog.installed_view, olog.installed_end
 
 
 def raw_records(seed: int, monkeypatch: pytest.MonkeyPatch) -> list[list[Record]]:
@@ -88,3 +89,27 @@ def test_promises_and_uncovered_acceptances_survive_compaction() -> None:
 def test_without_a_snapshot_nothing_is_dropped() -> None:
     records: list[Record] = [ViewRecord(1), CAcceptRecord(0, 0, 0, ())]
     assert compact_records(records) == records
+
+
+def test_an_installed_view_log_survives_compaction_as_its_end_when_covered() -> None:
+    records: list[Record] = [
+        OAcceptRecord(0, 0, (1,) * 8), ViewRecord(2), InstallRecord(2, 2, (0, 0)),
+        SnapshotRecord(meta(5, (0, 5, 0)), b"state"),
+    ]
+    assert compact_records(records) == [
+        ViewRecord(2), SnapshotRecord(meta(5, (0, 5, 0)), b"state"),
+        OAcceptRecord(0, 5, (1, 1, 1)), InstallRecord(2, 4, ()),  # replayed: 5..7 forgotten
+    ]
+
+
+def test_a_restarted_replica_forgets_again_what_an_installed_view_log_ruled_out() -> None:
+    """Slots 1 and 2, accepted in view 0, lie past view 2's log (it ends at slot 1): they were
+    forgotten when it was installed, and stay forgotten after a restart, so a later vote does
+    not report them."""
+    config = build(SimOptions(seed=1)).nodes[1].config
+    records: list[Record] = [OAcceptRecord(0, 0, (1, 1, 1)), OCommitRecord((2,), (1,)),
+                             ViewRecord(2), InstallRecord(2, 0, (0,))]
+    olog = Replica.restore(config, Prng(1), records)._ctx.olog
+    assert {slot: (entry.value, entry.view) for slot, entry in olog.slots.items()} == {
+        0: (0, 2), 2: (1, 0)}  # a slot known committed stays
+    assert (olog.installed_view, olog.installed_end) == (2, 1)

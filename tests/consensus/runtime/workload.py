@@ -18,6 +18,7 @@ from consensus.records import (
     CCommitRecord,
     CPromiseRecord,
     EpochRecord,
+    InstallRecord,
     OAcceptRecord,
     OCommitRecord,
     Record,
@@ -63,7 +64,8 @@ def stream(seed: int, *, snapshot_every: int = 0) -> Iterator[Record]:
         elif kind in (7, 8):
             values = tuple(prng.randrange(-1, SPACES) for _ in range(prng.randrange(1, 5)))
             slot += len(values)
-            yield OAcceptRecord(view, slot - len(values), values)
+            kind_of = OAcceptRecord if kind == 7 else InstallRecord
+            yield kind_of(view, slot - len(values), values)
         else:
             yield OCommitRecord((max(0, slot - 1),), (prng.randrange(SPACES),))
 
