@@ -41,6 +41,7 @@ from jepsen.sim.options import SimOptions
 DELIVER, TICK, FLUSH, SYNCED, CLIENT, TIMEOUT, CALL = range(7)
 FRAMES_WAITING_MAX = 256  # frames held for a crashed replica until it restarts
 RECONNECT_US_MAX = 50_000  # how long after a restart its peers' held frames may arrive
+UNANSWERED = "unanswered"  # an operation's outcome in `completed_after` when no answer came
 
 
 class Event(NamedTuple):
@@ -56,10 +57,10 @@ class Event(NamedTuple):
 class SimNode:
     """One replica and what its driver keeps: disk, state machine, clients' waiting ops."""
 
-    __slots__ = ("busy", "config", "cpu_free_at", "disk", "flush_pending", "frames_waiting",
-                 "id", "incarnation", "last_read_id", "last_snapshot", "last_view",
-                 "paused_until", "pending_reads", "pending_tags", "proposed_at", "replica", "sm",
-                 "tick_period_us", "ticks_done", "ticks_origin_us")
+    __slots__ = ("busy", "config", "cpu_free_at", "crashes_in_force", "disk", "flush_pending",
+                 "frames_waiting", "id", "incarnation", "last_read_id", "last_snapshot",
+                 "last_view", "paused_until", "pending_reads", "pending_tags", "proposed_at",
+                 "replica", "sm", "tick_period_us", "ticks_done", "ticks_origin_us")
 
     def __init__(self, config: ReplicaConfig, tick_period_us: int) -> None:
         self.id = config.replica_id
@@ -71,6 +72,7 @@ class SimNode:
         self.flush_pending = False
         self.incarnation = 0
         self.paused_until = 0
+        self.crashes_in_force = 0  # crash faults holding it down: it restarts when none is left
         self.cpu_free_at = 0
         self.tick_period_us = tick_period_us
         self.ticks_origin_us = 0
@@ -109,7 +111,8 @@ class Cluster:
         self.client_processes: list[int] = []
         self.client_ops: dict[int, Operation] = {}
         self._op_ids = 0
-        self.completed_after: list[tuple[int, str]] = []  # (invoked at, outcome) per op
+        # (invoked at, outcome) per op; UNANSWERED for one that timed out or lost its replica
+        self.completed_after: list[tuple[int, str]] = []
         self.invoked_at: dict[int, int] = {}
 
     def _tick_period(self, replica: int, options: SimOptions) -> int:
@@ -419,14 +422,19 @@ class Cluster:
         self.finish_unknown(operation)
 
     def finish_unknown(self, operation: Operation) -> None:
-        self.finish(operation, "fail" if operation.f == "get" else "info", None)
+        """No answer came (a timeout, a crash): a write's outcome is unknown (info); a read
+        changed nothing, so it failed. Either is `unknown` in `completed_after`, which the
+        runner's liveness check counts after the heal."""
+        self.finish(operation, "fail" if operation.f == "get" else "info", None, answered=False)
 
-    def finish(self, operation: Operation, outcome: str, value: object) -> None:
+    def finish(self, operation: Operation, outcome: str, value: object, *,
+               answered: bool = True) -> None:
         if self.client_ops.pop(operation.op_id, None) is None:
             return
         assert operation.handle is not None
         self.history.complete(operation.handle, outcome, value)
-        self.completed_after.append((self.invoked_at.pop(operation.op_id), outcome))
+        self.completed_after.append((self.invoked_at.pop(operation.op_id),
+                                     outcome if answered else UNANSWERED))
         if outcome == "info":
             self.client_processes[operation.client] += len(self.client_processes)
         self.schedule(self.now_us + self._prng.int_inclusive(0, self.options.think_us),

@@ -1,5 +1,6 @@
 """The nemesis's faults as the simulated network and replicas feel them: each network fault ends
-only itself, however faults overlap; every partition shape cuts something at every group size;
+only itself, however faults overlap, and overlapping crashes hold a replica down until the last
+ends; every partition shape cuts something at every group size;
 a paused replica does nothing until its pause ends; a schedule that does not fit the cluster is
 named."""
 
@@ -140,3 +141,14 @@ def test_a_schedule_that_does_not_fit_the_cluster_is_named() -> None:
         "2001:pause:-1:10: target -1 is no replica (there are 3: 0 to 2)",
         "2001:pause:-1:10: faults start in the safety phase, at 0 to 2000 ms, not at 2001",
     ]
+
+
+def test_overlapping_crashes_keep_a_replica_down_until_the_last_one_ends() -> None:
+    cluster = cluster_with(NemesisEvent(100, Fault.CRASH, 2, 300),
+                           NemesisEvent(200, Fault.CRASH, 2, 500))
+    cluster.run_until(150_000)
+    assert cluster.nodes[2].replica is None
+    cluster.run_until(500_000)  # the first crash ended at 400 ms; the second holds it down
+    assert cluster.nodes[2].replica is None
+    cluster.run_until(701_000)
+    assert cluster.nodes[2].replica is not None

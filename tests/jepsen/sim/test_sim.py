@@ -8,6 +8,7 @@ import dataclasses
 import pytest
 
 from consensus.config import Defect, Mode
+from consensus.reads import Reads
 from jepsen.history import EventType
 from jepsen.sim.latency import run_latency
 from jepsen.sim.nemesis import Fault, NemesisEvent
@@ -144,6 +145,18 @@ def test_the_same_schedule_passes_without_the_defect() -> None:
     assert run(options, (NemesisEvent(200, Fault.ISOLATE, 1, 600),)).ok
     assert run(dataclasses.replace(options, read_ppm=400_000),
                (NemesisEvent(300, Fault.CLOG, 0, 500),)).ok
+
+
+def test_it_catches_reads_that_are_never_answered_after_the_heal(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read that times out is recorded as failed (it changed nothing), but after the heal
+    it is a liveness failure as much as a write that times out."""
+    monkeypatch.setattr(Reads, "_ask", lambda self, read_id: None)  # the read path stalls
+    result = run(SimOptions(seed=1, safety_ms=300, liveness_ms=1500, client_timeout_ms=300))
+    reads = [operation for operation in result.history.operations if operation.f == "get"]
+    assert reads and all(operation.status is EventType.FAIL for operation in reads)
+    assert any(violation.invariant == "liveness" and "no answer" in violation.detail
+               for violation in result.violations)
 
 
 def test_a_replica_behind_the_truncation_point_catches_up_from_a_snapshot() -> None:
