@@ -26,6 +26,7 @@ from jepsen.sim.latency import SiteLatency, model_ms, paper_ms, run_latency
 from jepsen.sim.nemesis import Fault, NemesisEvent, draw_schedule, schedule_problems
 from jepsen.sim.options import SimOptions, swarm
 from jepsen.sim.runner import SimResult, run
+from jepsen.verdict import Verdict
 
 EXIT_OK, EXIT_VIOLATION, EXIT_USAGE = 0, 1, 2
 
@@ -175,29 +176,38 @@ def _passes(options: SimOptions, schedule: tuple[NemesisEvent, ...]) -> bool:
 def run_sweep(args: argparse.Namespace) -> int:
     seeds: range = args.seeds
     failed: list[int] = []
+    unsettled: list[int] = []  # passed, but the history's check ran out of steps
     violations = 0
     started = time.perf_counter()
     for seed in seeds:
         options = _options(args, seed, faults=True)
+        verdict = Verdict.UNKNOWN
         try:
             result = run(options)
             found = [str(violation) for violation in result.violations]
+            verdict = result.linearizability
         except AssertionError as error:
             found = [f"assertion: {error}"]
         violations += len(found)
         if found:
             failed.append(seed)
+        elif verdict is Verdict.UNKNOWN:
+            unsettled.append(seed)
         if not args.json:
-            print(f"seed {seed}: {'ok' if not found else 'VIOLATION'}", *found, sep="\n  "
-                  if found else " ", flush=True)
+            outcome = "VIOLATION" if found else (
+                "ok (history unchecked: the search ran out of steps)"
+                if verdict is Verdict.UNKNOWN else "ok")
+            print(f"seed {seed}: {outcome}", *found, sep="\n  " if found else " ", flush=True)
     elapsed = time.perf_counter() - started
     if args.json:
         print(json.dumps({"replicas": args.replicas, "mode": args.mode, "seeds": len(seeds),
                           "violations": violations, "failed_seeds": failed,
-                          "elapsed_s": round(elapsed, 1)}))
+                          "unchecked_seeds": unsettled, "elapsed_s": round(elapsed, 1)}))
     else:
         print(f"{len(seeds)} seeds, {len(failed)} failed{': ' if failed else ''}"
-              f"{' '.join(map(str, failed))} ({elapsed:.0f} s)")
+              f"{' '.join(map(str, failed))}"
+              f"{f', {len(unsettled)} with the history unchecked: ' if unsettled else ''}"
+              f"{' '.join(map(str, unsettled))} ({elapsed:.0f} s)")
     return EXIT_VIOLATION if failed else EXIT_OK
 
 

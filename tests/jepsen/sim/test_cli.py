@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from cellar.cli import main
+from jepsen.sim import runner
 from jepsen.sim.cli import EXIT_USAGE, seed_range
 
 SHORT = ["--safety-ms", "200", "--liveness-ms", "200"]
@@ -60,3 +61,16 @@ def test_a_fitting_schedule_runs(capsys: pytest.CaptureFixture[str]) -> None:
                  "50:isolate:0:100,200:pause:2:50", *SHORT])
     assert code == 0
     assert "faults: 50:isolate:0:100,200:pause:2:50" in capsys.readouterr().out
+
+
+def test_a_sweep_names_seeds_whose_history_went_unchecked(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A passing seed whose linearizability search ran out of steps is not a verified one:
+    the sweep says so (it still exits 0: unknown is no violation)."""
+    monkeypatch.setattr(runner, "CHECK_STEPS_MAX", 1)
+    assert main(["sim", "sweep", "--seeds", "1", *SHORT]) == 0
+    out = capsys.readouterr().out
+    assert "seed 1: ok (history unchecked: the search ran out of steps)" in out
+    assert "1 seeds, 0 failed, 1 with the history unchecked: 1 (" in out
+    assert main(["sim", "sweep", "--seeds", "1", "--json", *SHORT]) == 0
+    assert '"unchecked_seeds": [1]' in capsys.readouterr().out
