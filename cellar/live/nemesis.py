@@ -81,6 +81,8 @@ class LiveNemesis:
         self._crashed[replica] -= 1
         if not self._crashed[replica] and not self._cluster.processes[replica].running:
             self._cluster.processes[replica].start()
+            if self._paused.get(replica, 0):  # a pause still in force holds the new process
+                self._signal(replica, signal.SIGSTOP)
 
     def _start_crash(self, replica: int) -> None:
         self.note_exits()  # one that stopped by itself first is not this crash's

@@ -103,14 +103,15 @@ class LiveResult:
 
 async def run_live(options: LiveOptions, directory: pathlib.Path) -> LiveResult:
     relays = LinkRelays(options.replicas)
-    await relays.bind()
-    layout = Layout(directory, options.replicas, loop=options.loop, machine="kv",
-                    snapshot_every_slots=500, peer_routes=dict(relays.routes),
-                    defects=options.defects)
-    layout.write(admins=[PRINCIPAL])
-    cluster = ProcessCluster(layout)
     recorder = HistoryRecorder()
+    cluster: ProcessCluster | None = None
     try:
+        await relays.bind()
+        layout = Layout(directory, options.replicas, loop=options.loop, machine="kv",
+                        snapshot_every_slots=500, peer_routes=dict(relays.routes),
+                        defects=options.defects)
+        layout.write(admins=[PRINCIPAL])
+        cluster = ProcessCluster(layout)
         cluster.start()
         async with anyio.create_task_group() as group:
             await group.start(relays.serve, layout.peer_ports)
@@ -118,7 +119,8 @@ async def run_live(options: LiveOptions, directory: pathlib.Path) -> LiveResult:
             phases = await _run_phases(options, layout, cluster, relays, recorder)
             group.cancel_scope.cancel()
     finally:
-        cluster.stop()
+        if cluster is not None:
+            cluster.stop()
         await relays.aclose()
     history = recorder.history(source=str(directory / "history.jsonl"))
     save(history, directory / "history.jsonl")

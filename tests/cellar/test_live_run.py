@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
+import signal
 import subprocess
 from types import SimpleNamespace
 
@@ -180,6 +181,29 @@ def test_a_replica_that_stops_by_itself_is_a_failure_and_a_crash_is_not() -> Non
         "replica 2 exited by itself (status 134)"]
     nemesis.note_exits()
     assert len(nemesis.exits) == 1
+
+
+class SignalledReplica(FakeReplica):
+    """A fake replica whose process records the signals the nemesis sends it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.signals: list[signal.Signals] = []
+        self.process = SimpleNamespace(send_signal=self.signals.append)  # type: ignore[assignment]
+
+    def start(self) -> None:
+        super().start()
+        self.process = SimpleNamespace(send_signal=self.signals.append)  # type: ignore[assignment]
+
+
+def test_a_crash_that_ends_inside_a_pause_restarts_the_replica_paused() -> None:
+    replica = SignalledReplica()
+    nemesis = LiveNemesis(SimpleNamespace(processes=[replica]), LinkRelays(1),  # type: ignore[arg-type]
+                          HistoryRecorder(), find_sequencer=lambda: anyio.sleep(0), clog_ms=0)
+    schedule = (NemesisEvent(0, Fault.PAUSE, 0, 300), NemesisEvent(50, Fault.CRASH, 0, 50))
+    anyio.run(lambda: nemesis.run(schedule, anyio.current_time()))
+    assert replica.starts == 1
+    assert replica.signals == [signal.SIGSTOP, signal.SIGSTOP, signal.SIGCONT]  # paused again
 
 
 def test_a_run_with_failed_operations_after_the_heal_fails_even_if_the_checker_gave_up(
