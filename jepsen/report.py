@@ -88,6 +88,9 @@ def text_summary(history: History, result: CheckResult, *, format: str | None = 
         f"verdict: {HEADLINES[result.verdict]} ({_count(len(result.partitions), 'partition')}, "
         f"{result.steps} steps, {result.elapsed_s * 1000:.0f} ms)",
     ]
+    if not history.operations and history.events:
+        lines.append(f"  warning: none of its {len(history.events)} events is a client's: a "
+                     "process that is not an integer is taken for the nemesis")
     if result.verdict is Verdict.UNKNOWN:
         lines.append(f"  {result.reason}; {settled} of {len(result.partitions)} partitions "
                      f"settled; try a longer --timeout")

@@ -204,3 +204,16 @@ def test_html_report_is_written(capsys: pytest.CaptureFixture[str],
     assert page.startswith("<!DOCTYPE html>")
     assert "not-linearizable" in page
     assert "verdict: NOT linearizable" in out
+
+
+def test_a_history_of_no_client_events_says_so(capsys: pytest.CaptureFixture[str],
+                                               tmp_path: pathlib.Path) -> None:
+    """Processes given as strings are the nemesis's: a history of only those checks nothing,
+    which the summary must not pass over in silence."""
+    path = tmp_path / "strings.jsonl"
+    path.write_text(OK_HISTORY.replace('"process": 0', '"process": "0"'))
+    code, out, _ = run(capsys, str(path), "--model", "cas-register")
+    assert code == 0
+    assert "warning: none of its 2 events is a client's" in out
+    path.write_text(OK_HISTORY)
+    assert "warning" not in run(capsys, str(path), "--model", "cas-register")[1]
