@@ -21,7 +21,9 @@ ANSWERS_QUEUED_BYTES_MAX of them wait unwritten, the server takes no new request
 client whose answers stay over that bound with no write going through for ANSWERS_STALL_S (it
 stopped reading) is dropped and counted, so a thousand large answers do not stay in the
 replica's memory for as long as it idles. A burst over the bound that a reader drains is only
-paused, never dropped.
+paused, never dropped. An answer that cannot be written (the client hung up) ends the
+connection at once: with every permit taken the reader waits for one and would never see the
+end of the stream, holding the listener's place for good.
 
 No frame over the connection's cap is ever queued (the writer would fail, and with it the
 connection's task group and the listener): an answer too large to send (a query's result, a
@@ -89,7 +91,7 @@ class ClientServer:
         answers = _Answers(connection, limiter, self._driver.metrics)
         outbox = answers.outbox
         async with anyio.create_task_group() as tasks:
-            tasks.start_soon(answers.write_until_broken)
+            tasks.start_soon(answers.write_until_broken, tasks.cancel_scope)
             while not outbox.broken:
                 if outbox.queued_bytes > ANSWERS_QUEUED_BYTES_MAX and \
                         not await answers.drained():  # (no coroutine per request otherwise)
@@ -185,13 +187,15 @@ class _Answers:
             self._limiter.release()
         self._written.ring()
 
-    async def write_until_broken(self) -> None:
-        """The client hanging up ends the writer quietly; the reader then sees the end too."""
+    async def write_until_broken(self, connection: anyio.CancelScope) -> None:
+        """The client hanging up ends the writer quietly, and with it the `connection`'s
+        scope: its reader may be waiting for a permit, which only a written answer gives
+        back (or in `drained`, for a write), and would wait for ever."""
         try:
             with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
                 await self.outbox.run()
         finally:
-            self._written.ring()  # a reader waiting in `drained` sees the end at once
+            connection.cancel()
 
     async def drained(self) -> bool:
         """Once the answers waiting are within ANSWERS_QUEUED_BYTES_MAX (at once if they are);

@@ -43,7 +43,13 @@ from consensus.runtime.server import ClientServer
 from consensus.runtime.tls import Identity
 from jepsen.sim.kv_codec import decode_reply, encode_get, encode_put
 from tests.consensus.runtime.kv_machine import SessionKv
-from tests.consensus.runtime.local import MemoryStore, local_cluster, serving
+from tests.consensus.runtime.local import (
+    NODE_N1,
+    MemoryFrames,
+    MemoryStore,
+    local_cluster,
+    serving,
+)
 
 pytestmark = pytest.mark.anyio
 FRAME_CAP = 64 << 10
@@ -225,3 +231,35 @@ async def test_a_burst_of_answers_over_the_bound_a_reader_drains_is_not_dropped(
             assert [len(answer) for answer in answers] == [1 << 20] * 10
             assert sum(driver.metrics.counter("server.slow_clients_dropped")
                        for driver in cluster.drivers) == 0
+
+
+async def test_a_client_that_hangs_up_with_every_permit_taken_is_let_go() -> None:
+    """Permits come back as answers are written, and the reader waits for one before it reads
+    the next frame: a client that sent more watches than its permits and hung up left the
+    reader waiting for ever once their answers could not be written, holding one of the
+    listener's places (and its task group) for the replica's lifetime."""
+    replica = Replica(ReplicaConfig(replica_id=0, replica_count=3), Prng(1))
+    driver = Driver(replica, MemoryStore(), SessionKv(), lambda peer, frame: True, Metrics(),
+                    config=DriverConfig(tick_ms=5))
+    to_server, from_client = anyio.create_memory_object_stream[bytes](10)
+    to_client, from_server = anyio.create_memory_object_stream[bytes](10)
+    served = anyio.Event()
+
+    async def serve() -> None:
+        await ClientServer(driver, inflight_max=2).serve(
+            NODE_N1, MemoryFrames(to_client, from_client))
+        served.set()
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tasks:
+            await tasks.start(driver.run)
+            tasks.start_soon(serve)
+            for request_id in (1, 2, 3):  # two permits: the third waits for one
+                await to_server.send(encode_request(Watch(request_id, b"q", 1 << 40, 300)))
+            await anyio.sleep(0.05)
+            await to_server.aclose()  # the client hangs up
+            await from_server.aclose()
+            with anyio.move_on_after(2.0):  # the watches end 0.3 s after they came
+                await served.wait()
+            tasks.cancel_scope.cancel()
+    assert served.is_set(), "the server still holds the connection of a client that hung up"
