@@ -145,6 +145,7 @@ class _Connection:
         self._ids = 0
         self.outbox = Outbox(stream)  # requests of every caller, many per write
         self.broken = False
+        self._closed = False  # whether the stream was closed (or is being closed)
 
     async def read_responses(self) -> None:
         try:
@@ -157,10 +158,13 @@ class _Connection:
             pass
         finally:
             self._break()
+        await self.close()  # not when cancelled: the client leaving closes it
 
     def _break(self) -> None:
-        """The connection is unusable: wake every waiting caller (they find no response)."""
+        """The connection is unusable: wake every waiting caller (they find no response), and
+        the writer, which ends."""
         self.broken = True
+        self.outbox.close()
         for waiter in self._waiting.values():
             waiter.finish(None)
         self._waiting.clear()
@@ -192,10 +196,17 @@ class _Connection:
             pass
         finally:
             self._break()
+        await self.close()
 
     async def close(self) -> None:
-        self.broken = True
-        await self._stream.aclose()
+        """Break the connection and close its stream, once, within CLOSE_TIMEOUT_S: the reader
+        ends on the closed stream, the writer on the break. Left open, every reconnect leaked
+        a socket and a task."""
+        self._break()
+        if not self._closed:
+            self._closed = True
+            with anyio.move_on_after(CLOSE_TIMEOUT_S):
+                await self._stream.aclose()
 
 
 class _Dial:

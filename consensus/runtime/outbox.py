@@ -4,7 +4,8 @@ Under load a connection carries many small frames (a response per command, a req
 call); writing each on its own costs a TLS record and a system call apiece. Callers `put`
 frames (never blocking: the caller bounds how many can be queued, e.g. by requests in flight)
 and one writer task takes everything queued since its last write and sends it with one
-`send_many`. The writer ends, and `put` raises, once the connection is broken.
+`send_many`. The writer ends, and `put` raises, once the connection is broken or the outbox
+closed.
 
 `put` refuses a frame over the stream's cap at once, with ValueError: the caller decides what
 becomes of it (the server answers with an error instead, the client refuses the request).
@@ -46,17 +47,25 @@ class Outbox:
         self.queued_bytes += len(frame)
         self._doorbell.ring()
 
+    def close(self) -> None:
+        """Take no more frames, drop those queued, and let `run` return (the stream is the
+        caller's to close)."""
+        self.broken = True
+        self._frames.clear()
+        self.queued_bytes = 0
+        self._doorbell.ring()
+
     async def run(self) -> None:
-        """Write queued frames until the stream breaks (or this task is cancelled)."""
+        """Write queued frames until the stream breaks or `close` (or this task is
+        cancelled)."""
         try:
-            while True:
-                while not self._frames:
+            while not self.broken:
+                if not self._frames:
                     await self._doorbell.sleep()
+                    continue
                 frames, self._frames, self.queued_bytes = self._frames, [], 0
                 await self._stream.send_many(frames)
                 if self._on_written is not None:
                     self._on_written(len(frames))
         finally:
-            self.broken = True
-            self._frames.clear()
-            self.queued_bytes = 0
+            self.close()

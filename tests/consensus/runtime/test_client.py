@@ -170,3 +170,50 @@ async def test_a_request_over_the_connections_frame_cap_is_rejected_unsent() -> 
             with pytest.raises(OutcomeUnknown):
                 await client.propose(b"small", deadline_s=0.2)
     assert heard == ["a"]
+
+
+class HangingUpReplica:
+    """A connection whose replica hangs up at once; it records whether the client closed its
+    side."""
+
+    frame_bytes_max = 1 << 20
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    async def send(self, frame: bytes) -> None:
+        await self.send_many([frame])
+
+    async def send_many(self, frames: Sequence[bytes]) -> None:
+        if self.closed:
+            raise anyio.ClosedResourceError
+
+    async def receive(self) -> bytes:
+        await anyio.sleep(0.01)
+        raise anyio.EndOfStream
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+async def test_a_connection_the_replica_hung_up_is_closed_and_its_writer_ends() -> None:
+    """A broken connection was only marked so: its stream stayed open and its writer slept on
+    its doorbell for ever, a socket (in CLOSE_WAIT, or a place of the replica's) and a task
+    leaked at every reconnect of a long-lived client."""
+    streams: list[HangingUpReplica] = []
+
+    async def connect(endpoint: str) -> HangingUpReplica:
+        streams.append(HangingUpReplica())
+        return streams[-1]
+
+    config = ClientConfig(attempt_timeout_s=0.05, deadline_s=0.5, retry_backoff_s=0.01)
+    with anyio.fail_after(10):
+        async with CellarClient(["a"], connect, config, first=0) as client:
+            tasks = len(anyio.get_running_tasks())
+            for _ in range(5):
+                with pytest.raises(Unavailable):
+                    await client.status("a")
+            await anyio.sleep(0.1)
+            assert len(anyio.get_running_tasks()) == tasks  # no reader, writer nor timer left
+    assert len(streams) >= 2  # a new connection each time
+    assert [stream for stream in streams if not stream.closed] == []

@@ -1,5 +1,5 @@
 """The outbox: frames queued by many callers leave in order, many per write, and a broken
-stream stops it and refuses further frames."""
+stream, or closing it, stops it and refuses further frames."""
 
 from __future__ import annotations
 
@@ -62,3 +62,16 @@ async def test_a_broken_stream_ends_the_writer_and_refuses_frames() -> None:
     assert outbox.broken
     with pytest.raises(anyio.BrokenResourceError):
         outbox.put(b"second")
+
+
+async def test_closing_ends_the_writer_and_drops_what_waits() -> None:
+    stream = RecordingStream()
+    outbox = Outbox(stream)
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(outbox.run)
+            await anyio.sleep(0.01)  # the writer sleeps on its doorbell
+            outbox.close()  # and returns: the task group can end
+    assert outbox.broken and stream.writes == []
+    with pytest.raises(anyio.BrokenResourceError):
+        outbox.put(b"late")
