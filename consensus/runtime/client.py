@@ -4,9 +4,10 @@ Every command travels in an exactly-once session: (session id, sequence number).
 retried, with the same session and sequence, on the next replica when the connection breaks or
 the replica answers "unknown"; the state machine applies a sequence once and answers repeats
 from its reply cache, so a retry never applies a command twice. A session carries one command
-at a time, so the client keeps a pool of sessions for concurrent commands. When the deadline
-passes with the outcome still open the client raises `OutcomeUnknown` (the command may yet be
-applied) rather than guess; `Unavailable` means no replica ever took it.
+at a time, so the client keeps a pool of sessions for concurrent commands; with every one in
+use a command waits its turn, within its deadline (consensus/runtime/session_pool.py). When
+the deadline passes with the outcome still open the client raises `OutcomeUnknown` (the
+command may yet be applied) rather than guess; `Unavailable` means no replica ever took it.
 
 Reads are linearizable (the replica runs them at the sequencer's read index) and are simply
 retried. Watches long-poll a query on one replica's state and resume from the executed slot
@@ -42,6 +43,7 @@ from consensus.runtime.deadlines import Deadlines, Waiter, loop_clock
 from consensus.runtime.framing import TransportError
 from consensus.runtime.outbox import Outbox
 from consensus.runtime.sequencer_route import SequencerRoute
+from consensus.runtime.session_pool import Session, SessionPool
 from consensus.runtime.streams import FrameStream
 
 Connect = Callable[[str], Awaitable[FrameStream]]
@@ -233,9 +235,7 @@ class CellarClient:
         self._preferred = secrets.randbelow(len(self._endpoints)) if first is None else first
         self._connections: dict[str, _Connection] = {}
         self._dials: dict[str, _Dial] = {}  # at most one dial per endpoint at a time
-        self._sessions: list[list[Any]] = [[secrets.token_hex(8), 0]
-                                           for _ in range(config.sessions)]
-        self._session_freed: anyio.Event | None = None  # set when a session comes back
+        self._sessions = SessionPool(config.sessions)
         self._route = SequencerRoute(self._endpoints) if config.prefer_sequencer else None
         self._stack = AsyncExitStack()
         self._tasks: TaskGroup | None = None
@@ -328,17 +328,17 @@ class CellarClient:
         command.)"""
         _check_body(body, "a command")
         deadline_s = deadline_s or self.config.deadline_s
-        session = self._sessions.pop() if self._sessions else await self._take_session()
-        session[1] += 1
-        name, sequence = session
+        now = self._now()
+        deadline = now + deadline_s  # waiting for a session counts against it
+        session = self._sessions.take_nowait() or await self._session_by(deadline, deadline_s)
+        session.sequence += 1
+        name, sequence = session.name, session.sequence
         timeout_ms = int(self.config.attempt_timeout_s * 1000)
 
         def encode(request_id: int) -> bytes:
             return encode_propose(request_id, name, sequence, body, timeout_ms)
 
         handed_over = False  # whether a try may have reached a replica
-        now = self._now()
-        deadline = now + deadline_s
         try:  # not contextlib.suppress: that costs 0.6 us, and this runs once per command
             while True:
                 for endpoint in self._rotation(now):
@@ -359,17 +359,16 @@ class CellarClient:
         except _Expired:  # _attempt raises it once the deadline passed
             raise _no_result(handed_over, deadline_s, name, sequence) from None
         finally:
-            self._sessions.append(session)
-            if self._session_freed is not None:
-                self._session_freed.set()
+            self._sessions.give_back(session)
 
-    async def _take_session(self) -> list[Any]:
-        """A free session; waits only when every one is in use (no checkpoint otherwise)."""
-        while not self._sessions:
-            if self._session_freed is None or self._session_freed.is_set():
-                self._session_freed = anyio.Event()
-            await self._session_freed.wait()
-        return self._sessions.pop()
+    async def _session_by(self, deadline: float, deadline_s: float) -> Session:
+        """A session, in turn, once every one is in use; Unavailable when none comes free
+        before `deadline` (nothing was sent)."""
+        session = await self._sessions.take(deadline - self._now())
+        if session is None:
+            raise Unavailable(f"no session came free within {deadline_s:.1f} s (all "
+                              f"{self.config.sessions} in use); the command was not sent")
+        return session
 
     async def _pause(self, deadline: float) -> None:
         await anyio.sleep(max(0.0, min(self.config.retry_backoff_s,
