@@ -3,10 +3,11 @@ node agents that embed Cellar.
 
 Every command goes through the client library (exactly-once sessions, retries across replicas,
 `OutcomeUnknown` when the outcome cannot be known) and comes back as the state machine's typed
-`Result` or `Rejection`: rejections are values here as they are in the state machine. Queries
-are linearizable reads; `watch_effects` follows a node's numbered effects (pods to start and
-kill) from an index, resuming from wherever it stopped after a reconnect. `SyncStore` wraps it
-all for scripts.
+`Result` or `Rejection`: rejections are values here as they are in the state machine, except
+a session's refusal (SESSIONS_FULL, SESSION_TOO_OLD) of a command sent more than once, which is
+`OutcomeUnknown`: another copy may still be applied. Queries are linearizable reads;
+`watch_effects` follows a node's numbered effects (pods to start and kill) from an index,
+resuming from wherever it stopped after a reconnect. `SyncStore` wraps it all for scripts.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from statemachine.commands import (
     SubmitGroup,
     Uncordon,
 )
-from statemachine.errors import Rejection
+from statemachine.errors import Code, Rejection
 from statemachine.limits import QUERY_LIMIT_MAX
 from statemachine.query_codec import decode_answer, encode_query
 from statemachine.result_codec import decode_result
@@ -65,13 +66,26 @@ class EffectsTrimmed(Exception):
         self.first_index = first_index
 
 
+# The session's refusals, which it does not remember (statemachine/sessions.py): after a retry
+# the client raises OutcomeUnknown for them, as a copy sent earlier may still be applied.
+_SESSION_REFUSALS = (Code.SESSION_TOO_OLD, Code.SESSIONS_FULL)
+
+
+def _not_applied(reply: bytes) -> str | None:
+    result = decode_result(reply)
+    if isinstance(result, Rejection) and result.code in _SESSION_REFUSALS:
+        return str(result)
+    return None
+
+
 class GpuStore:
     def __init__(self, client: CellarClient) -> None:
         self.client = client
 
     async def command(self, command: Command) -> Result | Rejection:
         """Apply one command exactly once; its result, or the rejection (nothing changed)."""
-        return decode_result(await self.client.propose(encode_command(command)))
+        return decode_result(await self.client.propose(encode_command(command),
+                                                       not_applied=_not_applied))
 
     async def query(self, kind: str, **fields: Any) -> Answer:
         """A linearizable query (see statemachine.query_codec for kinds and fields)."""

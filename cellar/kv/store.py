@@ -1,4 +1,7 @@
-"""The key-value store's client API: typed put and get over a `CellarClient`."""
+"""The key-value store's client API: typed put and get over a `CellarClient`.
+
+A put refused by its session (SESSIONS_FULL, SESSION_TOO_OLD) after the client sent it more
+than once raises OutcomeUnknown: another copy may still be applied."""
 
 from __future__ import annotations
 
@@ -10,12 +13,23 @@ class KvRefused(ClientError):
     """The store answered with an error code (a malformed request, a stale sequence)."""
 
 
+# The session's refusals, which it does not remember (statemachine/sessions.py): after a retry
+# the client raises OutcomeUnknown for them, as a copy sent earlier may still be applied.
+_SESSION_REFUSALS = (Code.SESSION_TOO_OLD, Code.SESSIONS_FULL)
+
+
+def _not_applied(reply: bytes) -> str | None:
+    code, _ = decode_reply(reply)
+    return code.name if code in _SESSION_REFUSALS else None
+
+
 class KvStore:
     def __init__(self, client: CellarClient) -> None:
         self.client = client
 
     async def put(self, key: bytes, value: bytes) -> None:
-        code, _ = decode_reply(await self.client.propose(encode_put(key, value)))
+        code, _ = decode_reply(await self.client.propose(encode_put(key, value),
+                                                         not_applied=_not_applied))
         if code is not Code.OK:
             raise KvRefused(f"put {key!r}: {code.name}")
 

@@ -9,6 +9,12 @@ use a command waits its turn, within its deadline (consensus/runtime/session_poo
 the deadline passes with the outcome still open the client raises `OutcomeUnknown` (the
 command may yet be applied) rather than guess; `Unavailable` means no replica ever took it.
 
+A session's refusal (a full session table, a command stamped too long ago to open a session)
+is not remembered, so it says only that the copy answered was not applied: a copy sent before
+it to a replica that did not answer may still be applied later (once an idle session expires,
+or on a replica whose clock is behind). The caller names those replies (`not_applied`); one
+that answers a command sent more than once is `OutcomeUnknown`, never "not applied".
+
 Reads are linearizable (the replica runs them at the sequencer's read index) and are simply
 retried. Watches long-poll a query on one replica's state and resume from the executed slot
 after a reconnect. Async on anyio; `SyncClient` wraps it for scripts.
@@ -48,6 +54,9 @@ from consensus.runtime.streams import FrameStream
 
 Connect = Callable[[str], Awaitable[FrameStream]]
 Encode = Callable[[int], bytes]  # a request's bytes, given its id
+# Why a command's reply says its session refused it (nothing applied, nothing remembered), or
+# None: the state machine's to tell, as the client sees only bytes.
+NotApplied = Callable[[bytes], str | None]
 CLOSE_TIMEOUT_S = 1.0
 # A connection is over (an answer over the frame cap or cut short is a TransportError)
 _BROKEN = (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError,
@@ -67,7 +76,8 @@ class ClientError(ConsensusError):
 
 
 class OutcomeUnknown(ClientError):
-    """The deadline passed while the command may have been applied: it may yet take effect."""
+    """The deadline passed while the command may have been applied, or a copy of it was
+    refused while another may yet be: it may yet take effect."""
 
 
 class Unavailable(ClientError):
@@ -122,6 +132,13 @@ def _no_result(handed_over: bool, deadline_s: float, session: str, sequence: int
         return OutcomeUnknown(f"no result within {deadline_s:.1f} s; the command (session "
                               f"{session}, sequence {sequence}) may still be applied")
     return Unavailable(f"no replica took the command within {deadline_s:.1f} s")
+
+
+def _refused_after_retry(why: str, session: str, sequence: int) -> ClientError:
+    """The error for a command its session refused after it was sent more than once."""
+    return OutcomeUnknown(f"the command (session {session}, sequence {sequence}) was refused "
+                          f"({why}), but it was sent more than once: a copy sent earlier, "
+                          f"unanswered, may still be applied")
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,10 +339,13 @@ class CellarClient:
 
     # --- commands --------------------------------------------------------------------------
 
-    async def propose(self, body: bytes, *, deadline_s: float | None = None) -> bytes:
-        """Apply `body` exactly once and return the state machine's reply. (One coroutine from
-        here to the connection's waiter while the first replica answers: this runs per
-        command.)"""
+    async def propose(self, body: bytes, *, deadline_s: float | None = None,
+                      not_applied: NotApplied | None = None) -> bytes:
+        """Apply `body` exactly once and return the state machine's reply. `not_applied`
+        names the replies that say the command's session refused it, remembering nothing
+        (module docstring): one that comes after a copy that may still be applied is
+        OutcomeUnknown. (One coroutine from here to the connection's waiter while the first
+        replica answers: this runs per command.)"""
         _check_body(body, "a command")
         deadline_s = deadline_s or self.config.deadline_s
         now = self._now()
@@ -350,6 +370,9 @@ class CellarClient:
                         handed_over = True
                         continue
                     if response.code is Code.OK:
+                        if handed_over and not_applied is not None and \
+                                (why := not_applied(response.payload)) is not None:
+                            raise _refused_after_retry(why, name, sequence)
                         return response.payload
                     if (refusal := _refusal(response)) is not None:
                         raise refusal

@@ -8,12 +8,15 @@ import anyio
 import pytest
 
 from consensus.envelope import Principal, Role
+from consensus.runtime.client import CellarClient, ClientConfig, OutcomeUnknown
 from statemachine.codec import encode_command
 from statemachine.commands import HealthReport, HealthStatus, Tick
 from statemachine.errors import Code, Rejection
 from statemachine.machine import Machine
+from statemachine.result_codec import encode_result
 from statemachine.results import GroupStatus, NodeRegistered, PodBound
 from statemachine.store import GpuStore
+from tests.consensus.runtime.fake_replicas import AnsweringReplica, SilentReplica
 from tests.consensus.runtime.local import local_cluster
 from tests.statemachine.builders import inventory, rack_spec, vc
 
@@ -69,3 +72,21 @@ async def test_a_node_agent_cannot_act_for_another_node() -> None:
             async with cluster.client(SCHEDULER) as scheduler_client:
                 refused = await GpuStore(scheduler_client).cordon("n0")
                 assert isinstance(refused, Rejection) and refused.code is Code.UNAUTHORIZED
+
+
+async def test_a_command_its_session_refused_after_a_retry_is_an_unknown_outcome() -> None:
+    """Sent to "a", unanswered, then to "b", whose full session table refused it: the copy at
+    "a" may still be applied once an idle session expires. Sent once, the refusal is a value."""
+    full = Rejection(code=Code.SESSIONS_FULL, message="the session table is full")
+
+    async def connect(endpoint: str) -> SilentReplica | AnsweringReplica:
+        return SilentReplica(endpoint, []) if endpoint == "a" else \
+            AnsweringReplica(encode_result(full))
+
+    config = ClientConfig(attempt_timeout_s=0.05, deadline_s=5.0, retry_backoff_s=0.01)
+    with anyio.fail_after(10):
+        async with CellarClient(["a", "b"], connect, config, first=0) as client:
+            with pytest.raises(OutcomeUnknown, match="sessions_full"):
+                await GpuStore(client).release_gang("job-1")
+        async with CellarClient(["a", "b"], connect, config, first=1) as client:
+            assert await GpuStore(client).release_gang("job-1") == full

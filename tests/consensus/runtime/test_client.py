@@ -17,36 +17,11 @@ from consensus.runtime.client import (
     Rejected,
     Unavailable,
 )
-from consensus.runtime.client_codec import decode_request
+from tests.consensus.runtime.fake_replicas import AnsweringReplica, SilentReplica
 from tests.consensus.runtime.kv_machine import SessionKv
 from tests.consensus.runtime.local import MemoryFrames, local_cluster
 
 pytestmark = pytest.mark.anyio
-
-
-class SilentReplica:
-    """A connection that reads every request and answers none."""
-
-    def __init__(self, endpoint: str, heard: list[str]) -> None:
-        self._endpoint, self._heard = endpoint, heard
-        self._closed = anyio.Event()
-
-    frame_bytes_max = 1 << 20
-
-    async def send(self, frame: bytes) -> None:
-        await self.send_many([frame])
-
-    async def send_many(self, frames: Sequence[bytes]) -> None:
-        for frame in frames:
-            decode_request(frame)  # a well-formed request
-            self._heard.append(self._endpoint)
-
-    async def receive(self) -> bytes:
-        await self._closed.wait()
-        raise anyio.EndOfStream
-
-    async def aclose(self) -> None:
-        self._closed.set()
 
 
 async def test_unanswered_commands_and_reads_end_at_their_deadline() -> None:
@@ -244,3 +219,22 @@ async def test_a_command_waiting_for_a_free_session_honours_its_deadline() -> No
                 await client.propose(b"second", deadline_s=0.3)
             waited = anyio.current_time() - started
     assert 0.3 <= waited < 0.8
+
+
+async def test_a_session_refusal_after_a_retry_is_an_unknown_outcome() -> None:
+    """A session's refusal (a full table, say) is not remembered: it says the copy answered
+    was not applied, not that a copy sent before it, unanswered, will not be. Reported as
+    "not applied" only when the command was sent once."""
+    def not_applied(reply: bytes) -> str | None:
+        return "SESSIONS_FULL" if reply == b"full" else None
+
+    async def connect(endpoint: str) -> SilentReplica | AnsweringReplica:
+        return SilentReplica(endpoint, []) if endpoint == "a" else AnsweringReplica(b"full")
+
+    config = ClientConfig(attempt_timeout_s=0.05, deadline_s=5.0, retry_backoff_s=0.01)
+    with anyio.fail_after(10):
+        async with CellarClient(["a", "b"], connect, config, first=0) as client:
+            with pytest.raises(OutcomeUnknown, match=r"SESSIONS_FULL.*sent more than once"):
+                await client.propose(b"put", not_applied=not_applied)  # "a" times out
+        async with CellarClient(["a", "b"], connect, config, first=1) as client:
+            assert await client.propose(b"put", not_applied=not_applied) == b"full"
