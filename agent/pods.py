@@ -2,7 +2,9 @@
 stopped on KILL_POD, and their starts and exits reported back.
 
 An effect is a hint: before starting a pod the agent asks the store whether the pod is still
-bound here (effects are replayed after a restart, and a gang may have been released since).
+bound here (effects are replayed after a restart, and a gang may have been released since). A
+pod whose gang the store is already evicting (preempted or drained while the agent was away or
+lagging) is never started: it is reported killed before its start, so the gang can leave.
 The last effect handled is remembered in the state directory, so a restarted agent resumes
 where it was. Outcomes the store must hear are reported until it answers
 (`agent.store_link`): a job that could not start is reported exited with 127 and the reason,
@@ -22,7 +24,7 @@ import anyio
 from agent.binding import Binding
 from agent.job_outcomes import Exited, Started, StopOutcome
 from agent.jobs import JobRunner
-from agent.store_link import StoreLink
+from agent.store_link import Standing, StoreLink
 from consensus.runtime.durable_file import replace_file
 from statemachine.effects import EffectKind
 from statemachine.errors import Rejection
@@ -31,6 +33,8 @@ from statemachine.store import EffectsTrimmed
 
 logger = logging.getLogger("cellar.agent.pods")
 EXIT_CODE_NOT_STARTED = 127  # as a shell says for a command it could not run
+EXIT_CODE_KILLED = 137  # as a shell says for a command ended by SIGKILL
+REASON_KILLED_BEFORE_START = "killed before start: its gang is being evicted"
 EFFECTS_CURSOR = "effects-after"
 WATCH_WAIT_S = 5.0
 
@@ -57,13 +61,17 @@ class Pods:
         """After registering: adopt what runs, report what was lost, start what never ran,
         stop what the store does not know."""
         report = await self.runner.reconcile([binding_of(pod) for pod in registered.pods])
+        evicting = {pod.pod_uid for pod in registered.pods if pod.evicting}
         for binding in report.adopted:
             await self._acknowledge(binding)
         for exited in report.lost:
             self.counts["jobs_lost"] += 1
             await self._report_exit(exited)
         for binding in report.to_start:
-            await self.start(binding)
+            if binding.pod_uid in evicting:
+                await self._killed_before_start(binding)
+            else:
+                await self.start(binding)
         async with anyio.create_task_group() as tasks:
             for binding in report.to_stop:
                 tasks.start_soon(self.stop, binding.pod_uid)
@@ -83,6 +91,14 @@ class Pods:
         await self._report_exit(Exited(pod_uid=binding.pod_uid, group=binding.group,
                                        exit_code=EXIT_CODE_NOT_STARTED,
                                        reason=f"could not start: {outcome.reason}"))
+
+    async def _killed_before_start(self, binding: Binding) -> None:
+        self.counts["jobs_killed_before_start"] += 1
+        logger.info("pod %s of %s is being evicted: not starting it", binding.pod_uid,
+                    binding.group)
+        await self._report_exit(Exited(pod_uid=binding.pod_uid, group=binding.group,
+                                       exit_code=EXIT_CODE_KILLED,
+                                       reason=REASON_KILLED_BEFORE_START))
 
     async def stop(self, pod_uid: str) -> StopOutcome:
         outcome = await self.runner.stop(pod_uid)
@@ -134,8 +150,12 @@ class Pods:
         kind = effect.get("kind")
         if kind == EffectKind.START_POD.value:
             binding = binding_of(effect)
-            if await self.link.still_bound_here(binding.group, binding.pod_uid):
+            standing = await self.link.standing(binding.group, binding.pod_uid)
+            if standing is Standing.BOUND:
                 await self.start(binding)
+            elif standing is Standing.EVICTING and not self.runner.started_before(
+                    binding.pod_uid):
+                await self._killed_before_start(binding)
         elif kind == EffectKind.KILL_POD.value:
             self.counts["kills"] += 1
             stops.start_soon(self.stop, str(effect["pod_uid"]))

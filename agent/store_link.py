@@ -9,6 +9,7 @@ incarnation means register again; an unknown pod means the store forgot it).
 
 from __future__ import annotations
 
+import enum
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
@@ -25,6 +26,14 @@ logger = logging.getLogger("cellar.agent.store")
 T = TypeVar("T")
 RETRY_MS_MIN = 50
 REGISTER_REFUSED_RETRY_MS = 10_000  # the cluster configuration may not know this node yet
+
+
+class Standing(enum.Enum):
+    """What the store has of a pod bound to this node."""
+
+    BOUND = "bound"  # bound or running here: it is this node's to run
+    EVICTING = "evicting"  # still here, but its gang is being made to leave: never start it
+    GONE = "gone"  # exited, released, or not on this node
 
 
 class StoreLink:
@@ -79,15 +88,17 @@ class StoreLink:
         return await self._until_answered("report exit", lambda: self.store.report_pod_exit(
             self.node, self.incarnation, group, pod_uid, exit_code, reason=reason))
 
-    async def still_bound_here(self, group: str, pod_uid: str) -> bool:
-        """Whether the store still has `pod_uid` bound (not exited) on this node: an effect is
-        a hint, the gang's current state decides."""
+    async def standing(self, group: str, pod_uid: str) -> Standing:
+        """What the store has of `pod_uid` on this node now: an effect is a hint, the gang's
+        current state decides."""
         answer: Any = await self._until_answered("gang query", lambda: self.store.gang(group))
         if isinstance(answer, Rejection):
-            return False
-        return any(pod.get("pod_uid") == pod_uid and pod.get("node") == self.node
+            return Standing.GONE
+        if not any(pod.get("pod_uid") == pod_uid and pod.get("node") == self.node
                    and pod.get("phase") in (PodPhase.BOUND.value, PodPhase.RUNNING.value)
-                   for pod in answer.get("pods", []))
+                   for pod in answer.get("pods", [])):
+            return Standing.GONE
+        return Standing.EVICTING if answer.get("evicting") else Standing.BOUND
 
 
 def is_stale(result: object) -> bool:

@@ -6,9 +6,10 @@ Agent commands carry the incarnation that registration handed out; an older one 
 node rebooted: its running pods are marked bound again and listed in the reply, for the agent
 to start anew. A pod of a gang being evicted is told to stop again at each registration: an
 agent cut off long enough misses effects trimmed from the outbox, its kill among them, and the
-gang would wait for that pod for ever. Health changes refresh the GPUs' usability; GPUs that
-fail under gangs are reported on those gangs (and the gangs released where their tenant's policy
-says so).
+gang would wait for that pod for ever; the reply marks such a pod evicting, so that an agent
+that never ran it reports it exited rather than starting it. Health changes refresh the GPUs'
+usability; GPUs that fail under gangs are reported on those gangs (and the gangs released where
+their tenant's policy says so).
 """
 
 from __future__ import annotations
@@ -70,7 +71,8 @@ def register_node(state: State, command: RegisterNode) -> NodeRegistered:
             kill_pod(state, group, pod, group.evicting)
     pods = [PodAssignment(group=group.group, pod_uid=pod.pod_uid,
                           gpu_uuids=pod_uuids(state, group, position),
-                          env=pod_env(pod_uuids(state, group, position)), command=pod.command)
+                          env=pod_env(pod_uuids(state, group, position)), command=pod.command,
+                          evicting=bool(group.evicting))
             for group, position, pod in _pods_on(state, record)
             if pod.phase in (PodPhase.BOUND, PodPhase.RUNNING)]
     return NodeRegistered(node=record.node, incarnation=record.incarnation, pods=tuple(pods))

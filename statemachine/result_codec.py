@@ -48,7 +48,7 @@ def result_to_plain(result: Result) -> dict[str, Any]:
                 "incarnation": result.incarnation,
                 "pods": [{"group": pod.group, "pod_uid": pod.pod_uid,
                           "gpu_uuids": list(pod.gpu_uuids), "env": _env(pod.env),
-                          "command": list(pod.command)}
+                          "command": list(pod.command), "evicting": pod.evicting}
                          for pod in result.pods]}
     elif isinstance(result, PodBound):
         body = {"type": "pod_bound", "group": result.group, "member": result.member,
@@ -121,7 +121,7 @@ def _from_plain(kind: str, plain: dict[str, Any]) -> Result:
             PodAssignment(group=pod["group"], pod_uid=pod["pod_uid"],
                           gpu_uuids=tuple(pod["gpu_uuids"]),
                           env=tuple((name, value) for name, value in pod["env"]),
-                          command=tuple(pod["command"]))
+                          command=tuple(pod["command"]), evicting=bool(pod["evicting"]))
             for pod in plain["pods"]))
     if kind == "pod_bound":
         return PodBound(**{**plain, "gpu_uuids": tuple(plain["gpu_uuids"]),

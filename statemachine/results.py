@@ -62,13 +62,16 @@ class ConfigApplied:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PodAssignment:
-    """A pod the node must run: the agent (re)establishes these after registering."""
+    """A pod the node must run: the agent (re)establishes these after registering. One whose
+    gang is being evicted is listed too, to be stopped or, when it never ran, reported exited
+    without being started."""
 
     group: str
     pod_uid: str
     gpu_uuids: tuple[str, ...]
     env: tuple[tuple[str, str], ...]
     command: tuple[str, ...] = ()
+    evicting: bool = False  # its gang is being made to leave: never start it
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

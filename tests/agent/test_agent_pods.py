@@ -16,6 +16,7 @@ import anyio
 import pytest
 
 from agent.fake_backend import FakeGpuBackend
+from agent.started_ledger import StartedLedger
 from statemachine import outbox
 from statemachine.errors import Rejection
 from statemachine.results import GroupPhase, GroupStatus
@@ -230,3 +231,25 @@ async def test_an_agent_whose_kill_was_trimmed_while_it_lagged_reconciles_and_st
             back.set()
             await eventually(_dead(pid), what="the job whose kill was trimmed stopped")
             assert agent.registrations > registrations
+
+
+async def test_a_pod_evicted_while_the_agent_was_away_is_never_started(
+        tmp_path: pathlib.Path, jobs_dir: pathlib.Path) -> None:
+    """Bound while its agent restarted, then preempted at once: the registration lists the
+    pod as bound but evicting, and the START_POD replayed is answered the same way. The
+    agent reports it killed before its start, so the preemptor gets the GPUs."""
+    gpus = FakeGpuBackend.from_profile("a100-8", seed=1)
+    state = tmp_path / "agent"
+    with anyio.fail_after(40):
+        async with configured_cluster() as cluster, store(cluster, SCHEDULER) as scheduler:
+            async with running_agent(cluster, "n0", gpus, state):
+                pass  # registered, its lease runs for a while; the agent is then away
+            await bind(scheduler, "victim", job(jobs_dir, "victim", seconds=60), tenant="b",
+                       priority=-1, gpus=8)
+            boss = await scheduler.submit_gang("boss", "a", 10, [(1, 8)])
+            assert isinstance(boss, GroupStatus) and boss.phase is GroupPhase.PREEMPTING
+            async with running_agent(cluster, "n0", gpus, state):
+                await eventually(_allocated(scheduler, "boss"), what="the preemptor placed")
+            # Remembered before any launch: a start killed before its mark was written shows.
+            assert "victim-pod" not in StartedLedger(state, remembered_max=100)
+            assert starts(jobs_dir, "victim") == []

@@ -200,7 +200,7 @@ RESULTS: list[Result] = [
     ConfigApplied(version=2, downgraded=("a",), requeued=()),
     NodeRegistered(node="n0", incarnation=3, pods=(PodAssignment(
         group="g", pod_uid="p", gpu_uuids=("GPU-1",), env=(("A", "b"),),
-        command=("run.sh", "--fast")),)),
+        command=("run.sh", "--fast"), evicting=True),)),
     PodBound(group="g", member=0, index=1, pod_uid="p", node="n0", gpu_uuids=("GPU-1",),
              env=(("CUDA_VISIBLE_DEVICES", "GPU-1"),)),
     GroupStatus(group="g", vc="a", phase=GroupPhase.PREEMPTING, priority=3,

@@ -123,6 +123,7 @@ def test_a_reboot_hands_running_pods_back_to_the_agent(driver: Driver) -> None:
     assert isinstance(result, NodeRegistered)
     assert [pod.pod_uid for pod in result.pods] == ["job-0-0"]
     assert result.pods[0].gpu_uuids == tuple(f"GPU-{node}-{index}" for index in range(8))
+    assert not result.pods[0].evicting
     assert driver.state.groups["job"].pods[0].phase.value == "bound"
 
 
@@ -247,3 +248,16 @@ def test_registering_again_repeats_the_kills_of_a_gang_being_evicted(driver: Dri
                             pod_uid="job-0-1", exit_code=137, reason="killed"),
               node_principal("n1"))
     assert "job" not in driver.state.groups
+
+
+def test_a_registration_marks_the_pods_of_a_gang_being_evicted(driver: Driver) -> None:
+    """The agent must not start a pod the store already asked to stop: it reports it exited."""
+    driver.submit(gang("job", "b", 0, (2, 8)))
+    for pod in driver.state.groups["job"].pods:
+        driver.ok(BindPod(group="job", member=pod.member,
+                          pod_uid=f"job-{pod.member}-{pod.index}"), SCHEDULER)
+    driver.ok(Drain(node="n1"), ADMIN)
+    result = driver.ok(RegisterNode(node="n0", boot_id="boot-2", gpus=inventory("n0")),
+                       node_principal("n0"))
+    assert isinstance(result, NodeRegistered)
+    assert [(pod.pod_uid, pod.evicting) for pod in result.pods] == [("job-0-0", True)]
