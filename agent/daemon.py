@@ -2,11 +2,12 @@
 
 It starts NVML (retrying with back-off while the driver is away: the GPU count is then unknown,
 and nothing is registered rather than zero GPUs), registers the node's GPUs with a fresh
-incarnation, reconciles the jobs the store expects with the ones running, and then runs until
-stopped: heartbeats, the health monitor (`agent.monitor`), the pods loop (`agent.pods`: effects
-in, starts, stops and exits out) and the metrics page. The store client follows failovers by
-itself; if the store says this incarnation is over (the node was registered again elsewhere or
-deregistered), the agent registers again and reconciles.
+incarnation, heartbeats from then on (stopping jobs may take longer than a lease), reconciles
+the jobs the store expects with the ones running, and then runs until stopped: the health
+monitor (`agent.monitor`), the pods loop (`agent.pods`: effects in, starts, stops and exits
+out) and the metrics page. The store client follows failovers by itself; if the store says
+this incarnation is over (the node was registered again elsewhere or deregistered), the agent
+registers again and reconciles.
 """
 
 from __future__ import annotations
@@ -77,17 +78,19 @@ class Agent:
         """Register, reconcile and serve; again whenever the store ends the incarnation."""
         inventory = gpu_inventory(devices, self.config.models)
         links = await self._links(devices)
+        reconciled = False
         while True:
             registered = await self.link.register(fresh_boot_id(), inventory, links)
             self.registrations += 1
             logger.info("registered %s: incarnation %d, %d pods expected", self.config.node,
                         registered.incarnation, len(registered.pods))
-            await pods.reconcile(registered)
-            if self.registrations == 1:
-                task_status.started()
             try:
                 async with anyio.create_task_group() as tasks:
-                    tasks.start_soon(self._heartbeats)
+                    tasks.start_soon(self._heartbeats)  # the lease is renewed while reconciling
+                    await pods.reconcile(registered, tasks)
+                    if not reconciled:
+                        reconciled = True
+                        task_status.started()
                     tasks.start_soon(pods.follow_effects)
             except* IncarnationOver:
                 logger.warning("the store ended incarnation %d: registering again",

@@ -57,9 +57,10 @@ class Pods:
         self.cursor_path = state_dir / EFFECTS_CURSOR
         self.counts: Counter[str] = Counter()
 
-    async def reconcile(self, registered: NodeRegistered) -> None:
+    async def reconcile(self, registered: NodeRegistered, stops: anyio.abc.TaskGroup) -> None:
         """After registering: adopt what runs, report what was lost, start what never ran,
-        stop what the store does not know."""
+        and begin stopping what the store does not know, in `stops`: a stop can outlast a
+        lease (grace, kill wait, GPU release), and nothing here waits for one."""
         report = await self.runner.reconcile([binding_of(pod) for pod in registered.pods])
         evicting = {pod.pod_uid for pod in registered.pods if pod.evicting}
         for binding in report.adopted:
@@ -72,9 +73,8 @@ class Pods:
                 await self._killed_before_start(binding)
             else:
                 await self.start(binding)
-        async with anyio.create_task_group() as tasks:
-            for binding in report.to_stop:
-                tasks.start_soon(self.stop, binding.pod_uid)
+        for binding in report.to_stop:
+            stops.start_soon(self.stop, binding.pod_uid)
 
     async def start(self, binding: Binding) -> None:
         if self.runner.started_before(binding.pod_uid):

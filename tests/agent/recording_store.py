@@ -1,0 +1,61 @@
+"""A stand-in for the store (`GpuStore`) that accepts every call of a node agent and records
+when each was made: for tests of the agent's timing and ordering, where a real cluster would
+only add noise. It has no gangs and no effects (its watch waits for ever)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncGenerator
+from typing import Any
+
+import anyio
+
+from statemachine.errors import Code, Rejection
+from statemachine.results import Done, NodeRegistered, PodAssignment
+
+
+class RecordingStore:
+    def __init__(self, node: str, pods: tuple[PodAssignment, ...] = ()) -> None:
+        self.node = node
+        self.pods = pods
+        self.calls: list[tuple[float, str, tuple[Any, ...]]] = []
+        self.incarnation = 0
+        self.health_reply: Any = Done(note="ok")
+
+    def _log(self, name: str, *args: Any) -> None:
+        self.calls.append((time.monotonic(), name, args))
+
+    def times(self, name: str) -> list[float]:
+        """When each call named `name` was made (time.monotonic), oldest first."""
+        return [at for at, call, _ in self.calls if call == name]
+
+    async def register_node(self, node: str, boot_id: str, gpus: Any, links: Any = ()) -> Any:
+        self._log("register", node, gpus)
+        self.incarnation += 1
+        return NodeRegistered(node=node, incarnation=self.incarnation, pods=self.pods)
+
+    async def heartbeat(self, node: str, incarnation: int) -> Any:
+        self._log("heartbeat", node, incarnation)
+        return Done(note="lease renewed")
+
+    async def report_health(self, node: str, incarnation: int, reports: Any) -> Any:
+        self._log("health", node, incarnation, reports)
+        return self.health_reply
+
+    async def ack_pod_started(self, node: str, incarnation: int, group: str, pod_uid: str,
+                              gpu_uuids: Any) -> Any:
+        self._log("ack", node, group, pod_uid)
+        return Done(note="running")
+
+    async def report_pod_exit(self, node: str, incarnation: int, group: str, pod_uid: str,
+                              exit_code: int, *, reason: str = "") -> Any:
+        self._log("exit", node, group, pod_uid, exit_code, reason)
+        return Done(note="exited")
+
+    async def gang(self, group: str) -> Any:
+        return Rejection(code=Code.UNKNOWN_GROUP, message=group)
+
+    async def watch_effects(self, node: str, after: int = 0, *, wait_s: float = 5.0
+                            ) -> AsyncGenerator[dict[str, Any], None]:
+        await anyio.sleep_forever()
+        yield {}
