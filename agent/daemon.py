@@ -12,7 +12,9 @@ registers again and reconciles.
 
 from __future__ import annotations
 
+import functools
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import anyio
@@ -26,7 +28,7 @@ from agent.inventory import fresh_boot_id, gpu_inventory, gpu_links
 from agent.jobs import JobRunner
 from agent.monitor import Monitor, monotonic_ms
 from agent.pods import Pods
-from agent.store_link import StoreLink, is_stale
+from agent.store_link import NodeGpus, StoreLink, is_stale
 from consensus.runtime.metrics_http import serve_metrics
 from statemachine.commands import GpuLink
 from statemachine.store import EffectsTrimmed, GpuStore
@@ -65,22 +67,21 @@ class Agent:
         async with JobRunner(self.config.state_dir, local_gpu_uuids=[d.uuid for d in devices],
                              gpus=self.backend, limits=self.config.jobs) as runner:
             pods = Pods(self.link, runner, self.config.state_dir)
+            read_gpus = functools.partial(self._read_gpus, tracker, runner)
             async with anyio.create_task_group() as tasks:
                 if self.config.metrics is not None:
                     self.metrics_port = await tasks.start(self._serve_metrics, pods, runner)
                 tasks.start_soon(monitor.poll_forever)
                 tasks.start_soon(monitor.events_forever)
                 tasks.start_soon(pods.report_exits)
-                await self._serve_incarnations(pods, devices, task_status)
+                await self._serve_incarnations(pods, read_gpus, task_status)
 
-    async def _serve_incarnations(self, pods: Pods, devices: tuple[DeviceInfo, ...],
+    async def _serve_incarnations(self, pods: Pods, read_gpus: Callable[[], Awaitable[NodeGpus]],
                                   task_status: TaskStatus[None]) -> None:
         """Register, reconcile and serve; again whenever the store ends the incarnation."""
-        inventory = gpu_inventory(devices, self.config.models)
-        links = await self._links(devices)
         reconciled = False
         while True:
-            registered = await self.link.register(fresh_boot_id(), inventory, links)
+            registered = await self.link.register(fresh_boot_id(), read_gpus)
             self.registrations += 1
             logger.info("registered %s: incarnation %d, %d pods expected", self.config.node,
                         registered.incarnation, len(registered.pods))
@@ -97,6 +98,24 @@ class Agent:
                                registered.incarnation)
             except* EffectsTrimmed:
                 logger.warning("effects missed while away: registering again to reconcile")
+
+    async def _read_gpus(self, tracker: HealthTracker, runner: JobRunner) -> NodeGpus:
+        """The GPUs to register, listed by NVML again each time: one that did not answer at
+        first (NotReady, a reset under way) counts once it does. The health tracker, the job
+        runner and the metrics page follow the list."""
+        try:
+            devices = await anyio.to_thread.run_sync(self.backend.devices)
+        except NvmlUnavailable as error:
+            logger.warning("cannot list the GPUs again (%s): registering those listed before",
+                           error)
+            devices = self.view.devices
+        if devices != self.view.devices:
+            logger.info("NVML lists %d GPUs now, %d before", len(devices),
+                        len(self.view.devices))
+            self.view.devices = devices
+            tracker.observe_devices(devices, monotonic_ms())
+            runner.observe_gpus([device.uuid for device in devices])
+        return gpu_inventory(devices, self.config.models), await self._links(devices)
 
     async def _links(self, devices: tuple[DeviceInfo, ...]) -> tuple[GpuLink, ...]:
         try:

@@ -117,6 +117,11 @@ class JobRunner:
             self.exits.close()  # read exits inside: an unread one is "lost" to the next runner
         return None
 
+    def observe_gpus(self, local_gpu_uuids: Collection[str]) -> None:
+        """The node's inventory as NVML lists it now (a GPU that did not answer at first may
+        be registered later): bindings are checked against it from now on."""
+        self._local = frozenset(local_gpu_uuids)
+
     def started_before(self, pod_uid: str) -> bool:
         """Whether this pod uid was ever started here (by this runner or an earlier one)."""
         return pod_uid in self._jobs or pod_uid in self._ledger

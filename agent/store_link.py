@@ -10,6 +10,7 @@ incarnation means register again; an unknown pod means the store forgot it).
 from __future__ import annotations
 
 import enum
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
@@ -25,6 +26,7 @@ from statemachine.store import GpuStore
 logger = logging.getLogger("cellar.agent.store")
 T = TypeVar("T")
 RETRY_MS_MIN = 50
+NodeGpus = tuple[Sequence[GpuInventory], Sequence[GpuLink]]  # what registration sends
 REGISTER_REFUSED_RETRY_MS = 10_000  # the cluster configuration may not know this node yet
 
 
@@ -57,13 +59,15 @@ class StoreLink:
             await anyio.sleep(delay_ms / 1000)
             delay_ms = min(delay_ms * 2, self.retry_ms_max)
 
-    async def register(self, boot_id: str, gpus: Sequence[GpuInventory],
-                       links: Sequence[GpuLink] = ()) -> NodeRegistered:
-        """Register with a fresh incarnation; a refusal (this node is not in the cluster's
-        configuration, or its GPUs do not match it) is logged and tried again later."""
+    async def register(self, boot_id: str, read_gpus: Callable[[], Awaitable[NodeGpus]]
+                       ) -> NodeRegistered:
+        """Register with a fresh incarnation and the GPUs `read_gpus` finds, read again for
+        each try; a refusal (this node is not in the cluster's configuration, or its GPUs do
+        not match it, as when one did not answer NVML) is logged and tried again later."""
         while True:
-            result = await self._until_answered("register", lambda: self.store.register_node(
-                self.node, boot_id, gpus, links))
+            gpus, links = await read_gpus()
+            result = await self._until_answered("register", functools.partial(
+                self.store.register_node, self.node, boot_id, gpus, links))
             if isinstance(result, NodeRegistered):
                 self.incarnation = result.incarnation
                 return result

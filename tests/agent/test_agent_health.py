@@ -4,17 +4,23 @@ ends in the right health state in the store and the right effect on placements."
 from __future__ import annotations
 
 import pathlib
-from collections.abc import Callable
+import sys
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
 import pytest
 
+from agent import store_link
+from agent.daemon import Agent
 from agent.fake_backend import FakeGpuBackend
+from consensus.envelope import Principal, Role
+from statemachine.errors import Rejection
 from statemachine.results import GroupPhase, GroupStatus
 from tests.agent.agent_support import (
     ADMIN,
     SCHEDULER,
+    agent_config,
     configured_cluster,
     eventually,
     gpu_view,
@@ -24,6 +30,7 @@ from tests.agent.agent_support import (
 
 pytestmark = pytest.mark.anyio
 GPU = 3  # the GPU the scenarios hit
+SLEEPER = "import time; time.sleep(3)"  # long enough to be seen running, then gone
 
 
 
@@ -124,6 +131,50 @@ async def test_registration_carries_the_measured_inventory_and_topology(
     assert len(view["links"]) == len(topology.pairs) == 28  # every pair of 8 GPUs
     assert sum(link["nvlinks"] for link in view["links"]) == sum(
         pair.nvlinks for pair in topology.pairs)
+
+
+async def test_a_gpu_that_answers_again_after_the_start_lets_the_node_register(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GPU that does not answer NVML while the agent starts (NotReady, a reset under way)
+    gets the registration refused: 7 GPUs where the configuration says 8. The GPUs are listed
+    again for each try, so once it answers the node registers, and the GPU is watched and
+    given to jobs like the others."""
+    monkeypatch.setattr(store_link, "REGISTER_REFUSED_RETRY_MS", 100)
+    gpus = FakeGpuBackend.from_profile("a100-8", seed=1)
+    flaky = gpus.uuids()[GPU]
+    gpus.lose(flaky)
+    with anyio.fail_after(30):
+        async with configured_cluster() as cluster, store(cluster, ADMIN) as admin, \
+                store(cluster, SCHEDULER) as scheduler, \
+                store(cluster, Principal(Role.NODE, "n0")) as node_store, \
+                anyio.create_task_group() as tasks:
+            tasks.start_soon(Agent(agent_config("n0", tmp_path), gpus, node_store).run)
+            await anyio.sleep(0.5)  # refused at least once
+            gpus.recover(flaky)
+            await eventually(_node_up(admin, "n0"), timeout_s=8, what="n0 registered")
+            await _until_status(admin, flaky, "pass")
+            status = await scheduler.submit_gang("all", "a", 5, [(1, 8)])
+            assert isinstance(status, GroupStatus), status
+            # Refused with 127 unless the job runner takes GPU 3 as this node's.
+            await scheduler.bind_pod("all", 0, "all-pod", [sys.executable, "-c", SLEEPER])
+            await eventually(_pod_phase(admin, "all", "running"), what="the 8-GPU pod runs")
+            tasks.cancel_scope.cancel()
+
+
+def _node_up(admin: Any, node: str) -> Callable[[], Awaitable[bool | None]]:
+    async def probe() -> bool | None:
+        view: Any = await admin.node(node)
+        assert not isinstance(view, Rejection), view
+        return True if view["liveness"] == "up" else None
+    return probe
+
+
+def _pod_phase(admin: Any, group: str, phase: str) -> Callable[[], Awaitable[bool | None]]:
+    async def probe() -> bool | None:
+        answer: Any = await admin.gang(group)
+        assert not isinstance(answer, Rejection), answer
+        return True if answer["pods"][0]["phase"] == phase else None
+    return probe
 
 
 async def test_an_nvml_error_in_the_middle_of_a_poll_is_reported_and_survived(
