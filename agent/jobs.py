@@ -12,8 +12,9 @@ Use it as an async context manager; it holds one watcher task per job, and `exit
 
 A job lives as long as its first process (the session leader the runner launched); when it
 ends, whatever it left running is stopped too (SIGTERM, grace, SIGKILL), as a container's
-processes end with its init, so that none of them runs once the exit is reported (NVML's
-process lists are checked by `stop` only; the agent's monitor cross-checks them otherwise).
+processes end with its init, so that none of them runs once the exit is reported, even when a
+stop that had begun is cancelled (NVML's process lists are checked by `stop` only; the
+agent's monitor cross-checks them otherwise).
 
 Leaving the context stops the watchers, not the jobs: jobs outlive the agent, and the next
 runner on the same state directory adopts them. A pod uid is started at most once, ever: the
@@ -73,7 +74,8 @@ class _Job:
     record: JobRecord
     child: bool  # launched by this runner (its status can be read) or adopted
     exited: anyio.Event = field(default_factory=anyio.Event)
-    stopping: bool = False
+    stopping: bool = False  # a stop was asked: the exit says so
+    ending: anyio.Lock = field(default_factory=anyio.Lock)  # held by a stop ending the group
 
 
 class JobRunner:
@@ -209,7 +211,7 @@ class JobRunner:
         code, reason = await self._wait_exit(job)
         if job.stopping:
             reason = f"stopped by the agent; {reason}"
-        else:
+        async with job.ending:  # after a stop under way: what one cancelled left is ended here
             await self._end_leftovers(record)
         job.exited.set()
         async with self._locked():  # no reconcile between the two: it would call the job lost
@@ -246,8 +248,9 @@ class JobRunner:
                                gpu_release=GpuRelease.NO_GPUS)
         job.stopping = True
         seen = {job.record.pid: job.record.start_ticks}  # every process of the job met
-        termination = await self._end_group(
-            job.record, seen, self.limits.grace_s if grace_s is None else grace_s)
+        async with job.ending:
+            termination = await self._end_group(
+                job.record, seen, self.limits.grace_s if grace_s is None else grace_s)
         with anyio.move_on_after(self.limits.kill_wait_s):
             await job.exited.wait()  # the watcher reaps at once
         check = await wait_released(

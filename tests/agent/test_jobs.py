@@ -5,11 +5,13 @@ reconciliation after an agent restart."""
 
 from __future__ import annotations
 
+import functools
 import os
 import pathlib
 import signal
 from collections.abc import Iterator
 
+import anyio
 import pytest
 
 from agent import process_watch, procfs
@@ -33,6 +35,7 @@ from tests.agent.jobs_support import (
     IGNORE_TERM,
     LEAVES_CHILD,
     STUBBORN_CHILD,
+    WAIT_S,
     GpuDouble,
     Reaper,
     Rig,
@@ -195,6 +198,22 @@ async def test_processes_a_job_leaves_behind_end_with_it(rig) -> None:
         started = await rig.start(jobs, binding("p1", LEAVES_CHILD))
         child, child_ticks = child_of(await wait_for_output(started, "child"))
         assert (await next_exit(jobs)).exit_code == 0
+        assert not procfs.is_alive(child, child_ticks)
+
+
+async def test_a_stop_cancelled_part_way_still_ends_the_jobs_processes(rig) -> None:
+    """The agent cancels its stops when it registers again: the processes the job's leader
+    leaves behind are still ended before its exit is reported (their GPUs go to the next
+    gang)."""
+    async with rig.runner() as jobs:
+        started = await rig.start(jobs, binding("p1", STUBBORN_CHILD))
+        child, child_ticks = child_of(await wait_for_output(started, "child"))
+        async with anyio.create_task_group() as stops:
+            stops.start_soon(functools.partial(jobs.stop, "p1", grace_s=WAIT_S))
+            await wait_dead(started.pid, started.start_ticks)  # the leader died of SIGTERM
+            stops.cancel_scope.cancel()  # the child, which ignores SIGTERM, still runs
+        exited = await next_exit(jobs)
+        assert exited.reason.startswith("stopped by the agent"), exited
         assert not procfs.is_alive(child, child_ticks)
 
 
