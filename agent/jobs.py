@@ -124,6 +124,10 @@ class JobRunner:
         be registered later): bindings are checked against it from now on."""
         self._local = frozenset(local_gpu_uuids)
 
+    def runs(self, pod_uid: str) -> bool:
+        """Whether this runner watches a job of this pod uid now."""
+        return pod_uid in self._jobs
+
     def started_before(self, pod_uid: str) -> bool:
         """Whether this pod uid was ever started here (by this runner or an earlier one)."""
         return pod_uid in self._jobs or pod_uid in self._ledger

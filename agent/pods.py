@@ -77,8 +77,8 @@ class Pods:
             stops.start_soon(self.stop, binding.pod_uid)
 
     async def start(self, binding: Binding) -> None:
-        if self.runner.started_before(binding.pod_uid):
-            return  # at most once: reconciliation decides what became of it
+        if self.runner.runs(binding.pod_uid):
+            return  # a replayed START_POD: it runs already
         outcome = await self.runner.start(binding)
         if isinstance(outcome, Started):
             self.counts["jobs_started"] += 1

@@ -137,6 +137,27 @@ async def test_a_command_that_cannot_start_is_reported_with_its_reason(
             assert pod["exit_code"] == 127 and "could not start" in pod["exit_reason"], pod
 
 
+async def test_a_pod_uid_started_before_on_the_node_is_reported_not_started(
+        tmp_path: pathlib.Path, jobs_dir: pathlib.Path) -> None:
+    """A pod uid is started at most once per node: a later gang that reuses one gets its pod
+    reported exited with the reason, never left bound (its GPUs held) for ever."""
+    gpus = FakeGpuBackend.from_profile("a100-8", seed=1)
+    with anyio.fail_after(40):
+        async with configured_cluster() as cluster, store(cluster, SCHEDULER) as scheduler, \
+                store(cluster, ADMIN) as admin, \
+                running_agent(cluster, "n0", gpus, tmp_path / "agent"):
+            for attempt in ("first", "second"):
+                status = await scheduler.submit_gang(attempt, "a", 5, [(2, 1)])
+                assert isinstance(status, GroupStatus), status
+                bound = await scheduler.bind_pod(attempt, 0, "trainer-0",
+                                                 job(jobs_dir, attempt, seconds=0.2))
+                assert not isinstance(bound, Rejection), bound
+                pod = await until_phase(admin, attempt, "exited")
+                await scheduler.release_gang(attempt)
+            assert pod["exit_code"] == 127 and "already started" in pod["exit_reason"], pod
+            assert starts(jobs_dir, "second") == []
+
+
 async def test_release_and_preemption_stop_the_job(tmp_path: pathlib.Path,
                                                    jobs_dir: pathlib.Path) -> None:
     gpus = FakeGpuBackend.from_profile("a100-8", seed=1)
