@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import logging
 import math
 import pathlib
 import threading
@@ -54,6 +55,7 @@ from agent.nvml_calls import NvmlCallError, NvmlCalls
 from agent.nvml_policy import ErrorClass, classify
 from agent.nvml_sample import probe_links, read_sample
 
+logger = logging.getLogger("cellar.agent.nvml")
 REAL_PYNVML: Final[Any] = pynvml  # tests raise its real NVMLError_* classes from fakes
 SYSFS: Final = pathlib.Path("/sys")
 # The unversioned process lists call _v3; drivers before it have _v2.
@@ -121,6 +123,14 @@ class _Unidentified(Exception):
     """A GPU's identity (PCI info, name, memory) cannot be read right now."""
 
 
+def _bus_id(uuid: str, raw: object) -> str:
+    """A bus id NVML gave for `uuid`'s GPU; one that is not a bus id leaves it unidentified."""
+    try:
+        return normalise_bus_id(raw)
+    except ValueError as error:
+        raise _Unidentified(f"{uuid}: {error}") from None
+
+
 class NvmlBackend:
     def __init__(self, nvml: Any = None, *, sysfs_root: pathlib.Path = SYSFS) -> None:
         self._calls = NvmlCalls(REAL_PYNVML if nvml is None else nvml)
@@ -186,8 +196,9 @@ class NvmlBackend:
         for index, uuid, handle in self._enumerate():
             try:
                 found.append(self._device_info(index, uuid, handle))
-            except (GpuGone, _Unidentified):
-                continue
+            except (GpuGone, _Unidentified) as error:
+                logger.warning("GPU %d (%s) left out of the device list: %s", index, uuid,
+                               error)
         return tuple(found)
 
     def sample(self, uuid: str) -> DeviceSample:
@@ -300,7 +311,7 @@ class NvmlBackend:
         return handle
 
     def _device_info(self, index: int, uuid: str, handle: Any) -> DeviceInfo:
-        bus_id = normalise_bus_id(self._identity(uuid, "nvmlDeviceGetPciInfo", handle).busId)
+        bus_id = _bus_id(uuid, self._identity(uuid, "nvmlDeviceGetPciInfo", handle).busId)
         memory = self._identity(uuid, "nvmlDeviceGetMemoryInfo", handle)
         mig = self._calls.attempt(uuid, ("nvmlDeviceGetMigMode",), handle)
         current, pending = (False, False) if isinstance(mig, Unsupported | Failed) else (
@@ -369,12 +380,12 @@ class NvmlBackend:
         nvswitch = False
         for _, uuid, handle in self._enumerate():
             try:
-                pci = self._identity(uuid, "nvmlDeviceGetPciInfo", handle)
+                bus_id = _bus_id(uuid, self._identity(uuid, "nvmlDeviceGetPciInfo", handle).busId)
                 remotes, reaches_switch = self._link_remotes(uuid, handle)
             except (GpuGone, _Unidentified) as error:
                 notes.append(f"{uuid} left out: {error}")
                 continue
-            members[uuid] = _Member(handle, normalise_bus_id(pci.busId), tuple(remotes))
+            members[uuid] = _Member(handle, bus_id, tuple(remotes))
             nvswitch = nvswitch or reaches_switch
         return members, nvswitch
 
@@ -396,7 +407,7 @@ class NvmlBackend:
             remote = self._calls.attempt(uuid, ("nvmlDeviceGetNvLinkRemotePciInfo",), handle,
                                          link, link_probe=True)
             if not isinstance(remote, Unsupported | Failed):
-                remotes.append(normalise_bus_id(remote.busId))
+                remotes.append(_bus_id(uuid, remote.busId))
         return remotes, reaches_switch
 
     def _level(self, uuid_a: str, handle_a: Any, uuid_b: str, handle_b: Any,

@@ -4,7 +4,8 @@ Most readings are one call each and are listed in `SIMPLE_READINGS`, newest func
 NVML deprecated one (TemperatureV before Temperature, ClocksEventReasons before
 ClocksThrottleReasons). Calls that feed several readings (memory info, remapped rows, field
 values) are read once. Field values are checked entry by entry: each carries its own return
-code, and only the call as a whole raises. NVLinks are read for the links that exist; an
+code, and only the call as a whole raises; an entry missing, for another field or malformed
+reads as failed, as a transient error would. NVLinks are read for the links that exist; an
 InvalidArgument there means the link index is past the GPU's real count.
 """
 
@@ -82,6 +83,7 @@ FIELD_READINGS: Final = {
     abi.FIELD_THERMAL_VIOLATION_NS: "thermal_violation_ns",
     abi.FIELD_RECOVERY_ACTION: "recovery_action",
 }
+FIELD_MISSING: Final = Failed(NvmlCode.UNKNOWN, "not in nvmlDeviceGetFieldValues' answer")
 # Where the field-values call is missing: the deprecated per-policy violation counters.
 VIOLATION_POLICIES: Final = {
     "power_violation_ns": abi.PERF_POLICY_POWER,
@@ -134,18 +136,27 @@ def _field_values(calls: NvmlCalls, uuid: str, handle: Any) -> dict[str, Reading
                                  extract=lambda status: int(status.violationTime))
             for field, policy in VIOLATION_POLICIES.items()}
         return readings | {"recovery_action": result}
-    return {FIELD_READINGS[int(entry.fieldId)]: _field_value(uuid, entry) for entry in result}
+    readings = dict.fromkeys(FIELD_READINGS.values(), FIELD_MISSING)
+    for field_id, entry in zip(FIELD_READINGS, result, strict=False):  # answered in order
+        readings[FIELD_READINGS[field_id]] = _field_value(uuid, field_id, entry)
+    return readings
 
 
-def _field_value(uuid: str, entry: Any) -> Reading:
-    """One entry of nvmlDeviceGetFieldValues: its own return code first, then its value."""
-    code = int(entry.nvmlReturn)
-    if code != abi.SUCCESS:
-        return reading_outcome(uuid, code, describe(code))
-    member = abi.VALUE_UNION_MEMBERS.get(int(entry.valueType))
-    if member is None:
-        return Failed(NvmlCode.UNKNOWN, f"field {entry.fieldId}: value type {entry.valueType}")
-    return int(getattr(entry.value, member))
+def _field_value(uuid: str, field_id: int, entry: Any) -> Reading:
+    """The entry of nvmlDeviceGetFieldValues in `field_id`'s place: its own return code first,
+    then its value. An entry for another field, or one that does not read, is a failed read."""
+    try:
+        if int(entry.fieldId) != field_id:
+            return Failed(NvmlCode.UNKNOWN, f"field {field_id}: field {entry.fieldId} answered")
+        code = int(entry.nvmlReturn)
+        if code != abi.SUCCESS:
+            return reading_outcome(uuid, code, describe(code))
+        member = abi.VALUE_UNION_MEMBERS.get(int(entry.valueType))
+        if member is None:
+            return Failed(NvmlCode.UNKNOWN, f"field {field_id}: value type {entry.valueType}")
+        return int(getattr(entry.value, member))
+    except (AttributeError, TypeError, ValueError) as error:
+        return Failed(NvmlCode.UNKNOWN, f"field {field_id}: malformed entry ({error})")
 
 
 def read_fabric(calls: NvmlCalls, uuid: str, handle: Any) -> Fabric:

@@ -134,6 +134,8 @@ class FakePynvml:
         self._absent: set[str] = set()
         self._call_failures: dict[tuple[str, str | None], int] = {}
         self._field_failures: dict[tuple[str, int], int] = {}
+        self._field_answers: dict[str, list[int]] = {}
+        self._bus_ids: dict[str, bytes] = {}
         self._wait_failures: list[int] = []
         self._spurious_timeouts = 0
 
@@ -172,6 +174,14 @@ class FakePynvml:
     def fail_field(self, uuid: str, field_id: int, code: int) -> None:
         """One entry of nvmlDeviceGetFieldValues comes back with this return code."""
         self._field_failures[uuid, field_id] = code
+
+    def answer_fields(self, uuid: str, field_ids: list[int]) -> None:
+        """nvmlDeviceGetFieldValues answers entries for these fields, whatever was asked."""
+        self._field_answers[uuid] = list(field_ids)
+
+    def set_bus_id(self, uuid: str, raw: bytes) -> None:
+        """nvmlDeviceGetPciInfo answers this busId, a bus id or not."""
+        self._bus_ids[uuid] = raw
 
     def set_reading(self, uuid: str, name: str, value: Reading) -> None:
         self._update_sample(uuid, **{name: value})
@@ -348,7 +358,9 @@ class FakePynvml:
 
     def nvmlDeviceGetPciInfo(self, handle: Any) -> Any:
         info = self._device_call("nvmlDeviceGetPciInfo", handle).record.info
-        return self._pci_info(raw_bus_id(info.pci_bus_id))
+        pci = self._pci_info(raw_bus_id(info.pci_bus_id))
+        pci.busId = self._bus_ids.get(info.uuid, pci.busId)
+        return pci
 
     @staticmethod
     def _pci_info(bus_id: bytes) -> Any:
@@ -458,7 +470,8 @@ class FakePynvml:
 
     def nvmlDeviceGetFieldValues(self, handle: Any, field_ids: list[int]) -> list[Any]:
         device = self._device_call("nvmlDeviceGetFieldValues", handle)
-        return [self._field_value(device, field_id) for field_id in field_ids]
+        answered = self._field_answers.get(device.uuid, field_ids)
+        return [self._field_value(device, field_id) for field_id in answered]
 
     def _field_value(self, device: FakeDevice, field_id: int) -> Any:
         entry = real.c_nvmlFieldValue_t(fieldId=field_id, scopeId=0, timestamp=0,
@@ -467,7 +480,8 @@ class FakePynvml:
         try:
             if failure is not None:
                 raise real.NVMLError(failure)
-            entry.value.ullVal = device.reading(FIELD_ID_READINGS[field_id])
+            name = FIELD_ID_READINGS.get(field_id)  # a field this fake does not model: 0
+            entry.value.ullVal = 0 if name is None else device.reading(name)
             entry.valueType = abi.VALUE_TYPE_UNSIGNED_LONG_LONG
         except real.NVMLError as error:
             entry.nvmlReturn = error.value

@@ -166,6 +166,20 @@ def test_a_field_entry_saying_the_gpu_is_lost_raises_gpu_gone(rig: Rig) -> None:
         rig.start().backend.sample(rig.uuids[0])
 
 
+def test_field_entries_missing_or_for_other_fields_read_failed(rig: Rig) -> None:
+    """NVML answers the fields in the order asked: an entry in a field's place that is for
+    another field, or none at all, is a failed read of that field, not a crash."""
+    uuid = rig.uuids[0]
+    rig.nvml.set_reading(uuid, "power_violation_ns", 7_000)
+    rig.nvml.answer_fields(uuid, [abi.FIELD_POWER_VIOLATION_NS, 9999])
+    sample = rig.start().backend.sample(uuid)
+    assert sample.power_violation_ns == 7_000
+    assert sample.thermal_violation_ns == Failed(
+        NvmlCode.UNKNOWN, f"field {abi.FIELD_THERMAL_VIOLATION_NS}: field 9999 answered")
+    assert sample.recovery_action == Failed(
+        NvmlCode.UNKNOWN, "not in nvmlDeviceGetFieldValues' answer")
+
+
 # The error policy, one code at a time, on one reading of one GPU.
 
 CAPABILITY_ABSENT = [NvmlCode.NOT_SUPPORTED, NvmlCode.FUNCTION_NOT_FOUND, 22]
@@ -268,6 +282,16 @@ def test_a_gpu_that_cannot_be_identified_is_left_out(rig: Rig) -> None:
     rig.nvml.fail_call("nvmlDeviceGetUUID", NvmlCode.GPU_IS_LOST, rig.uuids[5])
     listed = [device.uuid for device in rig.start().backend.devices()]
     assert listed == [uuid for uuid in rig.uuids if uuid not in (rig.uuids[2], rig.uuids[5])]
+
+
+def test_a_gpu_whose_bus_id_is_not_one_is_left_out(rig: Rig) -> None:
+    garbled = rig.uuids[2]
+    rig.nvml.set_bus_id(garbled, b"GPU@nowhere")
+    listed = [device.uuid for device in rig.start().backend.devices()]
+    assert listed == [uuid for uuid in rig.uuids if uuid != garbled]
+    topology = rig.backend.topology()
+    assert len(topology.pairs) == 21  # the pairs of the 7 others
+    assert any(garbled in note and "not a PCI bus id" in note for note in topology.notes)
 
 
 def test_optional_identity_reads_fall_back_to_unknown(rig: Rig) -> None:
