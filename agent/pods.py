@@ -4,7 +4,8 @@ stopped on KILL_POD, and their starts and exits reported back.
 An effect is a hint: before starting a pod the agent asks the store whether the pod is still
 bound here (effects are replayed after a restart, and a gang may have been released since). A
 pod whose gang the store is already evicting (preempted or drained while the agent was away or
-lagging) is never started: it is reported killed before its start, so the gang can leave.
+lagging) is never started: it is reported killed before its start, so the gang can leave;
+so is one a KILL_POD names that this node never started while the store still has it here.
 The last effect handled is remembered in the state directory, so a restarted agent resumes
 where it was. Outcomes the store must hear are reported until it answers
 (`agent.store_link`): a job that could not start is reported exited with 127 and the reason,
@@ -22,7 +23,7 @@ from typing import Any
 import anyio
 
 from agent.binding import Binding
-from agent.job_outcomes import Exited, Started, StopOutcome
+from agent.job_outcomes import Exited, Started, StopOutcome, Termination
 from agent.jobs import JobRunner
 from agent.store_link import Standing, StoreLink
 from consensus.runtime.durable_file import replace_file
@@ -70,7 +71,7 @@ class Pods:
             await self._report_exit(exited)
         for binding in report.to_start:
             if binding.pod_uid in evicting:
-                await self._killed_before_start(binding)
+                await self._killed_before_start(binding.group, binding.pod_uid)
             else:
                 await self.start(binding)
         for binding in report.to_stop:
@@ -92,11 +93,10 @@ class Pods:
                                        exit_code=EXIT_CODE_NOT_STARTED,
                                        reason=f"could not start: {outcome.reason}"))
 
-    async def _killed_before_start(self, binding: Binding) -> None:
+    async def _killed_before_start(self, group: str, pod_uid: str) -> None:
         self.counts["jobs_killed_before_start"] += 1
-        logger.info("pod %s of %s is being evicted: not starting it", binding.pod_uid,
-                    binding.group)
-        await self._report_exit(Exited(pod_uid=binding.pod_uid, group=binding.group,
+        logger.info("pod %s of %s is being evicted: not starting it", pod_uid, group)
+        await self._report_exit(Exited(pod_uid=pod_uid, group=group,
                                        exit_code=EXIT_CODE_KILLED,
                                        reason=REASON_KILLED_BEFORE_START))
 
@@ -155,10 +155,20 @@ class Pods:
                 await self.start(binding)
             elif standing is Standing.EVICTING and not self.runner.started_before(
                     binding.pod_uid):
-                await self._killed_before_start(binding)
+                await self._killed_before_start(binding.group, binding.pod_uid)
         elif kind == EffectKind.KILL_POD.value:
             self.counts["kills"] += 1
-            stops.start_soon(self.stop, str(effect["pod_uid"]))
+            stops.start_soon(self._kill, str(effect["group"]), str(effect["pod_uid"]))
+
+    async def _kill(self, group: str, pod_uid: str) -> None:
+        """Stop the pod; one never started here, that the store still has here, is reported
+        killed before its start (its gang may be waiting for that exit to leave)."""
+        outcome = await self.stop(pod_uid)
+        if outcome.termination is not Termination.NOT_RUNNING or self.runner.started_before(
+                pod_uid):
+            return  # its exit is, or was, reported by whoever saw it end
+        if await self.link.standing(group, pod_uid) is not Standing.GONE:
+            await self._killed_before_start(group, pod_uid)
 
     def _cursor(self) -> int:
         try:

@@ -1,6 +1,7 @@
 """A stand-in for the store (`GpuStore`) that accepts every call of a node agent and records
 when each was made: for tests of the agent's timing and ordering, where a real cluster would
-only add noise. It has no gangs and no effects (its watch waits for ever)."""
+only add noise. It holds only the gangs and effects a test gives it; its watch hands out
+those effects, then waits for ever."""
 
 from __future__ import annotations
 
@@ -15,9 +16,13 @@ from statemachine.results import Done, NodeRegistered, PodAssignment
 
 
 class RecordingStore:
-    def __init__(self, node: str, pods: tuple[PodAssignment, ...] = ()) -> None:
+    def __init__(self, node: str, pods: tuple[PodAssignment, ...] = (), *,
+                 gangs: dict[str, dict[str, Any]] | None = None,
+                 effects: tuple[dict[str, Any], ...] = ()) -> None:
         self.node = node
         self.pods = pods
+        self.gangs = gangs or {}  # group: its answer to a gang query
+        self.effects = effects
         self.calls: list[tuple[float, str, tuple[Any, ...]]] = []
         self.incarnation = 0
         self.health_reply: Any = Done(note="ok")
@@ -53,9 +58,11 @@ class RecordingStore:
         return Done(note="exited")
 
     async def gang(self, group: str) -> Any:
-        return Rejection(code=Code.UNKNOWN_GROUP, message=group)
+        return self.gangs.get(group, Rejection(code=Code.UNKNOWN_GROUP, message=group))
 
     async def watch_effects(self, node: str, after: int = 0, *, wait_s: float = 5.0
                             ) -> AsyncGenerator[dict[str, Any], None]:
+        for effect in self.effects:
+            if effect["index"] > after:
+                yield effect
         await anyio.sleep_forever()
-        yield {}
