@@ -197,6 +197,9 @@ def _check_policy(policy: PolicySpec) -> None:
         value = getattr(policy, name)
         if not 1 <= value <= limits.DURATION_MS_MAX:
             raise _invalid(f"policy.{name}", f"must lie in [1, {limits.DURATION_MS_MAX}]")
+    if policy.session_ttl_ms < limits.SESSION_TTL_MS_MIN:
+        raise _invalid("policy.session_ttl_ms",
+                       f"must be at least {limits.SESSION_TTL_MS_MIN} (limits.py says why)")
     if policy.schedule_attempts_max > limits.SCHEDULE_ATTEMPTS_MAX:
         raise _invalid("policy.schedule_attempts_max",
                        f"more than {limits.SCHEDULE_ATTEMPTS_MAX}")

@@ -12,8 +12,10 @@ A forgotten session must not let a late copy of one of its commands run again. A
 opening a session this table does not hold is therefore refused when it was stamped more
 than `ttl_ms / 2` before the machine's clock ("too_old"): a copy of a command whose session
 was forgotten was stamped at least `ttl_ms` before (its session idled that long since the
-command ran), less the client's retry window. And a full table refuses new sessions ("full")
-rather than forget one that is still live.
+command ran), less the client's retry window. That holds only while the lifetime is well over
+twice the retry window: a policy's lifetime is at least `SESSION_TTL_MS_MIN` (limits.py), and a
+client retries a command for at most `DEADLINE_S_MAX` (consensus/runtime/client.py). And a full
+table refuses new sessions ("full") rather than forget one that is still live.
 
 A full table refuses every client's new sessions, so no one principal may hold more than
 `SESSIONS_PER_PRINCIPAL_MAX` of them: one node agent opening session after session (each

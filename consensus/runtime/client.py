@@ -58,6 +58,9 @@ Encode = Callable[[int], bytes]  # a request's bytes, given its id
 # None: the state machine's to tell, as the client sees only bytes.
 NotApplied = Callable[[bytes], str | None]
 CLOSE_TIMEOUT_S = 1.0
+# The longest a command may be retried for: well under half the shortest session lifetime a
+# state machine keeps (60 s of the 120 s floor), the rest a margin for the replicas' clocks.
+DEADLINE_S_MAX = 45.0
 # A connection is over (an answer over the frame cap or cut short is a TransportError)
 _BROKEN = (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError,
            InvalidMessage, TransportError)
@@ -144,12 +147,28 @@ def _refused_after_retry(why: str, session: str, sequence: int) -> ClientError:
 @dataclass(frozen=True, slots=True)
 class ClientConfig:
     attempt_timeout_s: float = 2.0  # one try at one replica
-    deadline_s: float = 15.0  # the whole command, across replicas
+    deadline_s: float = 15.0  # the whole command, across replicas; at most DEADLINE_S_MAX
     sessions: int = 64  # commands in flight at once
     retry_backoff_s: float = 0.05
     # Send to the sequencer's replica when known (fewest hops on a LAN), instead of staying
     # with one replica (`first`, or one at random): see consensus/runtime/sequencer_route.py.
     prefer_sequencer: bool = False
+
+    def __post_init__(self) -> None:
+        _check_deadline(self.deadline_s)
+        if not (self.attempt_timeout_s > 0 and self.retry_backoff_s >= 0 and self.sessions >= 1):
+            raise ValueError(f"attempt_timeout_s must be positive, retry_backoff_s at least 0 "
+                             f"and sessions at least 1, got {self.attempt_timeout_s}, "
+                             f"{self.retry_backoff_s} and {self.sessions}")
+
+
+def _check_deadline(deadline_s: float) -> None:
+    """A command's deadline: its copies are all stamped within it, and a state machine tells
+    a late copy of a command whose session it forgot by its stamp only if the deadline is
+    well under half the session lifetime (statemachine/sessions.py: SESSION_TTL_MS_MIN)."""
+    if not 0 < deadline_s <= DEADLINE_S_MAX:
+        raise ValueError(f"a command's deadline_s must lie in (0, {DEADLINE_S_MAX}], "
+                         f"got {deadline_s}")
 
 
 class _Connection:
@@ -347,7 +366,10 @@ class CellarClient:
         OutcomeUnknown. (One coroutine from here to the connection's waiter while the first
         replica answers: this runs per command.)"""
         _check_body(body, "a command")
-        deadline_s = deadline_s or self.config.deadline_s
+        if deadline_s is None:
+            deadline_s = self.config.deadline_s
+        else:
+            _check_deadline(deadline_s)
         now = self._now()
         deadline = now + deadline_s  # waiting for a session counts against it
         session = self._sessions.take_nowait() or await self._session_by(deadline, deadline_s)

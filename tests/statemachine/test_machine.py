@@ -23,12 +23,15 @@ from statemachine.commands import (
     Tick,
 )
 from statemachine.errors import Code, Rejection
+from statemachine.limits import SESSION_TTL_MS_MIN
 from statemachine.query_codec import encode_query
 from statemachine.result_codec import decode_result
 from statemachine.results import GroupPhase, GroupStatus, Result
 from statemachine.snapshot_codec import encode_snapshot
 from statemachine.spec import PolicySpec
 from tests.statemachine.builders import ADMIN, SCHEDULER, SYSTEM, gang, inventory, rack_spec
+
+TTL_MS = SESSION_TTL_MS_MIN
 
 
 def envelope(command: Command | bytes, principal: Principal, *, session: str = "s",
@@ -45,7 +48,7 @@ def run(machine: Machine, command: Command | bytes, principal: Principal, **fiel
 
 def ready_machine() -> Machine:
     machine = Machine()
-    policy = PolicySpec(session_ttl_ms=10_000)
+    policy = PolicySpec(session_ttl_ms=TTL_MS)
     run(machine, ApplyConfig(expected_version=0, spec=rack_spec(policy=policy)), ADMIN)
     for node in ("n0", "n1"):
         run(machine, RegisterNode(node=node, boot_id="b", gpus=inventory(node)),
@@ -97,11 +100,12 @@ def test_idle_sessions_expire_on_tick() -> None:
     machine = ready_machine()
     run(machine, gang("g", "a", 0, (1, 1)), SCHEDULER, sequence=1, now_ms=2_000)
     assert len(machine.sessions.table) == 1
-    run(machine, Tick(), SYSTEM, now_ms=11_000)
+    run(machine, Tick(), SYSTEM, now_ms=2_000 + TTL_MS)
     assert len(machine.sessions.table) == 1
-    run(machine, Tick(), SYSTEM, now_ms=12_001)
+    run(machine, Tick(), SYSTEM, now_ms=2_001 + TTL_MS)
     assert machine.sessions.table == {}
-    fresh = run(machine, gang("g", "a", 0, (1, 1)), SCHEDULER, sequence=1, now_ms=12_002)
+    fresh = run(machine, gang("g", "a", 0, (1, 1)), SCHEDULER, sequence=1,
+                now_ms=2_002 + TTL_MS)
     assert isinstance(fresh, GroupStatus), "after expiry the old sequence applies anew"
 
 
@@ -114,7 +118,7 @@ def test_a_late_copy_of_a_command_whose_session_expired_is_not_applied_again() -
     assert isinstance(decode_result(machine.apply(submit)), GroupStatus)
     run(machine, ReleaseGroup(group="job", reason="done"), SCHEDULER, session="c1",
         sequence=2, now_ms=3_000)
-    run(machine, Tick(), SYSTEM, now_ms=20_000)  # c1 idles out
+    run(machine, Tick(), SYSTEM, now_ms=3_001 + TTL_MS)  # c1 idles out
     assert machine.sessions.table == {}
     late = decode_result(machine.apply(submit))
     assert isinstance(late, Rejection) and late.code is Code.SESSION_TOO_OLD
@@ -133,7 +137,7 @@ def test_a_full_session_table_refuses_new_sessions_and_keeps_the_live_ones(
     retried = run(machine, gang("c1", "a", 0, (1, 1)), SCHEDULER, session="c1", sequence=1)
     assert isinstance(retried, GroupStatus)  # c1's session, and its reply, were kept
     later = run(machine, gang("c3", "a", 0, (1, 1)), SCHEDULER, session="c3", sequence=1,
-                now_ms=12_000)  # past the others' expiry: they make room
+                now_ms=2 * TTL_MS)  # past the others' expiry: they make room
     assert isinstance(later, GroupStatus)
 
 
@@ -150,7 +154,7 @@ def test_one_principal_cannot_take_the_whole_session_table(
             for verdict in verdicts] == [False, False, True, True]
     cordoned = run(machine, Cordon(node="n1"), ADMIN, session="ops", sequence=1)
     assert not isinstance(cordoned, Rejection) and machine.state.nodes["n1"].cordoned
-    later = run(machine, Tick(), node, session="c", sequence=1, now_ms=12_000)
+    later = run(machine, Tick(), node, session="c", sequence=1, now_ms=2 * TTL_MS)
     assert not (isinstance(later, Rejection) and later.code is Code.SESSIONS_FULL), \
         "its own sessions expired: it may open new ones"
 

@@ -32,6 +32,7 @@ from statemachine.commands import (
     Uncordon,
 )
 from statemachine.lifecycle import pod_uuids
+from statemachine.limits import SESSION_TTL_MS_MIN
 from statemachine.results import GroupPhase, PodPhase
 from statemachine.spec import FailurePolicy, PolicySpec
 from tests.statemachine.builders import ADMIN, SCHEDULER, SYSTEM, gang, inventory, rack_spec, vc
@@ -40,7 +41,7 @@ NODES = tuple(f"n{index}" for index in range(6))
 QUOTA = (vc("a", ("A100-RACK", "A100-NODE", 2)), vc("b", ("A100-RACK", "A100-RACK", 1)),
          vc("c", ("A100-RACK", "A100-SOCK", 2), on_failure=FailurePolicy.RELEASE))
 POLICY = PolicySpec(lease_ms=3_000, down_after_ms=3_000, preemption_grace_ms=2_000,
-                    session_ttl_ms=20_000, recover_reports=2)
+                    session_ttl_ms=SESSION_TTL_MS_MIN, recover_reports=2)
 
 
 class Workload:

@@ -11,12 +11,14 @@ import pytest
 
 from consensus.envelope import BODY_BYTES_MAX
 from consensus.runtime.client import (
+    DEADLINE_S_MAX,
     CellarClient,
     ClientConfig,
     OutcomeUnknown,
     Rejected,
     Unavailable,
 )
+from consensus.runtime.streams import FrameStream
 from tests.consensus.runtime.fake_replicas import AnsweringReplica, SilentReplica
 from tests.consensus.runtime.kv_machine import SessionKv
 from tests.consensus.runtime.local import MemoryFrames, local_cluster
@@ -238,3 +240,26 @@ async def test_a_session_refusal_after_a_retry_is_an_unknown_outcome() -> None:
                 await client.propose(b"put", not_applied=not_applied)  # "a" times out
         async with CellarClient(["a", "b"], connect, config, first=1) as client:
             assert await client.propose(b"put", not_applied=not_applied) == b"full"
+
+
+@pytest.mark.parametrize("options", [{"deadline_s": 0.0}, {"deadline_s": 46.0},
+                                     {"attempt_timeout_s": 0.0}, {"sessions": 0},
+                                     {"retry_backoff_s": -1.0}])
+def test_a_client_configuration_out_of_bounds_is_refused(options: dict[str, float]) -> None:
+    with pytest.raises(ValueError):
+        ClientConfig(**options)  # type: ignore[arg-type]
+
+
+async def test_a_command_deadline_past_the_bound_is_refused_before_anything_is_sent() -> None:
+    """Copies of a command retried for longer than DEADLINE_S_MAX could outlive the session
+    guard that keeps a late copy from being applied twice."""
+    sent: list[str] = []
+
+    async def connect(endpoint: str) -> FrameStream:
+        sent.append(endpoint)
+        raise OSError("never dialled")
+
+    async with CellarClient(["a"], connect, ClientConfig()) as client:
+        with pytest.raises(ValueError, match="deadline_s must lie in"):
+            await client.propose(b"put", deadline_s=DEADLINE_S_MAX + 1)
+    assert sent == []
