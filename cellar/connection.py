@@ -14,7 +14,7 @@ import argparse
 import pathlib
 
 from consensus.runtime.arguments import seconds
-from consensus.runtime.client import CellarClient, ClientConfig
+from consensus.runtime.client import DEADLINE_S_MAX, CellarClient, ClientConfig
 from consensus.runtime.config_fields import ConfigError
 from consensus.runtime.connect import connector, split_endpoint
 from consensus.runtime.node_config import load_node_config
@@ -33,7 +33,8 @@ def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
                         help="ROLE:NAME of the certificate to use (default admin:admin)")
     parser.add_argument("--insecure", action="store_true",
                         help="plain TCP, for a cluster started with insecure = true")
-    parser.add_argument("--timeout", type=seconds(), default=15.0, help="seconds per command")
+    parser.add_argument("--timeout", type=seconds(most=DEADLINE_S_MAX), default=15.0,
+                        help=f"seconds per command (at most {DEADLINE_S_MAX:g})")
 
 
 def endpoint_list(text: str) -> list[str]:

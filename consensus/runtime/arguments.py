@@ -29,8 +29,8 @@ def at_least(least: int) -> Callable[[str], int]:
     return parse
 
 
-def seconds(*, zero_ok: bool = False) -> Callable[[str], float]:
-    """A finite duration above zero (or from zero, with `zero_ok`)."""
+def seconds(*, zero_ok: bool = False, most: float = math.inf) -> Callable[[str], float]:
+    """A finite duration above zero (or from zero, with `zero_ok`), at most `most`."""
     bound = "0 or more" if zero_ok else "above 0"
 
     def parse(text: str) -> float:
@@ -40,6 +40,8 @@ def seconds(*, zero_ok: bool = False) -> Callable[[str], float]:
             raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
         if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
             raise argparse.ArgumentTypeError(f"must be {bound} and finite, not {text}")
+        if value > most:
+            raise argparse.ArgumentTypeError(f"must be at most {most:g}, not {text}")
         return value
 
     return parse

@@ -41,3 +41,10 @@ def test_seconds_takes_exactly_the_finite_durations(value: float, zero_ok: bool)
 def test_seconds_refuses_words() -> None:
     with pytest.raises(argparse.ArgumentTypeError, match="not a number: 'soon'"):
         seconds()("soon")
+
+
+def test_seconds_can_be_bounded_above() -> None:
+    parse = seconds(most=45.0)
+    assert parse("45") == 45.0
+    with pytest.raises(argparse.ArgumentTypeError, match="must be at most 45, not 45.5"):
+        parse("45.5")
