@@ -7,7 +7,8 @@ answering is observed gone, NVML gone for the whole node is observed unavailable
 started again with back-off. The event loop waits for XID and ECC events `event_wait_ms` at a
 time. Changed verdicts are reported as soon as they are seen; the full set is sent again with
 every poll while a GPU is not healthy (the store's recovery hysteresis counts passes) and
-every `FULL_REPORT_EVERY_POLLS` polls otherwise, so a lost report is repaired.
+every `FULL_REPORT_EVERY_POLLS` polls otherwise, so a lost report is repaired, and at the next
+poll after the store refused one.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from agent.health import HealthTracker
 from agent.health_model import SEVERITY, Verdict
 from agent.store_link import StoreLink
 from statemachine.commands import HealthStatus
+from statemachine.errors import Rejection
 
 logger = logging.getLogger("cellar.agent.monitor")
 FULL_REPORT_EVERY_POLLS = 12
@@ -47,6 +49,7 @@ class Monitor:
         self.clock_ms = clock_ms
         self.polls = 0
         self._restart_delay_ms = poll_ms
+        self._report_refused = False  # the last report was refused: send them all next poll
 
     # --- polling ------------------------------------------------------------------------------
 
@@ -99,7 +102,7 @@ class Monitor:
     def _full_report_due(self) -> bool:
         unhealthy = any(verdict.status is not HealthStatus.PASS
                         for verdict in self.tracker.verdicts())
-        return unhealthy or self.polls % FULL_REPORT_EVERY_POLLS == 1
+        return unhealthy or self._report_refused or self.polls % FULL_REPORT_EVERY_POLLS == 1
 
     # --- events -------------------------------------------------------------------------------
 
@@ -148,7 +151,10 @@ class Monitor:
                         f": {verdict.reason}" if verdict.reason else "")
         if verdicts:
             self._count("health_reports")
-            await self.link.report_health([verdict.report() for verdict in verdicts])
+            answer = await self.link.report_health([verdict.report() for verdict in verdicts])
+            # Refused (stale while the node registers again): the changes it carried were
+            # taken from the tracker, so the next poll sends every verdict again.
+            self._report_refused = isinstance(answer, Rejection)
 
     def _count(self, name: str) -> None:
         self.view.counters[name] = self.view.counters.get(name, 0) + 1

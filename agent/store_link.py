@@ -45,6 +45,8 @@ class StoreLink:
         self.retry_ms_max = retry_ms_max
         self.incarnation = 0
         self.calls_retried = 0
+        self.registered_gpus: frozenset[str] = frozenset()  # uuids of the last registration
+        self.reports_unregistered = 0  # health reports left out for GPUs not registered
 
     async def _until_answered(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
         """Make `call` until the store answers (a result or a refusal), backing off."""
@@ -70,6 +72,7 @@ class StoreLink:
                 self.store.register_node, self.node, boot_id, gpus, links))
             if isinstance(result, NodeRegistered):
                 self.incarnation = result.incarnation
+                self.registered_gpus = frozenset(gpu.uuid for gpu in gpus)
                 return result
             logger.error("the store refused to register %s: %s", self.node, result)
             await anyio.sleep(REGISTER_REFUSED_RETRY_MS / 1000)
@@ -78,9 +81,17 @@ class StoreLink:
         return await self._until_answered("heartbeat", lambda: self.store.heartbeat(
             self.node, self.incarnation))
 
-    async def report_health(self, reports: Sequence[HealthReport]) -> Result | Rejection:
+    async def report_health(self, reports: Sequence[HealthReport]) -> Result | Rejection | None:
+        """Report the GPUs this incarnation registered; None when none is left to report. A
+        GPU NVML lists only since (after a restart of NVML) is the next registration's: the
+        store refuses a whole report that names a GPU it does not know, so one such GPU would
+        keep every other GPU's failures from it."""
+        known = [report for report in reports if report.uuid in self.registered_gpus]
+        self.reports_unregistered += len(reports) - len(known)
+        if not known:
+            return None
         return await self._until_answered("report health", lambda: self.store.report_health(
-            self.node, self.incarnation, reports))
+            self.node, self.incarnation, known))
 
     async def ack_started(self, group: str, pod_uid: str,
                           gpu_uuids: Sequence[str]) -> Result | Rejection:

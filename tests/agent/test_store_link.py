@@ -1,0 +1,86 @@
+"""The agent's link to the store (`agent.store_link`) and the health reports the monitor sends
+through it, against a recording stand-in for the store."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent import monitor as monitor_module
+from agent.exporter import AgentView
+from agent.fake_backend import FakeGpuBackend
+from agent.health import HealthTracker
+from agent.health_policy import HealthPolicy
+from agent.monitor import Monitor
+from agent.store_link import StoreLink
+from statemachine.commands import GpuInventory, HealthReport, HealthStatus
+from statemachine.errors import Code, Rejection
+from statemachine.results import Done
+from tests.agent.recording_store import RecordingStore
+
+pytestmark = pytest.mark.anyio
+
+
+def gpu(uuid: str, index: int) -> GpuInventory:
+    return GpuInventory(uuid=uuid, index=index, pci_bus_id=f"00000000:0{index}:00.0",
+                        model="A100", memory_mib=81_920)
+
+
+def report(uuid: str, status: HealthStatus) -> HealthReport:
+    return HealthReport(uuid=uuid, status=status, reason="")
+
+
+async def test_health_reports_name_only_the_gpus_this_incarnation_registered() -> None:
+    """A GPU NVML lists only after a restart of NVML is unknown to the store, which refuses a
+    whole report naming it: it waits for the next registration, and the others still go."""
+    store = RecordingStore("n0")
+    link = StoreLink(store, "n0", retry_ms_max=200)  # type: ignore[arg-type]
+    assert await link.report_health([report("GPU-a", HealthStatus.FAIL)]) is None
+
+    async def read_gpus() -> tuple[list[GpuInventory], list[object]]:
+        return [gpu("GPU-a", 0), gpu("GPU-b", 1)], []
+
+    await link.register("boot", read_gpus)  # type: ignore[arg-type]
+    reports = [report("GPU-a", HealthStatus.FAIL), report("GPU-new", HealthStatus.UNKNOWN),
+               report("GPU-b", HealthStatus.PASS)]
+    assert await link.report_health(reports) is not None
+    (sent,) = [args for _, name, args in store.calls if name == "health"]
+    assert sent == ("n0", 1, [reports[0], reports[2]])
+    assert link.reports_unregistered == 2  # the one before registering, and GPU-new
+
+
+async def test_a_refused_health_report_is_sent_whole_at_the_next_poll(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GPU's recovery reported while the store refuses (the node registering again) was
+    taken from the tracker; with every GPU healthy the next full report came only 12 polls
+    later, the store holding the GPU failed meanwhile."""
+    monkeypatch.setattr(monitor_module, "FULL_REPORT_EVERY_POLLS", 1000)  # the first poll's
+    backend = FakeGpuBackend.from_profile("a100-8", seed=1)
+    backend.start()
+    devices = backend.devices()
+    store = RecordingStore("n0")
+    link = StoreLink(store, "n0", retry_ms_max=200)  # type: ignore[arg-type]
+
+    async def read_gpus() -> tuple[list[GpuInventory], list[object]]:
+        return [gpu(device.uuid, device.index) for device in devices], []
+
+    await link.register("boot", read_gpus)  # type: ignore[arg-type]
+    tracker = HealthTracker(HealthPolicy(), devices, now_ms=0)
+    now_ms = [0]
+    view = AgentView(node="n0")
+    view.devices = devices
+    monitor = Monitor(backend, tracker, link, view, poll_ms=10,
+                      event_wait_ms=10, retry_ms_max=100, clock_ms=lambda: now_ms[0])
+    await monitor.poll_once()
+    tracker.observe_unavailable("driver reloading", 0)  # every GPU unknown, and reported so
+    await monitor.report()
+    store.health_reply = Rejection(code=Code.STALE_INCARNATION, message="registering again")
+    for _ in range(100):  # the GPUs answer again; their recovery is refused
+        now_ms[0] += 10_000
+        await monitor.poll_once()
+        if all(verdict.status is HealthStatus.PASS for verdict in tracker.verdicts()):
+            break
+    store.calls.clear()
+    store.health_reply = Done(note="ok")
+    await monitor.poll_once()  # nothing changed since: the refused verdicts go again, whole
+    (sent,) = [args for _, name, args in store.calls if name == "health"]
+    assert [report.status for report in sent[2]] == [HealthStatus.PASS] * len(devices)
