@@ -98,9 +98,12 @@ class HandshakeGuard:
         if not self.loopback_exempt:
             return False
         try:
-            return ipaddress.ip_address(host.partition("%")[0]).is_loopback
+            address = ipaddress.ip_address(host.partition("%")[0])
         except ValueError:  # not an IP address (a Unix socket's path): not charged either
             return True
+        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+            address = address.ipv4_mapped  # ::ffff:127.0.0.1 on a dual-stack listener
+        return address.is_loopback
 
     def _refilled(self, budget: _Budget) -> float:
         now_s = self._clock()

@@ -65,13 +65,21 @@ def test_the_table_forgets_the_host_seen_longest_ago() -> None:
     assert not guard.barred(ATTACKER)
 
 
-@pytest.mark.parametrize("host", ["127.0.0.1", "127.3.4.5", "::1", None, "/run/cellar.sock"])
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.3.4.5", "::1", "::ffff:127.0.0.1", None,
+                                  "/run/cellar.sock"])
 def test_loopback_and_unknown_addresses_are_never_charged(host: str | None) -> None:
     guard = guard_for(Clock())
     for _ in range(10):
         guard.failed(host)
     assert not guard.barred(host)
     assert guard.hosts == 0
+
+
+def test_an_ipv4_mapped_remote_address_is_charged() -> None:
+    guard = guard_for(Clock())
+    for _ in range(4):
+        guard.failed("::ffff:203.0.113.9")
+    assert guard.barred("::ffff:203.0.113.9")
 
 
 def test_loopback_is_charged_when_asked() -> None:
