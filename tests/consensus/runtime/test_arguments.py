@@ -46,5 +46,5 @@ def test_seconds_refuses_words() -> None:
 def test_seconds_can_be_bounded_above() -> None:
     parse = seconds(most=45.0)
     assert parse("45") == 45.0
-    with pytest.raises(argparse.ArgumentTypeError, match="must be at most 45, not 45.5"):
+    with pytest.raises(argparse.ArgumentTypeError, match=r"must be at most 45, not 45\.5"):
         parse("45.5")
