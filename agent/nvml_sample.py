@@ -155,7 +155,7 @@ def _field_value(uuid: str, field_id: int, entry: Any) -> Reading:
         if member is None:
             return Failed(NvmlCode.UNKNOWN, f"field {field_id}: value type {entry.valueType}")
         return int(getattr(entry.value, member))
-    except (AttributeError, TypeError, ValueError) as error:
+    except (AttributeError, TypeError, ValueError, OverflowError) as error:  # inf: Overflow
         return Failed(NvmlCode.UNKNOWN, f"field {field_id}: malformed entry ({error})")
 
 

@@ -8,6 +8,7 @@ import pathlib
 import time
 from collections.abc import Iterator
 
+import pynvml
 import pytest
 
 from agent import nvml_abi as abi
@@ -27,6 +28,7 @@ from agent.gpu import (
     ReadFailed,
 )
 from agent.nvml_backend import NvmlBackend, decode_text, normalise_bus_id
+from agent.nvml_sample import _field_value
 from tests.agent.fake_pynvml import FakePynvml
 
 WAIT_MS = 50
@@ -178,6 +180,16 @@ def test_field_entries_missing_or_for_other_fields_read_failed(rig: Rig) -> None
         NvmlCode.UNKNOWN, f"field {abi.FIELD_THERMAL_VIOLATION_NS}: field 9999 answered")
     assert sample.recovery_action == Failed(
         NvmlCode.UNKNOWN, "not in nvmlDeviceGetFieldValues' answer")
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")])
+def test_a_double_field_entry_that_is_no_number_reads_failed(value: float) -> None:
+    field_id = abi.FIELD_THERMAL_VIOLATION_NS
+    entry = pynvml.c_nvmlFieldValue_t(fieldId=field_id, scopeId=0, timestamp=0, latencyUsec=0,
+                                      valueType=0, nvmlReturn=abi.SUCCESS)  # 0: a double
+    entry.value.dVal = value
+    reading = _field_value("GPU-x", field_id, entry)
+    assert isinstance(reading, Failed) and "malformed entry" in reading.message
 
 
 # The error policy, one code at a time, on one reading of one GPU.
