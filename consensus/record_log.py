@@ -39,8 +39,30 @@ def compact_records(records: Sequence[Record]) -> list[Record]:
         trimmed = _uncovered(record, snapshot)
         if trimmed is not None:
             kept.append(trimmed)
+    kept = _newest_covered_install_only(kept, snapshot.meta.slot)
     kept.extend(records[last + 1:])
     return kept
+
+
+def _newest_covered_install_only(kept: list[Record], snapshot_slot: int) -> list[Record]:
+    """Of the installs the snapshot covers whole (their end at or below its slot), only the
+    newest view's last one still rules: it sets the installed view and end, and forgets the
+    older views' values from its end on, which takes in everything an older covered install
+    forgot past the snapshot. (Kept all, one per view change and one per re-install, the log
+    grew with the replica's whole history.)"""
+    covered = [position for position, record in enumerate(kept)
+               if isinstance(record, InstallRecord) and not record.values
+               and record.start <= snapshot_slot]
+    if len(covered) < 2:
+        return kept
+    newest = max(covered, key=lambda position: (_view_of(kept[position]), position))
+    dropped = set(covered) - {newest}
+    return [record for position, record in enumerate(kept) if position not in dropped]
+
+
+def _view_of(record: Record) -> int:
+    assert isinstance(record, InstallRecord)
+    return record.view
 
 
 def _promises(records: Sequence[Record]) -> list[Record]:

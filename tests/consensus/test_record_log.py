@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from consensus.messages import SnapshotMeta
+from consensus.order_log import OrderLog
 from consensus.prng import Prng
 from consensus.record_log import compact_records
 from consensus.records import (
@@ -113,3 +114,41 @@ def test_a_restarted_replica_forgets_again_what_an_installed_view_log_ruled_out(
     assert {slot: (entry.value, entry.view) for slot, entry in olog.slots.items()} == {
         0: (0, 2), 2: (1, 0)}  # a slot known committed stays
     assert (olog.installed_view, olog.installed_end) == (2, 1)
+
+
+def test_compaction_keeps_only_the_newest_of_the_installs_it_covers_whole() -> None:
+    """One install per view change (and per re-install) would otherwise stay for good."""
+    records: list[Record] = []
+    for view in range(1, 1001):
+        records += [ViewRecord(view), InstallRecord(view, view - 1, (1,)),
+                    OCommitRecord((view - 1,), (1,))]
+    for _ in range(3):  # compacted again and again, as the storage does
+        records = compact_records([*records, SnapshotRecord(meta(1000, (0, 1000, 0)), b"s")])
+    assert [record for record in records if isinstance(record, InstallRecord)] == [
+        InstallRecord(1000, 1000, ())]
+
+
+def slots_from(olog: OrderLog, start: int) -> dict[int, tuple[int, int, bool]]:
+    return {slot: (entry.value, entry.view, entry.committed)
+            for slot, entry in olog.slots.items() if slot >= start}
+
+
+def test_a_compacted_log_with_installs_replays_to_the_same_replica() -> None:
+    """Older views' values past each install's end, installs covered whole and in part: the
+    compacted records rebuild the same O-log and installed view as all of them."""
+    config = build(SimOptions(seed=1)).nodes[1].config
+    records: list[Record] = [
+        OAcceptRecord(0, 0, (1,) * 12), ViewRecord(2), InstallRecord(2, 0, (0, 0)),
+        OAcceptRecord(2, 2, (2, 2, 2)), OCommitRecord((0, 1, 2), (0, 0, 2)),
+        OAcceptRecord(1, 6, (1, 1)),  # a late accept of view 1, ruled out by the next install
+        ViewRecord(3), InstallRecord(3, 3, (2, 2)), OAcceptRecord(3, 5, (0,)),
+        ViewRecord(4), InstallRecord(4, 3, (2, 2, 0, 1)),
+    ]
+    compacted = compact_records([*records, SnapshotRecord(meta(4, (2, 1, 1)), b"state")])
+    assert [record for record in compacted if isinstance(record, InstallRecord)] == [
+        InstallRecord(2, 2, ()), InstallRecord(3, 4, (2,)), InstallRecord(4, 4, (2, 0, 1))]
+    whole = Replica.restore(config, Prng(1), records)._ctx.olog
+    short = Replica.restore(config, Prng(1), compacted)._ctx.olog
+    assert slots_from(short, 4) == slots_from(whole, 4)
+    assert (short.installed_view, short.installed_end) == (whole.installed_view,
+                                                           whole.installed_end) == (4, 7)
