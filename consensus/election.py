@@ -294,9 +294,11 @@ class Election:
         """Accept the rebuilt log in this view and forget stale slots past it, on disk too
         (`OrderLog.install`)."""
         ctx = self._ctx
+        installed_before = self._view_log == message  # in this life: its record is durable
         self._view_log = message
         end = ctx.olog.install(ctx.view, message.start, message.values)
-        ctx.persist(InstallRecord(ctx.view, message.start, message.values))
+        if not installed_before:  # not again at every resend of the same log
+            ctx.persist(InstallRecord(ctx.view, message.start, message.values))
         ctx.send(ctx.id, NewViewAck(ctx.id, ctx.view, end), after_persist=True)
 
     # --- establishing the new view -------------------------------------------------------------

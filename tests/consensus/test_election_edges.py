@@ -17,6 +17,7 @@ from consensus.messages import (
     Vote,
     VoteRequest,
 )
+from consensus.records import InstallRecord
 from tests.consensus.stepper import Stepper
 
 TICKS_MAX = 400
@@ -212,3 +213,28 @@ def test_a_replica_that_missed_the_new_view_and_cannot_hear_its_sequencer_joins_
             cluster.node(replica).propose(b"%c%d" % (ord("a") + replica, number))
     all_run_in_view(cluster, {f"{kind}{number}" for kind in "abc" for number in range(3)},
                     view)
+
+
+def test_a_view_log_received_again_is_acknowledged_without_being_written_again() -> None:
+    """The new sequencer resends its log until acknowledged (for ever, to a peer whose
+    acknowledgements are lost): each copy was written to the log again, so the record log
+    grew by one install per resend."""
+    cluster = warmed_up({1: b"a"})
+    cluster.crash(0)
+    copies: list[NewView] = []
+    for _ in range(TICKS_MAX):
+        cluster.tick()
+        cluster.process_all()
+        copies += [message for source, target, message in cluster.queue
+                   if isinstance(message, NewView) and target == 2]
+        cluster.deliver()
+        cluster.process_all()
+        if copies and any(cluster.node(replica).inspect.is_sequencer for replica in (1, 2)):
+            break
+    assert copies, "no view change"
+    cluster.records[2].clear()
+    cluster.node(2).step(copies[-1])
+    cluster.process(2)
+    assert not [record for record in cluster.records[2] if isinstance(record, InstallRecord)]
+    assert any(isinstance(message, NewViewAck) and source == 2
+               for source, _, message in cluster.queue)
