@@ -53,6 +53,7 @@ class Agent:
                               retry_ms_max=self.config.intervals.retry_ms_max)
         self.registrations = 0
         self.metrics_port = 0
+        self._gpus_seen: dict[int, DeviceInfo] = {}  # by index: the last listed there
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         devices = await self._start_backend()
@@ -102,7 +103,9 @@ class Agent:
     async def _read_gpus(self, tracker: HealthTracker, runner: JobRunner) -> NodeGpus:
         """The GPUs to register, listed by NVML again each time: one that did not answer at
         first (NotReady, a reset under way) counts once it does. The health tracker, the job
-        runner and the metrics page follow the list."""
+        runner and the metrics page follow the list. A GPU listed before and missing now (off
+        the bus) is registered still, as last seen: the tracker reports it failed, and the
+        store, which wants every index of the node, keeps taking the node and its other GPUs."""
         try:
             devices = await anyio.to_thread.run_sync(self.backend.devices)
         except NvmlUnavailable as error:
@@ -115,7 +118,9 @@ class Agent:
             self.view.devices = devices
             tracker.observe_devices(devices, monotonic_ms())
             runner.observe_gpus([device.uuid for device in devices])
-        return gpu_inventory(devices, self.config.models), await self._links(devices)
+        self._gpus_seen.update({device.index: device for device in devices})
+        registered = tuple(self._gpus_seen[index] for index in sorted(self._gpus_seen))
+        return gpu_inventory(registered, self.config.models), await self._links(registered)
 
     async def _links(self, devices: tuple[DeviceInfo, ...]) -> tuple[GpuLink, ...]:
         try:

@@ -14,6 +14,7 @@ import pytest
 from agent import store_link
 from agent.daemon import Agent
 from agent.fake_backend import FakeGpuBackend
+from agent.inventory import gpu_inventory
 from consensus.envelope import Principal, Role
 from statemachine.errors import Rejection
 from statemachine.results import GroupPhase, GroupStatus
@@ -159,6 +160,33 @@ async def test_a_gpu_that_answers_again_after_the_start_lets_the_node_register(
             await scheduler.bind_pod("all", 0, "all-pod", [sys.executable, "-c", SLEEPER])
             await eventually(_pod_phase(admin, "all", "running"), what="the 8-GPU pod runs")
             tasks.cancel_scope.cancel()
+
+
+async def test_a_gpu_lost_after_registering_does_not_keep_the_node_from_registering_again(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """GPU 3 falls off the bus after the node registered; then the store ends the agent's
+    incarnation. NVML now lists 7 GPUs, which the store refuses (it wants indices 0..7): the
+    lost GPU is registered as last seen, reported failed, and the node stays up with the
+    other 7."""
+    monkeypatch.setattr(store_link, "REGISTER_REFUSED_RETRY_MS", 100)
+    gpus = FakeGpuBackend.from_profile("a100-8", seed=1)
+    with anyio.fail_after(40):
+        async with configured_cluster() as cluster, store(cluster, ADMIN) as admin, \
+                store(cluster, Principal(Role.NODE, "n0")) as other, \
+                running_agent(cluster, "n0", gpus, tmp_path) as agent:
+            full = gpu_inventory(gpus.devices(), ())
+            lost = gpus.uuids()[GPU]
+            gpus.lose(lost)
+            await _until_status(admin, lost, "fail")
+            await other.register_node("n0", "another-boot", full)  # ends the incarnation
+            await eventually(lambda: _registered(agent, 2), timeout_s=8,
+                             what="the agent registered again")
+            await eventually(_node_up(admin, "n0"), timeout_s=8, what="n0 up again")
+            await _until_status(admin, lost, "fail")
+
+
+async def _registered(agent: Agent, times: int) -> bool | None:
+    return True if agent.registrations >= times else None
 
 
 def _node_up(admin: Any, node: str) -> Callable[[], Awaitable[bool | None]]:
