@@ -80,7 +80,7 @@ class HandshakeGuard:
         budget = self._budgets.pop(host, None)
         if budget is None:
             budget = _Budget(float(self.failures_max), self._clock())
-        budget.failures_left = self._refilled(budget) - 1.0
+        budget.failures_left = max(0.0, self._refilled(budget) - 1.0)  # handshakes at once
         self._budgets[host] = budget  # now the most recently seen
         if len(self._budgets) > self.hosts_max:
             self._budgets.popitem(last=False)

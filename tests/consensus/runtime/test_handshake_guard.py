@@ -104,3 +104,16 @@ def test_barring_a_host_is_logged(caplog: pytest.LogCaptureFixture) -> None:
 def test_bounds_must_be_positive(options: dict[str, object]) -> None:
     with pytest.raises(ValueError, match="must be positive"):
         HandshakeGuard(**options)  # type: ignore[arg-type]
+
+
+def test_failures_at_once_bar_a_host_no_longer_than_its_budget_takes_to_refill_one() -> None:
+    """Handshakes started together all pass the check before any fails: their failures spend
+    the budget to nothing, not below it (it would bar the host for far longer than the
+    window)."""
+    clock = Clock()
+    guard = guard_for(clock)
+    for _ in range(100):
+        guard.failed(ATTACKER)
+    assert guard.barred(ATTACKER)
+    clock.now_s += 2.0  # one failure's worth, 8 s / 4
+    assert not guard.barred(ATTACKER)
