@@ -18,9 +18,8 @@ import argparse
 import json
 import pathlib
 import sys
-from typing import NoReturn
 
-from consensus.runtime.arguments import seconds
+from consensus.runtime.arguments import seconds, usage_errors_exit
 from jepsen.checker import check
 from jepsen.errors import JepsenError, ModelError
 from jepsen.formats import FORMAT_NAMES, UNSET, load
@@ -48,11 +47,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--html", metavar="OUT", help="write the HTML report to OUT")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
-    def error(message: str) -> NoReturn:
-        parser.print_usage(sys.stderr)
-        parser.exit(EXIT_UNREADABLE, f"{parser.prog}: error: {message}\n")
-
-    parser.error = error  # type: ignore[method-assign]  # usage errors exit 3, not 2 (unknown)
+    usage_errors_exit(parser, EXIT_UNREADABLE)  # 3, not 2: that says the verdict is unknown
     parser.set_defaults(handler=run)
 
 

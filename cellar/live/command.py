@@ -25,7 +25,7 @@ import tempfile
 from typing import TYPE_CHECKING
 
 from consensus.config import Defect
-from consensus.runtime.arguments import at_least, seconds
+from consensus.runtime.arguments import at_least, seconds, usage_errors_exit
 from jepsen.sim.cli import parse_schedule
 from jepsen.sim.nemesis import schedule_problems
 from jepsen.verdict import Verdict
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from cellar.live.run import LiveResult
 
 LOOPS = ("asyncio", "uvloop", "trio")
+EXIT_USAGE = 3  # bad arguments, or a cluster that never started or settled
 DEFECTS = tuple(defect.value for defect in Defect)
 
 
@@ -57,6 +58,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dir", type=pathlib.Path, default=None,
                         help="the run directory (default: a new one under the system's "
                              "temporary directory, kept)")
+    usage_errors_exit(parser, EXIT_USAGE)  # 3, not 2: that says the verdict is unknown
     parser.set_defaults(handler=run)
 
 
@@ -74,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
                         "has to recover")
     if problems:
         print("cellar live: " + "; ".join(problems), file=sys.stderr)
-        return 3
+        return EXIT_USAGE
     directory = args.dir or pathlib.Path(tempfile.mkdtemp(prefix="cellar-live-"))
     try:
         directory.mkdir(parents=True, exist_ok=True)
@@ -82,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
             raise OSError(f"{directory} is not empty")
     except OSError as error:
         print(f"cellar live: {error}", file=sys.stderr)
-        return 3
+        return EXIT_USAGE
     print(f"cellar live: seed {options.seed}, {options.replicas} replicas, faults for "
           f"{options.fault_s:g} s, then healed for {options.heal_s:g} s; run directory "
           f"{directory}")
@@ -93,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         result = run_unwrapped(run_live, options, directory)
     except (RuntimeError, TimeoutError, OSError) as error:  # the cluster never served
         print(f"cellar live: the run could not start: {error}", file=sys.stderr)
-        return 3
+        return EXIT_USAGE
     return _report(result, directory)
 
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from collections.abc import Callable
+from typing import NoReturn
 
 
 def at_least(least: int) -> Callable[[str], int]:
@@ -45,3 +47,14 @@ def seconds(*, zero_ok: bool = False, most: float = math.inf) -> Callable[[str],
         return value
 
     return parse
+
+
+def usage_errors_exit(parser: argparse.ArgumentParser, status: int) -> None:
+    """Make `parser` refuse bad arguments with `status` instead of argparse's 2, for a command
+    whose 2 already means something else (a verdict left unknown)."""
+
+    def error(message: str) -> NoReturn:
+        parser.print_usage(sys.stderr)
+        parser.exit(status, f"{parser.prog}: error: {message}\n")
+
+    parser.error = error  # type: ignore[method-assign]

@@ -127,6 +127,16 @@ def test_the_command_refuses_a_run_directory_in_use(tmp_path: pathlib.Path,
     assert "target 3 is no replica" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv", [["--seconds", "0"], ["--clients", "0"], ["--schedule", "x"],
+                                  ["--replicas", "4"]])
+def test_bad_arguments_exit_3_not_2_which_says_the_verdict_is_unknown(
+        argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        main(["live", *argv])
+    assert caught.value.code == 3
+    assert "cellar live: error: argument" in capsys.readouterr().err
+
+
 def test_a_cluster_that_never_starts_is_a_usage_error_and_leaves_nothing(
         tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
