@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import anyio
 
-from cellar.child_processes import stop_processes
+from cellar.child_processes import dies_with_parent, stop_processes
 from consensus.runtime.certs import identities, init_directory
 from consensus.runtime.client import CellarClient, ClientConfig, Unavailable
 from consensus.runtime.connect import connector
@@ -141,7 +141,8 @@ class ReplicaProcess:
         log = self.log_path.open("ab")
         environment = {**os.environ, "PYTHONUNBUFFERED": "1"}
         self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,  # noqa: S603
-                                        env=environment, cwd=self.layout.directory)
+                                        env=environment, cwd=self.layout.directory,
+                                        preexec_fn=dies_with_parent())  # noqa: PLW1509
         log.close()
 
     @property
@@ -212,7 +213,8 @@ class AgentProcess:
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(  # noqa: S603
                 command, stdout=log, stderr=subprocess.STDOUT, cwd=self.directory,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                preexec_fn=dies_with_parent())  # noqa: PLW1509
 
     def stop(self, timeout_s: float = 10.0) -> int | None:
         """SIGTERM (the agent leaves its jobs running), then SIGKILL if it hangs."""

@@ -1,15 +1,22 @@
-"""Stopping child processes: SIGTERM to all at once, SIGKILL for those still running after one
-shared grace period."""
+"""Child processes: they end with the command that started them, and stopping them sends
+SIGTERM to all at once, SIGKILL for those still running after one shared grace period."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import pathlib
 import signal
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
-from cellar.child_processes import stop_processes
+from cellar.child_processes import dies_with_parent, stop_processes
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 IGNORES_SIGTERM = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
                    "print('ready', flush=True); time.sleep(60)")
@@ -72,3 +79,53 @@ def test_the_grace_period_is_shared_not_one_per_process(
     stop_processes(stuck, grace_s=10.0)  # type: ignore[arg-type]
     assert all(process.signals == [signal.SIGTERM] and process.killed for process in stuck)
     assert sum(sum(process.waits) for process in stuck) == 10.0
+
+
+# A parent that starts a sleeping child the way the commands start replicas, says its pid,
+# then waits to be killed.
+PARENT = """
+import subprocess, sys, time
+from cellar.child_processes import dies_with_parent
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                         preexec_fn=dies_with_parent())
+print(child.pid, flush=True)
+time.sleep(60)
+"""
+
+
+def gone(pid: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        status = pathlib.Path(f"/proc/{pid}/stat")
+        if not status.exists() or status.read_text().split()[2] == "Z":
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="PR_SET_PDEATHSIG is Linux's")
+@pytest.mark.parametrize("signal_number", [signal.SIGKILL, signal.SIGHUP])
+def test_a_child_ends_with_the_command_that_started_it_however_that_ends(
+        signal_number: int) -> None:
+    """`cellar dev` killed by SIGKILL (the OOM killer, a CI timeout) or a SIGHUP had left its
+    replicas running for good, holding their ports."""
+    parent = subprocess.Popen([sys.executable, "-c", PARENT], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert parent.stdout is not None
+    child = int(parent.stdout.readline())
+    try:
+        parent.send_signal(signal_number)
+        parent.wait(timeout=10)
+        assert gone(child, timeout_s=10), "the child outlived the command that started it"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signal.SIGKILL)
+
+
+def test_a_child_started_off_the_main_thread_is_not_bound_to_that_thread() -> None:
+    """The signal comes when the starting *thread* ends: a worker thread must not use it."""
+    found: list[object] = []
+    worker = threading.Thread(target=lambda: found.append(dies_with_parent()))
+    worker.start()
+    worker.join()
+    assert found == [None]
