@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import signal
+import sys
 from collections.abc import Callable, Sequence
 from types import FrameType
 
@@ -66,6 +68,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             return handler(args)
         except KeyboardInterrupt:
             return 128 + (signal.SIGTERM if sigterm.seen else signal.SIGINT)
+        except BrokenPipeError:  # the reader went away (`cellar admin nodes | head`)
+            _quiet_stdout()
+            return 128 + signal.SIGPIPE
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's flush at exit, into the pipe that
+    broke, raises no second error."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 class _SigtermInterrupts:

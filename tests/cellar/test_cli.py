@@ -6,12 +6,17 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import pathlib
 import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
 
 from cellar import cli
+
+ROOT = str(pathlib.Path(__file__).resolve().parents[2])
 
 
 @pytest.fixture
@@ -123,3 +128,25 @@ def test_commands_whose_clients_act_as_nodes_offer_no_plain_tcp(
         cli.build_parser().parse_args(argv)
     assert stopped.value.code == 2
     assert "unrecognized arguments: --insecure" in capsys.readouterr().err
+
+
+# A command whose output outruns a reader that stops after the first line.
+FLOODS_STDOUT = """
+import argparse, sys
+from cellar import cli
+parser = argparse.ArgumentParser()
+parser.set_defaults(handler=lambda args: [print("x" * 4096) for _ in range(10_000)] and 0)
+cli.build_parser = lambda: parser
+sys.exit(cli.main([]))
+"""
+
+
+def test_a_reader_that_stops_early_ends_the_command_quietly() -> None:
+    """`cellar admin nodes | head` had ended in a BrokenPipeError traceback."""
+    process = subprocess.Popen([sys.executable, "-c", FLOODS_STDOUT], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": ROOT})
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.readline()
+    process.stdout.close()  # as `head -1` does
+    assert process.wait(timeout=30) == 128 + signal.SIGPIPE
+    assert process.stderr.read() == b""
