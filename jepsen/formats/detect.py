@@ -1,6 +1,7 @@
 """Tells a history file's format from its first meaningful line.
 
-- a JSON object: Cellar's JSON lines;
+- a JSON object: Cellar's JSON lines (also a broken one: a quoted key first, or a file named
+  `.json`/`.jsonl`, so that the JSON reader says what is wrong);
 - an EDN map (`{:process ...`): Porcupine's key-value lines;
 - a vector or list (`[`, `(`): a Knossos history;
 - a line with `jepsen.util - ` anywhere in the file: a Jepsen text log.
@@ -27,6 +28,12 @@ def _is_json_object(line: str) -> bool:
         return True
 
 
+def _looks_json(line: str, source: str) -> bool:
+    """A line that is no JSON object but was meant as one (a quoted key first, where EDN has a
+    keyword, or a file named as JSON): the JSON reader names what is wrong with it."""
+    return line[1:].lstrip().startswith('"') or source.endswith((".json", ".jsonl"))
+
+
 def detect(text: str, source: str) -> str:
     for number, raw in enumerate(text.splitlines(), start=1):
         line = raw.strip()
@@ -37,7 +44,8 @@ def detect(text: str, source: str) -> str:
         if line.startswith(("[", "(")):
             return "knossos"
         if line.startswith("{"):
-            return "jsonl" if _is_json_object(line) else "porcupine-kv"
+            return "jsonl" if _is_json_object(line) or _looks_json(line, source) else \
+                "porcupine-kv"
         if _JEPSEN_MARKER in text:
             return "jepsen-log"
         raise HistoryFormatError(source, number, "a history: JSON lines, a Jepsen log, EDN "

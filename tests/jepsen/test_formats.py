@@ -140,6 +140,13 @@ def test_formats_are_detected(text: str, format: str) -> None:
     assert detect(text, "t") == format
 
 
+@pytest.mark.parametrize(("text", "source"), [('{"bad\n', "h.txt"), ("{bad\n", "h.jsonl"),
+                                              ('{ "process": 0 "type": 1}', "h")])
+def test_a_broken_json_line_is_read_as_json_to_say_what_is_wrong(text: str, source: str
+                                                                 ) -> None:
+    assert detect(text, source) == "jsonl"
+
+
 def test_undetectable_files_ask_for_a_format() -> None:
     with pytest.raises(HistoryFormatError, match="--format") as caught:
         detect("\nhello world\n", "mystery.txt")
