@@ -252,8 +252,8 @@ def build_workload(seed: int, commands: int) -> tuple[list[bytes], list[bytes], 
     setup = list(driver.log)
     workload = MixedWorkload(driver, seed)
     while len(driver.log) - len(setup) < commands:
-        workload.step()
-    return setup, driver.log[len(setup):], driver.machine
+        workload.step()  # one step may send several: the log is cut at `commands`
+    return setup, driver.log[len(setup):len(setup) + commands], driver.machine
 
 
 def measure_apply(setup: list[bytes], log: list[bytes], runs: int) -> Spread:

@@ -51,7 +51,7 @@ FAILOVER_CALLERS = 8  # heartbeats back to back while the sequencer is killed
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seconds", type=seconds(), default=60.0,
                         help="how long to run (default 60)")
-    parser.add_argument("--nodes", type=at_least(4), default=16,
+    parser.add_argument("--nodes", type=_multiple_of_four, default=16,
                         help="simulated 8-GPU nodes (a multiple of 4)")
     parser.add_argument("--replicas", type=int, default=3, choices=(3, 5))
     parser.add_argument("--gangs", type=at_least(0), default=24,
@@ -62,6 +62,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="where the cluster's files go (replaced on each run)")
     parser.add_argument("--seed", type=int, default=7, help="workload seed")
     parser.set_defaults(handler=run)
+
+
+def _multiple_of_four(text: str) -> int:
+    """A node count: the demo's racks hold 4 nodes each."""
+    count = at_least(4)(text)
+    if count % 4:
+        raise argparse.ArgumentTypeError(f"must be a multiple of 4, not {count}")
+    return count
 
 
 @dataclass
@@ -81,8 +89,6 @@ class Run:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.nodes % 4:  # at least 4: the argument type sees to that
-        raise SystemExit("--nodes must be a positive multiple of 4")
     layout = _fresh_layout(args)
     if layout is None:
         return EXIT_USAGE

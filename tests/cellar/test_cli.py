@@ -97,6 +97,7 @@ def test_sigterm_interrupts_even_with_ctrl_c_ignored(command: list[str]) -> None
     (["dev", "--seconds", "-1"], "argument --seconds: must be above 0 and finite, not -1"),
     (["dev", "--seconds", "nan"], "argument --seconds: must be above 0 and finite, not nan"),
     (["dev", "--nodes", "0"], "argument --nodes: must be at least 4, not 0"),
+    (["dev", "--nodes", "5"], "argument --nodes: must be a multiple of 4, not 5"),
     (["demo", "--pace", "-1"], "argument --pace: must be 0 or more and finite, not -1"),
     (["demo", "--rounds", "0"], "argument --rounds: must be at least 1, not 0"),
     (["sim", "run", "--seed", "1", "--safety-ms", "-5"],

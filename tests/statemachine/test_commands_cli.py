@@ -27,3 +27,4 @@ def test_the_benchmark_prints_one_json_object(capsys: pytest.CaptureFixture[str]
     assert figures["gpus"] == 8192 and figures["nodes"] == 1024
     assert set(figures["alloc_p50_ms"]) == {"1", "8", "64"}
     assert figures["apply_per_s"] > 0 and figures["snapshot_roundtrip_ms"] > 0
+    assert figures["workload_commands"] == 300  # as asked, though a step may send several
