@@ -28,6 +28,12 @@ Client commands are bounded in bytes as well as in count: `proposal_bytes_max` c
 of commands submitted and not yet executed, covered by a snapshot or refused, however long their
 clients wait (consensus/runtime/proposal_budget.py), and reads' and watches' queries until
 answered; past it a submit or a watch is answered Overloaded.
+
+Clients' commands and reads take at most half of the input queue's `inputs_max` places; past
+that they are answered Overloaded (nothing proposed: safe to retry), and peers' frames keep the
+other half. Under client load with the driver held up (a slow fsync), commands had taken every
+place and the peers' acknowledgements, lease grants and heartbeats were dropped: the replica's
+own commands stopped committing, and its clients' retries added to the load.
 """
 
 from __future__ import annotations
@@ -143,6 +149,8 @@ class Driver:
         self.config = config
         self._clock = clock
         self._inbox: Inbox[tuple[Any, ...]] = Inbox(config.inputs_max)
+        self._client_inputs = 0  # clients' commands and reads in the inbox
+        self._client_inputs_max = max(1, config.inputs_max // 2)  # module docstring
         self._proposals: dict[int, _Callback] = {}
         self._budget = ProposalBudget(config.proposal_bytes_max)
         self._reads: dict[int, tuple[bytes, _Callback]] = {}
@@ -214,10 +222,16 @@ class Driver:
 
     def _submit(self, kind: str, payload: bytes, timeout_s: float, done: Done,
                 refused: str) -> bool:
+        if self._client_inputs >= self._client_inputs_max:  # the rest is for peers' frames
+            self.metrics.count(refused)
+            done(None, Overloaded("the replica's input queue holds all the client requests "
+                                  "it takes"))
+            return False
         now = self._clock()
         if not self._offer((kind, payload, _Callback(done, now, now + timeout_s)), refused):
             done(None, Overloaded("the replica's input queue is full"))
             return False
+        self._client_inputs += 1
         return True
 
     async def local_read(self, query: bytes, after_slot: int, wait_s: float) -> tuple[bytes, int]:
@@ -327,8 +341,10 @@ class Driver:
             self.metrics.count("driver.frames_received")
             self.replica.receive(item[2], item[1])
         elif kind == "propose":
+            self._client_inputs -= 1
             self._take_proposal(item[1], item[2])
         elif kind == "read":
+            self._client_inputs -= 1
             self._read_ids += 1
             self._reads[self._read_ids] = (item[1], item[2])
             self._watch_deadline(item[2], "read", self._read_ids)

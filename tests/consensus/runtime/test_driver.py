@@ -408,3 +408,25 @@ async def test_a_snapshot_too_large_for_one_log_record_is_not_taken(
             for driver in cluster.drivers:
                 assert driver.metrics.counter("driver.snapshots_too_large") >= 1
                 assert driver.metrics.counter("driver.snapshots_taken") == 0
+
+
+async def test_a_flood_of_client_commands_does_not_crowd_out_peer_frames() -> None:
+    """While the driver is held up (a slow fsync) under client load, clients' commands and
+    reads take at most half of the input queue; past that they are refused Overloaded (nothing
+    proposed: safe to retry), and peers' frames (acknowledgements, lease grants, heartbeats)
+    keep the other half, or the replica's own commands would stop committing."""
+    driver = _lone_driver(DriverConfig(inputs_max=64))
+    errors: list[Exception | None] = []
+    for _ in range(40):
+        driver.submit(encode_put("k", 1), 10.0, lambda reply, error: errors.append(error))
+        driver.submit_read(encode_get("k"), 10.0, lambda reply, error: errors.append(error))
+    assert len(errors) == 80 - 32 and all(isinstance(e, driver_module.Overloaded) for e in errors)
+    for _ in range(32):
+        driver.deliver(0, HEARTBEAT_FRAME)
+    assert driver.metrics.counter("driver.frames_dropped_queue_full") == 0
+    driver.deliver(0, HEARTBEAT_FRAME)  # the whole queue is full now
+    assert driver.metrics.counter("driver.frames_dropped_queue_full") == 1
+    await driver._next_inputs()  # the driver takes them: clients have their places back
+    refused = driver.metrics.counter("driver.proposals_refused")
+    driver.submit(encode_put("k", 2), 10.0, lambda reply, error: errors.append(error))
+    assert driver.metrics.counter("driver.proposals_refused") == refused
