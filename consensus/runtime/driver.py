@@ -93,6 +93,9 @@ class DriverConfig:
     idle_wake_ticks: int = 4  # ticks slept at a time while no input comes (module docstring)
     system_every_ms: int = 1000  # how often the sequencer proposes the system command
     inputs_max: int = 65_536
+    # Bytes of peers' frames waiting in the input queue: past it a frame is dropped, as when
+    # the queue is full (the protocol resends what matters). See consensus/runtime/inbox.py.
+    inputs_bytes_max: int = 256 << 20
     drain_max: int = 8192  # inputs handled before the next Ready
     snapshot_every_slots: int = 20_000
     frame_bytes_max: int = MESSAGE_BYTES_MAX // 4
@@ -106,8 +109,8 @@ class DriverConfig:
     persist_in_thread: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("tick_ms", "idle_wake_ticks", "inputs_max", "drain_max",
-                     "proposal_bytes_max"):
+        for name in ("tick_ms", "idle_wake_ticks", "inputs_max", "inputs_bytes_max",
+                     "drain_max", "proposal_bytes_max"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
 
@@ -148,7 +151,7 @@ class Driver:
         self.metrics = metrics
         self.config = config
         self._clock = clock
-        self._inbox: Inbox[tuple[Any, ...]] = Inbox(config.inputs_max)
+        self._inbox: Inbox[tuple[Any, ...]] = Inbox(config.inputs_max, config.inputs_bytes_max)
         self._client_inputs = 0  # clients' commands and reads in the inbox
         self._client_inputs_max = max(1, config.inputs_max // 2)  # module docstring
         self._proposals: dict[int, _Callback] = {}
@@ -173,12 +176,12 @@ class Driver:
     # --- inputs, from other tasks -----------------------------------------------------------------
 
     def deliver(self, sender: int, frame: bytes) -> None:
-        """A frame from a peer (transport callback); dropped and counted when the queue is full:
-        the protocol resends what matters."""
-        self._offer(("frame", sender, frame), "driver.frames_dropped_queue_full")
+        """A frame from a peer (transport callback); dropped and counted when the queue is full,
+        in items or in bytes: the protocol resends what matters."""
+        self._offer(("frame", sender, frame), "driver.frames_dropped_queue_full", len(frame))
 
-    def _offer(self, item: tuple[Any, ...], dropped: str) -> bool:
-        if self._inbox.offer(item):
+    def _offer(self, item: tuple[Any, ...], dropped: str, size: int = 0) -> bool:
+        if self._inbox.offer(item, size):
             return True
         self.metrics.count(dropped)
         return False

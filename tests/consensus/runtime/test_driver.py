@@ -290,7 +290,7 @@ async def test_reads_that_expire_are_cancelled_in_the_core_and_free_their_places
 
 
 def test_a_driver_config_refuses_counts_below_one() -> None:
-    for name in ("tick_ms", "idle_wake_ticks", "inputs_max", "drain_max"):
+    for name in ("tick_ms", "idle_wake_ticks", "inputs_max", "inputs_bytes_max", "drain_max"):
         with pytest.raises(ValueError, match=name):
             DriverConfig(**cast(dict[str, Any], {name: 0}))
 
@@ -430,3 +430,17 @@ async def test_a_flood_of_client_commands_does_not_crowd_out_peer_frames() -> No
     refused = driver.metrics.counter("driver.proposals_refused")
     driver.submit(encode_put("k", 2), 10.0, lambda reply, error: errors.append(error))
     assert driver.metrics.counter("driver.proposals_refused") == refused
+
+
+def test_peer_frames_waiting_for_the_driver_are_bounded_in_bytes() -> None:
+    """A driver held up (a slow fsync, a long compaction) while peers keep sending: the mesh
+    hands it every frame it reads, with no back-pressure on the sockets. At the frame cap of
+    8 MiB, 65,536 frames waiting would be 512 GiB: past `inputs_bytes_max` frames are dropped
+    and counted as when the queue is full (the protocol resends what matters)."""
+    driver = _lone_driver(DriverConfig())
+    frame = bytes(8 << 20)  # the mesh's default frame cap; one object, held once
+    for _ in range(1024):
+        driver.deliver(0, frame)
+    queued = driver.config.inputs_bytes_max // len(frame)
+    assert len(driver._inbox) == queued == 32
+    assert driver.metrics.counter("driver.frames_dropped_queue_full") == 1024 - queued
