@@ -16,6 +16,7 @@ from anyio.abc import TaskStatus
 from consensus.runtime.logs import configure_logging
 
 EXIT_CONFIG = 78  # EX_CONFIG: a bad configuration file
+EXIT_UNAVAILABLE = 69  # EX_UNAVAILABLE: a port to listen on is taken (or not this host's)
 logger = logging.getLogger("cellar")
 Service = Callable[..., Awaitable[None]]  # async def run(*, task_status) -> None
 

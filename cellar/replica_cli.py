@@ -1,7 +1,9 @@
 """`cellar replica --config FILE`: run one replica of the GPU-allocation store (or, with
 `machine = "kv"`, of the plain key-value store the peer benchmark uses).
 
-Exit status: 0 after a clean stop (SIGTERM or SIGINT), 78 for a bad configuration file, and
+Exit status: 0 after a clean stop (SIGTERM or SIGINT), 78 for a bad configuration file (TLS
+files that cannot serve included: refused before the data directory is touched), 69 when a
+client, peer or metrics port cannot be listened on (in use, or not this host's address), and
 the data directory's own codes for storage trouble (see consensus.runtime.storage_errors: a
 missing, locked or corrupt data directory, or a failed write or sync).
 """
@@ -15,6 +17,7 @@ import sys
 
 from cellar.daemon_process import (
     EXIT_CONFIG,
+    EXIT_UNAVAILABLE,
     add_logging_arguments,
     loop_options,
     serve_until_signalled,
@@ -23,8 +26,9 @@ from cellar.daemon_process import (
 from cellar.exception_groups import run_unwrapped
 from cellar.gc_tuning import quiet_garbage_collector
 from cellar.kv.machine import KvMachine
+from consensus.runtime.accept import CannotListen
 from consensus.runtime.node import ReplicaNode
-from consensus.runtime.node_config import NodeConfigError, load_node_config
+from consensus.runtime.node_config import NodeConfigError, check_tls_files, load_node_config
 from consensus.runtime.storage import DurableLog
 from consensus.runtime.storage_errors import StorageError
 from statemachine.codec import encode_command
@@ -53,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
     start_logging(args)
     try:
         config = load_node_config(args.config)
+        check_tls_files(config)
     except NodeConfigError as error:
         print(f"cellar replica: {error}", file=sys.stderr)
         return EXIT_CONFIG
@@ -79,6 +84,9 @@ def run(args: argparse.Namespace) -> int:
         logger.error("stopping: %s", error)
         print(f"cellar replica: {error}", file=sys.stderr)
         return error.exit_code
+    except CannotListen as error:
+        print(f"cellar replica: {error}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
     finally:
         log.close()
     return 0

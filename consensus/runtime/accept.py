@@ -17,6 +17,9 @@ a listener closed under the loop) and ends it, as before.
 
 On trio, anyio reports a failed accept() as `BrokenResourceError` caused by the OSError; the
 loop looks through it.
+
+A listener that cannot bind (the port in use, an address not this host's) raises
+`CannotListen`, naming the address: the bare OSError names none, and a replica binds three.
 """
 
 from __future__ import annotations
@@ -49,6 +52,25 @@ CONNECTION_ERRNOS = frozenset(
         "EHOSTDOWN", "EHOSTUNREACH", "ENONET", "ENOPROTOOPT", "EOPNOTSUPP", "ETIMEDOUT",
         "ENOSR")
     if hasattr(errno, name))
+
+
+class CannotListen(OSError):
+    """A listening socket could not be bound on `address` (HOST:PORT)."""
+
+    def __init__(self, address: str, error: OSError) -> None:
+        super().__init__(error.errno, error.strerror)
+        self.address = address
+
+    def __str__(self) -> str:
+        return f"cannot listen on {self.address} ({self.strerror})"
+
+
+async def listen_tcp(host: str, port: int) -> MultiListener[anyio.abc.SocketStream]:
+    """anyio's TCP listener on `host`:`port` (port 0: any); CannotListen if it cannot bind."""
+    try:
+        return await anyio.create_tcp_listener(local_host=host, local_port=port)
+    except OSError as error:
+        raise CannotListen(f"{host}:{port}", error) from error
 
 
 class Accepting(Protocol[T_Accepted_co]):

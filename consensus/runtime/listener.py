@@ -31,7 +31,7 @@ import anyio
 import anyio.abc
 
 from consensus.codec import MESSAGE_BYTES_MAX
-from consensus.runtime.accept import Slots, accept_forever, authenticated, holding
+from consensus.runtime.accept import Slots, accept_forever, authenticated, holding, listen_tcp
 from consensus.runtime.framing import (
     CONNECTIONS_ACCEPTED,
     CONNECTIONS_LOST,
@@ -105,7 +105,7 @@ class ClientListener:
         """Accept until cancelled; `task_status.started` gets the address bound."""
         self._context = self.tls.server_context() if self.tls else None
         host, port = self.listen
-        listener = await anyio.create_tcp_listener(local_host=host, local_port=port)
+        listener = await listen_tcp(host, port)
         async with listener, anyio.create_task_group() as group:
             bound_port: int = listener.extra(anyio.abc.SocketAttribute.local_port)
             self.address = (host, bound_port)

@@ -21,7 +21,7 @@ from collections.abc import Callable
 import anyio
 from anyio.abc import SocketStream
 
-from consensus.runtime.accept import Slots, accept_forever
+from consensus.runtime.accept import Slots, accept_forever, listen_tcp
 from consensus.runtime.framing import CONNECTIONS_REFUSED_LIMIT, Metrics
 
 REQUEST_HEAD_BYTES_MAX = 8192
@@ -50,7 +50,7 @@ async def serve_metrics(host: str, port: int, render: Callable[[], str], *,
         finally:
             slots.release()
 
-    listener = await anyio.create_tcp_listener(local_host=host, local_port=port)
+    listener = await listen_tcp(host, port)
     async with listener, anyio.create_task_group() as group:
         bound = listener.extra(anyio.abc.SocketAttribute.local_port)
         group.start_soon(functools.partial(accept_forever, listener, serve, group,

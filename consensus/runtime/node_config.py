@@ -28,7 +28,9 @@ A limit below its floor in LIMIT_MINIMUMS is refused: the peer mesh drops a fram
 would leave a lagging replica asking for ever.
 
 Every error names the key and the reason, e.g. `peers[1].client: "localhost" is not
-HOST:PORT`, and the process exits before touching its data directory.
+HOST:PORT`, and the process exits before touching its data directory. The TLS files are loaded
+as the listeners will by `check_tls_files` (a replica calls it before opening its log), so a key
+that does not match its certificate is named there, not met as `[SSL] PEM lib` once running.
 """
 
 from __future__ import annotations
@@ -52,9 +54,10 @@ from consensus.runtime.config_fields import (
     text,
     tls_files,
 )
+from consensus.runtime.tls import TlsConfig, TlsFileRefused
 
 __all__ = ["Address", "NodeConfig", "NodeConfigError", "PeerEntry", "TlsFiles",
-           "load_node_config", "parse_node_config"]
+           "check_tls_files", "load_node_config", "parse_node_config"]
 
 LOOPS = ("asyncio", "uvloop", "trio")
 MACHINES = ("gpu", "kv")
@@ -107,6 +110,20 @@ class NodeConfig:
 
 def load_node_config(path: pathlib.Path) -> NodeConfig:
     return parse_node_config(load_toml(path, NodeConfigError), base=path.parent)
+
+
+def check_tls_files(config: NodeConfig) -> None:
+    """Load the TLS files as the replica's listeners will; NodeConfigError naming the key and
+    the file if one cannot serve (a key not matching its certificate, a file that is not a
+    key, one that cannot be read). A replica calls it before touching its data directory;
+    the loader does not, for commands that read a replica's file only for its addresses."""
+    if config.tls is None:
+        return
+    try:
+        TlsConfig(ca_file=config.tls.ca, cert_file=config.tls.cert,
+                  key_file=config.tls.key).check()
+    except TlsFileRefused as refused:
+        raise NodeConfigError(f"tls.{refused.field}: {refused}") from refused
 
 
 def parse_node_config(raw: dict[str, Any], *, base: pathlib.Path) -> NodeConfig:

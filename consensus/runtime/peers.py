@@ -47,7 +47,7 @@ import anyio
 import anyio.abc
 
 from consensus.codec import MESSAGE_BYTES_MAX
-from consensus.runtime.accept import Slots, accept_forever, authenticated, holding
+from consensus.runtime.accept import Slots, accept_forever, authenticated, holding, listen_tcp
 from consensus.runtime.deadlines import Doorbell
 from consensus.runtime.framing import (
     CONNECTIONS_ACCEPTED,
@@ -282,7 +282,7 @@ class PeerMesh:
             self._server_context = self.tls.server_context()
             self._client_context = self.tls.client_context()
         host, port = self.listen
-        listener = await anyio.create_tcp_listener(local_host=host, local_port=port)
+        listener = await listen_tcp(host, port)
         async with listener, anyio.create_task_group() as group:
             bound_port: int = listener.extra(anyio.abc.SocketAttribute.local_port)
             self.address = (host, bound_port)

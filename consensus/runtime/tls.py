@@ -16,6 +16,10 @@ that the replica it reached has the identity it expected, which is the stronger 
 Plain TCP is for local development only, and only when asked for with `insecure=True`: it logs
 a warning, nothing is encrypted, and identities come from nowhere (a replica's is its claim,
 a client's is a configured default).
+
+`TlsConfig.check` loads the files as the contexts will, for a command to refuse bad material at
+start naming the file at fault: OpenSSL's own error for a file that is not a key is
+`[SSL] PEM lib`, naming none.
 """
 
 from __future__ import annotations
@@ -167,6 +171,46 @@ class TlsConfig:
         context.verify_mode = ssl.CERT_REQUIRED
         context.load_verify_locations(cafile=str(self.ca_file))
         context.load_cert_chain(certfile=str(self.cert_file), keyfile=str(self.key_file))
+
+    def check(self) -> None:
+        """Build both contexts; TlsFileRefused, naming the file at fault, if either fails."""
+        try:
+            self.server_context()
+            self.client_context()
+        except OSError as error:  # ssl.SSLError is one, as is a file that cannot be read
+            raise self._refusal(error) from error
+
+    def _refusal(self, error: OSError) -> TlsFileRefused:
+        """Which file made `error`: the CA's or the certificate's if either alone fails to
+        load as certificates, else the key."""
+        for field, path in (("ca", self.ca_file), ("cert", self.cert_file)):
+            try:
+                ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cafile=str(path))
+            except OSError as failure:
+                return TlsFileRefused(field, path, f"holds no usable certificate "
+                                                   f"({_reason(failure)})")
+        if isinstance(error, ssl.SSLError) and error.reason == "KEY_VALUES_MISMATCH":
+            return TlsFileRefused("key", self.key_file,
+                                  f"does not match the certificate {self.cert_file}")
+        return TlsFileRefused("key", self.key_file, f"is not a usable private key "
+                                                    f"({_reason(error)})")
+
+
+class TlsFileRefused(ValueError):
+    """A TLS file that cannot be used; `field` is the configuration's name for it ("ca",
+    "cert" or "key")."""
+
+    def __init__(self, field: str, path: pathlib.Path, reason: str) -> None:
+        super().__init__(f"{path} {reason}")
+        self.field = field
+
+
+def _reason(error: OSError) -> str:
+    """OpenSSL's reason ("NO_CERTIFICATE_OR_CRL_FOUND"), or the system's ("Permission
+    denied"); `[SSL] PEM lib` has neither: the file is not PEM of the kind expected."""
+    if isinstance(error, ssl.SSLError):
+        return error.reason or "not PEM of the expected kind"
+    return error.strerror or str(error)
 
 
 def check_security(tls: TlsConfig | None, *, insecure: bool, what: str) -> None:

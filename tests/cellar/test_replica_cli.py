@@ -1,10 +1,13 @@
 """`cellar replica`: a storage failure while it runs ends it with the storage error's own exit
-status and message, though the error is raised deep inside the node's task groups."""
+status and message, though the error is raised deep inside the node's task groups; bad TLS
+material or a port in use ends it with a message and an exit status of its own, never a
+traceback out of the event loop."""
 
 from __future__ import annotations
 
 import errno
 import pathlib
+import socket
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -15,7 +18,8 @@ from anyio.abc import TaskStatus
 
 from cellar import replica_cli
 from cellar.cli import main
-from cellar.local_cluster import Layout
+from cellar.daemon_process import EXIT_CONFIG, EXIT_UNAVAILABLE
+from cellar.local_cluster import HOST, Layout
 from consensus.runtime.storage_errors import EXIT_STORAGE_FAILED, StorageFailed
 
 
@@ -36,12 +40,16 @@ class FailingNode:
 
 
 @pytest.fixture
-def failing_replica(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setattr(replica_cli, "ReplicaNode", FailingNode)
+def quiet_cli(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(replica_cli, "start_logging", lambda args: None)  # this process's
     switch_interval_s = sys.getswitchinterval()
     yield
     sys.setswitchinterval(switch_interval_s)
+
+
+@pytest.fixture
+def failing_replica(monkeypatch: pytest.MonkeyPatch, quiet_cli: None) -> None:
+    monkeypatch.setattr(replica_cli, "ReplicaNode", FailingNode)
 
 
 def test_a_failed_sync_exits_with_the_storage_status(
@@ -54,3 +62,49 @@ def test_a_failed_sync_exits_with_the_storage_status(
     error = capsys.readouterr().err
     assert error.startswith(f"cellar replica: {layout.data_dir(0) / 'log'}: fdatasync failed")
     assert "Traceback" not in error
+
+
+def tls_layout(tmp_path: pathlib.Path) -> Layout:
+    layout = Layout(tmp_path / "cluster", 3, loop="asyncio")
+    layout.write()
+    return layout
+
+
+def run_replica_0(layout: Layout) -> int:
+    return main(["replica", "--config", str(layout.config_path(0)), "--init"])
+
+
+def test_a_key_that_does_not_match_the_certificate_is_refused_before_the_data_directory(
+        tmp_path: pathlib.Path, quiet_cli: None, capsys: pytest.CaptureFixture[str]) -> None:
+    layout = tls_layout(tmp_path)
+    key = layout.certs / "replica-0.key"
+    key.write_bytes((layout.certs / "replica-1.key").read_bytes())  # a key, but not its own
+    assert run_replica_0(layout) == EXIT_CONFIG
+    error = capsys.readouterr().err
+    assert error == f"cellar replica: tls.key: {key} does not match the certificate " \
+        f"{layout.certs / 'replica-0.pem'}\n"
+    assert not layout.data_dir(0).exists()
+
+
+def test_a_key_file_that_is_not_a_key_is_refused_with_its_name(
+        tmp_path: pathlib.Path, quiet_cli: None, capsys: pytest.CaptureFixture[str]) -> None:
+    layout = tls_layout(tmp_path)
+    key = layout.certs / "replica-0.key"
+    key.write_text("not a key\n")
+    assert run_replica_0(layout) == EXIT_CONFIG
+    error = capsys.readouterr().err
+    assert error.startswith(f"cellar replica: tls.key: {key} ") and error.count("\n") == 1
+    assert not layout.data_dir(0).exists()
+
+
+def test_a_client_port_in_use_is_reported_in_one_line_with_its_own_status(
+        tmp_path: pathlib.Path, quiet_cli: None, capsys: pytest.CaptureFixture[str]) -> None:
+    layout = tls_layout(tmp_path)
+    with socket.socket() as busy:
+        busy.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        busy.bind((HOST, layout.client_ports[0]))
+        busy.listen()
+        assert run_replica_0(layout) == EXIT_UNAVAILABLE
+    error = capsys.readouterr().err
+    assert error == f"cellar replica: cannot listen on {HOST}:{layout.client_ports[0]} " \
+        "(Address already in use)\n"

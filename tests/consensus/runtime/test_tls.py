@@ -23,6 +23,7 @@ from consensus.runtime.tls import (
     IdentityRefused,
     IdentityRole,
     TlsConfig,
+    TlsFileRefused,
     check_security,
     identity_from_certificate,
     parse_identity_uri,
@@ -106,6 +107,29 @@ def test_the_contexts_require_tls_1_2_and_a_verified_certificate(
     for context in (config.server_context(), config.client_context()):
         assert context.minimum_version == ssl.TLSVersion.TLSv1_2
         assert context.verify_mode == ssl.CERT_REQUIRED
+
+
+@pytest.mark.parametrize(("field", "content", "reason"), [
+    ("ca", "not a certificate\n", "holds no usable certificate (NO_CERTIFICATE_OR_CRL_FOUND)"),
+    ("cert", "", "holds no usable certificate (NO_CERTIFICATE_OR_CRL_FOUND)"),
+    ("key", "not a key\n", "is not a usable private key (not PEM of the expected kind)"),
+    ("key", "replica-1.key", "does not match the certificate"),
+])
+def test_a_tls_file_that_cannot_serve_is_named_by_the_check(
+        certificates: pathlib.Path, tmp_path: pathlib.Path, field: str, content: str,
+        reason: str) -> None:
+    """OpenSSL's `[SSL] PEM lib` names no file: the check says which one, and why."""
+    good = TlsConfig.in_directory(certificates, Identity.replica(0))
+    good.check()
+    files = {"ca": good.ca_file, "cert": good.cert_file, "key": good.key_file}
+    bad = tmp_path / f"bad-{field}"
+    source = certificates / content
+    bad.write_bytes(source.read_bytes() if content.endswith(".key") else content.encode())
+    files[field] = bad
+    config = TlsConfig(ca_file=files["ca"], cert_file=files["cert"], key_file=files["key"])
+    with pytest.raises(TlsFileRefused) as refused:
+        config.check()
+    assert refused.value.field == field and str(refused.value).startswith(f"{bad} {reason}")
 
 
 async def handshake(server: ssl.SSLContext, client: ssl.SSLContext,
