@@ -12,10 +12,11 @@ clients' deadlines may come up to `idle_wake_ticks - 1` ticks late, well inside 
 between heartbeats, leases and elections.
 
 Each Ready is handled as `consensus.ready` prescribes: messages that may leave at once go out,
-the records are appended and synced (in a worker thread, while this task waits: see
-`_handle`), then the messages that promised them leave, a snapshot is installed, the executed
-commands are applied to the state machine and their results handed to the waiting clients,
-and `advance()` lets the core count its own acceptance.
+the records are appended and synced (in a worker thread while this task waits, under load or
+when the sync compacts the log: see `_persist_records`), then the messages that promised them
+leave, a snapshot is installed, the executed commands are applied to the state machine and
+their results handed to the waiting clients, and `advance()` lets the core count its own
+acceptance.
 
 Group commit comes for free: while one sync runs, inputs queue (in the inbox and in the
 kernel's socket buffers), and the next Ready carries all of them in one batch of records and
@@ -77,6 +78,10 @@ class RecordStore(Protocol):
 
     def sync(self) -> None: ...
 
+    @property
+    def compaction_due(self) -> bool:
+        """Whether the next `sync` rewrites the whole log (and so is too slow for the loop)."""
+
 
 class OutcomeUnknown(ConsensusError):
     """The command was handed to consensus but no result came in time: it may still run."""
@@ -103,7 +108,8 @@ class DriverConfig:
     proposal_bytes_max: int = PROPOSAL_BYTES_MAX
     # Under load (the loop took several inputs at once), append and sync in a worker thread,
     # so the loop keeps serving the network meanwhile and the next Ready gathers a bigger
-    # batch; a lone input is persisted right here, sparing two thread hand-offs of latency.
+    # batch; a lone input is persisted right here, sparing two thread hand-offs of latency,
+    # unless its sync compacts the log (a whole rewrite): that one always goes to the thread.
     # (The process should lower sys.setswitchinterval, or the worker may wait up to 5 ms for
     # the interpreter lock after the sync returns.)
     persist_in_thread: bool = True
@@ -397,17 +403,7 @@ class Driver:
         self._send_messages(ready.messages)
         if ready.records:
             started = self._clock()
-            if self.config.persist_in_thread and self._inputs_last_turn > 1:
-                # The loop goes on reading, decrypting and queueing inputs while the disk
-                # syncs; they join the next Ready (group commit). Only this task touches the
-                # store, and it waits here, so the store is never used by two threads at once.
-                await anyio.to_thread.run_sync(self._persist, ready.records, ready.must_sync)
-            else:
-                if ready.must_sync and (ready.messages or answered):
-                    # Let the writers send what may leave before the sync blocks the loop. With
-                    # nothing queued, no yield: it would only let other tasks run first.
-                    await anyio.lowlevel.checkpoint()
-                self._persist(ready.records, ready.must_sync)
+            await self._persist_records(ready, answered)
             self.metrics.observe("storage_persist_seconds", self._clock() - started)
             self.metrics.count("storage.records", len(ready.records))
             if ready.must_sync:
@@ -415,6 +411,28 @@ class Driver:
         self._send_messages(ready.messages_after_persist)
         self._maybe_compact()  # before advance, which may execute what is not applied yet
         self.replica.advance()
+
+    async def _persist_records(self, ready: Ready, answered: bool) -> None:
+        """Append and sync `ready.records`: in the worker thread under load or when the sync
+        compacts the log, else right here. Only this task touches the store, and it waits
+        for the thread, so the store is never used by two threads at once."""
+        if self.config.persist_in_thread and self._inputs_last_turn > 1:
+            # The loop goes on reading, decrypting and queueing inputs while the disk syncs;
+            # they join the next Ready (group commit).
+            await anyio.to_thread.run_sync(self._persist, ready.records, ready.must_sync)
+            return
+        if ready.must_sync and (ready.messages or answered):
+            # Let the writers send what may leave before the sync blocks the loop. With
+            # nothing queued, no yield: it would only let other tasks run first.
+            await anyio.lowlevel.checkpoint()
+        self._store.append(ready.records)
+        if not ready.must_sync:
+            return
+        if self._store.compaction_due:  # a whole-log rewrite, with fsyncs: never on the loop
+            self.metrics.count("driver.compactions_in_thread")
+            await anyio.to_thread.run_sync(self._store.sync)
+        else:
+            self._store.sync()
 
     def _install_and_apply(self, ready: Ready) -> None:
         if ready.snapshot_to_install is not None:

@@ -18,6 +18,8 @@ it was opened), `sync` rewrites the log as `compact_records(...)` into
 crash before the rename leaves the old log whole (the leftover is removed on open); after it,
 the new one, which replays to the same replica. Growth of at least the compacted size between
 compactions bounds the rewriting to about one extra write of every byte appended.
+`compaction_due` says beforehand whether the next `sync` will compact: the driver then runs
+that sync in its worker thread, never on the event loop.
 
 Why a log and not SQLite. `cellar bench storage --runs 7` on the 2-core development VM (ext4
 on a virtio disk that other jobs share); the same records (mostly C-accepts of one 110-byte
@@ -191,11 +193,20 @@ class DurableLog:
         if any(isinstance(record, SnapshotRecord) for record in records):
             self._snapshot_unsynced = True
 
+    @property
+    def compaction_due(self) -> bool:
+        """Whether the next `sync` rewrites the log: records wait for it, a snapshot is or will
+        then be durable, and the file has grown enough since the last compaction."""
+        grown = self._size - self._compacted_from
+        return self._unsynced and (self._snapshot_durable or self._snapshot_unsynced) and \
+            grown >= max(self._compact_after_bytes, self._compacted_size)
+
     def sync(self) -> None:
         """Make every appended record durable (fdatasync), then compact if that is due."""
         self._check_usable()
         if not self._unsynced:
             return
+        compact = self.compaction_due
         try:
             if self._synced:
                 _datasync(self._fd)
@@ -205,9 +216,7 @@ class DurableLog:
         self._syncs += 1
         if self._snapshot_unsynced:
             self._snapshot_durable, self._snapshot_unsynced = True, False
-        grown = self._size - self._compacted_from
-        if self._snapshot_durable and grown >= max(self._compact_after_bytes,
-                                                   self._compacted_size):
+        if compact:
             self._compact()
 
     def close(self) -> None:

@@ -5,6 +5,7 @@ streams."""
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, cast
@@ -320,6 +321,30 @@ async def test_a_sync_yields_to_the_writers_only_when_something_may_leave(
     await driver._handle(Ready(messages=messages if sending else [],
                                records=[ViewRecord(view=1)], must_sync=True))
     assert events == (["yield", "sync"] if sending else ["sync"])
+
+
+async def test_a_sync_that_compacts_the_log_runs_off_the_event_loop_even_for_one_input() -> None:
+    """A lone input is persisted on the loop, sparing two thread hand-offs; but a sync that
+    rewrites the whole log (16 MiB or more and the snapshot, with fsyncs) would leave peers and
+    clients unserved meanwhile, risking a lease or a view change: it goes to the worker thread.
+    The stand-in for a slow compaction waits until something else has run on the loop."""
+    served = threading.Event()
+
+    class CompactingStore(MemoryStore):
+        def sync(self) -> None:
+            assert served.wait(2.0), "nothing else ran on the loop while the log compacted"
+            super().sync()
+
+    async def serve() -> None:
+        served.set()
+
+    store = CompactingStore(compaction_due=True)
+    driver = Driver(Replica(ReplicaConfig(replica_id=0, replica_count=3), Prng(0)), store,
+                    SessionKv(), lambda target, frame: True, Metrics())
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(serve)  # runs only once the driver lets the loop go
+        await driver._handle(Ready(records=[ViewRecord(view=1)], must_sync=True))
+    assert store.syncs == 1 and store.records == [ViewRecord(view=1)]
 
 
 HEARTBEAT_FRAME = encode_messages([Heartbeat(sender=0, view=0, commit_prefix=0, lease_round=1)])
