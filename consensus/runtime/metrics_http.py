@@ -31,7 +31,7 @@ CONNECTIONS_MAX = 16
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
-async def serve_metrics(host: str, port: int, render: Callable[[], str], *,
+async def serve_metrics(host: str, port: int, render: Callable[[], str | bytes], *,
                         connections_max: int = CONNECTIONS_MAX, metrics: Metrics | None = None,
                         task_status: anyio.abc.TaskStatus[int] = anyio.TASK_STATUS_IGNORED
                         ) -> None:
@@ -58,7 +58,7 @@ async def serve_metrics(host: str, port: int, render: Callable[[], str], *,
         task_status.started(bound)
 
 
-async def _answer(stream: SocketStream, render: Callable[[], str]) -> None:
+async def _answer(stream: SocketStream, render: Callable[[], str | bytes]) -> None:
     async with stream:
         head = b""
         with anyio.move_on_after(REQUEST_TIMEOUT_S):
@@ -76,8 +76,8 @@ async def _answer(stream: SocketStream, render: Callable[[], str]) -> None:
             await _reply(stream, 200, "OK", render())
 
 
-async def _reply(stream: SocketStream, status: int, reason: str, body: str) -> None:
-    payload = body.encode()
+async def _reply(stream: SocketStream, status: int, reason: str, body: str | bytes) -> None:
+    payload = body if isinstance(body, bytes) else body.encode()  # bytes: encoded already
     head = (f"HTTP/1.1 {status} {reason}\r\nContent-Type: {CONTENT_TYPE}\r\n"
             f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n").encode()
     with anyio.move_on_after(REPLY_TIMEOUT_S), contextlib.suppress(

@@ -65,6 +65,20 @@ async def test_the_endpoint_serves_metrics() -> None:
 
 
 @pytest.mark.anyio
+async def test_a_page_rendered_as_bytes_is_served_as_they_are() -> None:
+    """`render` may hand over a page already encoded (the module says so): served unchanged."""
+    page = "cellar_temperature_celsius{gpu=\"0\"} 71 # \u00b0C\n".encode()
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tasks:
+            port = await tasks.start(serve_metrics, "127.0.0.1", 0, lambda: page)
+            answer = await _get(port, b"GET /metrics HTTP/1.1\r\n\r\n")
+            assert answer.startswith(b"HTTP/1.1 200 OK")
+            assert answer.endswith(b"\r\n\r\n" + page)
+            assert f"Content-Length: {len(page)}\r\n".encode() in answer
+            tasks.cancel_scope.cancel()
+
+
+@pytest.mark.anyio
 async def test_the_endpoint_sheds_connections_beyond_its_bound() -> None:
     """Connections that send nothing hold the endpoint's places (for REQUEST_TIMEOUT_S each):
     one more is closed at once, unanswered and counted; once they go, scrapes are served."""
