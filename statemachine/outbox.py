@@ -6,7 +6,8 @@ preempting, released, downgraded, failing hardware). Effects are numbered from 1
 each is idempotent by (kind, group, pod uid), so a new leader may resend them. A node agent asks
 for the effects after the last index it has seen, filtered to its node. Only the newest
 `OUTBOX_RETAINED_MAX` effects are kept, packed (see `effect_codec`), with the node of each
-beside it so the per-node index can be rebuilt on restore.
+beside it so the per-node index can be rebuilt on restore. A page of effects is bounded by
+count and by packed bytes, so that any page fits in a connection's frame.
 """
 
 from __future__ import annotations
@@ -57,15 +58,33 @@ class Outbox:
         self.packed.append(data)
         self.nodes.append(node)
 
-    def since(self, after: int, node: str | None, limit: int) -> list[Effect]:
-        """Effects with index > `after`, only those of `node` unless it is None."""
+    def since(self, after: int, node: str | None, limit: int,
+              bytes_max: int | None = None) -> list[Effect]:
+        """Effects with index > `after`, only those of `node` unless it is None: at most
+        `limit` of them and, past the first, at most `bytes_max` packed bytes in all."""
+        taken: list[bytes] = []
+        size_bytes = 0
+        for data in self._packed_since(after, node, limit):
+            size_bytes += len(data)
+            if taken and bytes_max is not None and size_bytes > bytes_max:
+                break
+            taken.append(data)
+        return [unpack_effect(data) for data in taken]
+
+    def newest_index(self, node: str | None) -> int:
+        """The index of the newest effect kept, of `node` unless it is None; 0 for none."""
+        if node is None:
+            return self.next_index - 1 if self.packed else 0
+        indices = self.by_node.get(node)
+        return indices[-1] if indices else 0
+
+    def _packed_since(self, after: int, node: str | None, limit: int) -> list[bytes]:
         if node is None:
             start = max(0, after + 1 - self.first_index)
-            return [unpack_effect(data) for data in self.packed[start:start + limit]]
+            return self.packed[start:start + limit]
         indices = self.by_node.get(node, [])
         start = bisect.bisect_right(indices, after)
-        return [unpack_effect(self.packed[index - self.first_index])
-                for index in indices[start:start + limit]]
+        return [self.packed[index - self.first_index] for index in indices[start:start + limit]]
 
     def _unload(self) -> None:
         self.packed.pop()

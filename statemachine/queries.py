@@ -6,7 +6,8 @@
   holder;
 - `ClusterQuery`: per chain and level the free cells and healthy obtainable ones; per tenant
   and chain the quota, bound, unbound and doomed cells and the GPUs in use;
-- `EffectsQuery`: outbox effects after an index, optionally for one node, with a limit;
+- `EffectsQuery`: outbox effects after an index, optionally for one node, with a limit (and
+  a bound on bytes, so the answer fits a frame); `more` says the page was cut short;
 - `StatsQuery`: counts for dashboards and the demo.
 
 Answers are plain values (maps, lists, strings, integers) built in sorted order, so they can be
@@ -18,12 +19,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from statemachine.effect_codec import EFFECT_BYTES_MAX
 from statemachine.errors import Code, Rejection
+from statemachine.limits import EFFECTS_ANSWER_BYTES_MAX
 from statemachine.nodes import NodeRecord
 from statemachine.result_codec import effect_to_plain, status_to_plain
 from statemachine.results import GroupPhase
 from statemachine.state import State
 from statemachine.views import doomed, group_status, healthy_obtainable
+
+assert EFFECT_BYTES_MAX < EFFECTS_ANSWER_BYTES_MAX, "an answer of one effect always fits"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -95,12 +100,19 @@ def answer(state: State, query: Query) -> dict[str, Any] | Rejection:
     if isinstance(query, ClusterQuery):
         return {"type": "cluster", **_cluster(state)}
     if isinstance(query, EffectsQuery):
-        effects = state.outbox.since(query.after, query.node, query.limit)
-        return {"type": "effects", "first_index": state.outbox.first_index,
-                "next_index": state.outbox.next_index,
-                "effects": [effect_to_plain(effect) for effect in effects]}
+        return {"type": "effects", **_effects(state, query)}
     assert isinstance(query, StatsQuery)
     return {"type": "stats", **stats(state)}
+
+
+def _effects(state: State, query: EffectsQuery) -> dict[str, Any]:
+    """A page of effects; `more` when effects after it were left for the next page, so an
+    answer without it holds every effect of the node below `next_index`."""
+    outbox = state.outbox
+    effects = outbox.since(query.after, query.node, query.limit, EFFECTS_ANSWER_BYTES_MAX)
+    return {"first_index": outbox.first_index, "next_index": outbox.next_index,
+            "more": bool(effects) and outbox.newest_index(query.node) > effects[-1].index,
+            "effects": [effect_to_plain(effect) for effect in effects]}
 
 
 def stats(state: State) -> dict[str, Any]:

@@ -11,8 +11,11 @@ from hypothesis import strategies as st
 
 from consensus.codec import encode_envelope, pack, unpack
 from consensus.envelope import Envelope, Principal, Role
+from consensus.runtime.client_codec import Code as ClientCode
+from consensus.runtime.client_codec import Response, encode_response
+from consensus.runtime.node_config import LIMIT_DEFAULTS, LIMIT_MINIMUMS
 from consensus.state_machine import StateMachine
-from statemachine import Machine, sessions
+from statemachine import Machine, limits, sessions
 from statemachine.codec import encode_command
 from statemachine.commands import (
     ApplyConfig,
@@ -22,13 +25,16 @@ from statemachine.commands import (
     ReleaseGroup,
     Tick,
 )
+from statemachine.effects import EffectKind
 from statemachine.errors import Code, Rejection
+from statemachine.lifecycle import pod_env
 from statemachine.limits import SESSION_TTL_MS_MIN
 from statemachine.query_codec import encode_query
 from statemachine.result_codec import decode_result
 from statemachine.results import GroupPhase, GroupStatus, Result
 from statemachine.snapshot_codec import encode_snapshot
 from statemachine.spec import PolicySpec
+from statemachine.store import EFFECTS_PER_WATCH
 from tests.statemachine.builders import ADMIN, SCHEDULER, SYSTEM, gang, inventory, rack_spec
 
 TTL_MS = SESSION_TTL_MS_MIN
@@ -222,3 +228,31 @@ def test_queries() -> None:
     assert missing == {"ok": False, "code": "unknown_group", "message": "no gang 'zz'"}
     bad = query(machine, "nodes", after="", limit=0)
     assert bad["ok"] is False and bad["code"] == "malformed"
+
+
+def test_a_page_of_valid_effects_fits_the_connection_frame_cap() -> None:
+    """Start effects of valid bindings at the limits' maxima (64 GPUs with the longest UUIDs,
+    listed again in the environment, the longest argv): a page of EFFECTS_PER_WATCH of them
+    would be over 9 MB, past the least frame cap, and asked again for ever. The page is cut
+    by bytes, says so, and the pages that follow hold the rest."""
+    machine = Machine()
+    uuids = tuple(f"GPU-{index:02d}-".ljust(limits.UUID_LENGTH_MAX, "0")
+                  for index in range(limits.GPUS_PER_NODE_MAX))
+    argv = ("/bin/train", "x" * (limits.POD_COMMAND_BYTES_MAX - len("/bin/train")))
+    for number in range(EFFECTS_PER_WATCH):
+        machine.state.outbox.emit(EffectKind.START_POD, node="n0", group=f"gang-{number:05d}",
+                                  pod_uid=f"pod-{number:05d}", gpu_uuids=uuids,
+                                  env=pod_env(uuids), command=argv)
+    cap_bytes = min(LIMIT_DEFAULTS["frame_bytes_max"], LIMIT_MINIMUMS["frame_bytes_max"])
+    after, pages = 0, []
+    while after < EFFECTS_PER_WATCH:
+        answer = machine.query(encode_query("effects", after=after, node="n0",
+                                            limit=EFFECTS_PER_WATCH))
+        assert len(encode_response(Response(1, ClientCode.OK, answer, 1))) <= cap_bytes
+        page = unpack(answer, bytes_max=1 << 24, what="answer")
+        pages.append(page)
+        after = page["effects"][-1]["index"]
+    assert len(pages) > 1 and all(page["more"] for page in pages[:-1])
+    assert not pages[-1]["more"]
+    assert [effect["index"] for page in pages for effect in page["effects"]] == \
+        list(range(1, EFFECTS_PER_WATCH + 1))
