@@ -168,9 +168,14 @@ class GpuStore:
             first_index = int(answer.get("first_index", 1))
             if first_index > after + 1:
                 raise EffectsTrimmed(after, first_index)
-            for effect in answer.get("effects", []):
+            effects = answer.get("effects", [])
+            for effect in effects:
                 after = max(after, int(effect["index"]))
                 yield effect
+            if not answer.get("more", len(effects) >= EFFECTS_PER_WATCH):
+                # The page held every effect of this node below next_index: however many
+                # other nodes' effects go by (and are trimmed), this node missed none.
+                after = max(after, int(answer["next_index"]) - 1)
 
     async def node(self, node: str) -> Answer:
         return await self.query("node", node=node)

@@ -1,21 +1,27 @@
 """The typed store against real replicas of the state machine (an in-process cluster on trio
 and asyncio): admins configure, node agents register and report, schedulers place gangs and
-bind pods, agents watch their effects; identities come from the connection."""
+bind pods, agents watch their effects; identities come from the connection. How the watch
+pages through the outbox is tested against a stand-in client answering on one Machine."""
 
 from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Callable, Sequence
+from typing import Any
 
 import anyio
 import pytest
 
 from consensus.envelope import Principal, Role
 from consensus.runtime.client import CellarClient, ClientConfig, OutcomeUnknown
+from statemachine import outbox as outbox_module
 from statemachine.codec import encode_command
 from statemachine.commands import HealthReport, HealthStatus, Tick
+from statemachine.effects import EffectKind
 from statemachine.errors import Code, Rejection
 from statemachine.machine import Machine
 from statemachine.result_codec import encode_result
 from statemachine.results import GroupStatus, NodeRegistered, PodBound
-from statemachine.store import GpuStore
+from statemachine.store import EffectsTrimmed, GpuStore
 from tests.consensus.runtime.fake_replicas import AnsweringReplica, SilentReplica
 from tests.consensus.runtime.local import local_cluster
 from tests.statemachine.builders import inventory, rack_spec, vc
@@ -23,7 +29,6 @@ from tests.statemachine.builders import inventory, rack_spec, vc
 pytestmark = pytest.mark.anyio
 ADMIN = Principal(Role.ADMIN, "root")
 SCHEDULER = Principal(Role.SCHEDULER, "sched")
-
 
 
 def node(name: str) -> Principal:
@@ -90,3 +95,80 @@ async def test_a_command_its_session_refused_after_a_retry_is_an_unknown_outcome
                 await GpuStore(client).release_gang("job-1")
         async with CellarClient(["a", "b"], connect, config, first=1) as client:
             assert await GpuStore(client).release_gang("job-1") == full
+
+
+class MachineClient:
+    """A CellarClient stand-in answering on one Machine: the executed slot is the number of
+    changes the test made (one from `script` before each watch's answer), and a watch asked
+    after that slot is one the replica would hold until `wait_s` or a new slot."""
+
+    def __init__(self, machine: Machine, script: Sequence[Callable[[], None]] = ()) -> None:
+        self.machine = machine
+        self.script = list(script)
+        self.slot = 1
+        self.slots_asked: list[int] = []
+        self.waited = 0
+        self.reads = 0
+
+    async def watch(self, query: bytes, after_slot: int, *, wait_s: float = 10.0
+                    ) -> tuple[bytes, int]:
+        self.slots_asked.append(after_slot)
+        if self.script:
+            self.script.pop(0)()
+            self.slot += 1
+        if self.slot <= after_slot:
+            self.waited += 1
+        return self.machine.query(query), self.slot
+
+    async def read(self, query: bytes, **_: Any) -> bytes:
+        self.reads += 1
+        return self.machine.query(query)
+
+
+async def take(effects: AsyncGenerator[dict[str, Any], None], count: int
+               ) -> list[dict[str, Any]]:
+    taken = []
+    async for effect in effects:
+        taken.append(effect)
+        if len(taken) == count:
+            break
+    await effects.aclose()
+    return taken
+
+
+def start_effects(machine: Machine, node_name: str, count: int) -> Callable[[], None]:
+    """A change that emits `count` start effects for `node_name`."""
+    box = machine.state.outbox
+
+    def emit() -> None:
+        for _ in range(count):
+            box.emit(EffectKind.START_POD, node=node_name, group="g",
+                     pod_uid=f"p{box.next_index}")
+    return emit
+
+
+async def test_an_idle_node_that_missed_nothing_is_not_told_its_effects_were_trimmed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """n0's agent saw its only effect (1) and keeps watching while other nodes' effects fill
+    the outbox and the oldest are trimmed: none of n0's is lost, so it is never told they
+    were (each idle agent would register again at every trim), and its next effect comes."""
+    monkeypatch.setattr(outbox_module, "OUTBOX_RETAINED_MAX", 8)
+    monkeypatch.setattr(outbox_module, "TRIM_CHUNK", 4)
+    machine = Machine()
+    box = machine.state.outbox
+    start_effects(machine, "n0", 1)()
+
+    def kill() -> None:
+        box.emit(EffectKind.KILL_POD, node="n0", group="g", pod_uid="p1")
+
+    client = MachineClient(machine, [lambda: None, *[start_effects(machine, "n1", 3)] * 8,
+                                     kill])
+    with anyio.fail_after(5):
+        try:
+            effects = await take(GpuStore(client).watch_effects(  # type: ignore[arg-type]
+                "n0", 1, wait_s=0.01), 1)
+        except EffectsTrimmed as error:
+            pytest.fail(f"spurious: {error}")
+    assert box.first_index > 2, "the outbox was trimmed past n0's cursor"
+    assert [(effect["kind"], effect["index"]) for effect in effects] == \
+        [("kill_pod", box.next_index - 1)]
