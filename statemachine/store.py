@@ -78,6 +78,13 @@ def _not_applied(reply: bytes) -> str | None:
     return None
 
 
+def _effects_answer(result: bytes) -> dict[str, Any]:
+    answer = decode_answer(result)
+    if isinstance(answer, Rejection):
+        raise RuntimeError(f"effects query refused: {answer}")
+    return answer
+
+
 class GpuStore:
     def __init__(self, client: CellarClient) -> None:
         self.client = client
@@ -157,14 +164,14 @@ class GpuStore:
         """Effects for `node` with index > `after`, forever: each as a plain map with its
         `index`, so a caller that stops can resume from the last index it handled. Raises
         EffectsTrimmed when some of them are no longer kept."""
-        slot = -1
+        slot, more = -1, False
         while True:
-            result, slot = await self.client.watch(
-                encode_query("effects", after=after, node=node, limit=EFFECTS_PER_WATCH),
-                slot, wait_s=wait_s)
-            answer = decode_answer(result)
-            if isinstance(answer, Rejection):
-                raise RuntimeError(f"effects query refused: {answer}")
+            query = encode_query("effects", after=after, node=node, limit=EFFECTS_PER_WATCH)
+            if more:  # the rest of a cut page is there already: asked at once, not waited for
+                answer = _effects_answer(await self.client.read(query))
+            else:
+                result, slot = await self.client.watch(query, slot, wait_s=wait_s)
+                answer = _effects_answer(result)
             first_index = int(answer.get("first_index", 1))
             if first_index > after + 1:
                 raise EffectsTrimmed(after, first_index)
@@ -172,7 +179,8 @@ class GpuStore:
             for effect in effects:
                 after = max(after, int(effect["index"]))
                 yield effect
-            if not answer.get("more", len(effects) >= EFFECTS_PER_WATCH):
+            more = bool(answer.get("more", len(effects) >= EFFECTS_PER_WATCH))
+            if not more:
                 # The page held every effect of this node below next_index: however many
                 # other nodes' effects go by (and are trimmed), this node missed none.
                 after = max(after, int(answer["next_index"]) - 1)
