@@ -130,9 +130,11 @@ class Pods:
 
     async def follow_effects(self) -> None:
         """Forever: act on this node's effects, from where the last run stopped. When some
-        were trimmed before this agent saw them (it was cut off for long), it raises
-        EffectsTrimmed, having moved its cursor past them: the registration that must follow
-        reconciles with the store's bindings, which covers what was missed."""
+        were trimmed before this agent saw them (it was cut off for long), or its cursor is
+        past the store's outbox (the store was rebuilt or restored from an older backup), it
+        raises EffectsTrimmed (CursorAhead), having moved its cursor to where the store's
+        effects resume: the registration that must follow reconciles with the store's
+        bindings, which covers what was missed."""
         after = self._cursor()
         async with anyio.create_task_group() as stops, aclosing(
                 self.link.store.watch_effects(self.link.node, after,
@@ -143,7 +145,7 @@ class Pods:
                     self._remember(int(effect["index"]))
             except EffectsTrimmed as gap:
                 logger.warning("%s: reconciling", gap)
-                self._remember(gap.first_index - 1)
+                self._remember(gap.resume_after)
                 raise
 
     async def _effect(self, effect: dict[str, Any], stops: anyio.abc.TaskGroup) -> None:

@@ -57,13 +57,28 @@ class EffectsTrimmed(Exception):
     """The outbox no longer holds every effect after the caller's index (it keeps only the
     newest, statemachine/outbox.py): some of the caller's may be gone. Reconcile with the
     store's current state (a node agent registers again), then resume from
-    `first_index - 1`."""
+    `resume_after`."""
 
-    def __init__(self, after: int, first_index: int) -> None:
-        super().__init__(f"effects after {after} were trimmed: the outbox starts at "
-                         f"{first_index}")
+    def __init__(self, after: int, first_index: int, *, why: str = "") -> None:
+        super().__init__(why or f"effects after {after} were trimmed: the outbox starts at "
+                                f"{first_index}")
         self.after = after
         self.first_index = first_index
+        self.resume_after = first_index - 1
+
+
+class CursorAhead(EffectsTrimmed):
+    """The caller's index is past the end of the outbox, as a linearizable read confirmed:
+    the store's history is not the one the index came from (the cluster was rebuilt from
+    empty, or restored from an older backup), so effects due to the caller may be numbered
+    at or below it. Reconcile as for trimmed effects, then resume from `resume_after`, the
+    outbox's end."""
+
+    def __init__(self, after: int, first_index: int, next_index: int) -> None:
+        super().__init__(after, first_index,
+                         why=f"effects after {after} were asked for, but the store's outbox "
+                             f"ends at {next_index - 1}: its history is not the cursor's")
+        self.resume_after = next_index - 1
 
 
 # The session's refusals, which it does not remember (statemachine/sessions.py): after a retry
@@ -83,6 +98,15 @@ def _effects_answer(result: bytes) -> dict[str, Any]:
     if isinstance(answer, Rejection):
         raise RuntimeError(f"effects query refused: {answer}")
     return answer
+
+
+def _check_cursor(answer: dict[str, Any], after: int) -> None:
+    """Raise unless the effects in `answer` follow on from index `after`."""
+    first_index, next_index = int(answer.get("first_index", 1)), int(answer["next_index"])
+    if next_index <= after:
+        raise CursorAhead(after, first_index, next_index)
+    if first_index > after + 1:
+        raise EffectsTrimmed(after, first_index)
 
 
 class GpuStore:
@@ -163,18 +187,19 @@ class GpuStore:
                             ) -> AsyncGenerator[dict[str, Any], None]:
         """Effects for `node` with index > `after`, forever: each as a plain map with its
         `index`, so a caller that stops can resume from the last index it handled. Raises
-        EffectsTrimmed when some of them are no longer kept."""
+        EffectsTrimmed when some of them are no longer kept, CursorAhead when `after` is
+        past the end of the store's outbox."""
         slot, more = -1, False
         while True:
             query = encode_query("effects", after=after, node=node, limit=EFFECTS_PER_WATCH)
             if more:  # the rest of a cut page is there already: asked at once, not waited for
-                answer = _effects_answer(await self.client.read(query))
+                answer = await self._read_effects(query)
             else:
                 result, slot = await self.client.watch(query, slot, wait_s=wait_s)
                 answer = _effects_answer(result)
-            first_index = int(answer.get("first_index", 1))
-            if first_index > after + 1:
-                raise EffectsTrimmed(after, first_index)
+            if int(answer["next_index"]) <= after:  # is this replica's state behind?
+                answer = await self._read_effects(query)
+            _check_cursor(answer, after)
             effects = answer.get("effects", [])
             for effect in effects:
                 after = max(after, int(effect["index"]))
@@ -184,6 +209,9 @@ class GpuStore:
                 # The page held every effect of this node below next_index: however many
                 # other nodes' effects go by (and are trimmed), this node missed none.
                 after = max(after, int(answer["next_index"]) - 1)
+
+    async def _read_effects(self, query: bytes) -> dict[str, Any]:
+        return _effects_answer(await self.client.read(query))
 
     async def node(self, node: str) -> Answer:
         return await self.query("node", node=node)
@@ -246,4 +274,4 @@ class SyncStore:
         return self._portal.call(function, *args)
 
 
-__all__ = ["GpuStore", "SyncStore"]
+__all__ = ["CursorAhead", "EffectsTrimmed", "GpuStore", "SyncStore"]

@@ -4,14 +4,16 @@ that records what the agent reports."""
 from __future__ import annotations
 
 import pathlib
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import anyio
 import pytest
 
-from agent.pods import EXIT_CODE_KILLED, REASON_KILLED_BEFORE_START, Pods
+from agent.pods import EFFECTS_CURSOR, EXIT_CODE_KILLED, REASON_KILLED_BEFORE_START, Pods
 from agent.store_link import StoreLink
 from statemachine.effects import EffectKind
+from statemachine.store import CursorAhead
 from tests.agent.jobs_support import GpuDouble, runner
 from tests.agent.recording_store import RecordingStore
 
@@ -46,3 +48,29 @@ async def test_a_kill_for_a_pod_never_started_here_reports_it_exited(
                          REASON_KILLED_BEFORE_START)
     assert not jobs.started_before("victim-pod")
 
+
+
+async def test_a_cursor_ahead_of_the_stores_outbox_is_reset_to_its_end(
+        tmp_path: pathlib.Path) -> None:
+    """The cursor file outlived the store's history (a rebuilt cluster): the pods loop ends
+    for a registration that reconciles, with the cursor at the outbox's end, not past it."""
+
+    class RebuiltStore(RecordingStore):
+        async def watch_effects(self, node: str, after: int = 0, *, wait_s: float = 5.0
+                                ) -> AsyncGenerator[dict[str, Any], None]:
+            if after > 3:  # the rebuilt store's outbox ends at 3
+                raise CursorAhead(after, 1, 4)
+            async for effect in super().watch_effects(node, after, wait_s=wait_s):
+                yield effect
+
+    (tmp_path / EFFECTS_CURSOR).write_text("10\n")
+    async with runner(tmp_path, GpuDouble()) as jobs:
+        pods = Pods(StoreLink(RebuiltStore("n0"), "n0", retry_ms_max=200),  # type: ignore[arg-type]
+                    jobs, tmp_path)
+        told = False
+        with anyio.fail_after(10):
+            try:
+                await pods.follow_effects()
+            except* CursorAhead:
+                told = True
+    assert told and (tmp_path / EFFECTS_CURSOR).read_text() == "3\n"

@@ -21,7 +21,7 @@ from statemachine.errors import Code, Rejection
 from statemachine.machine import Machine
 from statemachine.result_codec import encode_result
 from statemachine.results import GroupStatus, NodeRegistered, PodBound
-from statemachine.store import EFFECTS_PER_WATCH, EffectsTrimmed, GpuStore
+from statemachine.store import EFFECTS_PER_WATCH, CursorAhead, EffectsTrimmed, GpuStore
 from tests.consensus.runtime.fake_replicas import AnsweringReplica, SilentReplica
 from tests.consensus.runtime.local import local_cluster
 from tests.statemachine.builders import inventory, rack_spec, vc
@@ -187,3 +187,37 @@ async def test_a_full_page_of_effects_is_followed_at_once_not_after_a_wait() -> 
     assert [effect["index"] for effect in effects] == list(range(1, EFFECTS_PER_WATCH * 3 + 1))
     assert client.waited == 0, f"slots asked: {client.slots_asked}"
     assert client.reads == 2
+
+
+async def test_a_cursor_ahead_of_the_outbox_is_not_silently_waited_past() -> None:
+    """The agent's cursor says 10 but the store's outbox ends at 3 (the cluster was rebuilt,
+    or restored from an older backup): waiting for index 11 would skip every effect numbered
+    up to 10 in the new history. A read confirms it, and the caller is told where to resume."""
+    machine = Machine()
+    start_effects(machine, "n0", 3)()
+    client = MachineClient(machine)
+    with anyio.fail_after(5), pytest.raises(CursorAhead) as ahead:
+        await take(GpuStore(client).watch_effects(  # type: ignore[arg-type]
+            "n0", 10, wait_s=0.01), 1)
+    assert ahead.value.resume_after == 3 and client.reads == 1
+    assert isinstance(ahead.value, EffectsTrimmed), "agents reconcile on it as on a trim"
+
+
+async def test_a_lagging_replica_behind_the_cursor_is_checked_with_a_read_not_believed(
+        ) -> None:
+    """A replica's watch answers from a state older than the cursor (it lags): the
+    linearizable read says the outbox is past the cursor, and the watch goes on from it."""
+    machine = Machine()
+    start_effects(machine, "n0", 12)()
+
+    class Lagging(MachineClient):
+        async def watch(self, query: bytes, after_slot: int, *, wait_s: float = 10.0
+                        ) -> tuple[bytes, int]:
+            self.slots_asked.append(after_slot)
+            return Machine().query(query), self.slot  # an empty outbox: far behind
+
+    client = Lagging(machine)
+    with anyio.fail_after(5):
+        effects = await take(GpuStore(client).watch_effects(  # type: ignore[arg-type]
+            "n0", 10, wait_s=0.01), 2)
+    assert [effect["index"] for effect in effects] == [11, 12]
