@@ -137,8 +137,7 @@ class Pods:
         bindings, which covers what was missed."""
         after = self._cursor()
         async with anyio.create_task_group() as stops, aclosing(
-                self.link.store.watch_effects(self.link.node, after,
-                                              wait_s=WATCH_WAIT_S)) as effects:
+                self.link.effects(after, wait_s=WATCH_WAIT_S)) as effects:
             try:
                 async for effect in effects:
                     await self._effect(effect, stops)

@@ -4,7 +4,9 @@ Every call here is idempotent in the state machine (a heartbeat, a health report
 start acknowledged or its exit reported twice changes nothing the second time), so a call
 whose outcome is unknown after a store failover is simply made again, with back-off, until
 the store answers. A refusal is an answer: it is returned for the caller to act on (a stale
-incarnation means register again; an unknown pod means the store forgot it).
+incarnation means register again; an unknown pod means the store forgot it). The watch of
+this node's effects is asked again the same way, from the last effect handed out: no store
+outage ends the agent.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from __future__ import annotations
 import enum
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from contextlib import aclosing
 from typing import Any, TypeVar
 
 import anyio
@@ -58,6 +61,26 @@ class StoreLink:
                 self.calls_retried += 1
                 logger.warning("%s: no answer from the store (%s); again in %d ms", what,
                                error, delay_ms)
+            await anyio.sleep(delay_ms / 1000)
+            delay_ms = min(delay_ms * 2, self.retry_ms_max)
+
+    async def effects(self, after: int, *, wait_s: float
+                      ) -> AsyncGenerator[dict[str, Any], None]:
+        """This node's effects after index `after`, forever (`GpuStore.watch_effects`); when
+        the store does not answer (no replica up for a while, every one overloaded) the watch
+        is made again, backing off, from the last effect handed out."""
+        delay_ms = RETRY_MS_MIN
+        while True:
+            try:
+                async with aclosing(self.store.watch_effects(self.node, after,
+                                                             wait_s=wait_s)) as effects:
+                    async for effect in effects:
+                        after, delay_ms = max(after, int(effect["index"])), RETRY_MS_MIN
+                        yield effect
+            except ClientError as error:
+                self.calls_retried += 1
+                logger.warning("watching effects: no answer from the store (%s); again in "
+                               "%d ms", error, delay_ms)
             await anyio.sleep(delay_ms / 1000)
             delay_ms = min(delay_ms * 2, self.retry_ms_max)
 

@@ -17,7 +17,8 @@ that answers a command sent more than once is `OutcomeUnknown`, never "not appli
 
 Reads are linearizable (the replica runs them at the sequencer's read index) and are simply
 retried. Watches long-poll a query on one replica's state and resume from the executed slot
-after a reconnect. Async on anyio; `SyncClient` wraps it for scripts.
+after a reconnect; they are retried as reads are, so a moment with no replica up is ridden
+out. Async on anyio; `SyncClient` wraps it for scripts.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from anyio.abc import TaskGroup
 from consensus.envelope import BODY_BYTES_MAX
 from consensus.errors import ConsensusError, InvalidMessage
 from consensus.runtime.client_codec import (
+    TIMEOUT_MS_MAX,
     Code,
     Read,
     Response,
@@ -61,6 +63,7 @@ CLOSE_TIMEOUT_S = 1.0
 # The longest a command may be retried for: well under half the shortest session lifetime a
 # state machine keeps (60 s of the 120 s floor), the rest a margin for the replicas' clocks.
 DEADLINE_S_MAX = 45.0
+WAIT_S_MAX = TIMEOUT_MS_MAX / 1000  # the longest a replica holds a watch; it refuses more
 # A connection is over (an answer over the frame cap or cut short is a TransportError)
 _BROKEN = (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError,
            InvalidMessage, TransportError)
@@ -467,39 +470,46 @@ class CellarClient:
         """A linearizable read of `query`."""
         _check_body(query, "a query")
         timeout_ms = int(self.config.attempt_timeout_s * 1000)
-        now = self._now()
-        deadline = now + (deadline_s or self.config.deadline_s)
-        try:  # not contextlib.suppress, as in _propose
+        response = await self._ask_around(
+            lambda request_id: encode_request(Read(request_id, query, timeout_ms)),
+            self._now() + (deadline_s or self.config.deadline_s), "read")
+        return response.payload
+
+    async def watch(self, query: bytes, after_slot: int, *, wait_s: float = 10.0
+                    ) -> tuple[bytes, int]:
+        """Run `query` once some replica executed past `after_slot` (or `wait_s` passed):
+        returns the result and that replica's executed slot, to resume from. Tried across
+        the replicas as a read is, for the client's deadline_s on top of `wait_s`."""
+        _check_body(query, "a query")
+        if not 0 <= wait_s <= WAIT_S_MAX:
+            raise ValueError(f"a watch's wait_s must lie in [0, {WAIT_S_MAX}], got {wait_s}")
+        wait_ms = int(wait_s * 1000)
+        response = await self._ask_around(
+            lambda request_id: encode_request(Watch(request_id, query, after_slot, wait_ms)),
+            self._now() + self.config.deadline_s + wait_s, "watch", held_s=wait_s)
+        return response.payload, response.slot
+
+    async def _ask_around(self, encode: Encode, deadline: float, what: str,
+                          held_s: float = 0.0) -> Response:
+        """The first OK response to a query, trying the replicas in turn with a pause after
+        each round (a restart or a failover may leave none up for a moment) until `deadline`
+        (anyio's clock): a refusal is raised, and Unavailable once the deadline passed."""
+        try:  # not contextlib.suppress, as in propose
             while True:
-                for endpoint in self._rotation(now):
+                for endpoint in self._rotation(self._now()):
                     try:
-                        response = self._judged(await self._attempt(
-                            endpoint, lambda request_id: encode_request(Read(
-                                request_id, query, timeout_ms)), deadline))
+                        response = self._judged(await self._attempt(endpoint, encode, deadline,
+                                                                     held_s))
                     except _NotSent:
                         continue
                     if response is not None and response.code is Code.OK:
-                        return response.payload
+                        return response
                     if response is not None and (refusal := _refusal(response)) is not None:
                         raise refusal
                 await self._pause(deadline)
         except _Expired:
             pass
-        raise Unavailable("no replica answered the read in time")
-
-    async def watch(self, query: bytes, after_slot: int, *, wait_s: float = 10.0
-                    ) -> tuple[bytes, int]:
-        """Run `query` once some replica executed past `after_slot` (or `wait_s` passed):
-        returns the result and that replica's executed slot, to resume from."""
-        _check_body(query, "a query")
-        for endpoint in self._rotation(self._now()):
-            response = await self._try(endpoint, lambda request_id: encode_request(Watch(
-                request_id, query, after_slot, int(wait_s * 1000))), held_s=wait_s)
-            if response is not None and response.code is Code.OK:
-                return response.payload, response.slot
-            if response is not None and (refusal := _refusal(response)) is not None:
-                raise refusal
-        raise Unavailable("no replica answered the watch")
+        raise Unavailable(f"no replica answered the {what} in time")
 
     async def status(self, endpoint: str) -> dict[str, Any]:
         response = await self._try(endpoint, _encode_status)

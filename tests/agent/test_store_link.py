@@ -3,6 +3,11 @@ through it, against a recording stand-in for the store."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
+from typing import Any
+
+import anyio
 import pytest
 
 from agent import monitor as monitor_module
@@ -12,6 +17,7 @@ from agent.health import HealthTracker
 from agent.health_policy import HealthPolicy
 from agent.monitor import Monitor
 from agent.store_link import StoreLink
+from consensus.runtime.client import Unavailable
 from statemachine.commands import GpuInventory, HealthReport, HealthStatus
 from statemachine.errors import Code, Rejection
 from statemachine.results import Done
@@ -84,3 +90,37 @@ async def test_a_refused_health_report_is_sent_whole_at_the_next_poll(
     await monitor.poll_once()  # nothing changed since: the refused verdicts go again, whole
     (sent,) = [args for _, name, args in store.calls if name == "health"]
     assert [report.status for report in sent[2]] == [HealthStatus.PASS] * len(devices)
+
+
+async def test_the_effects_watch_outlives_a_store_outage_and_resumes_where_it_was() -> None:
+    """No replica answers for a while (a cluster restart): the watch raises Unavailable,
+    which ended the agent; the link asks again, backing off, from the last effect it gave."""
+    effects = tuple({"index": index, "kind": "start_pod"} for index in (1, 2, 3))
+
+    class FlakyStore(RecordingStore):
+        def __init__(self) -> None:
+            super().__init__("n0", effects=effects)
+            self.asked_after: list[int] = []
+
+        async def watch_effects(self, node: str, after: int = 0, *, wait_s: float = 5.0
+                                ) -> AsyncGenerator[dict[str, Any], None]:
+            self.asked_after.append(after)
+            if len(self.asked_after) in (2, 3):  # down after the first effect, twice
+                raise Unavailable("no replica answered the watch in time")
+            for effect in self.effects:
+                if effect["index"] > after:
+                    yield effect
+                    if len(self.asked_after) == 1:
+                        raise Unavailable("the replica went away")
+
+    store = FlakyStore()
+    link = StoreLink(store, "n0", retry_ms_max=200)  # type: ignore[arg-type]
+    seen = []
+    with anyio.fail_after(5):
+        async with aclosing(link.effects(0, wait_s=0.1)) as watched:
+            async for effect in watched:
+                seen.append(effect["index"])
+                if len(seen) == 3:
+                    break
+    assert seen == [1, 2, 3]
+    assert store.asked_after == [0, 1, 1, 1] and link.calls_retried == 3

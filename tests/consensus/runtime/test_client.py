@@ -12,6 +12,7 @@ import pytest
 from consensus.envelope import BODY_BYTES_MAX
 from consensus.runtime.client import (
     DEADLINE_S_MAX,
+    WAIT_S_MAX,
     CellarClient,
     ClientConfig,
     OutcomeUnknown,
@@ -262,4 +263,40 @@ async def test_a_command_deadline_past_the_bound_is_refused_before_anything_is_s
     async with CellarClient(["a"], connect, ClientConfig()) as client:
         with pytest.raises(ValueError, match="deadline_s must lie in"):
             await client.propose(b"put", deadline_s=DEADLINE_S_MAX + 1)
+    assert sent == []
+
+
+async def test_a_watch_rides_out_a_moment_with_no_replica_up_as_a_read_does() -> None:
+    """Both replicas refuse connections for a moment (a restart, a failover): a watch, as a
+    read, tries again until its deadline; it raised Unavailable at once, which ended the node
+    agent watching its effects."""
+    up_at = 0.0
+
+    async def connect(endpoint: str) -> AnsweringReplica:
+        if anyio.current_time() < up_at:
+            raise ConnectionRefusedError(endpoint)
+        return AnsweringReplica(b"answer")
+
+    config = ClientConfig(attempt_timeout_s=0.5, deadline_s=5.0, retry_backoff_s=0.05)
+    with anyio.fail_after(10):
+        up_at = anyio.current_time() + 0.3
+        async with CellarClient(["a", "b"], connect, config, first=0) as client:
+            assert await client.read(b"query") == b"answer"
+        up_at = anyio.current_time() + 0.3
+        async with CellarClient(["a", "b"], connect, config, first=0) as client:
+            result, _ = await client.watch(b"query", -1, wait_s=0.1)
+            assert anyio.current_time() >= up_at
+    assert result == b"answer"
+
+
+async def test_a_watch_longer_than_a_replica_holds_one_is_refused_unsent() -> None:
+    sent: list[str] = []
+
+    async def connect(endpoint: str) -> FrameStream:
+        sent.append(endpoint)
+        raise OSError("never dialled")
+
+    async with CellarClient(["a"], connect, ClientConfig()) as client:
+        with pytest.raises(ValueError, match="wait_s must lie in"):
+            await client.watch(b"query", -1, wait_s=WAIT_S_MAX + 1)
     assert sent == []

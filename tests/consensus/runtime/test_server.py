@@ -140,13 +140,16 @@ async def test_a_request_that_does_not_decode_is_answered_under_its_own_id() -> 
 
 
 async def test_a_request_every_replica_refuses_is_rejected_at_once() -> None:
-    """A watch that asks to wait longer than the protocol allows: each replica answers
-    BAD_REQUEST, which the client now matches and raises, instead of waiting out its tries."""
+    """A watch that asks to wait longer than the protocol allows (made by hand: the client's
+    watch refuses one unsent): each replica answers BAD_REQUEST, which the client matches and
+    raises, instead of waiting out its tries."""
+    too_long_ms = TIMEOUT_MS_MAX + 1000
     with anyio.fail_after(30):
         async with local_cluster(SessionKv) as (_, client):
             started = anyio.current_time()
             with pytest.raises(Rejected, match=r"watch\.wait_ms"):
-                await client.watch(b"q", -1, wait_s=TIMEOUT_MS_MAX / 1000 + 1)
+                await client._ask_around(lambda request_id: encode_request(Watch(
+                    request_id, b"q", -1, too_long_ms)), started + 15.0, "watch")
             assert anyio.current_time() - started < 5  # not the 15 s deadline plus the wait
             with pytest.raises(Rejected, match="not sent"):
                 await client.propose(b"x" * (BODY_BYTES_MAX + 1))
