@@ -99,10 +99,11 @@ ACTIONS: dict[str, tuple[str, Action]] = {
                  lambda store, args: store.mark_bad(args.node, args.gpu, args.reason)),
     "clear-bad": ("clear an admin mark", lambda store, args: store.clear_bad(args.node,
                                                                             args.gpu)),
-    "gangs": ("list gangs", lambda store, args: store.gangs(vc=args.vc, phase=args.phase)),
+    "gangs": ("list every gang", lambda store, args: store.all_gangs(vc=args.vc,
+                                                                      phase=args.phase)),
     "gang": ("one gang: placement, phase, why it is pending",
              lambda store, args: store.gang(args.group)),
-    "nodes": ("list nodes", lambda store, args: store.nodes()),
+    "nodes": ("list every node", lambda store, args: store.all_nodes()),
     "node": ("one node with its GPUs and their health", lambda store, args: store.node(
         args.node)),
     "cluster": ("free and bound cells per chain, level and tenant",

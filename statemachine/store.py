@@ -151,6 +151,10 @@ class GpuStore:
         """Gangs in id order after `after`, filtered by tenant and phase ("" for any)."""
         return await self.query("groups", vc=vc, phase=phase, after=after, limit=limit)
 
+    async def all_gangs(self, *, vc: str = "", phase: str = "") -> Answer:
+        """Every gang, as `gangs` answers, asked page by page (not one snapshot)."""
+        return await self._every("groups", "groups", "group", vc=vc, phase=phase)
+
     async def cluster(self) -> Answer:
         return await self.query("cluster")
 
@@ -218,6 +222,25 @@ class GpuStore:
 
     async def nodes(self, *, after: str = "", limit: int = QUERY_LIMIT_MAX) -> Answer:
         return await self.query("nodes", after=after, limit=limit)
+
+    async def all_nodes(self) -> Answer:
+        """Every node, as `nodes` answers, asked page by page (not one snapshot)."""
+        return await self._every("nodes", "nodes", "node")
+
+    async def _every(self, kind: str, key: str, name: str, **fields: Any) -> Answer:
+        """The `kind` query's list under `key`, page after page until a short one; each page
+        starts after the last item's `name`."""
+        listed: list[dict[str, Any]] = []
+        after = ""
+        while True:
+            answer = await self.query(kind, after=after, limit=QUERY_LIMIT_MAX, **fields)
+            if isinstance(answer, Rejection):
+                return answer
+            page = answer[key]
+            listed.extend(page)
+            if len(page) < QUERY_LIMIT_MAX:
+                return {**answer, key: listed}
+            after = page[-1][name]
 
     # --- admins -------------------------------------------------------------------------------
 

@@ -4,14 +4,22 @@ and the configuration file reader's errors."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import pathlib
+from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
+from cellar import ops_cli
 from cellar.cli import main
 from cellar.local_cluster import Layout, ProcessCluster, free_ports
 from cellar.spec_file import SpecFileError, load_spec
+from statemachine.groups import Group
+from statemachine.limits import QUERY_LIMIT_MAX
+from statemachine.machine import Machine
+from statemachine.nodes import NodeRecord
 
 EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "cluster.toml"
 
@@ -133,3 +141,31 @@ def test_status_and_admin_against_a_live_cluster(tmp_path: pathlib.Path,
         assert len(table) == 4 and sum("down" in line for line in table) == 1
     finally:
         cluster.stop()
+
+
+@pytest.mark.parametrize("action", ["nodes", "gangs"])
+def test_cellar_admin_lists_every_node_and_gang_not_only_the_first_page(
+        action: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A cluster may hold NODES_MAX (16,384) nodes and GROUPS_MAX gangs; one query's page
+    holds QUERY_LIMIT_MAX (4,096), and the rest were left out with nothing said."""
+    machine = Machine()
+    count = QUERY_LIMIT_MAX + 10
+    machine.state.nodes = {f"n{index:05d}": NodeRecord(node=f"n{index:05d}", index=index)
+                           for index in range(count)}
+    machine.state.groups = {f"g{index:05d}": Group(
+        group=f"g{index:05d}", vc="a", priority=0, lazy_preemption=False, gpu_model="",
+        members=(), submit_index=index, submitted_ms=0, pods=()) for index in range(count)}
+
+    class Client:
+        async def read(self, query: bytes, **_: Any) -> bytes:
+            return machine.query(query)
+
+    @contextlib.asynccontextmanager
+    async def answered_here(args: Any) -> AsyncIterator[Client]:
+        yield Client()
+
+    monkeypatch.setattr(ops_cli, "client_from", answered_here)
+    assert main(["admin", "--insecure", "--endpoints", "127.0.0.1:1", action]) == 0
+    listed = json.loads(capsys.readouterr().out)["nodes" if action == "nodes" else "groups"]
+    assert len(listed) == count
