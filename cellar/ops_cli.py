@@ -4,8 +4,11 @@
 behind the furthest replica and connected peers; a replica that does not answer is shown down.
 `admin` issues the state machine's admin commands (apply a configuration, cordon, uncordon,
 drain, mark a node or GPU bad or clear it) and its queries (gangs, one gang with why it is
-pending, nodes, one node, the cluster view, stats). Exit status 0 on success, 1 when the state
-machine rejected the command, 2 when no replica could be reached in time.
+pending, nodes, one node, the cluster view, stats). Its exit statuses (`ADMIN_EXIT_STATUSES`)
+tell apart what an operator does next: 0 done, 1 rejected by the state machine (nothing changed)
+or a bad file, 2 no replica reached in time (nothing applied), 3 outcome unknown (the command
+may have been applied: look before trying again), 4 forbidden to this identity, 5 refused by
+the replica (a malformed request, or an answer too large for a frame).
 """
 
 from __future__ import annotations
@@ -22,12 +25,32 @@ import anyio
 from cellar.connection import add_connection_arguments, client_from, endpoints_of
 from cellar.exception_groups import run_unwrapped
 from cellar.spec_file import SpecFileError, load_spec
-from consensus.runtime.client import ClientError
+from consensus.runtime.client import (
+    ClientError,
+    Forbidden,
+    OutcomeUnknown,
+    Rejected,
+    ReplyTooLarge,
+)
 from statemachine.errors import Rejection
 from statemachine.result_codec import result_to_plain
 from statemachine.store import GpuStore
 
-EXIT_REJECTED, EXIT_UNREACHABLE = 1, 2
+EXIT_REJECTED, EXIT_UNREACHABLE, EXIT_OUTCOME_UNKNOWN, EXIT_FORBIDDEN, EXIT_REFUSED = 1, 2, 3, 4, 5
+ADMIN_EXIT_STATUSES = """exit status:
+  0  done
+  1  rejected by the state machine (nothing changed), or a bad configuration file
+  2  no replica reached in time (nothing was applied)
+  3  outcome unknown: the command may have been applied; look before trying again
+  4  forbidden: this identity may not issue that command or ask that query
+  5  refused by the replica: a malformed request, or an answer too large for a frame"""
+# A client error's exit status and what to say before its message, most specific first.
+_CLIENT_ERRORS: tuple[tuple[type[ClientError], int, str], ...] = (
+    (OutcomeUnknown, EXIT_OUTCOME_UNKNOWN, "outcome unknown, it may have been applied: "),
+    (Forbidden, EXIT_FORBIDDEN, "forbidden: "),
+    (Rejected, EXIT_REFUSED, "refused by the replica: "),
+    (ReplyTooLarge, EXIT_REFUSED, "refused by the replica: "),
+)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -113,6 +136,8 @@ ACTIONS: dict[str, tuple[str, Action]] = {
 
 
 def configure_admin(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = ADMIN_EXIT_STATUSES
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     add_connection_arguments(parser)
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     for name, (help_text, _) in ACTIONS.items():
@@ -142,14 +167,21 @@ def run_admin(args: argparse.Namespace) -> int:
         print(f"cellar admin: {error}", file=sys.stderr)
         return EXIT_REJECTED
     except ClientError as error:
-        print(f"cellar admin: {error}", file=sys.stderr)
-        return EXIT_UNREACHABLE
+        return _client_error(error)
     if isinstance(outcome, Rejection):
         print(f"rejected: {outcome}")
         return EXIT_REJECTED
     plain = outcome if isinstance(outcome, dict) else result_to_plain(outcome)
     print(json.dumps(plain, indent=2, sort_keys=True, default=str))
     return 0
+
+
+def _client_error(error: ClientError) -> int:
+    """Say what became of the request, and exit with its status (ADMIN_EXIT_STATUSES)."""
+    status, what = next(((status, what) for kind, status, what in _CLIENT_ERRORS
+                         if isinstance(error, kind)), (EXIT_UNREACHABLE, ""))
+    print(f"cellar admin: {what}{error}", file=sys.stderr)
+    return status
 
 
 async def _admin(args: argparse.Namespace) -> Any:

@@ -16,6 +16,13 @@ from cellar import ops_cli
 from cellar.cli import main
 from cellar.local_cluster import Layout, ProcessCluster, free_ports
 from cellar.spec_file import SpecFileError, load_spec
+from consensus.runtime.client import (
+    ClientError,
+    Forbidden,
+    OutcomeUnknown,
+    Rejected,
+    Unavailable,
+)
 from statemachine.groups import Group
 from statemachine.limits import QUERY_LIMIT_MAX
 from statemachine.machine import Machine
@@ -169,3 +176,30 @@ def test_cellar_admin_lists_every_node_and_gang_not_only_the_first_page(
     assert main(["admin", "--insecure", "--endpoints", "127.0.0.1:1", action]) == 0
     listed = json.loads(capsys.readouterr().out)["nodes" if action == "nodes" else "groups"]
     assert len(listed) == count
+
+
+@pytest.mark.parametrize(("error", "status", "says"), [
+    (Unavailable("no replica took the command within 1.0 s"), 2, "cellar admin: no replica"),
+    (OutcomeUnknown("no result within 1.0 s"), 3,
+     "cellar admin: outcome unknown, it may have been applied: no result"),
+    (Forbidden("not yours"), 4, "cellar admin: forbidden: not yours"),
+    (Rejected("malformed"), 5, "cellar admin: refused by the replica: malformed"),
+])
+def test_admin_exits_with_a_status_of_its_own_for_each_client_error(
+        error: ClientError, status: int, says: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Every client error exited 2, "no replica could be reached", OutcomeUnknown too: an
+    operator or script would take a command that may have been applied for one that was not."""
+
+    class Client:
+        async def propose(self, body: bytes, **_: Any) -> bytes:
+            raise error
+
+    @contextlib.asynccontextmanager
+    async def failing(args: Any) -> AsyncIterator[Client]:
+        yield Client()
+
+    monkeypatch.setattr(ops_cli, "client_from", failing)
+    assert main(["admin", "--insecure", "--endpoints", "127.0.0.1:1", "cordon", "n0"]) == status
+    assert capsys.readouterr().err.startswith(says)
+    assert f"  {status}  " in ops_cli.ADMIN_EXIT_STATUSES
