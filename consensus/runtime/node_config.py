@@ -41,6 +41,7 @@ from typing import Any
 
 from consensus.catchup import FETCH_REPLY_BYTES_MAX
 from consensus.config import REPLICA_COUNT_MAX, Defect
+from consensus.runtime.certs import identity_in_file
 from consensus.runtime.config_fields import (
     Address,
     ConfigError,
@@ -54,7 +55,7 @@ from consensus.runtime.config_fields import (
     text,
     tls_files,
 )
-from consensus.runtime.tls import TlsConfig, TlsFileRefused
+from consensus.runtime.tls import Identity, IdentityRefused, TlsConfig, TlsFileRefused
 
 __all__ = ["Address", "NodeConfig", "NodeConfigError", "PeerEntry", "TlsFiles",
            "check_tls_files", "load_node_config", "parse_node_config"]
@@ -115,15 +116,24 @@ def load_node_config(path: pathlib.Path) -> NodeConfig:
 def check_tls_files(config: NodeConfig) -> None:
     """Load the TLS files as the replica's listeners will; NodeConfigError naming the key and
     the file if one cannot serve (a key not matching its certificate, a file that is not a
-    key, one that cannot be read). A replica calls it before touching its data directory;
-    the loader does not, for commands that read a replica's file only for its addresses."""
+    key, one that cannot be read) or the certificate names another identity than this
+    replica (a file copied from another replica's). A replica calls it before touching its
+    data directory; the loader does not, for commands that read a replica's file only for
+    its addresses."""
     if config.tls is None:
         return
     try:
         TlsConfig(ca_file=config.tls.ca, cert_file=config.tls.cert,
                   key_file=config.tls.key).check()
+        identity = identity_in_file(config.tls.cert)
     except TlsFileRefused as refused:
         raise NodeConfigError(f"tls.{refused.field}: {refused}") from refused
+    except IdentityRefused as refused:
+        raise NodeConfigError(f"tls.cert: {config.tls.cert}: {refused}") from refused
+    if identity != Identity.replica(config.replica_id):
+        # Its peers would take it for the replica the certificate names, and drop that one.
+        raise NodeConfigError(f"tls.cert: {config.tls.cert} names {identity}, not "
+                              f"{Identity.replica(config.replica_id)}")
 
 
 def parse_node_config(raw: dict[str, Any], *, base: pathlib.Path) -> NodeConfig:

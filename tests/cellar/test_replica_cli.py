@@ -97,6 +97,20 @@ def test_a_key_file_that_is_not_a_key_is_refused_with_its_name(
     assert not layout.data_dir(0).exists()
 
 
+def test_a_certificate_naming_another_replica_is_refused_before_the_data_directory(
+        tmp_path: pathlib.Path, quiet_cli: None, capsys: pytest.CaptureFixture[str]) -> None:
+    """A file copied from another replica's: its peers would take this replica for that one,
+    and drop the real one's link."""
+    layout = tls_layout(tmp_path)
+    for suffix in ("pem", "key"):
+        (layout.certs / f"replica-0.{suffix}").write_bytes(
+            (layout.certs / f"replica-1.{suffix}").read_bytes())
+    assert run_replica_0(layout) == EXIT_CONFIG
+    assert capsys.readouterr().err == f"cellar replica: tls.cert: " \
+        f"{layout.certs / 'replica-0.pem'} names cellar://replica/1, not cellar://replica/0\n"
+    assert not layout.data_dir(0).exists()
+
+
 def test_a_client_port_in_use_is_reported_in_one_line_with_its_own_status(
         tmp_path: pathlib.Path, quiet_cli: None, capsys: pytest.CaptureFixture[str]) -> None:
     layout = tls_layout(tmp_path)
