@@ -1,15 +1,16 @@
 """The driver: one task owns a replica and carries out each Ready in the order it demands.
 
 Peer frames, client proposals and reads reach it through one bounded `Inbox`; time reaches it
-as ticks counted from the monotonic clock: the task sleeps until an input comes or the next
-tick is due, and after a pause it catches up on every missed tick before it handles anything
-else, so a lease is never judged on stale time. Any input wakes it at once; with none, it
-sleeps `idle_wake_ticks` ticks at a time instead of one: every wake-up costs a switch of
-process, and ticks had been most of an idle replica's CPU, and a wake-up in four of a busy one
-at one caller. The core's clock stays exact (the missed ticks are caught up on waking, or before
-any input); only what it does on a tick by itself (heartbeats, resends, timeouts) and the
-clients' deadlines may come up to `idle_wake_ticks - 1` ticks late, well inside the margins
-between heartbeats, leases and elections.
+as ticks counted from a monotonic clock that also counts a suspended machine's sleep
+(`TICK_CLOCK`): the task sleeps until an input comes or the next tick is due, and after a pause
+it catches up on every missed tick before it handles anything else, so a lease is never judged
+on stale time. Any input wakes it at once; with none, it sleeps `idle_wake_ticks` ticks at a
+time instead of one: every wake-up costs a switch of process, and ticks had been most of an
+idle replica's CPU, and a wake-up in four of a busy one at one caller. The core's clock stays
+exact (the missed ticks are caught up on waking, or before any input); only what it does on a
+tick by itself (heartbeats, resends, timeouts) and the clients' deadlines may come up to
+`idle_wake_ticks - 1` ticks late, well inside the margins between heartbeats, leases and
+elections.
 
 Each Ready is handled as `consensus.ready` prescribes: messages that may leave at once go out,
 the records are appended and synced (in a worker thread while this task waits, under load or
@@ -39,6 +40,7 @@ own commands stopped committing, and its clients' retries added to the load.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -65,6 +67,12 @@ from consensus.runtime.proposal_budget import ProposalBudget
 from consensus.state_machine import StateMachine
 
 CATCH_UP_EVERY_INPUTS = 64  # inputs taken between two looks at the clock
+# The ticks' clock counts the time a suspended machine slept (CLOCK_BOOTTIME on Linux), which
+# CLOCK_MONOTONIC does not: a sequencer resumed after a suspend would otherwise count its lease
+# from before it, while its peers, counting the whole time, elected another and moved on.
+TICK_CLOCK: Callable[[], float] = (
+    functools.partial(time.clock_gettime, time.CLOCK_BOOTTIME)
+    if hasattr(time, "CLOCK_BOOTTIME") else time.monotonic)
 PROPOSAL_BYTES_MAX = 256 << 20
 # A snapshot's state must fit one log record with its metadata: a larger one could not be
 # written, and the replica would stop at every start, at the same slot as its peers.
@@ -147,7 +155,7 @@ class Driver:
     def __init__(self, replica: Replica, store: RecordStore, machine: StateMachine,
                  send: Callable[[int, bytes], bool], metrics: Metrics, *,
                  config: DriverConfig = DriverConfig(),
-                 clock: Callable[[], float] = time.monotonic,
+                 clock: Callable[[], float] = TICK_CLOCK,
                  system_command: Callable[[int], bytes] | None = None,
                  wall_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
         self.replica = replica

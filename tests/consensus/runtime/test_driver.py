@@ -4,6 +4,7 @@ streams."""
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import threading
 import time
@@ -24,7 +25,13 @@ from consensus.replica import Replica
 from consensus.runtime import driver as driver_module
 from consensus.runtime.client import CellarClient, ClientConfig, OutcomeUnknown
 from consensus.runtime.client_codec import Propose, encode_request
-from consensus.runtime.driver import CATCH_UP_EVERY_INPUTS, Driver, DriverConfig, _Callback
+from consensus.runtime.driver import (
+    CATCH_UP_EVERY_INPUTS,
+    TICK_CLOCK,
+    Driver,
+    DriverConfig,
+    _Callback,
+)
 from consensus.runtime.driver import OutcomeUnknown as DriverOutcomeUnknown
 from consensus.runtime.metrics import Metrics
 from consensus.runtime.server import ClientServer
@@ -469,3 +476,12 @@ def test_peer_frames_waiting_for_the_driver_are_bounded_in_bytes() -> None:
     queued = driver.config.inputs_bytes_max // len(frame)
     assert len(driver._inbox) == queued == 32
     assert driver.metrics.counter("driver.frames_dropped_queue_full") == 1024 - queued
+
+
+@pytest.mark.skipif(not hasattr(time, "CLOCK_BOOTTIME"), reason="CLOCK_BOOTTIME is Linux's")
+def test_ticks_count_the_time_a_suspended_machine_slept() -> None:
+    """CLOCK_MONOTONIC stops while the machine is suspended: a resumed sequencer would count
+    its lease from before the suspend while its peers, counting it all, elected another."""
+    boottime_s = time.clock_gettime(time.CLOCK_BOOTTIME)
+    assert abs(TICK_CLOCK() - boottime_s) < 1.0
+    assert inspect.signature(Driver).parameters["clock"].default is TICK_CLOCK
