@@ -10,9 +10,11 @@ import pytest
 
 from consensus.catchup import state_digest
 from consensus.codec import encode_messages, pack
+from consensus.command_log import next_ballot
 from consensus.config import ConfigError, Defect, Mode, ReplicaConfig
 from consensus.leader import ProposalDropped
 from consensus.messages import (
+    NOOP,
     CAccept,
     CAck,
     CCommit,
@@ -29,6 +31,7 @@ from consensus.prng import Prng
 from consensus.records import SnapshotRecord
 from consensus.replica import Replica
 from tests.consensus.interaction import Harness, run_command
+from tests.consensus.stepper import Stepper
 
 
 def harness(*commands: str) -> Harness:
@@ -348,6 +351,35 @@ def test_a_command_whose_index_was_recovered_with_a_noop_is_not_ready() -> None:
     ready = leader.ready()
     assert ready.readied == []
     assert dict(leader.status().counters).get("leader.retake") == 1
+
+
+def test_a_leader_never_proposes_at_an_own_index_another_replica_already_decided() -> None:
+    """A replica whose execution waited on an O-instance naming replica 1 (a surplus slot of a
+    view change, 1 cut off meanwhile) recovered 1's next index as a no-op before 1 proposed
+    there. 1 learns that commit, then a command comes: proposing it at that index offered its
+    own acceptor a second value for a chosen instance, and the replica stopped on the
+    C-agreement assert (seen in a live run, 5 replicas, a one-way partition). It takes its
+    space back first, and the command goes to the next index."""
+    cluster = Stepper(3)
+    for _ in range(20):
+        cluster.round()
+    leader = cluster.node(1)
+    leader.propose(b"a")
+    for _ in range(10):
+        cluster.round()
+    taken = leader.inspect.exec_count(1)  # 1's next index: nothing proposed there yet
+    leader.step(CCommit(2, leader.status().view, 1, taken, next_ballot(0, 2) + 64, NOOP))
+    cluster.process(1)
+    leader.propose(b"b")
+    for _ in range(60):
+        cluster.round()
+        if all(cluster.node(replica).inspect.exec_count(1) > taken + 1 for replica in range(3)):
+            break
+    assert dict(leader.status().counters).get("leader.retake") == 1
+    for replica in range(3):
+        node = cluster.node(replica)
+        assert node.inspect.committed_c(1, taken) == NOOP
+        assert node.inspect.committed_c(1, taken + 1) is not None  # "b", past the no-op
 
 
 # --- snapshot transfer (catch-up past the truncation point) -----------------------------------
