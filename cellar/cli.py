@@ -61,7 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # refused with the command's own usage status where it has one
+        refuse = getattr(args, "usage_error", parser.error)
+        refuse(f"unrecognized arguments: {' '.join(unknown)}")
     handler: Handler = args.handler
     with _SigtermInterrupts() as sigterm:
         try:

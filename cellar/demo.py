@@ -56,7 +56,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="logical seconds to simulate (default 90)")
     parser.add_argument("--seconds", type=seconds(), default=100.0,
                         help="stop earlier after this much wall time (default 100)")
-    parser.add_argument("--seed", type=int, default=7, help="workload seed (default 7)")
+    parser.add_argument("--seed", type=at_least(0), default=7, help="workload seed (default 7)")
     parser.add_argument("--pace", type=seconds(zero_ok=True), default=0.25,
                         help="least wall seconds per round, to keep the log readable")
     parser.set_defaults(handler=run)

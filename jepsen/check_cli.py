@@ -23,6 +23,8 @@ from consensus.runtime.arguments import seconds, usage_errors_exit
 from jepsen.checker import check
 from jepsen.errors import JepsenError, ModelError
 from jepsen.formats import FORMAT_NAMES, UNSET, load
+from jepsen.formats.edn import DEPTH_MAX
+from jepsen.formats.native import deeper_than
 from jepsen.history import freeze
 from jepsen.models import MODEL_NAMES, model_named
 from jepsen.report import html_report, result_json, text_summary
@@ -52,10 +54,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def parse_initial(text: str) -> object:
+    """`--initial`: a JSON value within a history's limits, else the text as a string;
+    TypeError when it is JSON no history could hold (too deep, an integer too long)."""
     try:
-        return json.loads(text)
+        value = json.loads(text)
     except json.JSONDecodeError:
         return text
+    except RecursionError:
+        raise TypeError(f"nested more than {DEPTH_MAX} deep") from None
+    except ValueError as error:
+        raise TypeError(str(error)) from None
+    if deeper_than(value, DEPTH_MAX):
+        raise TypeError(f"nested more than {DEPTH_MAX} deep")
+    return value
 
 
 def run(args: argparse.Namespace) -> int:

@@ -319,7 +319,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="commands in the mixed workload (default 20,000)")
     parser.add_argument("--samples", type=at_least(1), default=200,
                         help="allocations timed per gang size and run (default 200)")
-    parser.add_argument("--seed", type=int, default=1, help="workload seed (default 1)")
+    parser.add_argument("--seed", type=at_least(0), default=1, help="workload seed (default 1)")
     parser.set_defaults(handler=run)
 
 

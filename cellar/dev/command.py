@@ -60,7 +60,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="kill -9 the sequencer a third of the way in, to show failover")
     parser.add_argument("--data-dir", type=pathlib.Path, default=pathlib.Path(".cellar-dev"),
                         help="where the cluster's files go (replaced on each run)")
-    parser.add_argument("--seed", type=int, default=7, help="workload seed")
+    parser.add_argument("--seed", type=at_least(0), default=7, help="workload seed")
     parser.set_defaults(handler=run)
 
 

@@ -39,7 +39,8 @@ DEFECTS = tuple(defect.value for defect in Defect)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--seed", type=int, default=1, help="draws the faults and the workload")
+    parser.add_argument("--seed", type=at_least(0), default=1,
+                        help="draws the faults and the workload")
     parser.add_argument("--replicas", type=int, choices=(3, 5), default=3)
     parser.add_argument("--seconds", type=seconds(), default=20.0,
                         help="how long faults are injected (default 20)")

@@ -58,3 +58,6 @@ def usage_errors_exit(parser: argparse.ArgumentParser, status: int) -> None:
         parser.exit(status, f"{parser.prog}: error: {message}\n")
 
     parser.error = error  # type: ignore[method-assign]
+    # Arguments no parser knew are refused by the top one (`cellar`), whose status is 2: it
+    # looks this up to refuse them with the command's own (cellar/cli.py).
+    parser.set_defaults(usage_error=error)

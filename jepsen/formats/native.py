@@ -82,13 +82,13 @@ def _add_event(builder: EventsBuilder, record: dict[str, object], line: int) -> 
                 key=_value(record.get("key"), "a key", source, line))
 
 
-def _deeper_than(raw: object, levels: int) -> bool:
+def deeper_than(raw: object, levels: int) -> bool:
     """Do lists and objects nest more than `levels` deep in this decoded JSON value?"""
     if isinstance(raw, dict):
         raw = list(raw.values())
     if not isinstance(raw, list):
         return False
-    return levels == 0 or any(_deeper_than(item, levels - 1) for item in raw)
+    return levels == 0 or any(deeper_than(item, levels - 1) for item in raw)
 
 
 def _too_deep(source: str, line: int) -> HistoryFormatError:
@@ -105,7 +105,9 @@ def _record(raw: str, source: str, line: int) -> object:
                                  found=error.msg.lower()) from None
     except RecursionError:
         raise _too_deep(source, line) from None
-    if raw.count("[") + raw.count("{") > DEPTH_MAX and _deeper_than(record, DEPTH_MAX):
+    except ValueError as error:  # an integer of more digits than Python converts
+        raise HistoryFormatError(source, line, "a JSON object", found=str(error)) from None
+    if raw.count("[") + raw.count("{") > DEPTH_MAX and deeper_than(record, DEPTH_MAX):
         raise _too_deep(source, line)
     return record
 

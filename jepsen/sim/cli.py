@@ -34,7 +34,7 @@ EXIT_OK, EXIT_VIOLATION, EXIT_USAGE = 0, 1, 2
 def configure(parser: argparse.ArgumentParser) -> None:
     commands = parser.add_subparsers(dest="sim_command", metavar="COMMAND", required=True)
     one = commands.add_parser("run", help="run one seed")
-    one.add_argument("--seed", type=int, required=True)
+    one.add_argument("--seed", type=at_least(0), required=True)
     _common(one)
     one.add_argument("--no-swarm", action="store_true", help="no faults drawn from the seed")
     one.add_argument("--schedule", type=parse_schedule,

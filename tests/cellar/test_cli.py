@@ -98,6 +98,14 @@ def test_sigterm_interrupts_even_with_ctrl_c_ignored(command: list[str]) -> None
     (["dev", "--seconds", "nan"], "argument --seconds: must be above 0 and finite, not nan"),
     (["dev", "--nodes", "0"], "argument --nodes: must be at least 4, not 0"),
     (["dev", "--nodes", "5"], "argument --nodes: must be a multiple of 4, not 5"),
+    (["sim", "run", "--seed", "-1"], "argument --seed: must be at least 0, not -1"),
+    (["live", "--seed", "-1"], "argument --seed: must be at least 0, not -1"),
+    (["demo", "--seed", "-1"], "argument --seed: must be at least 0, not -1"),
+    (["dev", "--seed", "-1"], "argument --seed: must be at least 0, not -1"),
+    (["bench", "statemachine", "--seed", "-1"], "argument --seed: must be at least 0, not -1"),
+    (["check", "h.jsonl", "--model", "register", "--jsn"], "unrecognized arguments: --jsn"),
+    (["live", "--no-such-option"], "unrecognized arguments: --no-such-option"),
+    (["sim", "run", "--seed", "1", "--bogus"], "unrecognized arguments: --bogus"),
     (["demo", "--pace", "-1"], "argument --pace: must be 0 or more and finite, not -1"),
     (["demo", "--rounds", "0"], "argument --rounds: must be at least 1, not 0"),
     (["sim", "run", "--seed", "1", "--safety-ms", "-5"],
@@ -115,7 +123,8 @@ def test_a_bad_number_is_refused_before_anything_starts(
         argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as stopped:
         cli.main(argv)
-    assert stopped.value.code == (3 if argv[0] == "check" else 2)  # check's 0-2 are verdicts
+    # check's 0-2 and live's 0-2 are verdicts
+    assert stopped.value.code == (3 if argv[0] in ("check", "live") else 2)
     assert message in capsys.readouterr().err
 
 

@@ -217,3 +217,31 @@ def test_a_history_of_no_client_events_says_so(capsys: pytest.CaptureFixture[str
     assert "warning: none of its 2 events is a client's" in out
     path.write_text(OK_HISTORY)
     assert "warning" not in run(capsys, str(path), "--model", "cas-register")[1]
+
+
+
+@pytest.mark.parametrize(("initial", "message"), [
+    ("[" * 2000 + "]" * 2000, "--initial: nested more than 64 deep"),
+    ("[" * 100 + "]" * 100, "--initial: nested more than 64 deep"),
+    ("9" * 5000, "--initial: Exceeds the limit"),
+])
+def test_an_initial_value_no_history_could_hold_is_exit_3(
+        capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path, initial: str,
+        message: str) -> None:
+    path = tmp_path / "h.jsonl"
+    path.write_text(OK_HISTORY)
+    code, out, err = run(capsys, str(path), "--model", "register", "--initial", initial)
+    assert (code, out) == (3, "")
+    assert err.startswith(f"cellar check: {message}") and err.count("\n") == 1
+
+
+def test_an_integer_too_long_to_read_is_exit_3_naming_the_line(
+        capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path) -> None:
+    """Python refuses to convert an integer of more than 4,300 digits: that had escaped as a
+    traceback and exit 1, which says NOT linearizable."""
+    path = tmp_path / "big.jsonl"
+    path.write_text(OK_HISTORY + '{"process": 1, "type": "invoke", "f": "write", "value": '
+                    + "9" * 5000 + "}\n")
+    code, out, err = run(capsys, str(path), "--model", "register")
+    assert (code, out) == (3, "")
+    assert err.startswith(f"cellar check: {path}:3: expected a JSON object, found Exceeds")
