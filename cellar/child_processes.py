@@ -1,7 +1,7 @@
 """The processes a command starts (replicas, agents, peers under benchmark): they end with it,
 and stopping them takes one grace period.
 
-- `dies_with_parent`: a child started with it gets SIGTERM when the command's process ends,
+- `bound_to_parent`: a child started with it gets SIGTERM when the command's process ends,
   however it ends (Linux's PR_SET_PDEATHSIG). A `cellar dev` killed by SIGKILL (the OOM
   killer, a CI runner's timeout) or by a SIGHUP had left its replicas running for good,
   holding their ports, under a directory the next run deleted.
@@ -11,35 +11,35 @@ and stopping them takes one grace period.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 PR_SET_PDEATHSIG = 1  # prctl(2)
 EXIT_PARENT_GONE = 70  # the parent ended before the child could bind its fate to it
+# Run first in the child: bind it to its parent (SIGTERM when the parent ends; PR_SET_PDEATHSIG
+# survives execve), give up if the parent is gone already, then become the real command. No
+# code runs between fork and exec in the parent's image (a `preexec_fn` is unsafe when the
+# parent has threads: the child may deadlock on a lock another thread held at the fork).
+_TRAMPOLINE = (
+    "import ctypes, os, signal, sys\n"
+    f"ctypes.CDLL(None, use_errno=True).prctl({PR_SET_PDEATHSIG}, signal.SIGTERM)\n"
+    f"os.getppid() == int(sys.argv[1]) or os._exit({EXIT_PARENT_GONE})\n"
+    "os.execvp(sys.argv[2], sys.argv[2:])\n")
 
 
-def dies_with_parent() -> Callable[[], None] | None:
-    """A `preexec_fn` for `subprocess.Popen` that has the child get SIGTERM when this process
-    ends; None where that cannot be had (not Linux), or would misfire: the signal comes when
-    the *thread* that started the child ends, so only the main thread may use it."""
+def bound_to_parent(command: Sequence[str]) -> list[str]:
+    """`command`, started so that it gets SIGTERM when this process ends (Linux): as it is
+    where that cannot be had (not Linux) or would misfire: the signal comes when the *thread*
+    that started the child ends, so only the main thread may bind a child."""
     if sys.platform != "linux" or threading.current_thread() is not threading.main_thread():
-        return None
-    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before the fork
-    parent = os.getpid()
-
-    def bind_to_parent() -> None:  # runs in the child, between fork and exec
-        prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-        if os.getppid() != parent:  # the parent ended before the line above
-            os._exit(EXIT_PARENT_GONE)
-
-    return bind_to_parent
+        return list(command)
+    return [sys.executable, "-c", _TRAMPOLINE, str(os.getpid()), *command]
 
 
 def stop_processes(processes: Sequence[subprocess.Popen[Any]], grace_s: float) -> None:

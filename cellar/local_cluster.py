@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import anyio
 
-from cellar.child_processes import dies_with_parent, stop_processes
+from cellar.child_processes import bound_to_parent, stop_processes
 from consensus.runtime.certs import identities, init_directory
 from consensus.runtime.client import CellarClient, ClientConfig, Unavailable
 from consensus.runtime.connect import connector
@@ -140,9 +140,9 @@ class ReplicaProcess:
                    str(self.layout.config_path(self.replica)), "--init"]
         log = self.log_path.open("ab")
         environment = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,  # noqa: S603
-                                        env=environment, cwd=self.layout.directory,
-                                        preexec_fn=dies_with_parent())  # noqa: PLW1509
+        self.process = subprocess.Popen(bound_to_parent(command), stdout=log,  # noqa: S603
+                                        stderr=subprocess.STDOUT, env=environment,
+                                        cwd=self.layout.directory)
         log.close()
 
     @property
@@ -212,9 +212,8 @@ class AgentProcess:
         command = [sys.executable, "-m", "cellar", "agent", "--config", str(self.config_path)]
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(  # noqa: S603
-                command, stdout=log, stderr=subprocess.STDOUT, cwd=self.directory,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                preexec_fn=dies_with_parent())  # noqa: PLW1509
+                bound_to_parent(command), stdout=log, stderr=subprocess.STDOUT,
+                cwd=self.directory, env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
     def stop(self, timeout_s: float = 10.0) -> int | None:
         """SIGTERM (the agent leaves its jobs running), then SIGKILL if it hangs."""

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from cellar.child_processes import dies_with_parent, stop_processes
+from cellar.child_processes import bound_to_parent, stop_processes
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -85,9 +85,8 @@ def test_the_grace_period_is_shared_not_one_per_process(
 # then waits to be killed.
 PARENT = """
 import subprocess, sys, time
-from cellar.child_processes import dies_with_parent
-child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
-                         preexec_fn=dies_with_parent())
+from cellar.child_processes import bound_to_parent
+child = subprocess.Popen(bound_to_parent([sys.executable, "-c", "import time; time.sleep(60)"]))
 print(child.pid, flush=True)
 time.sleep(60)
 """
@@ -114,6 +113,11 @@ def test_a_child_ends_with_the_command_that_started_it_however_that_ends(
     assert parent.stdout is not None
     child = int(parent.stdout.readline())
     try:
+        command_line = pathlib.Path(f"/proc/{child}/cmdline")
+        deadline = time.monotonic() + 10
+        while b"time.sleep(60)" not in command_line.read_bytes():  # the command, once exec'd
+            assert time.monotonic() < deadline, command_line.read_bytes()
+            time.sleep(0.01)
         parent.send_signal(signal_number)
         parent.wait(timeout=10)
         assert gone(child, timeout_s=10), "the child outlived the command that started it"
@@ -125,7 +129,7 @@ def test_a_child_ends_with_the_command_that_started_it_however_that_ends(
 def test_a_child_started_off_the_main_thread_is_not_bound_to_that_thread() -> None:
     """The signal comes when the starting *thread* ends: a worker thread must not use it."""
     found: list[object] = []
-    worker = threading.Thread(target=lambda: found.append(dies_with_parent()))
+    worker = threading.Thread(target=lambda: found.append(bound_to_parent(["true"])))
     worker.start()
     worker.join()
-    assert found == [None]
+    assert found == [["true"]]

@@ -37,7 +37,7 @@ from cellar.bench.peers.kv import (
     PeerUnavailable,
     refuse_install_if_asked,
 )
-from cellar.child_processes import dies_with_parent, stop_processes
+from cellar.child_processes import bound_to_parent, stop_processes
 from cellar.local_cluster import HOST, free_ports
 
 ETCD_PATHS = ("/usr/bin/etcd", "/usr/local/bin/etcd")
@@ -204,9 +204,9 @@ class EtcdCluster:
             log = member.log_path.open("ab")
             self._logs.append(log)
             self.processes.append(subprocess.Popen(  # noqa: S603
-                member_command(self.binary, member, self.members, token),
+                bound_to_parent(member_command(self.binary, member, self.members, token)),
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True, preexec_fn=dies_with_parent()))  # noqa: PLW1509
+                start_new_session=True))
 
     def log_tails(self, size_bytes: int = 1500) -> str:
         tails = []

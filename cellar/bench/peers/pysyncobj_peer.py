@@ -24,7 +24,7 @@ from cellar.bench.peers.kv import (
     refuse_install_if_asked,
 )
 from cellar.bench.peers.pysyncobj_client import CALL_TIMEOUT_S, PySyncObjClient
-from cellar.child_processes import dies_with_parent, stop_processes
+from cellar.child_processes import bound_to_parent, stop_processes
 from cellar.local_cluster import HOST, free_ports
 
 PYSYNCOBJ_VERSION = "0.3.17"
@@ -148,9 +148,8 @@ def launch(python: pathlib.Path, directory: pathlib.Path,
         logs.append(node_dir / "node.log")
         with logs[-1].open("wb") as log:
             processes.append(subprocess.Popen(  # noqa: S603
-                node_command(python, node, partners, node_dir, conf),
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                preexec_fn=dies_with_parent()))  # noqa: PLW1509
+                bound_to_parent(node_command(python, node, partners, node_dir, conf)),
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT))
     return PySyncObjCluster(nodes, processes, logs)
 
 
