@@ -66,8 +66,9 @@ def tls_for(config: AgentConfig) -> TlsConfig | None:
     if identity.role is not IdentityRole.NODE or identity.name != config.node:
         raise AgentConfigError(f"tls.cert: {config.tls.cert} names {identity}, but this agent "
                                f"acts for cellar://node/{config.node}")
-    return TlsConfig(ca_file=config.tls.ca, cert_file=config.tls.cert,
-                     key_file=config.tls.key)
+    tls = TlsConfig(ca_file=config.tls.ca, cert_file=config.tls.cert, key_file=config.tls.key)
+    tls.check()  # TlsFileRefused (a ValueError) naming the file that cannot serve
+    return tls
 
 
 def gpu_backend(config: AgentConfig) -> GpuBackend:

@@ -128,7 +128,7 @@ def check_tls_files(config: NodeConfig) -> None:
         identity = identity_in_file(config.tls.cert)
     except TlsFileRefused as refused:
         raise NodeConfigError(f"tls.{refused.field}: {refused}") from refused
-    except IdentityRefused as refused:
+    except (IdentityRefused, ValueError) as refused:  # ValueError: an extension unreadable
         raise NodeConfigError(f"tls.cert: {config.tls.cert}: {refused}") from refused
     if identity != Identity.replica(config.replica_id):
         # Its peers would take it for the replica the certificate names, and drop that one.

@@ -1,7 +1,7 @@
-"""`cellar replica`: a storage failure while it runs ends it with the storage error's own exit
-status and message, though the error is raised deep inside the node's task groups; bad TLS
-material or a port in use ends it with a message and an exit status of its own, never a
-traceback out of the event loop."""
+"""`cellar replica` (and `cellar agent`'s TLS check): a storage failure while it runs ends it with
+the storage error's own exit status and message, though the error is raised deep inside the
+node's task groups; bad TLS material or a port in use ends it with a message and an exit status
+of its own, never a traceback out of the event loop."""
 
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ import anyio
 import pytest
 from anyio.abc import TaskStatus
 
-from cellar import replica_cli
+from cellar import agent_cli, replica_cli
 from cellar.cli import main
 from cellar.daemon_process import EXIT_CONFIG, EXIT_UNAVAILABLE
-from cellar.local_cluster import HOST, Layout
+from cellar.local_cluster import HOST, AgentProcess, Layout
 from consensus.runtime.storage_errors import EXIT_STORAGE_FAILED, StorageFailed
 
 
@@ -122,3 +122,19 @@ def test_a_client_port_in_use_is_reported_in_one_line_with_its_own_status(
     error = capsys.readouterr().err
     assert error == f"cellar replica: cannot listen on {HOST}:{layout.client_ports[0]} " \
         "(Address already in use)\n"
+
+
+def test_an_agent_whose_key_does_not_match_its_certificate_is_refused_with_its_name(
+        tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The agent checks its TLS files at start as the replica does: a traceback from deep in
+    its first connection had been the only sign."""
+    monkeypatch.setattr(agent_cli, "start_logging", lambda args: None)
+    layout = Layout(tmp_path / "cluster", 3, loop="asyncio")
+    layout.write(nodes=["node-00", "node-01"])
+    agent = AgentProcess(layout, "node-00")
+    agent.write()
+    key = layout.certs / "node-node-00.key"
+    key.write_bytes((layout.certs / "node-node-01.key").read_bytes())
+    assert main(["agent", "--config", str(agent.config_path)]) == EXIT_CONFIG
+    assert capsys.readouterr().err.startswith(f"cellar agent: {key} does not match")
