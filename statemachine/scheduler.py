@@ -1,11 +1,14 @@
 """Scheduling decisions: one placement attempt for a gang, and the bounded pass over the queue.
 
 An attempt for a guaranteed gang tries, chain by chain in configuration order, a plan that
-needs nobody to leave; then a plan that preempts lower-priority gangs (HiveD's two passes,
-reference/hived.md 1.4). When the victims include gangs of the same tenant that allow lazy
-preemption, it first tries downgrading them to opportunistic instead (they keep running) and
-placing the gang without preemption; if that fails the downgrade is rolled back and the victims
-are preempted normally. Opportunistic gangs never preempt.
+needs nobody to leave; then a plan that evicts only opportunistic gangs; then one that also
+preempts lower-priority guaranteed gangs. The middle pass is HiveD's first (reference/hived.md
+1.4): its VC view does not see opportunistic pods, so a gang that fits the tenant's free quota
+goes there and evicts only them, never a guaranteed gang of the tenant. When the victims
+include gangs of the same tenant that allow lazy preemption, it first tries downgrading them to
+opportunistic instead (they keep running) and placing the gang without preemption; if that
+fails the downgrade is rolled back and the victims are preempted normally. Opportunistic gangs
+never preempt.
 
 The pass walks the queue in order and tries at most `schedule_attempts_max` gangs. After most
 commands it only looks for free GPUs, skipping gangs whose last attempt saw the current capacity
@@ -21,6 +24,7 @@ from __future__ import annotations
 from statemachine.fit import FreeView, PreemptView
 from statemachine.groups import Group
 from statemachine.lifecycle import allocate, downgrade, start_preemption
+from statemachine.limits import OPPORTUNISTIC_PRIORITY
 from statemachine.results import GroupPhase
 from statemachine.search import Plan, Request, plan_guaranteed, plan_opportunistic
 from statemachine.state import Configured, State
@@ -88,9 +92,8 @@ def try_place(state: State, group: Group, *, preempt: bool) -> bool:
         allocate(state, group, plan)
         return True
     if preempt and group.guaranteed:
-        plan = _plan(config, group, PreemptView(config.cells, group.priority))
+        plan = _plan_preempting(config, group)
         if plan is not None:
-            _add_victims(config, plan)
             if not plan.victims and not plan.cancelled:
                 allocate(state, group, plan)
                 return True
@@ -103,6 +106,17 @@ def try_place(state: State, group: Group, *, preempt: bool) -> bool:
         state.set(group, "preempt_epoch", state.change_epoch)
         state.set(group, "why_pending", explain(config, group))
     return False
+
+
+def _plan_preempting(config: Configured, group: Group) -> Plan | None:
+    """A plan taking free and opportunistic GPUs only, else one that may also take those of
+    lower-priority guaranteed gangs; with its victims and cancelled preemptors."""
+    for priority in sorted({OPPORTUNISTIC_PRIORITY + 1, group.priority}):
+        plan = _plan(config, group, PreemptView(config.cells, priority))
+        if plan is not None:
+            _add_victims(config, plan)
+            return plan
+    return None
 
 
 def _try_lazy(state: State, group: Group, plan: Plan) -> bool:

@@ -1,0 +1,40 @@
+"""Which GPUs a gang gets when several placements would do, checked against HiveD's choices
+(reference/hived.md 1.4-1.5, 2.1).
+
+Goal: the scheduler evicts as little as it can (opportunistic gangs before the tenant's own
+guaranteed ones, few gangs rather than many), keeps opportunistic gangs off the nodes bound to
+tenants, and gives a pod GPUs that share the lowest sub-cell. Method: small clusters driven
+through `Driver`, where one choice is right and the others are plainly worse.
+"""
+
+from __future__ import annotations
+
+from statemachine.results import GroupPhase
+from tests.statemachine.builders import Driver, gang, rack_spec, vc
+from tests.statemachine.test_scenarios import nodes_of, started
+
+
+def two_node_tenant(*, lazy: bool) -> Driver:
+    """Tenant a owns two nodes: its priority-1 gang `low` runs on n0, an opportunistic gang
+    `opp` on n1."""
+    driver = Driver()
+    driver.configure(rack_spec(racks=1, quota=(vc("a", ("A100-RACK", "A100-NODE", 2)),)))
+    driver.register("n0", "n1")
+    driver.submit(gang("low", "a", 1, (1, 8), lazy=lazy))
+    started(driver, "low")
+    driver.submit(gang("opp", "a", -1, (1, 8)))
+    started(driver, "opp")
+    assert nodes_of(driver, "low") == ["n0"] and nodes_of(driver, "opp") == ["n1"]
+    return driver
+
+
+def test_preemption_evicts_opportunistic_before_own_tenants_guaranteed_gang() -> None:
+    """a's quota holds both guaranteed gangs, so a higher one takes a's second node and
+    evicts the opportunistic gang there, as HiveD's first pass (the VC view, blind to
+    opportunistic pods) would; lazy preemption changes nothing."""
+    for lazy in (False, True):
+        driver = two_node_tenant(lazy=lazy)
+        high = driver.submit(gang("high", "a", 10, (1, 8)))
+        assert high.phase is GroupPhase.PREEMPTING
+        assert high.victims == ("opp",), (lazy, high.victims)
+        assert driver.state.groups["low"].phase is GroupPhase.ALLOCATED
