@@ -7,6 +7,8 @@ plan has tentatively taken so that later pods of the same gang see them as gone:
   maintained `free` counters, so it is cheap. Used for every first attempt.
 - `PreemptView(priority)`: also GPUs whose holder and reserver both have a lower priority;
   counts are computed by scanning and cached. Used only when a guaranteed gang must preempt.
+  `evictions(cell)` says how many GPUs and gangs taking the cell would evict, so the search
+  can try the cells that cost the fewest victims first.
 
 `fit_in_cell` places a gang's pods inside one cell: largest pod first, each on the node with
 the fewest usable GPUs that still fit it (packing), ties by id; inside a node, the GPUs come
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Sequence
+from typing import ClassVar
 
 from statemachine.cells import Cells
 from statemachine.topology import Topology
@@ -26,6 +29,7 @@ from statemachine.topology import Topology
 class FreeView:
     """Free GPUs only, minus what the plan has taken."""
 
+    preempts: ClassVar[bool] = False
     __slots__ = ("_cells", "_delta", "_log", "_parent")
 
     def __init__(self, cells: Cells) -> None:
@@ -43,6 +47,10 @@ class FreeView:
     def unbound_count(self, cell: int) -> int:
         """`count` for a cell outside every tenant's binding (a buddy candidate)."""
         return self.count(cell)
+
+    def evictions(self, cell: int) -> tuple[int, int]:
+        """(GPUs, gangs) that taking all of `cell` would evict: none, only free GPUs count."""
+        return (0, 0)
 
     def take(self, leaves: Sequence[int]) -> None:
         for leaf in leaves:
@@ -74,6 +82,7 @@ class FreeView:
 class PreemptView(FreeView):
     """GPUs a gang of `priority` may take: free, or held and reserved only below it."""
 
+    preempts: ClassVar[bool] = True
     __slots__ = ("_cache", "_priority")
 
     def __init__(self, cells: Cells, priority: int) -> None:
@@ -99,6 +108,23 @@ class PreemptView(FreeView):
         preemptor) and nothing is reserved, so every usable GPU is available: no scan."""
         topology = self._cells.topology
         return topology.size_of(cell) - self._cells.bad[cell] - self._delta.get(cell, 0)
+
+    def evictions(self, cell: int) -> tuple[int, int]:
+        """(GPUs, gangs) that taking every GPU this view offers under `cell` would evict: the
+        GPUs held or reserved below the priority, and their distinct holders and reservers.
+        One scan of the cell's GPUs; none when every usable one is free."""
+        cells = self._cells
+        if cells.free[cell] + cells.bad[cell] == cells.topology.size_of(cell):
+            return (0, 0)
+        usable, priority = cells.usable, self._priority
+        held, reserved = cells.holder_priority, cells.reserver_priority
+        gpus, gangs = 0, set[str]()
+        for leaf in cells.topology.leaves(cell):
+            if usable[leaf] and not cells.is_free(leaf) and held[leaf] < priority \
+                    and reserved[leaf] < priority:
+                gpus += 1
+                gangs.update(name for name in (cells.holder[leaf], cells.reserver[leaf]) if name)
+        return gpus, len(gangs)
 
 
 def fit_in_cell(topology: Topology, view: FreeView, cell: int,

@@ -4,9 +4,10 @@ gang on one chain, computed on a read-only state.
 Guaranteed gangs (priority 0..1000) run inside their tenant's cells: cells already bound to the
 VC, or new ones bound by buddy allocation from the VC's unbound quota, each binding checked for
 safety first. The search tries to pack the whole gang into one cell, smallest level first (bound
-cells before new bindings, fewest free GPUs first); only a gang too big for any one cell is
-spread pod by pod over several. Opportunistic gangs (-1) take free GPUs anywhere on the chain,
-in the smallest cell that fits, found through the best-fit index.
+cells before new bindings, fewest free GPUs first; when preempting, the cells with the fewest
+victims first); only a gang too big for any one cell is spread pod by pod over several.
+Opportunistic gangs (-1) take free GPUs anywhere on the chain, in the smallest cell that fits,
+found through the best-fit index.
 
 All loops are bounded: per level at most `BUDDY_SCAN_MAX` free cells are looked at and
 `BUDDY_CANDIDATES_MAX` of them tried for a binding, and `FIT_CANDIDATES_MAX` cells tried for
@@ -16,7 +17,7 @@ the smallest cell that fits.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 
@@ -56,8 +57,8 @@ def plan_guaranteed(topology: Topology, buddy: Buddy, view: FreeView, chain: Cha
 
 def _one_cell(topology: Topology, buddy: Buddy, view: FreeView, chain: Chain,
               request: Request) -> Plan | None:
-    """The whole gang in one cell: levels ascending; at each, the VC's bound cells by fewest
-    available GPUs, then a new binding if the VC may bind one there."""
+    """The whole gang in one cell: levels ascending; at each, the VC's bound cells, then a new
+    binding if the VC may bind one there."""
     need = request.gpus
     unbound = buddy.unbound[request.vc][chain.index]
     bound: dict[int, list[int]] = {}
@@ -68,9 +69,7 @@ def _one_cell(topology: Topology, buddy: Buddy, view: FreeView, chain: Chain,
     levels = sorted({*bound, *(level for level in range(1, chain.top_level + 1)
                                if unbound[level] > 0 and chain.size[level] >= need)})
     for level in levels:
-        ranked = sorted((available, cell) for cell in bound.get(level, ())
-                        if (available := view.count(cell)) >= need)
-        for _, cell in ranked:
+        for cell in _rank_bound(view, bound.get(level, ()), need):
             pods = fit_in_cell(topology, view, cell, request.pods)
             if pods is not None:
                 return Plan(chain=chain.index, pods=pods)
@@ -82,23 +81,44 @@ def _one_cell(topology: Topology, buddy: Buddy, view: FreeView, chain: Chain,
     return None
 
 
+def _rank_bound(view: FreeView, cells: Iterable[int], need: int) -> list[int]:
+    """The bound cells with `need` GPUs available: fewest evictions first (under preemption),
+    then fewest available (packing), then id."""
+    ranked = sorted((view.evictions(cell), available, cell) for cell in cells
+                    if (available := view.count(cell)) >= need)
+    return [entry[-1] for entry in ranked]
+
+
 def _binding_candidates(buddy: Buddy, view: FreeView, chain: Chain, level: int, *, need: int,
                         planned: list[int]) -> Iterator[int]:
     """Cells buddy allocation may bind at `level` with `need` GPUs available, keeping safety
-    with the bindings already `planned`, in buddy order. Looks at most BUDDY_SCAN_MAX cells
-    (a counter read each) and checks at most BUDDY_CANDIDATES_MAX of those with room."""
+    with the bindings already `planned`: in buddy order, or under preemption by fewest
+    evictions, stably (HiveD's sort by fewest opportunistic GPUs, reference/hived.md 1.4).
+    Looks at most BUDDY_SCAN_MAX cells (a counter read each) and checks at most
+    BUDDY_CANDIDATES_MAX of those with room (a scan each, to rank them, under preemption)."""
+    roomy = _roomy_cells(buddy, view, chain, level, need=need, planned=planned)
+    if view.preempts:
+        roomy = iter(sorted(roomy, key=view.evictions))
+    for cell in roomy:
+        if buddy.feasible_after(chain.index, [*planned, cell]):
+            yield cell
+
+
+def _roomy_cells(buddy: Buddy, view: FreeView, chain: Chain, level: int, *, need: int,
+                 planned: list[int]) -> Iterator[int]:
+    """The first BUDDY_CANDIDATES_MAX bindable cells at `level`, in buddy order among the
+    first BUDDY_SCAN_MAX, with `need` GPUs available and apart from the `planned` ones."""
     topology = buddy.topology
-    checked = 0
+    found = 0
     for cell in islice(buddy.candidates(chain.index, level), BUDDY_SCAN_MAX):
         if view.unbound_count(cell) < need:
             continue
         if any(_nested(topology, cell, other) for other in planned):
             continue
-        checked += 1
-        if checked > BUDDY_CANDIDATES_MAX:
+        yield cell
+        found += 1
+        if found == BUDDY_CANDIDATES_MAX:
             return
-        if buddy.feasible_after(chain.index, [*planned, cell]):
-            yield cell
 
 
 def _nested(topology: Topology, first: int, second: int) -> bool:

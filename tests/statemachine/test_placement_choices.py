@@ -9,8 +9,9 @@ through `Driver`, where one choice is right and the others are plainly worse.
 
 from __future__ import annotations
 
+from statemachine.commands import ReleaseGroup
 from statemachine.results import GroupPhase
-from tests.statemachine.builders import Driver, gang, rack_spec, vc
+from tests.statemachine.builders import SCHEDULER, Driver, gang, rack_spec, vc
 from tests.statemachine.test_scenarios import nodes_of, started
 
 
@@ -38,3 +39,20 @@ def test_preemption_evicts_opportunistic_before_own_tenants_guaranteed_gang() ->
         assert high.phase is GroupPhase.PREEMPTING
         assert high.victims == ("opp",), (lazy, high.victims)
         assert driver.state.groups["low"].phase is GroupPhase.ALLOCATED
+
+
+def test_preemption_picks_the_cell_with_fewest_opportunistic_gpus() -> None:
+    """Tenant a owns one node, not bound yet; n0 runs seven 1-GPU opportunistic gangs, n1 one.
+    HiveD tries binding candidates by fewest opportunistic GPUs (reference/hived.md 1.4), so
+    a's whole-node gang evicts the one gang on n1, not the seven on n0."""
+    driver = Driver()
+    driver.configure(rack_spec(racks=1, quota=(vc("a", ("A100-RACK", "A100-NODE", 1)),)))
+    driver.register("n0", "n1")
+    for index in range(9):
+        assert driver.submit(gang(f"o{index}", "a", -1, (1, 1))).phase is GroupPhase.ALLOCATED
+        started(driver, f"o{index}")
+    assert nodes_of(driver, "o7") == ["n0"] and nodes_of(driver, "o8") == ["n1"]
+    driver.ok(ReleaseGroup(group="o7", reason="done"), SCHEDULER)
+    whole = driver.submit(gang("whole", "a", 0, (1, 8)))
+    assert whole.phase is GroupPhase.PREEMPTING
+    assert whole.victims == ("o8",), whole.victims
