@@ -60,6 +60,11 @@ class Buddy:
             cell = parent[cell]
         return cell
 
+    def has_binding(self, cell: int) -> bool:
+        """Whether some GPU under `cell` is bound to a VC (the cell is bound, inside a bound
+        cell, or split by a binding below it)."""
+        return self.bound_root[cell] >= 0 or self.split[cell]
+
     def bindable(self, cell: int) -> bool:
         return self.bound_root[cell] < 0 and self.free_ancestor(cell) >= 0
 

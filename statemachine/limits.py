@@ -51,6 +51,7 @@ FREE_PRIORITY = -2  # the priority of a leaf nobody holds
 BUDDY_SCAN_MAX = 4096  # free-list cells looked at (one counter read each) per level and binding
 BUDDY_CANDIDATES_MAX = 32  # of those with room, cells checked for safety and fit
 FIT_CANDIDATES_MAX = 64  # cells tried per level when looking for the smallest cell that fits
+FIT_SCAN_MAX = 4096  # of the cells with room, those looked at per level (a flag read each)
 SCHEDULE_ATTEMPTS_MAX = 1024  # the most pending gangs one scheduling pass may try
 DURATION_MS_MAX = 1 << 40  # about 35 years; bounds every duration and count in the policy
 
@@ -74,4 +75,5 @@ assert GPUS_PER_NODE_MAX * PODS_PER_GANG_MAX >= GPUS_PER_GANG_MAX
 assert OPPORTUNISTIC_PRIORITY > FREE_PRIORITY
 assert SESSIONS_PER_PRINCIPAL_MAX < SESSIONS_MAX
 assert BUDDY_SCAN_MAX >= BUDDY_CANDIDATES_MAX
+assert FIT_SCAN_MAX >= FIT_CANDIDATES_MAX
 assert HEALTH_REPORTS_MAX >= GPUS_PER_NODE_MAX, "one report can cover a whole node"

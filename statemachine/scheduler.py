@@ -56,7 +56,7 @@ def _plan(config: Configured, group: Group, view: FreeView) -> Plan | None:
         if group.guaranteed:
             plan = plan_guaranteed(config.topology, config.buddy, view, chain, request)
         else:
-            plan = plan_opportunistic(config.topology, config.cells, view, chain, request)
+            plan = plan_opportunistic(config.buddy, config.cells, view, chain, request)
         if plan is not None:
             return plan
     return None

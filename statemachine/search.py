@@ -7,11 +7,11 @@ safety first. The search tries to pack the whole gang into one cell, smallest le
 cells before new bindings, fewest free GPUs first; when preempting, the cells with the fewest
 victims first); only a gang too big for any one cell is spread pod by pod over several.
 Opportunistic gangs (-1) take free GPUs anywhere on the chain, in the smallest cell that fits,
-found through the best-fit index.
+found through the best-fit index, away from the cells bound to tenants where they can.
 
 All loops are bounded: per level at most `BUDDY_SCAN_MAX` free cells are looked at and
-`BUDDY_CANDIDATES_MAX` of them tried for a binding, and `FIT_CANDIDATES_MAX` cells tried for
-the smallest cell that fits.
+`BUDDY_CANDIDATES_MAX` of them tried for a binding, and `FIT_SCAN_MAX` cells looked at and
+`FIT_CANDIDATES_MAX` tried for the smallest cell that fits.
 """
 
 from __future__ import annotations
@@ -24,7 +24,12 @@ from itertools import islice
 from statemachine.buddy import Buddy
 from statemachine.cells import Cells
 from statemachine.fit import FreeView, fit_in_cell, fit_on_roots
-from statemachine.limits import BUDDY_CANDIDATES_MAX, BUDDY_SCAN_MAX, FIT_CANDIDATES_MAX
+from statemachine.limits import (
+    BUDDY_CANDIDATES_MAX,
+    BUDDY_SCAN_MAX,
+    FIT_CANDIDATES_MAX,
+    FIT_SCAN_MAX,
+)
 from statemachine.topology import Chain, Topology
 
 
@@ -191,21 +196,42 @@ def _into_new(buddy: Buddy, view: FreeView, chain: Chain, *, need: int, unbound:
     return -1, None
 
 
-def plan_opportunistic(topology: Topology, cells: Cells, view: FreeView, chain: Chain,
+def plan_opportunistic(buddy: Buddy, cells: Cells, view: FreeView, chain: Chain,
                        request: Request) -> Plan | None:
     """The smallest cell (node level or above) that fits the whole gang, fewest free GPUs
-    first; failing that, the gang spread over the chain's nodes."""
+    first, among the cells with no GPU bound to a tenant, then among the others: HiveD keeps
+    opportunistic pods away from guaranteed ones (reference/hived.md 1.5), so a tenant's next
+    gang need not evict them. Failing that, the gang spread over the chain's nodes, those with
+    no binding first."""
+    for bound in (False, True):
+        pods = _smallest_fit(buddy, cells, view, chain, request, bound=bound)
+        if pods is not None:
+            return Plan(chain=chain.index, pods=pods)
+    if len(request.pods) == 1:
+        return None
+    roots = list(cells.indexes[chain.index].at_least(chain.node_level, min(request.pods)))
+    apart = [root for root in roots if not buddy.has_binding(root)]
+    for nodes in (apart, roots):
+        pods = fit_on_roots(buddy.topology, view, sorted(nodes), request.pods)
+        if pods is not None:
+            return Plan(chain=chain.index, pods=pods)
+    return None
+
+
+def _smallest_fit(buddy: Buddy, cells: Cells, view: FreeView, chain: Chain, request: Request,
+                  *, bound: bool) -> list[list[int]] | None:
+    """The whole gang in the smallest cell that fits it, levels ascending, fewest free GPUs
+    first, among cells that hold a tenant's binding (`bound`) or hold none. Per level it looks
+    at FIT_SCAN_MAX cells with room and tries FIT_CANDIDATES_MAX of them."""
     need = request.gpus
     index = cells.indexes[chain.index]
     for level in range(chain.node_level, chain.top_level + 1):
         if chain.size[level] < need:
             continue
-        for cell in islice(index.at_least(level, need), FIT_CANDIDATES_MAX):
-            pods = fit_in_cell(topology, view, cell, request.pods)
+        roomy = islice(index.at_least(level, need), FIT_SCAN_MAX)
+        matching = (cell for cell in roomy if buddy.has_binding(cell) == bound)
+        for cell in islice(matching, FIT_CANDIDATES_MAX):
+            pods = fit_in_cell(buddy.topology, view, cell, request.pods)
             if pods is not None:
-                return Plan(chain=chain.index, pods=pods)
-    if len(request.pods) == 1:
-        return None
-    roots = list(index.at_least(chain.node_level, min(request.pods)))
-    pods = fit_on_roots(topology, view, sorted(roots), request.pods)
-    return None if pods is None else Plan(chain=chain.index, pods=pods)
+                return pods
+    return None

@@ -56,3 +56,20 @@ def test_preemption_picks_the_cell_with_fewest_opportunistic_gpus() -> None:
     whole = driver.submit(gang("whole", "a", 0, (1, 8)))
     assert whole.phase is GroupPhase.PREEMPTING
     assert whole.victims == ("o8",), whole.victims
+
+
+def test_opportunistic_gang_stays_off_a_tenants_bound_node() -> None:
+    """HiveD N4 (reference/hived.md 2.1): an opportunistic pod goes to a node away from the
+    guaranteed ones. Tenant a owns one node and runs a 1-GPU gang on n0; a 1-GPU opportunistic
+    gang goes to the free n1, not beside it, so a's next in-quota 7-GPU gang starts at once
+    instead of evicting it and waiting."""
+    driver = Driver()
+    driver.configure(rack_spec(racks=1, quota=(vc("a", ("A100-RACK", "A100-NODE", 1)),)))
+    driver.register("n0", "n1")
+    driver.submit(gang("g1", "a", 0, (1, 1)))
+    started(driver, "g1")
+    driver.submit(gang("opp", "a", -1, (1, 1)))
+    started(driver, "opp")
+    assert nodes_of(driver, "opp") == ["n1"], nodes_of(driver, "opp")
+    g2 = driver.submit(gang("g2", "a", 0, (1, 7)))
+    assert g2.phase is GroupPhase.ALLOCATED, (g2.phase, g2.victims)
