@@ -12,7 +12,8 @@ plan has tentatively taken so that later pods of the same gang see them as gone:
 
 `fit_in_cell` places a gang's pods inside one cell: largest pod first, each on the node with
 the fewest usable GPUs that still fit it (packing), ties by id; inside a node, the GPUs come
-from the lowest sub-cell that holds them all (best affinity: same PCIe switch, then socket).
+from the lowest sub-cell that holds them all (best affinity: same PCIe switch, then socket),
+reached through the sub-cells with the fewest usable GPUs.
 Every choice is a deterministic function of the counts and ids.
 """
 
@@ -179,9 +180,12 @@ def fit_on_roots(topology: Topology, view: FreeView, roots: Iterable[int],
 
 def pick_leaves(topology: Topology, view: FreeView, cell: int, need: int,
                 out: list[int]) -> None:
-    """Append `need` available GPUs under `cell` to `out`: descend into the child with the
-    fewest available GPUs that still holds them all; if none does, span the children with the
-    most available first. Depth is the number of levels below the node, at most LEVELS_MAX."""
+    """Append `need` available GPUs under `cell` to `out`, from the lowest sub-cell that holds
+    them all: find the lowest level where some cell under `cell` has `need` available, and
+    descend to one such cell through the child with the fewest available GPUs (packing), ties
+    by id; where no lower cell holds them, span the children with the most available first.
+    Each call reads the counts of the cells under `cell` a bounded number of times (levels x
+    fanout per level); recursion depth is the number of levels below the node."""
     available = view.count(cell)
     assert 0 < need <= available
     if topology.level[cell] == 1:
@@ -190,15 +194,14 @@ def pick_leaves(topology: Topology, view: FreeView, cell: int, need: int,
     if need == available:  # all of them: no choice to make below
         out.extend(leaf for leaf in topology.leaves(cell) if view.count(leaf))
         return
-    children = topology.children(cell)
-    best, best_count = -1, 0
-    for child in children:
-        available = view.count(child)
-        if available >= need and (best < 0 or available < best_count):
-            best, best_count = child, available
-    if best >= 0:
-        pick_leaves(topology, view, best, need, out)
+    holding = _holding_level(topology, view, cell, need)
+    if holding < topology.level[cell]:
+        inner = cell
+        while topology.level[inner] > holding:
+            inner = _toward(topology, view, inner, need, holding)
+        pick_leaves(topology, view, inner, need, out)
         return
+    children = topology.children(cell)
     for child in sorted(children, key=lambda child: (-view.count(child), child)):
         available = view.count(child)
         if need == 0 or available == 0:
@@ -207,3 +210,26 @@ def pick_leaves(topology: Topology, view: FreeView, cell: int, need: int,
         pick_leaves(topology, view, child, share, out)
         need -= share
     assert need == 0
+
+
+def _holding_level(topology: Topology, view: FreeView, cell: int, need: int) -> int:
+    """The lowest level at which a cell under `cell` has `need` GPUs available (the level of
+    `cell` when none below has)."""
+    for level in range(1, topology.level[cell]):
+        if any(view.count(inner) >= need for inner in topology.descendants_at(cell, level)):
+            return level
+    return topology.level[cell]
+
+
+def _toward(topology: Topology, view: FreeView, cell: int, need: int, holding: int) -> int:
+    """The child of `cell` with the fewest available GPUs among those holding, at level
+    `holding`, a cell with `need` available; ties by id."""
+    best, best_count = -1, 0
+    for child in topology.children(cell):
+        count = view.count(child)
+        if count < need or (best >= 0 and count >= best_count):
+            continue
+        if any(view.count(inner) >= need for inner in topology.descendants_at(child, holding)):
+            best, best_count = child, count
+    assert best >= 0
+    return best

@@ -73,3 +73,25 @@ def test_opportunistic_gang_stays_off_a_tenants_bound_node() -> None:
     assert nodes_of(driver, "opp") == ["n1"], nodes_of(driver, "opp")
     g2 = driver.submit(gang("g2", "a", 0, (1, 7)))
     assert g2.phase is GroupPhase.ALLOCATED, (g2.phase, g2.victims)
+
+
+def test_two_gpu_pod_takes_a_whole_free_switch_not_two_half_switches() -> None:
+    """A pod's GPUs come from the lowest sub-cell that holds them all (HiveD picks the leaf
+    set with the lowest common ancestor). With GPUs 1 and 3 of socket 0 free, one per PCIe
+    switch, and socket 1 wholly free, a 2-GPU pod gets a free switch pair of socket 1."""
+    driver = Driver()
+    driver.configure(rack_spec(racks=1, quota=(vc("a", ("A100-RACK", "A100-NODE", 1)),)))
+    driver.register("n0", "n1")
+    for index in range(4):
+        driver.submit(gang(f"g{index}", "a", 0, (1, 1)))
+    topology = driver.state.configured().topology
+
+    def gpus_of(group: str) -> list[int]:
+        return sorted(topology.gpu_index(leaf)
+                      for leaf in driver.state.groups[group].pods[0].leaves)
+
+    assert [gpus_of(f"g{index}") for index in range(4)] == [[0], [1], [2], [3]]
+    driver.ok(ReleaseGroup(group="g1", reason="done"), SCHEDULER)
+    driver.ok(ReleaseGroup(group="g3", reason="done"), SCHEDULER)
+    driver.submit(gang("pair", "a", 0, (1, 2)))
+    assert gpus_of("pair") == [4, 5]
