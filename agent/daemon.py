@@ -2,10 +2,11 @@
 
 It starts NVML (retrying with back-off while the driver is away: the GPU count is then unknown,
 and nothing is registered rather than zero GPUs), registers the node's GPUs with a fresh
-incarnation, heartbeats from then on (stopping jobs may take longer than a lease), reconciles
-the jobs the store expects with the ones running, and then runs until stopped: the health
-monitor (`agent.monitor`), the pods loop (`agent.pods`: effects in, starts, stops and exits
-out) and the metrics page. The store client follows failovers by itself; if the store says
+incarnation (with those registered before and lost since, as `agent.registered_gpus` keeps
+them across restarts), heartbeats from then on (stopping jobs may take longer than a lease),
+reconciles the jobs the store expects with the ones running, and then runs until stopped: the
+health monitor (`agent.monitor`), the pods loop (`agent.pods`: effects in, starts, stops and
+exits out) and the metrics page. The store client follows failovers by itself; if the store says
 this incarnation is over (the node was registered again elsewhere or deregistered), the agent
 registers again and reconciles.
 """
@@ -28,6 +29,7 @@ from agent.inventory import fresh_boot_id, gpu_inventory, gpu_links
 from agent.jobs import JobRunner
 from agent.monitor import Monitor, monotonic_ms
 from agent.pods import Pods
+from agent.registered_gpus import RegisteredGpus
 from agent.store_link import NodeGpus, StoreLink, is_stale
 from consensus.runtime.metrics_http import serve_metrics
 from statemachine.commands import GpuLink
@@ -53,12 +55,13 @@ class Agent:
                               retry_ms_max=self.config.intervals.retry_ms_max)
         self.registrations = 0
         self.metrics_port = 0
-        self._gpus_seen: dict[int, DeviceInfo] = {}  # by index: the last listed there
+        self._registered_gpus = RegisteredGpus(self.config.state_dir)
+        self._offered: tuple[DeviceInfo, ...] = ()  # the GPUs of the last registration tried
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         devices = await self._start_backend()
         self.view.devices = devices
-        tracker = HealthTracker(self.config.health, devices, now_ms=monotonic_ms())
+        tracker = self._tracker(devices)
         intervals = self.config.intervals
         monitor = Monitor(self.backend, tracker, self.link, self.view,
                           poll_ms=intervals.poll_ms, event_wait_ms=intervals.event_wait_ms,
@@ -83,6 +86,7 @@ class Agent:
         reconciled = False
         while True:
             registered = await self.link.register(fresh_boot_id(), read_gpus)
+            self._registered_gpus.remember(self._offered)
             self.registrations += 1
             logger.info("registered %s: incarnation %d, %d pods expected", self.config.node,
                         registered.incarnation, len(registered.pods))
@@ -103,9 +107,11 @@ class Agent:
     async def _read_gpus(self, tracker: HealthTracker, runner: JobRunner) -> NodeGpus:
         """The GPUs to register, listed by NVML again each time: one that did not answer at
         first (NotReady, a reset under way) counts once it does. The health tracker, the job
-        runner and the metrics page follow the list. A GPU listed before and missing now (off
-        the bus) is registered still, as last seen: the tracker reports it failed, and the
-        store, which wants every index of the node, keeps taking the node and its other GPUs."""
+        runner and the metrics page follow the list. A GPU registered before and missing now
+        (off the bus), even by an earlier run of the agent, is registered still, as last seen,
+        and each GPU at the index it was registered at (`agent.registered_gpus`): the tracker
+        reports it failed, and the store, which wants every index of the node, keeps taking
+        the node and its other GPUs."""
         try:
             devices = await anyio.to_thread.run_sync(self.backend.devices)
         except NvmlUnavailable as error:
@@ -118,9 +124,18 @@ class Agent:
             self.view.devices = devices
             tracker.observe_devices(devices, monotonic_ms())
             runner.observe_gpus([device.uuid for device in devices])
-        self._gpus_seen.update({device.index: device for device in devices})
-        registered = tuple(self._gpus_seen[index] for index in sorted(self._gpus_seen))
-        return gpu_inventory(registered, self.config.models), await self._links(registered)
+        self._offered = self._registered_gpus.to_register(devices)
+        return (gpu_inventory(self._offered, self.config.models),
+                await self._links(self._offered))
+
+    def _tracker(self, devices: tuple[DeviceInfo, ...]) -> HealthTracker:
+        """A tracker of the GPUs NVML lists and of those registered before but not listed
+        now, which it holds failed (missing from NVML's list)."""
+        now_ms = monotonic_ms()
+        tracker = HealthTracker(self.config.health,
+                                devices + self._registered_gpus.lost(devices), now_ms=now_ms)
+        tracker.observe_devices(devices, now_ms)
+        return tracker
 
     async def _links(self, devices: tuple[DeviceInfo, ...]) -> tuple[GpuLink, ...]:
         try:

@@ -7,8 +7,8 @@ answering is observed gone, NVML gone for the whole node is observed unavailable
 started again with back-off. The event loop waits for XID and ECC events `event_wait_ms` at a
 time. Changed verdicts are reported as soon as they are seen; the full set is sent again with
 every poll while a GPU is not healthy (the store's recovery hysteresis counts passes) and
-every `FULL_REPORT_EVERY_POLLS` polls otherwise, so a lost report is repaired, and at the next
-poll after the store refused one.
+every `FULL_REPORT_EVERY_POLLS` polls otherwise, so a lost report is repaired, and at every
+poll after the store refused one until a full report taken since is accepted.
 """
 
 from __future__ import annotations
@@ -49,7 +49,8 @@ class Monitor:
         self.clock_ms = clock_ms
         self.polls = 0
         self._restart_delay_ms = poll_ms
-        self._report_refused = False  # the last report was refused: send them all next poll
+        self._refusals = 0  # health reports the store refused: the changes they took are lost
+        self._refusals_repaired = 0  # of those, the ones a full report accepted since covers
 
     # --- polling ------------------------------------------------------------------------------
 
@@ -102,7 +103,8 @@ class Monitor:
     def _full_report_due(self) -> bool:
         unhealthy = any(verdict.status is not HealthStatus.PASS
                         for verdict in self.tracker.verdicts())
-        return unhealthy or self._report_refused or self.polls % FULL_REPORT_EVERY_POLLS == 1
+        refused = self._refusals > self._refusals_repaired
+        return unhealthy or refused or self.polls % FULL_REPORT_EVERY_POLLS == 1
 
     # --- events -------------------------------------------------------------------------------
 
@@ -139,6 +141,7 @@ class Monitor:
 
     async def report(self, *, full: bool = False) -> None:
         """Send the changed verdicts (or all of them) to the store; note job faults."""
+        refusals_before = self._refusals
         changed = self.tracker.take_changes()
         verdicts = self.tracker.verdicts() if full else changed
         self.view.health = {verdict.uuid: health_view(verdict)
@@ -153,8 +156,14 @@ class Monitor:
             self._count("health_reports")
             answer = await self.link.report_health([verdict.report() for verdict in verdicts])
             # Refused (stale while the node registers again): the changes it carried were
-            # taken from the tracker, so the next poll sends every verdict again.
-            self._report_refused = isinstance(answer, Rejection)
+            # taken from the tracker, so each poll sends every verdict again until a full
+            # report taken after that refusal is accepted. The event and poll loops report
+            # concurrently: a report of changes only, or one the store was not asked (no GPU
+            # of it registered), repairs nothing.
+            if isinstance(answer, Rejection):
+                self._refusals += 1
+            elif full and answer is not None:
+                self._refusals_repaired = max(self._refusals_repaired, refusals_before)
 
     def _count(self, name: str) -> None:
         self.view.counters[name] = self.view.counters.get(name, 0) + 1

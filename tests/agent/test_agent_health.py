@@ -16,6 +16,7 @@ from agent.daemon import Agent
 from agent.fake_backend import FakeGpuBackend
 from agent.inventory import gpu_inventory
 from consensus.envelope import Principal, Role
+from statemachine.commands import HealthStatus
 from statemachine.errors import Rejection
 from statemachine.results import GroupPhase, GroupStatus
 from tests.agent.agent_support import (
@@ -183,6 +184,37 @@ async def test_a_gpu_lost_after_registering_does_not_keep_the_node_from_register
                              what="the agent registered again")
             await eventually(_node_up(admin, "n0"), timeout_s=8, what="n0 up again")
             await _until_status(admin, lost, "fail")
+
+
+async def test_an_agent_restarted_while_a_gpu_is_off_the_bus_registers_again(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The agent restarts (an upgrade, a crash) while GPU 3 is off the bus: NVML lists 7 of
+    the node's 8 GPUs, which the store refused for ever, the node and its 7 good GPUs never
+    coming back. The GPUs registered before are kept in the state directory: the lost one is
+    registered still, and held failed."""
+    monkeypatch.setattr(store_link, "REGISTER_REFUSED_RETRY_MS", 100)
+    gpus = FakeGpuBackend.from_profile("a100-8", seed=1)
+    lost = gpus.uuids()[GPU]
+    with anyio.fail_after(60):
+        async with configured_cluster() as cluster, store(cluster, ADMIN) as admin:
+            async with running_agent(cluster, "n0", gpus, tmp_path):
+                gpus.lose(lost)
+                await _until_status(admin, lost, "fail")
+            async with store(cluster, Principal(Role.NODE, "n0")) as node_store, \
+                    anyio.create_task_group() as tasks:
+                agent = Agent(agent_config("n0", tmp_path), gpus, node_store)
+                tasks.start_soon(agent.run)
+                await eventually(lambda: _registered(agent, 1), timeout_s=8,
+                                 what="the restarted agent registered")
+                await eventually(_node_up(admin, "n0"), timeout_s=8, what="n0 up again")
+                await _until_status(admin, lost, "fail")
+
+                async def held_failed() -> bool | None:
+                    view = agent.view.health.get(lost)
+                    return True if view and view.status is HealthStatus.FAIL else None
+
+                await eventually(held_failed, what="the restarted agent holds GPU 3 failed")
+                tasks.cancel_scope.cancel()
 
 
 async def _registered(agent: Agent, times: int) -> bool | None:

@@ -13,6 +13,7 @@ import pytest
 from agent import monitor as monitor_module
 from agent.exporter import AgentView
 from agent.fake_backend import FakeGpuBackend
+from agent.gpu import DeviceInfo
 from agent.health import HealthTracker
 from agent.health_policy import HealthPolicy
 from agent.monitor import Monitor
@@ -54,6 +55,32 @@ async def test_health_reports_name_only_the_gpus_this_incarnation_registered() -
     assert link.reports_unregistered == 2  # the one before registering, and GPU-new
 
 
+async def _watched(backend: FakeGpuBackend, registered: tuple[DeviceInfo, ...]
+                   ) -> tuple[Monitor, RecordingStore, list[int]]:
+    """A monitor of `backend`'s GPUs, reporting through a link that registered `registered`
+    with a recording store; and the list holding its clock's time (ms)."""
+    devices = backend.devices()
+    store = RecordingStore("n0")
+    link = StoreLink(store, "n0", retry_ms_max=200)  # type: ignore[arg-type]
+
+    async def read_gpus() -> tuple[list[GpuInventory], list[object]]:
+        return [gpu(device.uuid, device.index) for device in registered], []
+
+    await link.register("boot", read_gpus)  # type: ignore[arg-type]
+    tracker = HealthTracker(HealthPolicy(), devices, now_ms=0)
+    now_ms = [0]
+    view = AgentView(node="n0")
+    view.devices = devices
+    monitor = Monitor(backend, tracker, link, view, poll_ms=10,
+                      event_wait_ms=10, retry_ms_max=100, clock_ms=lambda: now_ms[0])
+    return monitor, store, now_ms
+
+
+def _health_sent(store: RecordingStore) -> list[HealthReport]:
+    (sent,) = [args for _, name, args in store.calls if name == "health"]
+    return list(sent[2])
+
+
 async def test_a_refused_health_report_is_sent_whole_at_the_next_poll(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A GPU's recovery reported while the store refuses (the node registering again) was
@@ -63,19 +90,8 @@ async def test_a_refused_health_report_is_sent_whole_at_the_next_poll(
     backend = FakeGpuBackend.from_profile("a100-8", seed=1)
     backend.start()
     devices = backend.devices()
-    store = RecordingStore("n0")
-    link = StoreLink(store, "n0", retry_ms_max=200)  # type: ignore[arg-type]
-
-    async def read_gpus() -> tuple[list[GpuInventory], list[object]]:
-        return [gpu(device.uuid, device.index) for device in devices], []
-
-    await link.register("boot", read_gpus)  # type: ignore[arg-type]
-    tracker = HealthTracker(HealthPolicy(), devices, now_ms=0)
-    now_ms = [0]
-    view = AgentView(node="n0")
-    view.devices = devices
-    monitor = Monitor(backend, tracker, link, view, poll_ms=10,
-                      event_wait_ms=10, retry_ms_max=100, clock_ms=lambda: now_ms[0])
+    monitor, store, now_ms = await _watched(backend, devices)
+    tracker = monitor.tracker
     await monitor.poll_once()
     tracker.observe_unavailable("driver reloading", 0)  # every GPU unknown, and reported so
     await monitor.report()
@@ -88,8 +104,53 @@ async def test_a_refused_health_report_is_sent_whole_at_the_next_poll(
     store.calls.clear()
     store.health_reply = Done(note="ok")
     await monitor.poll_once()  # nothing changed since: the refused verdicts go again, whole
-    (sent,) = [args for _, name, args in store.calls if name == "health"]
-    assert [report.status for report in sent[2]] == [HealthStatus.PASS] * len(devices)
+    assert [report.status for report in _health_sent(store)] == [HealthStatus.PASS] * 8
+
+
+@pytest.mark.parametrize("slow_registered", [True, False], ids=["accepted", "not-sent"])
+async def test_a_refused_report_is_sent_whole_though_an_event_report_went_through_since(
+        monkeypatch: pytest.MonkeyPatch, slow_registered: bool) -> None:
+    """The event loop reports too: its report of one GPU's change, accepted (or not sent, no
+    GPU of it registered), took for repaired the poll's refused report of the others'
+    recovery, and the store held them unknown until the next periodic full report."""
+    monkeypatch.setattr(monitor_module, "FULL_REPORT_EVERY_POLLS", 1000)  # the first poll's
+    backend = FakeGpuBackend.from_profile("a100-8", seed=1)
+    backend.start()
+    devices = backend.devices()
+    slow = devices[-1].uuid  # recovers after the others, alone
+    registered = devices if slow_registered else devices[:-1]
+    monitor, store, now_ms = await _watched(backend, registered)
+    tracker = monitor.tracker
+
+    def status(uuid: str) -> HealthStatus:
+        return next(verdict.status for verdict in tracker.verdicts() if verdict.uuid == uuid)
+
+    backend.fail(slow, "temperature_c", 999)  # unknown after 3 polls, until it is read
+    for _ in range(3):
+        await monitor.poll_once()
+    tracker.observe_unavailable("driver reloading", 0)  # every GPU unknown, and reported so
+    await monitor.report()
+    store.health_reply = Rejection(code=Code.STALE_INCARNATION, message="registering again")
+    for _ in range(100):  # the others answer again; the polls' reports of it are refused
+        now_ms[0] += 10_000
+        await monitor.poll_once()
+        if status(devices[0].uuid) is HealthStatus.PASS:
+            break
+    assert status(slow) is not HealthStatus.PASS
+    store.health_reply = Done(note="ok")
+    backend.set(slow, "temperature_c", 45)
+    for _ in range(100):
+        now_ms[0] += 10_000
+        await monitor.sample_all()
+        if status(slow) is HealthStatus.PASS:
+            break
+    await monitor.report()  # the event loop's: the slow GPU's recovery, alone
+    store.calls.clear()
+    await monitor.poll_once()  # the refused recoveries go again, whole
+    sent = _health_sent(store)
+    assert [(report.uuid, report.status) for report in sent] == [
+        (device.uuid, HealthStatus.PASS) for device in sorted(registered,
+                                                              key=lambda d: d.uuid)]
 
 
 async def test_the_effects_watch_outlives_a_store_outage_and_resumes_where_it_was() -> None:

@@ -1,0 +1,91 @@
+"""The GPUs a node registered, kept across agent restarts (`agent.registered_gpus`): the union
+with what NVML lists now, keyed by UUID, and a file that is ignored when it is not valid."""
+
+from __future__ import annotations
+
+import json
+import logging
+import pathlib
+
+import pytest
+
+from agent.gpu import DeviceInfo
+from agent.registered_gpus import FILE_BYTES_MAX, FILE_NAME, RegisteredGpus, encode
+
+
+def device(uuid: str, index: int) -> DeviceInfo:
+    return DeviceInfo(uuid=uuid, index=index, minor=index, pci_bus_id=f"0000:0{index}:00.0",
+                      model="NVIDIA A100-SXM4-80GB", serial="", memory_bytes=80 << 30,
+                      compute_capability=(8, 0), numa_node=0, mig_enabled=False,
+                      mig_pending=False)
+
+
+def registered(tmp_path: pathlib.Path, *devices: DeviceInfo) -> RegisteredGpus:
+    gpus = RegisteredGpus(tmp_path)
+    gpus.remember(devices)
+    return gpus
+
+
+def placed(devices: tuple[DeviceInfo, ...]) -> list[tuple[str, int]]:
+    return [(gpu.uuid, gpu.index) for gpu in devices]
+
+
+def test_gpus_nvml_numbers_anew_keep_the_indices_they_were_registered_at(
+        tmp_path: pathlib.Path) -> None:
+    """GPU-a is off the bus and NVML, started again, numbers the other three 0..2: keyed by
+    index, two indices carried GPU-d's UUID and one of them GPU-c's old index."""
+    gpus = registered(tmp_path, *(device(uuid, index) for index, uuid in enumerate("abcd")))
+    listed = (device("b", 0), device("c", 1), device("d", 2))
+    assert placed(gpus.to_register(listed)) == [("a", 0), ("b", 1), ("c", 2), ("d", 3)]
+    assert placed(gpus.lost(listed)) == [("a", 0)]
+
+
+def test_a_new_gpu_takes_the_index_of_a_lost_one(tmp_path: pathlib.Path) -> None:
+    """A board swapped: the new UUID replaces the lost one, at its NVML index if that is free,
+    else at a lost GPU's index."""
+    gpus = registered(tmp_path, device("a", 0), device("b", 1), device("c", 2))
+    assert placed(gpus.to_register((device("a", 0), device("new", 1), device("c", 2)))) == [
+        ("a", 0), ("new", 1), ("c", 2)]
+    assert placed(gpus.to_register((device("c", 0), device("new", 1), device("b", 2)))) == [
+        ("new", 0), ("b", 1), ("c", 2)]
+    assert placed(gpus.to_register((device("a", 0), device("b", 1), device("c", 2),
+                                    device("d", 1)))) == [("a", 0), ("b", 1), ("c", 2),
+                                                          ("d", 3)]
+
+
+def test_the_registered_gpus_are_read_back_by_a_restarted_agent(
+        tmp_path: pathlib.Path) -> None:
+    devices = (device("a", 0), device("b", 1))
+    registered(tmp_path, *devices)
+    assert RegisteredGpus(tmp_path).by_uuid == {gpu.uuid: gpu for gpu in devices}
+
+
+def _with(field: str, value: object) -> bytes:
+    document = json.loads(encode([device("a", 0), device("b", 1)]))
+    document["gpus"][1][field] = value
+    return json.dumps(document).encode()
+
+
+CORRUPT = {
+    "torn": encode([device("a", 0)])[:-20],
+    "not an inventory": b'{"version": 1}',
+    "another version": encode([device("a", 0)]).replace(b'"version": 1', b'"version": 2'),
+    "index twice": _with("index", 0),
+    "uuid twice": _with("uuid", "a"),
+    "index out of range": _with("index", 64),
+    "a bool for an int": _with("minor", True),
+    "an unknown field": json.dumps({"version": 1, "gpus": [{"uuid": "a"}]}).encode(),
+    "a bad compute capability": _with("compute_capability", [8]),
+    "too long": b" " * (FILE_BYTES_MAX + 1),
+}
+
+
+@pytest.mark.parametrize("content", CORRUPT.values(), ids=CORRUPT.keys())
+def test_a_corrupt_file_is_logged_and_ignored(tmp_path: pathlib.Path, content: bytes,
+                                             caplog: pytest.LogCaptureFixture) -> None:
+    (tmp_path / FILE_NAME).write_bytes(content)
+    with caplog.at_level(logging.ERROR):
+        gpus = RegisteredGpus(tmp_path)
+    assert gpus.by_uuid == {}
+    assert FILE_NAME in caplog.text
+    assert placed(gpus.to_register((device("b", 0),))) == [("b", 0)]
