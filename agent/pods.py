@@ -7,16 +7,21 @@ pod whose gang the store is already evicting (preempted or drained while the age
 lagging) is never started: it is reported killed before its start, so the gang can leave;
 so is one a KILL_POD names that this node never started while the store still has it here.
 The last effect handled is remembered in the state directory, so a restarted agent resumes
-where it was. Outcomes the store must hear are reported until it answers
-(`agent.store_link`): a job that could not start is reported exited with 127 and the reason,
-a job lost while the agent was away with its lost reason.
+where it was; so is the cursor the watch moves past other nodes' effects (at most every
+`CURSOR_SAVE_EVERY_S`, or once it moved `CURSOR_SAVE_EVERY_EFFECTS`), so an idle agent
+restarted after its last effect was trimmed is not told its effects were. Outcomes the store
+must hear are reported until it answers (`agent.store_link`): a job that could not start is
+reported exited with 127 and the reason, a job lost while the agent was away with its lost
+reason.
 """
 
 from __future__ import annotations
 
 import logging
 import pathlib
+import time
 from collections import Counter
+from collections.abc import Callable
 from contextlib import aclosing
 from typing import Any
 
@@ -38,6 +43,8 @@ EXIT_CODE_KILLED = 137  # as a shell says for a command ended by SIGKILL
 REASON_KILLED_BEFORE_START = "killed before start: its gang is being evicted"
 EFFECTS_CURSOR = "effects-after"
 WATCH_WAIT_S = 5.0
+CURSOR_SAVE_EVERY_S = 10.0  # a cursor moved past others' effects is saved at most this often
+CURSOR_SAVE_EVERY_EFFECTS = 1_000  # ... unless it moved this far since the last save
 
 
 def binding_of(pod: PodAssignment | dict[str, Any]) -> Binding:
@@ -52,11 +59,15 @@ def binding_of(pod: PodAssignment | dict[str, Any]) -> Binding:
 
 
 class Pods:
-    def __init__(self, link: StoreLink, runner: JobRunner, state_dir: pathlib.Path) -> None:
+    def __init__(self, link: StoreLink, runner: JobRunner, state_dir: pathlib.Path, *,
+                 clock_s: Callable[[], float] = time.monotonic) -> None:
         self.link = link
         self.runner = runner
         self.cursor_path = state_dir / EFFECTS_CURSOR
         self.counts: Counter[str] = Counter()
+        self.clock_s = clock_s
+        self._saved_index = 0  # the cursor last written to `cursor_path`
+        self._saved_at_s = float("-inf")
 
     async def reconcile(self, registered: NodeRegistered, stops: anyio.abc.TaskGroup) -> None:
         """After registering: adopt what runs, report what was lost, start what never ran,
@@ -136,8 +147,8 @@ class Pods:
         effects resume: the registration that must follow reconciles with the store's
         bindings, which covers what was missed."""
         after = self._cursor()
-        async with anyio.create_task_group() as stops, aclosing(
-                self.link.effects(after, wait_s=WATCH_WAIT_S)) as effects:
+        async with anyio.create_task_group() as stops, aclosing(self.link.effects(
+                after, wait_s=WATCH_WAIT_S, on_cursor=self._cursor_moved)) as effects:
             try:
                 async for effect in effects:
                     await self._effect(effect, stops)
@@ -181,8 +192,17 @@ class Pods:
                            error)
             return 0
 
+    def _cursor_moved(self, index: int) -> None:
+        """The watch moved the cursor past others' effects (every effect of this node up to
+        `index` was handled): saved now and then, not at every idle page."""
+        if (index - self._saved_index >= CURSOR_SAVE_EVERY_EFFECTS
+                or self.clock_s() - self._saved_at_s >= CURSOR_SAVE_EVERY_S):
+            self._remember(index)
+
     def _remember(self, index: int) -> None:
         try:
             replace_file(self.cursor_path, f"{index}\n".encode("ascii"))
         except OSError as error:
             logger.warning("cannot write %s: %s", self.cursor_path, error)
+            return
+        self._saved_index, self._saved_at_s = index, self.clock_s()

@@ -5,8 +5,8 @@ start acknowledged or its exit reported twice changes nothing the second time), 
 whose outcome is unknown after a store failover is simply made again, with back-off, until
 the store answers. A refusal is an answer: it is returned for the caller to act on (a stale
 incarnation means register again; an unknown pod means the store forgot it). The watch of
-this node's effects is asked again the same way, from the last effect handed out: no store
-outage ends the agent.
+this node's effects is asked again the same way, from its cursor (the last effect handed out,
+or past others' effects where the watch moved it): no store outage ends the agent.
 """
 
 from __future__ import annotations
@@ -64,16 +64,26 @@ class StoreLink:
             await anyio.sleep(delay_ms / 1000)
             delay_ms = min(delay_ms * 2, self.retry_ms_max)
 
-    async def effects(self, after: int, *, wait_s: float
+    async def effects(self, after: int, *, wait_s: float,
+                      on_cursor: Callable[[int], None] | None = None
                       ) -> AsyncGenerator[dict[str, Any], None]:
-        """This node's effects after index `after`, forever (`GpuStore.watch_effects`); when
-        the store does not answer (no replica up for a while, every one overloaded) the watch
-        is made again, backing off, from the last effect handed out."""
+        """This node's effects after index `after`, forever (`GpuStore.watch_effects`, which
+        tells `on_cursor` when the cursor moves past others' effects); when the store does
+        not answer (no replica up for a while, every one overloaded) the watch is made
+        again, backing off, from the cursor: the last effect handed out or, if later, where
+        the watch moved it (an idle node's last effect may be trimmed since)."""
         delay_ms = RETRY_MS_MIN
+
+        def moved(index: int) -> None:
+            nonlocal after
+            after = max(after, index)
+            if on_cursor is not None:
+                on_cursor(after)
+
         while True:
             try:
-                async with aclosing(self.store.watch_effects(self.node, after,
-                                                             wait_s=wait_s)) as effects:
+                async with aclosing(self.store.watch_effects(
+                        self.node, after, wait_s=wait_s, on_cursor=moved)) as effects:
                     async for effect in effects:
                         after, delay_ms = max(after, int(effect["index"])), RETRY_MS_MIN
                         yield effect

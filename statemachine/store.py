@@ -187,12 +187,16 @@ class GpuStore:
                                                 group=group, pod_uid=pod_uid,
                                                 exit_code=exit_code, reason=reason))
 
-    async def watch_effects(self, node: str, after: int = 0, *, wait_s: float = 5.0
+    async def watch_effects(self, node: str, after: int = 0, *, wait_s: float = 5.0,
+                            on_cursor: Callable[[int], None] | None = None
                             ) -> AsyncGenerator[dict[str, Any], None]:
         """Effects for `node` with index > `after`, forever: each as a plain map with its
-        `index`, so a caller that stops can resume from the last index it handled. Raises
-        EffectsTrimmed when some of them are no longer kept, CursorAhead when `after` is
-        past the end of the store's outbox."""
+        `index`, so a caller that stops can resume from the last index it handled. When a
+        page shows `node` has none below the outbox's end, the cursor moves there, past
+        other nodes' effects, and `on_cursor` is told the new index (once every effect
+        handed out was handled): a caller that resumes from it is not told of a trim of
+        others' effects. Raises EffectsTrimmed when some of them are no longer kept,
+        CursorAhead when `after` is past the end of the store's outbox."""
         slot, more = -1, False
         while True:
             query = encode_query("effects", after=after, node=node, limit=EFFECTS_PER_WATCH)
@@ -209,10 +213,12 @@ class GpuStore:
                 after = max(after, int(effect["index"]))
                 yield effect
             more = bool(answer.get("more", len(effects) >= EFFECTS_PER_WATCH))
-            if not more:
+            if not more and int(answer["next_index"]) - 1 > after:
                 # The page held every effect of this node below next_index: however many
                 # other nodes' effects go by (and are trimmed), this node missed none.
-                after = max(after, int(answer["next_index"]) - 1)
+                after = int(answer["next_index"]) - 1
+                if on_cursor is not None:
+                    on_cursor(after)
 
     async def _read_effects(self, query: bytes) -> dict[str, Any]:
         return _effects_answer(await self.client.read(query))

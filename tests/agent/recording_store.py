@@ -6,7 +6,7 @@ those effects, then waits for ever."""
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 import anyio
@@ -60,7 +60,8 @@ class RecordingStore:
     async def gang(self, group: str) -> Any:
         return self.gangs.get(group, Rejection(code=Code.UNKNOWN_GROUP, message=group))
 
-    async def watch_effects(self, node: str, after: int = 0, *, wait_s: float = 5.0
+    async def watch_effects(self, node: str, after: int = 0, *, wait_s: float = 5.0,
+                            on_cursor: Callable[[int], None] | None = None
                             ) -> AsyncGenerator[dict[str, Any], None]:
         for effect in self.effects:
             if effect["index"] > after:

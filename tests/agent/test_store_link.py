@@ -3,7 +3,7 @@ through it, against a recording stand-in for the store."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 from typing import Any
 
@@ -19,10 +19,15 @@ from agent.health_policy import HealthPolicy
 from agent.monitor import Monitor
 from agent.store_link import StoreLink
 from consensus.runtime.client import Unavailable
+from statemachine import outbox as outbox_module
 from statemachine.commands import GpuInventory, HealthReport, HealthStatus
+from statemachine.effects import EffectKind
 from statemachine.errors import Code, Rejection
+from statemachine.machine import Machine
 from statemachine.results import Done
+from statemachine.store import EffectsTrimmed, GpuStore
 from tests.agent.recording_store import RecordingStore
+from tests.statemachine.test_store import MachineClient, start_effects
 
 pytestmark = pytest.mark.anyio
 
@@ -163,7 +168,8 @@ async def test_the_effects_watch_outlives_a_store_outage_and_resumes_where_it_wa
             super().__init__("n0", effects=effects)
             self.asked_after: list[int] = []
 
-        async def watch_effects(self, node: str, after: int = 0, *, wait_s: float = 5.0
+        async def watch_effects(self, node: str, after: int = 0, *, wait_s: float = 5.0,
+                                on_cursor: Callable[[int], None] | None = None
                                 ) -> AsyncGenerator[dict[str, Any], None]:
             self.asked_after.append(after)
             if len(self.asked_after) in (2, 3):  # down after the first effect, twice
@@ -185,3 +191,44 @@ async def test_the_effects_watch_outlives_a_store_outage_and_resumes_where_it_wa
                     break
     assert seen == [1, 2, 3]
     assert store.asked_after == [0, 1, 1, 1] and link.calls_retried == 3
+
+
+async def test_an_idle_agent_is_not_told_of_a_trim_after_a_store_outage(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Others' effects trimmed n0's last one away while the watch moved n0's cursor past
+    them; after an outage the watch is asked again from that cursor, not from n0's last
+    effect, which the store no longer keeps (every idle agent registered again)."""
+    monkeypatch.setattr(outbox_module, "OUTBOX_RETAINED_MAX", 8)
+    monkeypatch.setattr(outbox_module, "TRIM_CHUNK", 4)
+    machine = Machine()
+    box = machine.state.outbox
+    start_effects(machine, "n0", 1)()  # n0's one effect, index 1
+
+    class OutageClient(MachineClient):
+        """Once the script ran out, one outage (no replica answers the watch in time), in
+        which n0's kill is emitted."""
+
+        outage_done = False
+
+        async def watch(self, query: bytes, after_slot: int, *, wait_s: float = 10.0
+                        ) -> tuple[bytes, int]:
+            if not self.script and not self.outage_done:
+                self.outage_done = True
+                box.emit(EffectKind.KILL_POD, node="n0", group="g", pod_uid="p1")
+                raise Unavailable("no replica answered the watch in time")
+            return await super().watch(query, after_slot, wait_s=wait_s)
+
+    client = OutageClient(machine, [lambda: None, *[start_effects(machine, "n1", 3)] * 8])
+    link = StoreLink(GpuStore(client), "n0", retry_ms_max=20)  # type: ignore[arg-type]
+    seen = []
+    with anyio.fail_after(5):
+        try:
+            async with aclosing(link.effects(0, wait_s=0.01)) as watched:
+                async for effect in watched:
+                    seen.append((effect["kind"], effect["index"]))
+                    if len(seen) == 2:
+                        break
+        except EffectsTrimmed as error:
+            pytest.fail(f"an idle node that missed nothing was told: {error}")
+    assert box.first_index > 2, "the outbox was trimmed past n0's effect"
+    assert seen == [("start_pod", 1), ("kill_pod", box.next_index - 1)]
