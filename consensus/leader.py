@@ -122,22 +122,22 @@ class Leader:
             return
         if self.retaking or self.lagging():
             return
-        if self._next_index_decided():
-            self.on_lost_index()  # the retake moves next_index past what others decided
-            return
         last = -1
         while self._pending and len(self._inflight) < ctx.config.inflight_instances_max:
+            if self._index_used_elsewhere():
+                self.on_lost_index()  # the retake moves next_index past what others decided
+                break
             last = self._start_instance(self._take_batch())
         if last >= 0:
             self._ask_for_order(last)
 
-    def _next_index_decided(self) -> bool:
-        """Whether the next own index is already chosen: a replica whose execution waited on
-        an O-instance naming this replica ran recovery there (a no-op) before this replica
-        proposed it, and this replica learned the commit. Proposing there would offer its own
-        acceptor a second value for a chosen instance."""
-        slot = self._ctx.clog[self._ctx.id].get(self.next_index)
-        return slot is not None and slot.committed
+    def _index_used_elsewhere(self) -> bool:
+        """Whether this replica's space holds anything at or past the next own index, which it
+        never proposed: a replica whose execution waited on an O-instance naming this replica
+        ran recovery there (a no-op), and this replica learned of it. Proposing there would
+        offer its own acceptor a second value for an instance perhaps chosen; checked before
+        each instance, since a decided index may lie past the next one."""
+        return self._ctx.clog[self._ctx.id].max_index >= self.next_index
 
     def _take_batch(self) -> Batch:
         config, pending = self._ctx.config, self._pending

@@ -382,6 +382,33 @@ def test_a_leader_never_proposes_at_an_own_index_another_replica_already_decided
         assert node.inspect.committed_c(1, taken + 1) is not None  # "b", past the no-op
 
 
+def test_an_own_index_decided_past_the_next_one_is_never_proposed_again() -> None:
+    """One flush starts an instance per batch: an index decided further on (its commit
+    learned, the commit of the one before it lost) must stop it there too."""
+    cluster = Stepper(3)
+    for replica in range(3):
+        cluster.configs[replica] = dataclasses.replace(cluster.configs[replica],
+                                                       batch_commands_max=1)
+        cluster.replicas[replica] = Replica(cluster.configs[replica], Prng(replica))
+    for _ in range(20):
+        cluster.round()
+    leader = cluster.node(1)
+    leader.propose(b"a")
+    for _ in range(10):
+        cluster.round()
+    taken = leader.inspect.exec_count(1)
+    leader.step(CCommit(2, leader.status().view, 1, taken + 1, next_ballot(0, 2) + 64, NOOP))
+    cluster.process(1)
+    for command in (b"b", b"c"):
+        leader.propose(command)
+    for _ in range(80):
+        cluster.round()
+    for replica in range(3):
+        node = cluster.node(replica)
+        assert node.inspect.committed_c(1, taken + 1) == NOOP
+        assert node.inspect.exec_count(1) >= taken + 4, "b and c past the decided index"
+
+
 # --- snapshot transfer (catch-up past the truncation point) -----------------------------------
 
 SNAPSHOT_META = SnapshotMeta(slot=4, exec_counts=(2, 1, 1), o_counts=(2, 1, 1),
