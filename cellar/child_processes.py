@@ -26,10 +26,14 @@ EXIT_PARENT_GONE = 70  # the parent ended before the child could bind its fate t
 # survives execve), give up if the parent is gone already, then become the real command. No
 # code runs between fork and exec in the parent's image (a `preexec_fn` is unsafe when the
 # parent has threads: the child may deadlock on a lock another thread held at the fork).
+# Python ignores SIGPIPE and SIGXFSZ at start, and an ignored signal stays ignored across
+# execve: both go back to their defaults first, as Popen's restore_signals leaves them.
 _TRAMPOLINE = (
     "import ctypes, os, signal, sys\n"
     f"ctypes.CDLL(None, use_errno=True).prctl({PR_SET_PDEATHSIG}, signal.SIGTERM)\n"
     f"os.getppid() == int(sys.argv[1]) or os._exit({EXIT_PARENT_GONE})\n"
+    "for number in (signal.SIGPIPE, signal.SIGXFSZ):\n"
+    "    signal.signal(number, signal.SIG_DFL)\n"
     "os.execvp(sys.argv[2], sys.argv[2:])\n")
 
 
@@ -39,7 +43,7 @@ def bound_to_parent(command: Sequence[str]) -> list[str]:
     that started the child ends, so only the main thread may bind a child."""
     if sys.platform != "linux" or threading.current_thread() is not threading.main_thread():
         return list(command)
-    return [sys.executable, "-c", _TRAMPOLINE, str(os.getpid()), *command]
+    return [sys.executable, "-I", "-S", "-c", _TRAMPOLINE, str(os.getpid()), *command]
 
 
 def stop_processes(processes: Sequence[subprocess.Popen[Any]], grace_s: float) -> None:

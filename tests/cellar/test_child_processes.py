@@ -133,3 +133,14 @@ def test_a_child_started_off_the_main_thread_is_not_bound_to_that_thread() -> No
     worker.start()
     worker.join()
     assert found == [["true"]]
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_bound_child_starts_with_the_signal_dispositions_a_plain_one_has() -> None:
+    """The trampoline is a Python interpreter, which ignores SIGPIPE and SIGXFSZ; an ignored
+    signal stays ignored across execve (etcd would get EPIPE instead of dying)."""
+    command = ["sh", "-c", "grep SigIgn /proc/self/status"]
+    plain = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    bound = subprocess.run(bound_to_parent(command), capture_output=True, text=True,
+                           check=True).stdout
+    assert bound == plain
