@@ -11,10 +11,11 @@ plan has tentatively taken so that later pods of the same gang see them as gone:
   can try the cells that cost the fewest victims first.
 
 `fit_in_cell` places a gang's pods inside one cell: largest pod first, each on the node with
-the fewest usable GPUs that still fit it (packing), ties by id; inside a node, the GPUs come
-from the lowest sub-cell that holds them all (best affinity: same PCIe switch, then socket),
-reached through the sub-cells with the fewest usable GPUs.
-Every choice is a deterministic function of the counts and ids.
+the fewest usable GPUs that still fit it (packing); inside a node, the GPUs come from the
+lowest sub-cell that holds them all (best affinity: same PCIe switch, then socket), reached
+through the sub-cells with the fewest usable GPUs. Ties go to the cell that evicts the fewest
+GPUs and gangs (under preemption; none do in a `FreeView`), then by id.
+Every choice is a deterministic function of the counts, evictions and ids.
 """
 
 from __future__ import annotations
@@ -112,17 +113,18 @@ class PreemptView(FreeView):
 
     def evictions(self, cell: int) -> tuple[int, int]:
         """(GPUs, gangs) that taking every GPU this view offers under `cell` would evict: the
-        GPUs held or reserved below the priority, and their distinct holders and reservers.
-        One scan of the cell's GPUs; none when every usable one is free."""
+        GPUs held or reserved below the priority and not yet taken by the plan, and their
+        distinct holders and reservers. One scan of the cell's GPUs; none when every usable
+        one is free."""
         cells = self._cells
         if cells.free[cell] + cells.bad[cell] == cells.topology.size_of(cell):
             return (0, 0)
-        usable, priority = cells.usable, self._priority
+        usable, priority, taken = cells.usable, self._priority, self._delta
         held, reserved = cells.holder_priority, cells.reserver_priority
         gpus, gangs = 0, set[str]()
         for leaf in cells.topology.leaves(cell):
             if usable[leaf] and not cells.is_free(leaf) and held[leaf] < priority \
-                    and reserved[leaf] < priority:
+                    and reserved[leaf] < priority and not taken.get(leaf):
                 gpus += 1
                 gangs.update(name for name in (cells.holder[leaf], cells.reserver[leaf]) if name)
         return gpus, len(gangs)
@@ -145,13 +147,15 @@ def fit_in_cell(topology: Topology, view: FreeView, cell: int,
 
 def fit_on_roots(topology: Topology, view: FreeView, roots: Iterable[int],
                  pods: Sequence[int]) -> list[list[int]] | None:
-    """Place each pod inside one of `roots` (nodes, or one sub-node cell), best fit first."""
+    """Place each pod inside one of `roots` (nodes, or one sub-node cell), best fit first: the
+    root with the fewest available GPUs that fit it; among those, the one that evicts the
+    fewest GPUs and gangs, then by id."""
     checkpoint = view.checkpoint()
-    buckets: dict[int, list[int]] = {}
+    buckets: dict[int, list[tuple[tuple[int, int], int]]] = {}  # (evictions, root) by count
     for root in roots:
         available = view.count(root)
         if available > 0:
-            buckets.setdefault(available, []).append(root)
+            bisect.insort(buckets.setdefault(available, []), (view.evictions(root), root))
     counts = sorted(buckets)
     placed: list[list[int]] = [[] for _ in pods]
     for position in sorted(range(len(pods)), key=lambda index: (-pods[index], index)):
@@ -161,7 +165,7 @@ def fit_on_roots(topology: Topology, view: FreeView, roots: Iterable[int],
             view.restore(checkpoint)
             return None
         available = counts[slot]
-        root = buckets[available].pop(0)
+        _, root = buckets[available].pop(0)
         if not buckets[available]:
             del buckets[available]
             del counts[slot]
@@ -174,7 +178,7 @@ def fit_on_roots(topology: Topology, view: FreeView, roots: Iterable[int],
             if left not in buckets:
                 buckets[left] = []
                 bisect.insort(counts, left)
-            bisect.insort(buckets[left], root)
+            bisect.insort(buckets[left], (view.evictions(root), root))
     return placed
 
 
@@ -182,8 +186,9 @@ def pick_leaves(topology: Topology, view: FreeView, cell: int, need: int,
                 out: list[int]) -> None:
     """Append `need` available GPUs under `cell` to `out`, from the lowest sub-cell that holds
     them all: find the lowest level where some cell under `cell` has `need` available, and
-    descend to one such cell through the child with the fewest available GPUs (packing), ties
-    by id; where no lower cell holds them, span the children with the most available first.
+    descend to one such cell through the child with the fewest available GPUs (packing); where
+    no lower cell holds them, span the children with the most available first. Ties go to the
+    child that evicts the fewest GPUs and gangs, then by id.
     Each call reads the counts of the cells under `cell` a bounded number of times (levels x
     fanout per level); recursion depth is the number of levels below the node."""
     available = view.count(cell)
@@ -202,7 +207,8 @@ def pick_leaves(topology: Topology, view: FreeView, cell: int, need: int,
         pick_leaves(topology, view, inner, need, out)
         return
     children = topology.children(cell)
-    for child in sorted(children, key=lambda child: (-view.count(child), child)):
+    for child in sorted(children, key=lambda child: (-view.count(child), view.evictions(child),
+                                                     child)):
         available = view.count(child)
         if need == 0 or available == 0:
             break
@@ -223,13 +229,10 @@ def _holding_level(topology: Topology, view: FreeView, cell: int, need: int) -> 
 
 def _toward(topology: Topology, view: FreeView, cell: int, need: int, holding: int) -> int:
     """The child of `cell` with the fewest available GPUs among those holding, at level
-    `holding`, a cell with `need` available; ties by id."""
-    best, best_count = -1, 0
-    for child in topology.children(cell):
-        count = view.count(child)
-        if count < need or (best >= 0 and count >= best_count):
-            continue
+    `holding`, a cell with `need` available; ties by fewest evictions, then by id."""
+    ranked = sorted((count, view.evictions(child), child) for child in topology.children(cell)
+                    if (count := view.count(child)) >= need)
+    for _, _, child in ranked:
         if any(view.count(inner) >= need for inner in topology.descendants_at(child, holding)):
-            best, best_count = child, count
-    assert best >= 0
-    return best
+            return child
+    raise AssertionError(f"no child of cell {cell} holds {need} GPUs at level {holding}")

@@ -58,6 +58,46 @@ def test_preemption_picks_the_cell_with_fewest_opportunistic_gpus() -> None:
     assert whole.victims == ("o8",), whole.victims
 
 
+
+def test_preemption_inside_a_rack_binding_evicts_the_fewest_gangs() -> None:
+    """Inside the chosen cell the pods go to the nodes that evict the fewest gangs too, not
+    the fullest by free-or-evictable count. Tenant a's quota is a whole rack; n0 runs eight
+    1-GPU opportunistic gangs, n1 one (and seven free GPUs): a's 8-GPU gang evicts the one
+    on n1, not the eight on n0."""
+    driver = Driver()
+    driver.configure(rack_spec(racks=1, quota=(vc("a", ("A100-RACK", "A100-RACK", 1)),)))
+    driver.register("n0", "n1")
+    for index in range(16):
+        assert driver.submit(gang(f"o{index}", "a", -1, (1, 1))).phase is GroupPhase.ALLOCATED
+        started(driver, f"o{index}")
+    assert nodes_of(driver, "o0") == ["n0"] and nodes_of(driver, "o8") == ["n1"]
+    for index in range(9, 16):
+        driver.ok(ReleaseGroup(group=f"o{index}", reason="done"), SCHEDULER)
+    whole = driver.submit(gang("whole", "a", 0, (1, 8)))
+    assert whole.phase is GroupPhase.PREEMPTING
+    assert whole.victims == ("o8",), whole.victims
+
+
+def test_preemption_inside_a_node_takes_the_socket_with_free_gpus() -> None:
+    """Inside a node too, of two sockets with as many GPUs available, the pods take the one
+    with free GPUs. Tenant a owns one node; n0 runs opportunistic gangs o0..o4 on GPUs 0-4
+    (GPUs 5-7 free), n1 runs eight. A 6-GPU pod spans the sockets, 4 + 2 GPUs descend to one
+    each: either way socket 1 (o4 and three free GPUs) comes first, then a switch of socket 0,
+    so three gangs are evicted, not five."""
+    for members in (((1, 6),), ((1, 4), (1, 2))):
+        driver = Driver()
+        driver.configure(rack_spec(racks=1, quota=(vc("a", ("A100-RACK", "A100-NODE", 1)),)))
+        driver.register("n0", "n1")
+        for index in range(16):
+            driver.submit(gang(f"o{index}", "a", -1, (1, 1)))
+            started(driver, f"o{index}")
+        assert nodes_of(driver, "o7") == ["n0"] and nodes_of(driver, "o8") == ["n1"]
+        for index in range(5, 8):
+            driver.ok(ReleaseGroup(group=f"o{index}", reason="done"), SCHEDULER)
+        status = driver.submit(gang("six", "a", 0, *members))
+        assert status.phase is GroupPhase.PREEMPTING
+        assert status.victims == ("o0", "o1", "o4"), (members, status.victims)
+
 def test_opportunistic_gang_stays_off_a_tenants_bound_node() -> None:
     """HiveD N4 (reference/hived.md 2.1): an opportunistic pod goes to a node away from the
     guaranteed ones. Tenant a owns one node and runs a 1-GPU gang on n0; a 1-GPU opportunistic
