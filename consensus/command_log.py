@@ -115,6 +115,10 @@ class Space:
         else:
             slot.ballot, slot.batch, slot.committed = ballot, batch, True
         self.max_index = max(self.max_index, index)
+        # A majority promised `ballot` to choose this: so may this acceptor, which then
+        # refuses an older round's accept (a leader's late resend, a recoverer that lost)
+        # instead of meeting a second value for a chosen instance.
+        self.promised = max(self.promised, ballot)
         return True
 
     def entries_from(self, start: int, limit: int) -> Iterator[CEntry]:
