@@ -413,8 +413,10 @@ class Leader:
         value this replica cannot see any more, so their clients' outcome stays unknown."""
         for index in [index for index in self._inflight if index < base]:
             del self._inflight[index]
-            self._unready.pop(index, None)
             self._ctx.count("leader.outcome_unknown")
+        for known in (self._unready, self._created_at):  # committed, not yet ordered, too
+            for index in [index for index in known if index < base]:
+                del known[index]
         self.next_index = max(self.next_index, base)
 
     def pending_count(self) -> int:

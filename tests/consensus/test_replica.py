@@ -409,6 +409,25 @@ def test_an_own_index_decided_past_the_next_one_is_never_proposed_again() -> Non
         assert node.inspect.exec_count(1) >= taken + 4, "b and c past the decided index"
 
 
+def test_a_snapshot_past_own_instances_forgets_all_that_was_kept_of_them() -> None:
+    """Instances committed but not yet ordered are kept too (for readiness and the straggler
+    delay): a snapshot covering them dropped only the ones still in flight, and the rest
+    stayed for the life of the process."""
+    leader = Replica(ReplicaConfig(replica_id=1, replica_count=3), Prng(1))
+    for command in (b"a", b"b"):
+        leader.propose(command)
+        leader.ready()
+        leader.advance()
+    leader.step(CAck(2, 0, 1, 0, 1))  # index 0 chosen with a peer's ack; not ordered yet
+    leader.ready()
+    leader.advance()
+    kept = leader._leader  # white-box: what the leader keeps per own index
+    assert 0 in kept._unready and 0 not in kept._inflight
+    kept.forget_below(2)
+    assert not [index for index in (*kept._unready, *kept._created_at, *kept._inflight)
+                if index < 2]
+
+
 # --- snapshot transfer (catch-up past the truncation point) -----------------------------------
 
 SNAPSHOT_META = SnapshotMeta(slot=4, exec_counts=(2, 1, 1), o_counts=(2, 1, 1),
