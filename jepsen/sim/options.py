@@ -68,6 +68,9 @@ def swarm(seed: int, base: SimOptions | None = None) -> SimOptions:
 
     return dataclasses.replace(
         options, seed=seed,
+        # Client i talks to replica i % n: every replica leads commands of its own (with 4
+        # clients, replica 4 of 5 had led none, and no leader-side race reached it).
+        clients=max(options.clients, options.replica_count),
         jitter_us=maybe(100, 3000),
         loss_ppm=maybe(1_000, 50_000),
         duplicate_ppm=maybe(1_000, 50_000),

@@ -286,3 +286,10 @@ def test_regression_schedules_pass(options: SimOptions,
 def test_swarm_seeds_that_once_failed_pass(seed: int, replicas: int) -> None:
     result = run(swarm(seed, SimOptions(seed=seed, replica_count=replicas)))
     assert result.ok, explain(result)
+
+
+@pytest.mark.parametrize("replicas", [3, 5, 7])
+def test_a_swarm_run_has_a_client_at_every_replica(replicas: int) -> None:
+    """Client i talks to replica i % n: with 4 clients, replica 4 of 5 led no command."""
+    options = swarm(11, SimOptions(seed=11, replica_count=replicas))
+    assert options.clients >= replicas
