@@ -220,8 +220,13 @@ class Leader:
 
     def _commit(self, index: int, inflight: Inflight) -> None:
         ctx = self._ctx
+        own = ctx.clog[ctx.id].get(index)
+        # A short record replays only where its ballot's acceptance is on disk here: this
+        # replica's acceptor may hold the index at a recoverer's ballot by now (same value).
+        replayable = own is not None and own.ballot == inflight.ballot
         ctx.clog[ctx.id].commit(index, inflight.ballot, inflight.batch)
-        ctx.persist(CCommitRecord(ctx.id, index, inflight.ballot, None))
+        ctx.persist(CCommitRecord(ctx.id, index, inflight.ballot,
+                                  None if replayable else inflight.batch))
         short = CCommit(ctx.id, ctx.view, ctx.id, index, inflight.ballot, None)
         full = CCommit(ctx.id, ctx.view, ctx.id, index, inflight.ballot, inflight.batch)
         for peer in ctx.peers():

@@ -1,12 +1,13 @@
-"""A recovered no-op learned without its round's promise: a replica that learns a chosen value
-by a commit or a catch-up, never having promised the recovering round's ballot, must refuse a
-late accept of an older round (the cut-off leader's resend) rather than meet a second value for
-a chosen instance and stop on the C-agreement assert. Found by review; each scenario stepped by
-hand with the stepper."""
+"""Recovery racing a leader. A recovered no-op learned without its round's promise: a replica that
+learns a chosen value by a commit or a catch-up, never having promised the recovering round's
+ballot, must refuse a late accept of an older round (the cut-off leader's resend) rather than
+meet a second value for a chosen instance and stop on the C-agreement assert. Found by review;
+each scenario stepped by hand with the stepper. And a leader's commit whose own slot a
+recoverer re-accepted meanwhile must still replay after a restart."""
 
 from __future__ import annotations
 
-from consensus.messages import NOOP, CAccept, CCommit
+from consensus.messages import NOOP, CAccept, CAck, CCommit, CPrepare
 from tests.consensus.stepper import Stepper
 
 
@@ -96,3 +97,53 @@ def test_a_resend_after_a_partition_never_crashes_a_replica_that_caught_up_on_a_
     except AssertionError as error:
         crashed = str(error)
     assert crashed is None, f"a replica stopped: {crashed}"
+
+
+def test_a_leaders_commit_record_replays_though_its_own_slot_was_reaccepted_higher() -> None:
+    """Leader 1 proposes a at (1,k) at round 0; 2 and 3 accept it. Before 3's ack arrives,
+    replica 4 recovers (1,k): its quorum {4,0,2} reports a, so it proposes a at its ballot,
+    and 1's own acceptor accepts that (slot now at 4's ballot). 3's ack completes 1's round-0
+    majority {1,2,3}: 1 commits (1,k). Its record had been a short one (no batch), which
+    after a restart met the slot at 4's ballot and was not replayed: the commit was lost."""
+    cluster = _warm(5)
+    leader = cluster.node(1)
+    k = leader.inspect.exec_count(1)
+    leader.propose(b"a")
+    cluster.process(1)
+    accepts = [(s, t, m) for s, t, m in cluster.queue if s == 1 and isinstance(m, CAccept)]
+    assert {t for _, t, _ in accepts} == {2, 3}, accepts
+    cluster.deliver(lambda s, t, m: s == 1 and isinstance(m, CAccept))
+    cluster.process(2)
+    cluster.process(3)
+    ack3 = cluster.drop(lambda s, t, m: s == 3 and t == 1 and isinstance(m, CAck))
+    assert ack3
+    cluster.drop(lambda s, t, m: s == 1 or (t == 1 and not isinstance(m, CAck)))
+    # 2's ack reaches 1 (1 now has {1, 2}); everything else from 1 is held back
+    cluster.deliver(lambda s, t, m: t == 1)
+    cluster.process(1)
+    cluster.drop(lambda s, t, m: s == 1)
+    cluster.node(4)._recovery.start(1, k)
+    cluster.process(4)
+    # prepare reaches 0, 2, 1 (not 3); promises back; accepts go to 1 (and 0, 2)
+    cluster.drop(lambda s, t, m: t == 3)
+    cluster.deliver(lambda s, t, m: s == 4)
+    cluster.process_all()
+    cluster.drop(lambda s, t, m: s == 1 and not (t == 4 and isinstance(m, CPrepare)))
+    cluster.deliver(lambda s, t, m: t == 4)
+    cluster.process(4)
+    accepts4 = [m for s, t, m in cluster.queue if s == 4 and isinstance(m, CAccept)]
+    assert accepts4 and accepts4[0].batch != NOOP
+    cluster.deliver(lambda s, t, m: s == 4 and t == 1 and isinstance(m, CAccept))
+    cluster.process(1)
+    slot = leader._ctx.clog[1].get(k)
+    assert slot is not None and slot.ballot == accepts4[0].ballot and not slot.committed
+    cluster.queue = [item for item in cluster.queue if item[0] != 1]
+    cluster.queue.extend(ack3)
+    cluster.deliver(lambda s, t, m: s == 3 and t == 1)
+    cluster.process(1)
+    assert leader.inspect.committed_c(1, k) is not None, "1 committed (1,k) with 3's ack"
+    cluster.crash(1)
+    cluster.restart(1)
+    replayed = cluster.node(1).inspect.committed_c(1, k)
+    assert replayed is not None, "the commit 1 persisted was lost on replay"
+    assert [command.payload for command in replayed] == [b"a"]
