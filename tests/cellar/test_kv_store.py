@@ -8,8 +8,8 @@ import pytest
 
 from cellar.kv.codec import Code, encode_reply
 from cellar.kv.store import KvRefused, KvStore
-from consensus.runtime.client import CellarClient, ClientConfig, OutcomeUnknown
-from tests.consensus.runtime.fake_replicas import AnsweringReplica, SilentReplica
+from consensus.runtime.client import CellarClient, OutcomeUnknown
+from tests.consensus.runtime.fake_replicas import RETRYING_CONFIG, silent_then_answering
 
 pytestmark = pytest.mark.anyio
 
@@ -19,15 +19,11 @@ async def test_a_put_its_session_refused_after_a_retry_is_an_unknown_outcome(cod
                                                                             ) -> None:
     """Sent to "a", unanswered, then to "b", which refused it: the copy at "a" may still be
     applied once an idle session expires (or on a replica whose clock is behind)."""
-    async def connect(endpoint: str) -> SilentReplica | AnsweringReplica:
-        return SilentReplica(endpoint, []) if endpoint == "a" else \
-            AnsweringReplica(encode_reply(code))
-
-    config = ClientConfig(attempt_timeout_s=0.05, deadline_s=5.0, retry_backoff_s=0.01)
+    connect = silent_then_answering(encode_reply(code))
     with anyio.fail_after(10):
-        async with CellarClient(["a", "b"], connect, config, first=0) as client:
+        async with CellarClient(["a", "b"], connect, RETRYING_CONFIG, first=0) as client:
             with pytest.raises(OutcomeUnknown, match=code.name):
                 await KvStore(client).put(b"k", b"v")
-        async with CellarClient(["a", "b"], connect, config, first=1) as client:
+        async with CellarClient(["a", "b"], connect, RETRYING_CONFIG, first=1) as client:
             with pytest.raises(KvRefused, match=code.name):  # sent once: not applied
                 await KvStore(client).put(b"k", b"v")

@@ -353,14 +353,17 @@ def test_a_command_whose_index_was_recovered_with_a_noop_is_not_ready() -> None:
     assert dict(leader.status().counters).get("leader.retake") == 1
 
 
-def test_a_leader_never_proposes_at_an_own_index_another_replica_already_decided() -> None:
-    """A replica whose execution waited on an O-instance naming replica 1 (a surplus slot of a
-    view change, 1 cut off meanwhile) recovered 1's next index as a no-op before 1 proposed
-    there. 1 learns that commit, then a command comes: proposing it at that index offered its
-    own acceptor a second value for a chosen instance, and the replica stopped on the
-    C-agreement assert (seen in a live run, 5 replicas, a one-way partition). It takes its
-    space back first, and the command goes to the next index."""
+def decided_elsewhere(ahead: int, *, batch_commands_max: int | None = None,
+                      ) -> tuple[Stepper, int]:
+    """3 replicas, leader 1 having run one command; then replica 2's recovery decides 1's own
+    index `ahead` past the next as a no-op, and 1 learns the commit. Returns the cluster and
+    1's next index."""
     cluster = Stepper(3)
+    if batch_commands_max is not None:
+        for replica in range(3):
+            cluster.configs[replica] = dataclasses.replace(
+                cluster.configs[replica], batch_commands_max=batch_commands_max)
+            cluster.replicas[replica] = Replica(cluster.configs[replica], Prng(replica))
     for _ in range(20):
         cluster.round()
     leader = cluster.node(1)
@@ -368,8 +371,21 @@ def test_a_leader_never_proposes_at_an_own_index_another_replica_already_decided
     for _ in range(10):
         cluster.round()
     taken = leader.inspect.exec_count(1)  # 1's next index: nothing proposed there yet
-    leader.step(CCommit(2, leader.status().view, 1, taken, next_ballot(0, 2) + 64, NOOP))
+    leader.step(CCommit(2, leader.status().view, 1, taken + ahead, next_ballot(0, 2) + 64,
+                        NOOP))
     cluster.process(1)
+    return cluster, taken
+
+
+def test_a_leader_never_proposes_at_an_own_index_another_replica_already_decided() -> None:
+    """A replica whose execution waited on an O-instance naming replica 1 (a surplus slot of a
+    view change, 1 cut off meanwhile) recovered 1's next index as a no-op before 1 proposed
+    there. 1 learns that commit, then a command comes: proposing it at that index offered its
+    own acceptor a second value for a chosen instance, and the replica stopped on the
+    C-agreement assert (seen in a live run, 5 replicas, a one-way partition). It takes its
+    space back first, and the command goes to the next index."""
+    cluster, taken = decided_elsewhere(0)
+    leader = cluster.node(1)
     leader.propose(b"b")
     for _ in range(60):
         cluster.round()
@@ -385,20 +401,8 @@ def test_a_leader_never_proposes_at_an_own_index_another_replica_already_decided
 def test_an_own_index_decided_past_the_next_one_is_never_proposed_again() -> None:
     """One flush starts an instance per batch: an index decided further on (its commit
     learned, the commit of the one before it lost) must stop it there too."""
-    cluster = Stepper(3)
-    for replica in range(3):
-        cluster.configs[replica] = dataclasses.replace(cluster.configs[replica],
-                                                       batch_commands_max=1)
-        cluster.replicas[replica] = Replica(cluster.configs[replica], Prng(replica))
-    for _ in range(20):
-        cluster.round()
+    cluster, taken = decided_elsewhere(1, batch_commands_max=1)
     leader = cluster.node(1)
-    leader.propose(b"a")
-    for _ in range(10):
-        cluster.round()
-    taken = leader.inspect.exec_count(1)
-    leader.step(CCommit(2, leader.status().view, 1, taken + 1, next_ballot(0, 2) + 64, NOOP))
-    cluster.process(1)
     for command in (b"b", b"c"):
         leader.propose(command)
     for _ in range(80):

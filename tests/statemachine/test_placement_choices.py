@@ -41,16 +41,23 @@ def test_preemption_evicts_opportunistic_before_own_tenants_guaranteed_gang() ->
         assert driver.state.groups["low"].phase is GroupPhase.ALLOCATED
 
 
+def crowded_pair(quota: tuple[str, str, int], *, gangs: int) -> Driver:
+    """Nodes n0 and n1 of one rack, tenant a's quota `quota`, and `gangs` running 1-GPU
+    opportunistic gangs o0, o1, ... of a, packed onto n0 first."""
+    driver = Driver()
+    driver.configure(rack_spec(racks=1, quota=(vc("a", quota),)))
+    driver.register("n0", "n1")
+    for index in range(gangs):
+        assert driver.submit(gang(f"o{index}", "a", -1, (1, 1))).phase is GroupPhase.ALLOCATED
+        started(driver, f"o{index}")
+    return driver
+
+
 def test_preemption_picks_the_cell_with_fewest_opportunistic_gpus() -> None:
     """Tenant a owns one node, not bound yet; n0 runs seven 1-GPU opportunistic gangs, n1 one.
     HiveD tries binding candidates by fewest opportunistic GPUs (reference/hived.md 1.4), so
     a's whole-node gang evicts the one gang on n1, not the seven on n0."""
-    driver = Driver()
-    driver.configure(rack_spec(racks=1, quota=(vc("a", ("A100-RACK", "A100-NODE", 1)),)))
-    driver.register("n0", "n1")
-    for index in range(9):
-        assert driver.submit(gang(f"o{index}", "a", -1, (1, 1))).phase is GroupPhase.ALLOCATED
-        started(driver, f"o{index}")
+    driver = crowded_pair(("A100-RACK", "A100-NODE", 1), gangs=9)
     assert nodes_of(driver, "o7") == ["n0"] and nodes_of(driver, "o8") == ["n1"]
     driver.ok(ReleaseGroup(group="o7", reason="done"), SCHEDULER)
     whole = driver.submit(gang("whole", "a", 0, (1, 8)))
@@ -58,18 +65,12 @@ def test_preemption_picks_the_cell_with_fewest_opportunistic_gpus() -> None:
     assert whole.victims == ("o8",), whole.victims
 
 
-
 def test_preemption_inside_a_rack_binding_evicts_the_fewest_gangs() -> None:
     """Inside the chosen cell the pods go to the nodes that evict the fewest gangs too, not
     the fullest by free-or-evictable count. Tenant a's quota is a whole rack; n0 runs eight
     1-GPU opportunistic gangs, n1 one (and seven free GPUs): a's 8-GPU gang evicts the one
     on n1, not the eight on n0."""
-    driver = Driver()
-    driver.configure(rack_spec(racks=1, quota=(vc("a", ("A100-RACK", "A100-RACK", 1)),)))
-    driver.register("n0", "n1")
-    for index in range(16):
-        assert driver.submit(gang(f"o{index}", "a", -1, (1, 1))).phase is GroupPhase.ALLOCATED
-        started(driver, f"o{index}")
+    driver = crowded_pair(("A100-RACK", "A100-RACK", 1), gangs=16)
     assert nodes_of(driver, "o0") == ["n0"] and nodes_of(driver, "o8") == ["n1"]
     for index in range(9, 16):
         driver.ok(ReleaseGroup(group=f"o{index}", reason="done"), SCHEDULER)

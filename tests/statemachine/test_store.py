@@ -12,7 +12,7 @@ import anyio
 import pytest
 
 from consensus.envelope import Principal, Role
-from consensus.runtime.client import CellarClient, ClientConfig, OutcomeUnknown
+from consensus.runtime.client import CellarClient, OutcomeUnknown
 from statemachine import outbox as outbox_module
 from statemachine.codec import encode_command
 from statemachine.commands import HealthReport, HealthStatus, Tick
@@ -22,7 +22,7 @@ from statemachine.machine import Machine
 from statemachine.result_codec import encode_result
 from statemachine.results import GroupStatus, NodeRegistered, PodBound
 from statemachine.store import EFFECTS_PER_WATCH, CursorAhead, EffectsTrimmed, GpuStore
-from tests.consensus.runtime.fake_replicas import AnsweringReplica, SilentReplica
+from tests.consensus.runtime.fake_replicas import RETRYING_CONFIG, silent_then_answering
 from tests.consensus.runtime.local import local_cluster
 from tests.statemachine.builders import inventory, rack_spec, vc
 
@@ -84,16 +84,12 @@ async def test_a_command_its_session_refused_after_a_retry_is_an_unknown_outcome
     "a" may still be applied once an idle session expires. Sent once, the refusal is a value."""
     full = Rejection(code=Code.SESSIONS_FULL, message="the session table is full")
 
-    async def connect(endpoint: str) -> SilentReplica | AnsweringReplica:
-        return SilentReplica(endpoint, []) if endpoint == "a" else \
-            AnsweringReplica(encode_result(full))
-
-    config = ClientConfig(attempt_timeout_s=0.05, deadline_s=5.0, retry_backoff_s=0.01)
+    connect = silent_then_answering(encode_result(full))
     with anyio.fail_after(10):
-        async with CellarClient(["a", "b"], connect, config, first=0) as client:
+        async with CellarClient(["a", "b"], connect, RETRYING_CONFIG, first=0) as client:
             with pytest.raises(OutcomeUnknown, match="sessions_full"):
                 await GpuStore(client).release_gang("job-1")
-        async with CellarClient(["a", "b"], connect, config, first=1) as client:
+        async with CellarClient(["a", "b"], connect, RETRYING_CONFIG, first=1) as client:
             assert await GpuStore(client).release_gang("job-1") == full
 
 

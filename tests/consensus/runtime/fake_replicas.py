@@ -1,14 +1,19 @@
 """Replicas faked at the client's end of a connection (`FrameStream`s a client's `Connect`
 returns): one that hears every request and answers none, one that answers every request with
-the same reply."""
+the same reply; and the dialers tests build from them."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import anyio
 
+from consensus.runtime.client import ClientConfig
 from consensus.runtime.client_codec import decode_request, encode_ok
+from consensus.runtime.streams import FrameStream
+
+# Quick tries and pauses, so a test moves on from a silent replica at once.
+RETRYING_CONFIG = ClientConfig(attempt_timeout_s=0.05, deadline_s=5.0, retry_backoff_s=0.01)
 
 
 class SilentReplica:
@@ -59,3 +64,21 @@ class AnsweringReplica:
 
     async def aclose(self) -> None:
         self._answers_out.close()
+
+
+def silent_then_answering(reply: bytes) -> Callable[[str], Awaitable[FrameStream]]:
+    """A dialer for endpoints "a" and "b": "a" hears and never answers, "b" answers `reply`."""
+    async def connect(endpoint: str) -> FrameStream:
+        return SilentReplica(endpoint, []) if endpoint == "a" else AnsweringReplica(reply)
+    return connect
+
+
+class NeverDialled:
+    """A dialer that records each endpoint asked for and fails: to show nothing was sent."""
+
+    def __init__(self) -> None:
+        self.dialled: list[str] = []
+
+    async def __call__(self, endpoint: str) -> FrameStream:
+        self.dialled.append(endpoint)
+        raise OSError("never dialled")

@@ -19,8 +19,7 @@ from consensus.runtime.client import (
     Rejected,
     Unavailable,
 )
-from consensus.runtime.streams import FrameStream
-from tests.consensus.runtime.fake_replicas import AnsweringReplica, SilentReplica
+from tests.consensus.runtime.fake_replicas import AnsweringReplica, NeverDialled, SilentReplica
 from tests.consensus.runtime.kv_machine import SessionKv
 from tests.consensus.runtime.local import MemoryFrames, local_cluster
 
@@ -254,16 +253,11 @@ def test_a_client_configuration_out_of_bounds_is_refused(options: dict[str, floa
 async def test_a_command_deadline_past_the_bound_is_refused_before_anything_is_sent() -> None:
     """Copies of a command retried for longer than DEADLINE_S_MAX could outlive the session
     guard that keeps a late copy from being applied twice."""
-    sent: list[str] = []
-
-    async def connect(endpoint: str) -> FrameStream:
-        sent.append(endpoint)
-        raise OSError("never dialled")
-
+    connect = NeverDialled()
     async with CellarClient(["a"], connect, ClientConfig()) as client:
         with pytest.raises(ValueError, match="deadline_s must lie in"):
             await client.propose(b"put", deadline_s=DEADLINE_S_MAX + 1)
-    assert sent == []
+    assert connect.dialled == []
 
 
 async def test_a_watch_rides_out_a_moment_with_no_replica_up_as_a_read_does() -> None:
@@ -290,13 +284,8 @@ async def test_a_watch_rides_out_a_moment_with_no_replica_up_as_a_read_does() ->
 
 
 async def test_a_watch_longer_than_a_replica_holds_one_is_refused_unsent() -> None:
-    sent: list[str] = []
-
-    async def connect(endpoint: str) -> FrameStream:
-        sent.append(endpoint)
-        raise OSError("never dialled")
-
+    connect = NeverDialled()
     async with CellarClient(["a"], connect, ClientConfig()) as client:
         with pytest.raises(ValueError, match="wait_s must lie in"):
             await client.watch(b"query", -1, wait_s=WAIT_S_MAX + 1)
-    assert sent == []
+    assert connect.dialled == []
