@@ -58,11 +58,15 @@ class StoreLink:
             try:
                 return await call()
             except ClientError as error:
-                self.calls_retried += 1
-                logger.warning("%s: no answer from the store (%s); again in %d ms", what,
-                               error, delay_ms)
-            await anyio.sleep(delay_ms / 1000)
-            delay_ms = min(delay_ms * 2, self.retry_ms_max)
+                delay_ms = await self._back_off(what, error, delay_ms)
+
+    async def _back_off(self, what: str, error: ClientError, delay_ms: int) -> int:
+        """Count and log a call the store did not answer, wait `delay_ms`; the next delay."""
+        self.calls_retried += 1
+        logger.warning("%s: no answer from the store (%s); again in %d ms", what, error,
+                       delay_ms)
+        await anyio.sleep(delay_ms / 1000)
+        return min(delay_ms * 2, self.retry_ms_max)
 
     async def effects(self, after: int, *, wait_s: float,
                       on_cursor: Callable[[int], None] | None = None
@@ -88,11 +92,7 @@ class StoreLink:
                         after, delay_ms = max(after, int(effect["index"])), RETRY_MS_MIN
                         yield effect
             except ClientError as error:
-                self.calls_retried += 1
-                logger.warning("watching effects: no answer from the store (%s); again in "
-                               "%d ms", error, delay_ms)
-            await anyio.sleep(delay_ms / 1000)
-            delay_ms = min(delay_ms * 2, self.retry_ms_max)
+                delay_ms = await self._back_off("watching effects", error, delay_ms)
 
     async def register(self, boot_id: str, read_gpus: Callable[[], Awaitable[NodeGpus]]
                        ) -> NodeRegistered:
