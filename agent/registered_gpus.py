@@ -47,7 +47,8 @@ class CorruptFile(ValueError):
 class RegisteredGpus:
     def __init__(self, state_dir: pathlib.Path) -> None:
         self.path = state_dir / FILE_NAME
-        self.by_uuid: dict[str, DeviceInfo] = self._load()
+        self._saved = self._load()  # what the file holds; None when it holds no inventory
+        self.by_uuid: dict[str, DeviceInfo] = self._saved or {}
 
     def to_register(self, listed: Iterable[DeviceInfo]) -> tuple[DeviceInfo, ...]:
         """What NVML lists now, joined with what was registered before (module docstring)."""
@@ -60,26 +61,29 @@ class RegisteredGpus:
                      if uuid not in present)
 
     def remember(self, registered: Iterable[DeviceInfo]) -> None:
-        """The store accepted `registered`: kept, in memory and (if changed) on disk."""
-        by_uuid = {device.uuid: device for device in registered}
-        if by_uuid == self.by_uuid:
+        """The store accepted `registered`: kept in memory, and on disk unless the file holds
+        it already (a write that failed is tried again at the next registration)."""
+        self.by_uuid = {device.uuid: device for device in registered}
+        if self.by_uuid == self._saved:
             return
-        self.by_uuid = by_uuid
         try:
-            replace_file(self.path, encode(by_uuid.values()))
+            replace_file(self.path, encode(self.by_uuid.values()))
         except OSError as error:
-            logger.warning("cannot write %s: %s", self.path, error)
+            logger.warning("cannot write %s (tried again at the next registration): %s",
+                           self.path, error)
+        else:
+            self._saved = self.by_uuid
 
-    def _load(self) -> dict[str, DeviceInfo]:
+    def _load(self) -> dict[str, DeviceInfo] | None:
         try:
             with self.path.open("rb") as file:
                 data = file.read(FILE_BYTES_MAX + 1)
             return {device.uuid: device for device in decode(data)}
         except FileNotFoundError:
-            return {}
+            return None
         except (OSError, CorruptFile) as error:
             logger.error("ignoring %s (%s): registering the GPUs NVML lists", self.path, error)
-            return {}
+            return None
 
 
 def merged(registered: Mapping[str, DeviceInfo], listed: Iterable[DeviceInfo]

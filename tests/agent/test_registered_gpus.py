@@ -3,12 +3,14 @@ with what NVML lists now, keyed by UUID, and a file that is ignored when it is n
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import pathlib
 
 import pytest
 
+from agent import registered_gpus
 from agent.gpu import DeviceInfo
 from agent.registered_gpus import FILE_BYTES_MAX, FILE_NAME, RegisteredGpus, encode
 
@@ -89,3 +91,28 @@ def test_a_corrupt_file_is_logged_and_ignored(tmp_path: pathlib.Path, content: b
     assert gpus.by_uuid == {}
     assert FILE_NAME in caplog.text
     assert placed(gpus.to_register((device("b", 0),))) == [("b", 0)]
+
+
+def test_a_write_that_failed_is_tried_again_at_the_next_registration(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The disk was full when a swapped board was registered: the next registration of the
+    same GPUs writes the file, so a restarted agent does not register the old board."""
+    gpus = registered(tmp_path, device("a", 0), device("b", 1))
+    written = registered_gpus.replace_file
+
+    def disk_full(path: pathlib.Path, data: bytes) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    swapped = (device("a", 0), device("new", 1))
+    monkeypatch.setattr(registered_gpus, "replace_file", disk_full)
+    gpus.remember(swapped)
+    monkeypatch.setattr(registered_gpus, "replace_file", written)
+    gpus.remember(swapped)
+    assert RegisteredGpus(tmp_path).by_uuid == {gpu.uuid: gpu for gpu in swapped}
+
+
+def test_a_corrupt_file_is_replaced_at_the_next_registration(tmp_path: pathlib.Path) -> None:
+    (tmp_path / FILE_NAME).write_bytes(CORRUPT["torn"])
+    registered(tmp_path)
+    assert RegisteredGpus(tmp_path).by_uuid == {}
+    assert json.loads((tmp_path / FILE_NAME).read_bytes())["gpus"] == []
