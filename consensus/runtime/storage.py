@@ -8,12 +8,14 @@ worker thread, one at a time (the log is not thread-safe).
 The data directory holds `records.log` (format: `consensus.runtime.storage_format`) and
 `cellar.lock` (`consensus.runtime.storage_lock`). Opening takes the lock, reads and checks the
 whole log, cuts off a torn tail (reported in `Recovery.lines()` and the log), and refuses
-anything else that is wrong (`consensus.runtime.storage_errors`). A failed write or fsync makes
-the log refuse every later call: the replica must stop.
+anything else that is wrong (`consensus.runtime.storage_errors`). A log of format version 1 is
+rewritten in version 2 as it is opened, the way compaction rewrites one, so every frame
+appended is of the current version. A failed write or fsync makes the log refuse every later
+call: the replica must stop.
 
 Compaction: once a snapshot record is durable and the file has grown by
 `max(compact_after_bytes, size after the last compaction)` since the last compaction (or since
-it was opened), `sync` rewrites the log as `compact_records(...)` into
+it was opened), `sync` rewrites the log as `compact_records(...)` (with a new salt) into
 `records.log.compacting`, fsyncs it, renames it over `records.log` and fsyncs the directory. A
 crash before the rename leaves the old log whole (the leftover is removed on open); after it,
 the new one, which replays to the same replica. Growth of at least the compacted size between
@@ -63,7 +65,7 @@ from consensus.runtime.storage_errors import (
     StorageError,
     StorageFailed,
 )
-from consensus.runtime.storage_format import frame, header, scan
+from consensus.runtime.storage_format import VERSION, frame, frame_seed, header, new_salt, scan
 from consensus.runtime.storage_lock import DirectoryLock
 
 LOG_NAME = "records.log"
@@ -85,6 +87,7 @@ class Recovery:
     torn_offset: int = 0
     torn_bytes: int = 0
     torn_reason: str = ""
+    upgraded_from: int = 0  # the format version the log was rewritten from; 0 when it was not
 
     def lines(self) -> list[str]:
         """One line per thing an operator should know, for the caller to print."""
@@ -98,6 +101,9 @@ class Recovery:
             found.append(f"{self.path}: cut the last {self.torn_bytes} bytes off, from offset "
                          f"{self.torn_offset} ({self.torn_reason}): an append cut short by a "
                          "crash. It was never synced, so nothing acknowledged is lost.")
+        if self.upgraded_from:
+            found.append(f"{self.path}: rewrote the log (the same records) from format version "
+                         f"{self.upgraded_from} in version {VERSION}")
         return found
 
 
@@ -114,13 +120,14 @@ class DurableLog:
 
     __slots__ = ("_compact_after_bytes", "_compacted_from", "_compacted_size", "_compactions",
                  "_directory", "_failed", "_fd", "_lock", "_path", "_records", "_recovered",
-                 "_size", "_snapshot_durable", "_snapshot_unsynced", "_synced", "_syncs",
-                 "_unsynced", "recovery")
+                 "_seed", "_size", "_snapshot_durable", "_snapshot_unsynced", "_synced",
+                 "_syncs", "_unsynced", "recovery")
 
     def __init__(self, directory: pathlib.Path, lock: DirectoryLock, fd: int, *,
-                 records: list[Record], size: int, recovery: Recovery,
+                 records: list[Record], size: int, seed: int, recovery: Recovery,
                  compact_after_bytes: int, synced: bool = True) -> None:
         self._directory = directory
+        self._seed = seed  # the file's frame_seed: every frame appended is checked with it
         self._synced = synced
         self._path = directory / LOG_NAME
         self._lock = lock
@@ -152,7 +159,7 @@ class DurableLog:
         _ensure_directory(directory, create=create)
         lock = DirectoryLock.acquire(directory)
         try:
-            records, size, recovery = _load(directory, create=create)
+            records, size, seed, recovery = _load(directory, create=create)
             fd = _open_for_append(directory / LOG_NAME)
         except BaseException:
             lock.release()
@@ -160,8 +167,8 @@ class DurableLog:
         repaired = recovery.torn_bytes or recovery.removed_compaction
         for line in recovery.lines():
             logger.log(logging.WARNING if repaired else logging.INFO, "%s", line)
-        return cls(directory, lock, fd, records=records, size=size, recovery=recovery,
-                   compact_after_bytes=compact_after_bytes, synced=synced)
+        return cls(directory, lock, fd, records=records, size=size, seed=seed,
+                   recovery=recovery, compact_after_bytes=compact_after_bytes, synced=synced)
 
     @property
     def path(self) -> pathlib.Path:
@@ -182,7 +189,7 @@ class DurableLog:
         self._check_usable()
         if not records:
             return
-        data = b"".join([frame(encode_record(record)) for record in records])
+        data = b"".join([frame(encode_record(record), self._seed) for record in records])
         try:
             write_all(self._fd, data)
         except OSError as error:
@@ -249,7 +256,10 @@ class DurableLog:
         """Rewrite the log as its compacted equivalent; every record in it is durable."""
         assert not self._unsynced
         compacted = compact_records(self._records)
-        data = header() + b"".join([frame(encode_record(record)) for record in compacted])
+        salt = new_salt()  # a new file, a new salt
+        seed = frame_seed(salt)
+        data = header(salt) + b"".join([frame(encode_record(record), seed)
+                                        for record in compacted])
         try:
             _replace_file(self._directory, self._path, data)
             fd = _open_for_append(self._path)
@@ -257,6 +267,7 @@ class DurableLog:
             raise self._fail(error) from error
         os.close(self._fd)
         self._fd = fd
+        self._seed = seed
         self._records = compacted
         self._size = self._compacted_from = self._compacted_size = len(data)
         self._snapshot_durable = False
@@ -290,8 +301,10 @@ def _ensure_directory(directory: pathlib.Path, *, create: bool) -> None:
         raise StorageFailed(directory, "creating the data directory", error) from error
 
 
-def _load(directory: pathlib.Path, *, create: bool) -> tuple[list[Record], int, Recovery]:
-    """Read the log (creating an empty one when asked), cutting off a torn tail."""
+def _load(directory: pathlib.Path, *,
+          create: bool) -> tuple[list[Record], int, int, Recovery]:
+    """Read the log (creating an empty one when asked), cutting off a torn tail and rewriting
+    a log of an older format version; its records, size and frame seed."""
     path = directory / LOG_NAME
     leftover = directory / COMPACTING_NAME
     removed = leftover.exists()
@@ -301,19 +314,29 @@ def _load(directory: pathlib.Path, *, create: bool) -> tuple[list[Record], int, 
     if created:
         if not create:
             raise DataDirectoryMissing.no_log(directory, path)
-        _replace_file(directory, path, header())
+        _replace_file(directory, path, header(new_salt()))
     try:
         data = path.read_bytes()
     except OSError as error:
         raise StorageFailed(path, "reading the log", error) from error
     scanned = scan(data, path)
     records = [_decode(path, offset, payload) for offset, payload in scanned.payloads]
-    if scanned.torn:
+    size, seed, upgraded_from = scanned.end, scanned.header.seed, 0
+    if scanned.header.version != VERSION:
+        # Rewritten as a compaction is (the torn tail, if any, left out), so that every frame
+        # appended from now on is of the current version.
+        salt = new_salt()
+        seed = frame_seed(salt)
+        rewritten = header(salt) + b"".join([frame(payload, seed)
+                                             for _, payload in scanned.payloads])
+        _replace_file(directory, path, rewritten)
+        size, upgraded_from = len(rewritten), scanned.header.version
+    elif scanned.torn:
         _truncate(path, scanned.end)
     recovery = Recovery(path, len(records), created=created, removed_compaction=removed,
                         torn_offset=scanned.end, torn_bytes=len(data) - scanned.end,
-                        torn_reason=scanned.torn)
-    return records, scanned.end, recovery
+                        torn_reason=scanned.torn, upgraded_from=upgraded_from)
+    return records, size, seed, recovery
 
 
 def _decode(path: pathlib.Path, offset: int, payload: bytes) -> Record:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import errno
 import os
 import pathlib
+from collections.abc import Sequence
 
 EXIT_LOG_CORRUPT = 65
 EXIT_DATA_DIRECTORY_MISSING = 66
@@ -103,9 +104,10 @@ class LogVersionUnsupported(StorageError):
 
     exit_code = EXIT_LOG_VERSION_UNSUPPORTED
 
-    def __init__(self, path: pathlib.Path, found: int, supported: int) -> None:
+    def __init__(self, path: pathlib.Path, found: int, supported: Sequence[int]) -> None:
+        versions = " and ".join(str(version) for version in supported)
         super().__init__(path, f"{path}: record log format version {found}, but this build of "
-                               f"Cellar reads version {supported} only. Nothing was changed. "
+                               f"Cellar reads versions {versions} only. Nothing was changed. "
                                "Fix: run the Cellar release that wrote it (or a newer one that "
                                f"reads it). {_DELETING_IS_DANGEROUS}")
         self.found = found

@@ -1,33 +1,51 @@
 """The record log's bytes: a header, then one frame per record, and how a log is read back.
 
-    header = b"CELLARLG" | version u32 | crc32(magic + version) u32                 16 bytes
-    frame  = b"\\xc1rec" | crc32(length + payload) u32 | length u32 | payload       12 + length
+    header  = b"CELLARLG" | version u32 | crc32(magic + version) u32                   16 bytes
+              | salt (8 bytes) | crc32(the 24 bytes before it) u32       version 2: 28 bytes
+    frame   = b"\\xc1rec" | checksum u32 | length u32 | payload                   12 + length
+    checksum = crc32(length + payload), started from crc32(salt) (version 1: from 0)
 
 Integers are big-endian; `payload` is `consensus.codec.encode_record` (never empty, at most
-`RECORD_BYTES_MAX`). The marker starts with 0xc1, a byte msgpack never uses; it lets the reader
-find the frames that follow a damaged one with `bytes.find` instead of trying every offset.
+`RECORD_BYTES_MAX`). Every version's header starts with the same 16 bytes, so a version this
+build does not read is told from a damaged header by their checksum. New logs are written in
+version 2; a version-1 log is read, then rewritten in version 2 when it is opened
+(`consensus.runtime.storage`). The marker starts with 0xc1, a byte msgpack never uses; it lets
+the reader find the frames that follow a damaged one with `bytes.find` instead of trying every
+offset.
+
+Why the salt. A payload holds client-chosen bytes (a command's body, a value in a snapshot).
+Version 1 checks a frame by crc32(length + payload) alone, which anyone can compute, so those
+bytes can form frames as valid as the log's own, and the reader cannot look for valid frames
+inside a bad frame's extent: it had to trust the bad frame's own length, which damage can
+change. The salt is 8 random bytes (`os.urandom`), fresh for every file written: when a log is
+created, and the new file of every compaction. It never leaves the file, so bytes a client
+chose pass a version-2 frame's checksum with a chance of 2**-32, as random damage does.
 
 Reading tells a torn tail from corruption. A crash mid-append leaves a prefix of what was
 written: the last frame is cut short (or, after power loss, has a bad checksum), and no valid
-frame follows it. That frame was never synced, so it is cut off and reported. A bad frame with
-a valid frame after it is treated as damage: the log is refused with its offset, never
-truncated. So is a bad header, a length beyond the cap, and (in `consensus.runtime.storage`) a
-checksummed record that does not decode. One crash can look like damage: after a power loss,
-a filesystem that wrote an unsynced append's later pages but not its earlier ones leaves a hole
-before valid frames. The log is refused then too: the records after the hole were never synced,
-but nothing on disk says so, and guessing wrong would drop synced records.
+frame follows it. That frame was never synced, so it is cut off and reported. Anything else is
+refused with its offset, never truncated: a bad header, a length beyond the cap, (in
+`consensus.runtime.storage`) a checksummed record that does not decode, and a bad frame that a
+write cut short cannot explain:
 
-Where "after it" starts matters, because a payload holds client-chosen bytes (a command's body,
-a value in a snapshot) that may form valid-looking frames. When the bad frame's marker is there
-and its length is possible, its declared extent is its own: the search for later frames starts
-at its declared end, so a torn frame is never judged by frames inside its own payload. But a
-damaged length byte would then hide the records after a complete frame inside a declared extent
-that grew. So a bad frame is also refused when it would be valid with another length that ends
-at a valid frame inside its extent, or at the end of the file: a whole record with a damaged
-length, not a write cut short. (Each such end costs a `crc32_combine`, never a pass over the
-payload; more than DAMAGE_ENDS_MAX candidate ends, which only crafted payloads produce, is
-refused rather than guessed.) Where there is no marker or the length is 0, the search starts
-at the next byte, as before.
+- version 2: a valid frame starts anywhere after the bad frame's first byte;
+- both versions: the bad frame is whole but for its marker or length: with the length that
+  ends it at the end of the file, its checksum matches. A tear cannot leave every payload byte
+  and the checksum intact; a damaged header field of a synced last record can;
+- version 1 (its rules as they were): when the bad frame's marker is there and its length is
+  possible, the search for later valid frames starts at its declared end (so a torn frame is
+  never judged by client-made frames inside its own payload), else at its next byte; and the
+  frame is refused when it would be valid with another length that ends at a valid frame
+  inside its extent, a whole record with a damaged length. (Each such end costs a
+  `crc32_combine`, never a pass over the payload; more than DAMAGE_ENDS_MAX candidate ends,
+  which only crafted payloads produce, is refused rather than guessed.) Version 1 cannot see
+  damage to a length that grew past the end of the file together with the payload's first
+  byte: the search starts past the file. Rewriting it in version 2 at open ends that.
+
+One crash can look like damage: after a power loss, a filesystem that wrote an unsynced
+append's later pages but not its earlier ones leaves a hole before valid frames. The log is
+refused then too: the records after the hole were never synced, but nothing on disk says so,
+and guessing wrong would drop synced records.
 
 crc32 (zlib) rather than blake2b (8-byte digest): measured by `cellar bench storage`, crc32
 takes 0.27 µs for a 128-byte record and runs at 3.6 GB/s on a 4 MiB snapshot, blake2b 0.78 µs
@@ -38,6 +56,7 @@ adversary, so the wider digest would buy nothing for its cost.
 
 from __future__ import annotations
 
+import os
 import pathlib
 import struct
 import zlib
@@ -48,9 +67,13 @@ from consensus.runtime.crc import crc32_combine
 from consensus.runtime.storage_errors import LogCorrupt, LogVersionUnsupported
 
 MAGIC = b"CELLARLG"
-VERSION = 1
-_HEADER = struct.Struct(">8sII")
-HEADER_SIZE = _HEADER.size
+VERSION = 2  # what new logs are written in
+VERSIONS = (1, 2)  # what this build reads
+_PREFIX = struct.Struct(">8sII")  # magic, version, crc32 of both: every version's first bytes
+PREFIX_SIZE = _PREFIX.size
+SALT_SIZE = 8
+_SALTED = struct.Struct(f">{SALT_SIZE}sI")  # version 2: salt, crc32 of all before it
+HEADER_SIZE = PREFIX_SIZE + _SALTED.size  # version 2's
 FRAME_MARKER = b"\xc1rec"
 _FRAME = struct.Struct(">4sII")  # marker, checksum, length
 FRAME_OVERHEAD = _FRAME.size
@@ -58,38 +81,77 @@ _LENGTH = struct.Struct(">I")
 DAMAGE_ENDS_MAX = 4096  # candidate ends tried for a bad frame's true length (module docstring)
 
 
-def header() -> bytes:
-    """The 16 bytes every log file starts with."""
-    body = MAGIC + struct.pack(">I", VERSION)
-    return body + struct.pack(">I", zlib.crc32(body))
+@dataclass(frozen=True, slots=True)
+class Header:
+    """What a log's header says: its version, its salt (b"" in version 1) and its size."""
+
+    version: int
+    salt: bytes
+    size: int
+
+    @property
+    def seed(self) -> int:
+        """Where every frame's checksum of this file starts (`frame`)."""
+        return frame_seed(self.salt)
 
 
-def frame(payload: bytes) -> bytes:
-    """One record's frame: marker, length, checksum, payload."""
+def new_salt() -> bytes:
+    """A fresh salt, for each new file."""
+    return os.urandom(SALT_SIZE)
+
+
+def frame_seed(salt: bytes) -> int:
+    """The crc32 a frame's checksum starts from: crc32(salt); 0 (no salt) in version 1."""
+    return zlib.crc32(salt)
+
+
+def header(salt: bytes) -> bytes:
+    """The 28 bytes a version-2 log with `salt` starts with."""
+    assert len(salt) == SALT_SIZE, salt
+    prefix = MAGIC + struct.pack(">I", VERSION)
+    prefix += struct.pack(">I", zlib.crc32(prefix)) + salt
+    return prefix + struct.pack(">I", zlib.crc32(prefix))
+
+
+def frame(payload: bytes, seed: int) -> bytes:
+    """One record's frame: marker, checksum, length, payload; `seed` is the file's
+    `frame_seed` (0 in version 1)."""
     assert 0 < len(payload) <= RECORD_BYTES_MAX, f"record of {len(payload)} bytes"
-    checksum = zlib.crc32(payload, zlib.crc32(_LENGTH.pack(len(payload))))
+    length = _LENGTH.pack(len(payload))
+    checksum = zlib.crc32(payload, zlib.crc32(length, seed))
     return _FRAME.pack(FRAME_MARKER, checksum, len(payload)) + payload
 
 
-def check_header(data: bytes, path: pathlib.Path) -> None:
-    """Refuse a file that does not start with an intact header of the version we read."""
-    if len(data) < HEADER_SIZE:
-        raise LogCorrupt(path, 0, f"the file is {len(data)} bytes, shorter than its "
-                                  f"{HEADER_SIZE}-byte header")
-    magic, version, checksum = _HEADER.unpack_from(data)
+def read_header(data: bytes, path: pathlib.Path) -> Header:
+    """The header of a log, refusing one that is damaged or of a version this build does not
+    read."""
+    if len(data) < PREFIX_SIZE:
+        raise LogCorrupt(path, 0, f"the file is {len(data)} bytes, shorter than any header "
+                                  f"({PREFIX_SIZE} bytes or more)")
+    magic, version, checksum = _PREFIX.unpack_from(data)
     if magic != MAGIC:
         raise LogCorrupt(path, 0, f"it does not start with {MAGIC!r} (found {magic!r}): not a "
                                   "Cellar record log, or its header is damaged")
-    if zlib.crc32(data[:12]) != checksum:
+    if zlib.crc32(data[:PREFIX_SIZE - 4]) != checksum:
         raise LogCorrupt(path, 0, "the header's checksum does not match")
-    if version != VERSION:
-        raise LogVersionUnsupported(path, version, VERSION)
+    if version not in VERSIONS:
+        raise LogVersionUnsupported(path, version, VERSIONS)
+    if version == 1:
+        return Header(1, b"", PREFIX_SIZE)
+    if len(data) < HEADER_SIZE:
+        raise LogCorrupt(path, 0, f"the file is {len(data)} bytes, shorter than its "
+                                  f"{HEADER_SIZE}-byte header")
+    salt, checksum = _SALTED.unpack_from(data, PREFIX_SIZE)
+    if zlib.crc32(data[:HEADER_SIZE - 4]) != checksum:
+        raise LogCorrupt(path, 0, "the header's checksum (over its salt) does not match")
+    return Header(version, salt, HEADER_SIZE)
 
 
 @dataclass(frozen=True, slots=True)
 class Scan:
     """The valid frames of a log, and the torn tail after them (empty when the log is clean)."""
 
+    header: Header
     payloads: list[tuple[int, bytes]]  # (offset of the frame, payload)
     end: int  # where the valid frames end: the file's size, or the torn tail's offset
     torn: str  # why the bytes from `end` on are unusable; "" when there are none
@@ -97,43 +159,50 @@ class Scan:
 
 def scan(data: bytes, path: pathlib.Path) -> Scan:
     """Read every frame after the header; a torn tail is returned, corruption raised."""
-    check_header(data, path)
+    found = read_header(data, path)
+    seed = found.seed
     payloads: list[tuple[int, bytes]] = []
-    view, size, offset = memoryview(data), len(data), HEADER_SIZE
+    view, size, offset = memoryview(data), len(data), found.size
     while offset < size:
         # The common case inline: this runs once per record at every restart.
         if size - offset >= FRAME_OVERHEAD:
             marker, checksum, length = _FRAME.unpack_from(data, offset)
             end = offset + FRAME_OVERHEAD + length
             if marker == FRAME_MARKER and 0 < length <= RECORD_BYTES_MAX and end <= size \
-                    and zlib.crc32(view[offset + 8:end]) == checksum:
+                    and zlib.crc32(view[offset + 8:end], seed) == checksum:
                 payloads.append((offset, data[offset + FRAME_OVERHEAD:end]))
                 offset = end
                 continue
-        problem = frame_problem(data, offset, path)
+        problem = frame_problem(data, offset, path, seed)
         assert problem, f"{path}: the frame at {offset} is valid after all"
-        check_torn(data, offset, problem, path)
-        return Scan(payloads, offset, problem)
-    return Scan(payloads, offset, "")
+        check_torn(data, offset, problem, path, found)
+        return Scan(found, payloads, offset, problem)
+    return Scan(found, payloads, offset, "")
 
 
-def check_torn(data: bytes, offset: int, problem: str, path: pathlib.Path) -> None:
-    """Raise LogCorrupt unless the bad frame at `offset` can be a write cut short: nothing
-    valid after its own extent, and no other length that makes it a whole record."""
-    declared_end = _declared_end(data, offset)
-    later = next_valid_frame(data, offset + 1 if declared_end is None else declared_end, path)
+def check_torn(data: bytes, offset: int, problem: str, path: pathlib.Path,
+               found: Header) -> None:
+    """Raise LogCorrupt unless the bad frame at `offset` can be a write cut short (the module
+    docstring's rules for `found.version`)."""
+    seed = found.seed
+    declared_end = _declared_end(data, offset) if found.version == 1 else None
+    later = next_valid_frame(data, offset + 1 if declared_end is None else declared_end, path,
+                             seed)
     if later is not None:
         raise LogCorrupt(path, offset, f"{problem}, yet a valid record follows at offset "
                                        f"{later}, so this is damage inside the log, not a "
                                        "write cut short by a crash")
-    if declared_end is None:
+    if len(data) - offset < FRAME_OVERHEAD:
         return
-    true_end = whole_frame_end(data, offset, min(declared_end, len(data)), path)
+    # Every end a whole frame can have: at a valid frame inside the declared extent (version 1
+    # only: version 2 has none after `offset`), or at the end of the file.
+    true_end = whole_frame_end(data, offset, len(data), path, seed)
     if true_end is not None:
         raise LogCorrupt(path, offset, f"{problem}, yet with a length of "
                                        f"{true_end - offset - FRAME_OVERHEAD} bytes it is a whole "
-                                       f"record ending at offset {true_end}: its length is "
-                                       "damaged, this is not a write cut short by a crash")
+                                       f"record ending at offset {true_end}: its marker or "
+                                       "length is damaged, this is not a write cut short by a "
+                                       "crash")
 
 
 def _declared_end(data: bytes, offset: int) -> int | None:
@@ -148,15 +217,16 @@ def _declared_end(data: bytes, offset: int) -> int | None:
     return end
 
 
-def whole_frame_end(data: bytes, offset: int, end: int, path: pathlib.Path) -> int | None:
+def whole_frame_end(data: bytes, offset: int, end: int, path: pathlib.Path,
+                    seed: int) -> int | None:
     """An end in (payload start, `end`], where a valid frame starts or the data ends, at which
-    the frame at `offset` is valid with the length that ends it there; None if there is none.
-    Raises LogCorrupt past DAMAGE_ENDS_MAX candidates."""
+    the frame at `offset` is valid with the length that ends it there (whatever its marker and
+    length say); None if there is none. Raises LogCorrupt past DAMAGE_ENDS_MAX candidates."""
     _, checksum, _ = _FRAME.unpack_from(data, offset)
     start = offset + FRAME_OVERHEAD
     view = memoryview(data)
     payload_crc, covered = 0, start  # crc32 of data[start:covered]
-    candidate = next_valid_frame(data, start + 1, path)
+    candidate = next_valid_frame(data, start + 1, path, seed)
     for _ in range(DAMAGE_ENDS_MAX):
         if candidate is None or candidate >= end:
             candidate = end if end == len(data) else None
@@ -165,17 +235,18 @@ def whole_frame_end(data: bytes, offset: int, end: int, path: pathlib.Path) -> i
         payload_crc = zlib.crc32(view[covered:candidate], payload_crc)
         covered = candidate
         length = candidate - start
-        if crc32_combine(zlib.crc32(_LENGTH.pack(length)), payload_crc, length) == checksum:
+        if length <= RECORD_BYTES_MAX and crc32_combine(
+                zlib.crc32(_LENGTH.pack(length), seed), payload_crc, length) == checksum:
             return candidate
         if candidate == end:
             return None
-        candidate = next_valid_frame(data, candidate + 1, path)
+        candidate = next_valid_frame(data, candidate + 1, path, seed)
     raise LogCorrupt(path, offset, f"a bad frame holding more than {DAMAGE_ENDS_MAX} valid-looking "
                                    "frames: whether it is a write cut short or a damaged length "
                                    "cannot be told")
 
 
-def frame_problem(data: bytes, offset: int, path: pathlib.Path) -> str:
+def frame_problem(data: bytes, offset: int, path: pathlib.Path, seed: int) -> str:
     """Why the frame at `offset` is not valid, or "" when it is; an impossible length (beyond
     the record cap) is corruption wherever it is found, so it raises at once."""
     available = len(data) - offset
@@ -192,17 +263,18 @@ def frame_problem(data: bytes, offset: int, path: pathlib.Path) -> str:
     if available - FRAME_OVERHEAD < length:
         return (f"a record of {length} bytes cut short after "
                 f"{available - FRAME_OVERHEAD} bytes")
-    if zlib.crc32(memoryview(data)[offset + 8:offset + FRAME_OVERHEAD + length]) != checksum:
+    if zlib.crc32(memoryview(data)[offset + 8:offset + FRAME_OVERHEAD + length], seed) \
+            != checksum:
         return "the record's checksum does not match"
     return ""
 
 
-def next_valid_frame(data: bytes, start: int, path: pathlib.Path) -> int | None:
+def next_valid_frame(data: bytes, start: int, path: pathlib.Path, seed: int) -> int | None:
     """The offset of the first valid frame at or after `start`, if there is one."""
     position = data.find(FRAME_MARKER, start)
     while position != -1:
         try:
-            if not frame_problem(data, position, path):
+            if not frame_problem(data, position, path, seed):
                 return position
         except LogCorrupt:
             pass  # an impossible length: not a frame

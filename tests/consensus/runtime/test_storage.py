@@ -1,7 +1,9 @@
 """The durable record log on real files: records round-trip; a torn tail is cut off and
-reported; damage anywhere else, a bad header or another format version is refused with the file
-and offset named and nothing changed; the directory lock keeps a second opener out; a failed
-write or fsync stops the log for good; compaction keeps a log that replays to the same replica.
+reported; damage anywhere else, a whole last record with a damaged header, a bad header or
+another format version is refused with the file and offset named and nothing changed; a
+version-1 log is rewritten in version 2 as it opens; the directory lock keeps a second opener
+out; a failed write or fsync stops the log for good; compaction keeps a log that replays to
+the same replica, under a new salt.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from consensus.codec import RECORD_BYTES_MAX, decode_record
+from consensus.codec import RECORD_BYTES_MAX, decode_record, encode_record
 from consensus.messages import Command, SnapshotMeta
 from consensus.prng import Prng
 from consensus.record_log import compact_records
@@ -34,7 +36,14 @@ from consensus.runtime.storage_errors import (
     StorageError,
     StorageFailed,
 )
-from consensus.runtime.storage_format import FRAME_OVERHEAD, HEADER_SIZE, MAGIC, scan
+from consensus.runtime.storage_format import (
+    FRAME_OVERHEAD,
+    MAGIC,
+    PREFIX_SIZE,
+    SALT_SIZE,
+    frame,
+    scan,
+)
 from consensus.runtime.storage_lock import DirectoryLock
 from jepsen.sim.options import SimOptions
 from jepsen.sim.runner import build
@@ -68,9 +77,32 @@ def on_disk(directory: pathlib.Path) -> list[Record]:
     return [decode_record(payload) for _, payload in scan(path.read_bytes(), path).payloads]
 
 
-def raw_frame(payload: bytes) -> bytes:
-    length = struct.pack(">I", len(payload))
-    return b"\xc1rec" + struct.pack(">I", zlib.crc32(length + payload)) + length + payload
+def raw_frame(directory: pathlib.Path, payload: bytes) -> bytes:
+    """A valid frame of the log in `directory`, whatever its payload."""
+    path = directory / LOG_NAME
+    return frame(payload, scan(path.read_bytes(), path).header.seed)
+
+
+def salt_of(directory: pathlib.Path) -> bytes:
+    path = directory / LOG_NAME
+    return scan(path.read_bytes(), path).header.salt
+
+
+def damage(directory: pathlib.Path, offset: int, new: bytes) -> None:
+    path = directory / LOG_NAME
+    data = bytearray(path.read_bytes())
+    data[offset:offset + len(new)] = new
+    path.write_bytes(bytes(data))
+
+
+def version_1_log(directory: pathlib.Path, records: list[Record]) -> bytes:
+    """Write a log of format version 1 (no salt: checksums start from 0); its bytes."""
+    prefix = MAGIC + struct.pack(">I", 1)
+    data = prefix + struct.pack(">I", zlib.crc32(prefix)) + b"".join(
+        [frame(encode_record(record), 0) for record in records])
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / LOG_NAME).write_bytes(data)
+    return data
 
 
 # --- Round trips -------------------------------------------------------------------------------
@@ -200,12 +232,54 @@ def test_damage_before_valid_records_is_refused(tmp_path: pathlib.Path, where: s
     data = bytearray(path.read_bytes())
     data[offsets[2] + delta] ^= xor
     path.write_bytes(bytes(data))
-    if (where, delta) == ("length", 9):  # the length grew past the end of the file: the frame
-        # is whole with its true length, so the records after it are not a torn tail
-        found = ["its length is damaged", f"ending at offset {offsets[3]}"]
+    assert_refused(tmp_path, LogCorrupt, f"offset {offsets[2]}",
+                   f"valid record follows at offset {offsets[3]}", DANGER, "majority")
+
+
+BURST_RECORDS: list[Record] = [ViewRecord(1), CAcceptRecord(0, 0, 1, (Command(0, 1, b"x" * 100),))]
+
+
+@pytest.mark.parametrize(("start", "garbage", "trailing"), [
+    (11, b"\xff\xff", 3),  # 2 bytes: the length's last byte and the payload's first
+    (10, b"\xff" * 4, 3),
+    (8, b"\x0a\x3b\x5c\x7d\x99", 500),  # a random-looking length (171 MB) + 1 payload byte
+])
+def test_a_burst_over_a_middle_frames_length_and_payload_is_refused(
+        tmp_path: pathlib.Path, start: int, garbage: bytes, trailing: int) -> None:
+    """A few bytes of the C-accept's frame are garbled: (part of) its length, grown past the
+    end of the file, and its payload's first byte; `trailing` synced records follow. Format
+    version 1 looked for later frames only after the declared end, found none, and cut the
+    frame and every record after it off as a write cut short by a crash."""
+    records = [*BURST_RECORDS, *(ViewRecord(view) for view in range(2, 2 + trailing))]
+    write(tmp_path, records)
+    offsets = frame_offsets(tmp_path)
+    damage(tmp_path, offsets[1] + start, garbage)
+    assert_refused(tmp_path, LogCorrupt, f"offset {offsets[1]}",
+                   f"valid record follows at offset {offsets[2]}")
+
+
+@pytest.mark.parametrize("what", ["length shrunk by one", "length zeroed", "marker flipped"])
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_whole_synced_last_record_with_a_damaged_header_is_refused(
+        tmp_path: pathlib.Path, what: str, version: int) -> None:
+    """The last frame is whole (every payload byte and its checksum intact) but its marker or
+    length is damaged: a synced record, which a tear cannot leave so; it was cut off and
+    reported as never synced."""
+    records = take(4, 5)
+    if version == 1:
+        version_1_log(tmp_path, records)
     else:
-        found = [f"valid record follows at offset {offsets[3]}"]
-    assert_refused(tmp_path, LogCorrupt, f"offset {offsets[2]}", *found, DANGER, "majority")
+        write(tmp_path, records)
+    last = frame_offsets(tmp_path)[-1]
+    length = (tmp_path / LOG_NAME).stat().st_size - last - FRAME_OVERHEAD
+    if what == "length shrunk by one":
+        damage(tmp_path, last + 8, struct.pack(">I", length - 1))
+    elif what == "length zeroed":
+        damage(tmp_path, last + 8, bytes(4))
+    else:
+        damage(tmp_path, last, b"\xc0")
+    assert_refused(tmp_path, LogCorrupt, f"offset {last}", "its marker or length is damaged",
+                   f"a length of {length} bytes")
 
 
 def test_a_length_beyond_the_cap_is_refused_even_at_the_tail(tmp_path: pathlib.Path) -> None:
@@ -220,14 +294,16 @@ def test_a_checksummed_record_that_does_not_decode_is_refused(tmp_path: pathlib.
     path = tmp_path / LOG_NAME
     offset = path.stat().st_size
     with path.open("ab") as file:
-        file.write(raw_frame(b"\x92\x3f\x00"))  # [63, 0]: a CAcceptRecord missing fields
+        file.write(raw_frame(tmp_path, b"\x92\x3f\x00"))  # [63, 0]: a CAcceptRecord missing fields
     assert_refused(tmp_path, LogCorrupt, f"offset {offset}", "does not decode")
 
 
 @pytest.mark.parametrize(("damage", "words"), [
     (lambda data: b"NOTCELLR" + data[8:], ("not a Cellar record log",)),
     (lambda data: data[:13] + bytes([data[13] ^ 1]) + data[14:], ("header's checksum",)),
-    (lambda data: data[:5], ("shorter than its 16-byte header",)),
+    (lambda data: data[:5], ("shorter than any header",)),
+    (lambda data: data[:20] + bytes([data[20] ^ 1]) + data[21:], ("checksum (over its salt)",)),
+    (lambda data: data[:PREFIX_SIZE + SALT_SIZE], ("shorter than its 28-byte header",)),
     (lambda data: b"", ("0 bytes",)),
 ])
 def test_a_bad_header_is_refused(tmp_path: pathlib.Path, damage, words) -> None:
@@ -241,9 +317,49 @@ def test_another_format_version_is_refused(tmp_path: pathlib.Path) -> None:
     write(tmp_path, take(8, 3))
     path = tmp_path / LOG_NAME
     data = path.read_bytes()
-    body = MAGIC + struct.pack(">I", 2)
-    path.write_bytes(body + struct.pack(">I", zlib.crc32(body)) + data[HEADER_SIZE:])
-    assert_refused(tmp_path, LogVersionUnsupported, "version 2", "reads version 1")
+    body = MAGIC + struct.pack(">I", 3)
+    path.write_bytes(body + struct.pack(">I", zlib.crc32(body)) + data[PREFIX_SIZE:])
+    assert_refused(tmp_path, LogVersionUnsupported, "version 3", "reads versions 1 and 2")
+
+
+# --- Format version 1 --------------------------------------------------------------------------
+
+
+def test_a_version_1_log_is_rewritten_in_version_2_as_it_opens(tmp_path: pathlib.Path) -> None:
+    records = take(13, 8)
+    version_1_log(tmp_path, records)
+    with DurableLog.open(tmp_path, create=False) as log:
+        assert log.records() == records
+        assert log.recovery.upgraded_from == 1
+        assert any("from format version 1 in version 2" in line for line in log.recovery.lines())
+        assert log.statistics().size_bytes == (tmp_path / LOG_NAME).stat().st_size
+        log.append([ViewRecord(9)])  # appended to the rewritten file, in its version
+        log.sync()
+    data = (tmp_path / LOG_NAME).read_bytes()
+    assert struct.unpack(">I", data[8:12]) == (2,) and len(salt_of(tmp_path)) == SALT_SIZE
+    assert not (tmp_path / COMPACTING_NAME).exists()
+    with DurableLog.open(tmp_path, create=False) as log:
+        assert log.records() == [*records, ViewRecord(9)]
+        assert log.recovery.lines() == []
+
+
+def test_a_version_1_log_with_a_torn_tail_is_rewritten_without_it(
+        tmp_path: pathlib.Path) -> None:
+    records = take(14, 5)
+    data = version_1_log(tmp_path, records)
+    (tmp_path / LOG_NAME).write_bytes(data[:-3])
+    with DurableLog.open(tmp_path, create=False) as log:
+        assert log.records() == records[:-1]
+        assert log.recovery.upgraded_from == 1 and log.recovery.torn_bytes > 0
+    assert reopen(tmp_path) == records[:-1]
+
+
+def test_a_damaged_version_1_log_is_refused_and_left_as_it_was(tmp_path: pathlib.Path) -> None:
+    version_1_log(tmp_path, take(15, 6))
+    offsets = frame_offsets(tmp_path)
+    damage(tmp_path, offsets[2] + FRAME_OVERHEAD + 1, b"\xff")
+    assert_refused(tmp_path, LogCorrupt, f"offset {offsets[2]}",
+                   f"valid record follows at offset {offsets[3]}")
 
 
 # --- The data directory ------------------------------------------------------------------------
@@ -468,6 +584,23 @@ def test_sync_is_an_fdatasync_and_compaction_fsyncs_file_then_directory(
     assert calls == [("fdatasync", LOG_NAME), ("fsync", COMPACTING_NAME),
                      ("replace", COMPACTING_NAME), ("fsync", tmp_path.name)]
     log.close()
+
+
+def test_every_new_file_has_a_salt_of_its_own(tmp_path: pathlib.Path) -> None:
+    """A created log, and each compaction's new file: frames of one file, or bytes a client
+    chose, are never valid frames of another."""
+    salts = set()
+    for name in ("a", "b"):
+        write(tmp_path / name, [])
+        salts.add(salt_of(tmp_path / name))
+    with DurableLog.open(tmp_path / "a", create=False, compact_after_bytes=1) as log:
+        for slot in range(3):
+            log.append([*accepts(slot * 10, 10, 10), snapshot(slot * 10 + 5, 10)])
+            log.sync()
+            salts.add(salt_of(tmp_path / "a"))
+        assert log.statistics().compactions == 3
+    assert len(salts) == 5 and all(len(salt) == SALT_SIZE for salt in salts)
+    assert reopen(tmp_path / "a")[0] == snapshot(25, 10)
 
 
 def test_an_unfinished_compaction_left_behind_is_removed(tmp_path: pathlib.Path) -> None:

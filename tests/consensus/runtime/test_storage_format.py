@@ -1,15 +1,18 @@
 """Reading the record log's frames: a torn tail is told from damage, whatever the payloads hold.
 
-Goal: a crash mid-append leaves a prefix of a valid log, and every prefix opens by cutting the
-tail, even when the commands in it carry bytes that form valid frames (a client chooses them:
-before, one inside the torn frame made the tear look like damage, and the replica refused to
-restart); a byte flipped anywhere in a frame with valid frames after it is still refused,
-a damaged length included (which the search after the declared end alone would take for a
-tear, dropping the records after it).
+Goal, in both format versions: a crash mid-append leaves a prefix of a valid log, and every
+prefix opens by cutting the tail, even when the commands in it carry bytes that form valid
+version-1 frames (a client chooses them: before, one inside the torn frame made the tear look
+like damage, and the replica refused to restart); a byte flipped anywhere in a frame with valid
+frames after it is still refused, a damaged length included (which the search after the
+declared end alone would take for a tear, dropping the records after it); a last frame that is
+whole but for its marker or length is refused. In version 2, whose checksums start from the
+file's salt, a burst of damage anywhere before the last frame is refused, or changes nothing.
 
 Method: Hypothesis builds logs of C-accept records whose command bodies mix random bytes with
-valid-looking frames (single, or back to back), then cuts them at any byte, or flips any byte
-of any frame but the last; `scan` reads the result as opening does."""
+valid-looking version-1 frames (single, or back to back), then cuts them at any byte, flips any
+byte of any frame but the last, or garbles a run of bytes; `scan` reads the result as opening
+does."""
 
 from __future__ import annotations
 
@@ -29,19 +32,40 @@ from consensus.runtime.crc import crc32_combine
 from consensus.runtime.storage_errors import LogCorrupt
 from consensus.runtime.storage_format import (
     DAMAGE_ENDS_MAX,
+    FRAME_OVERHEAD,
     HEADER_SIZE,
+    MAGIC,
+    PREFIX_SIZE,
     frame,
+    frame_seed,
     header,
     scan,
 )
 
 PATH = pathlib.Path("records.log")
+SALT = bytes.fromhex("5a17c0ffee5a17ed")
 
 
 def fake_frame(payload: bytes) -> bytes:
-    """A valid-looking frame, as any client can put in a command's body."""
+    """A valid-looking frame, as any client can put in a command's body: a valid frame of a
+    version-1 log (whose checksums start from 0, not from a salt)."""
     length = struct.pack(">I", len(payload))
     return b"\xc1rec" + struct.pack(">I", zlib.crc32(length + payload)) + length + payload
+
+
+def header_of(version: int, salt: bytes = SALT) -> bytes:
+    if version == 2:
+        return header(salt)
+    prefix = MAGIC + struct.pack(">I", version)
+    return prefix + struct.pack(">I", zlib.crc32(prefix))
+
+
+def frame_of(payload: bytes, version: int, salt: bytes = SALT) -> bytes:
+    return frame(payload, frame_seed(salt) if version == 2 else 0)
+
+
+def header_size(version: int) -> int:
+    return HEADER_SIZE if version == 2 else PREFIX_SIZE
 
 
 SEGMENTS = st.one_of(
@@ -57,21 +81,31 @@ RECORDS = st.lists(st.one_of(
     st.integers(0, 50).map(lambda view: ViewRecord(view=view))), min_size=1, max_size=6)
 
 
-def log_of(records: list[Record]) -> tuple[bytes, list[int]]:
+def log_of(records: list[Record], version: int = 2,
+           salt: bytes = SALT) -> tuple[bytes, list[int]]:
     """The log's bytes and where each frame starts (the file's size last)."""
-    data, starts = bytearray(header()), []
+    data, starts = bytearray(header_of(version, salt)), []
     for record in records:
         starts.append(len(data))
-        data += frame(encode_record(record))
+        data += frame_of(encode_record(record), version, salt)
     return bytes(data), [*starts, len(data)]
 
 
+def accept(body: bytes) -> bytes:
+    return encode_record(CAcceptRecord(space=0, index=0, ballot=1,
+                                       batch=(Command(0, 1, body),)))
+
+
+VERSIONS = pytest.mark.parametrize("version", [1, 2])
+
+
+@VERSIONS
 @settings(max_examples=200)
-@given(RECORDS, st.data())
-def test_every_prefix_of_a_valid_log_opens_by_cutting_the_tail(records: list[Record],
-                                                               data: st.DataObject) -> None:
-    log, starts = log_of(records)
-    cut = data.draw(st.integers(HEADER_SIZE, len(log)), label="cut")
+@given(records=RECORDS, data=st.data())
+def test_every_prefix_of_a_valid_log_opens_by_cutting_the_tail(
+        version: int, records: list[Record], data: st.DataObject) -> None:
+    log, starts = log_of(records, version)
+    cut = data.draw(st.integers(header_size(version), len(log)), label="cut")
     scanned = scan(log[:cut], PATH)
     whole = [start for start, end in itertools.pairwise(starts) if end <= cut]
     assert [offset for offset, _ in scanned.payloads] == whole
@@ -80,11 +114,12 @@ def test_every_prefix_of_a_valid_log_opens_by_cutting_the_tail(records: list[Rec
     assert bool(scanned.torn) == (cut > torn_at)
 
 
+@VERSIONS
 @settings(max_examples=200)
-@given(RECORDS.filter(lambda records: len(records) >= 2), st.data())
+@given(records=RECORDS.filter(lambda records: len(records) >= 2), data=st.data())
 def test_a_byte_flipped_in_a_frame_with_frames_after_it_is_refused(
-        records: list[Record], data: st.DataObject) -> None:
-    log, starts = log_of(records)
+        version: int, records: list[Record], data: st.DataObject) -> None:
+    log, starts = log_of(records, version)
     damaged = data.draw(st.integers(0, len(records) - 2), label="frame")
     position = data.draw(st.integers(starts[damaged], starts[damaged + 1] - 1), label="byte")
     flipped = bytearray(log)
@@ -94,32 +129,124 @@ def test_a_byte_flipped_in_a_frame_with_frames_after_it_is_refused(
     assert refused.value.offset == starts[damaged]
 
 
-def test_a_torn_frame_full_of_valid_looking_frames_is_cut() -> None:
+@settings(max_examples=300)
+@given(records=RECORDS, salt=st.binary(min_size=8, max_size=8), data=st.data())
+def test_a_garbled_run_of_bytes_before_the_last_frame_is_refused_or_harmless(
+        records: list[Record], salt: bytes, data: st.DataObject) -> None:
+    """Version 2: 1 to 64 bytes anywhere (the header included) overwritten with anything.
+    Unless the run lies wholly inside the last frame (a torn tail's place), the log is refused
+    or reads back whole: never are records before the last frame cut off as a tear. A run that
+    reaches into the last frame from an earlier one looks like an unsynced append of several
+    frames torn by a power loss: then the log may also read back as every frame before the
+    first one the run touches."""
+    log, starts = log_of(records, salt=salt)
+    last = starts[-2]
+    size = data.draw(st.integers(1, 64), label="size")
+    start = data.draw(st.integers(0, max(0, min(last - 1, len(log) - size))), label="start")
+    garbage = data.draw(st.binary(min_size=size, max_size=size), label="garbage")
+    garbled = bytearray(log)
+    garbled[start:start + size] = garbage
+    try:
+        scanned = scan(bytes(garbled), PATH)
+    except LogCorrupt:
+        return
+    payloads = [payload for _, payload in scanned.payloads]
+    every = [encode_record(record) for record in records]
+    if payloads == every:
+        return
+    assert start + size > last, "damage before the last frame was taken for a torn tail"
+    first_touched = max(index for index, offset in enumerate(starts[:-1]) if offset <= start) \
+        if start >= starts[0] else 0
+    assert payloads == every[:first_touched] and scanned.torn
+
+
+@VERSIONS
+def test_a_torn_frame_full_of_valid_looking_frames_is_cut(version: int) -> None:
     """The reviewer's case: a crafted body torn in half opens, as a plain one does."""
-    body = fake_frame(b"\x01") * 40 + b"A" * 4000
-    record = frame(encode_record(CAcceptRecord(space=0, index=0, ballot=1,
-                                               batch=(Command(0, 1, body),))))
-    log = header() + frame(encode_record(ViewRecord(view=1))) + record[:len(record) // 2]
+    record = frame_of(accept(fake_frame(b"\x01") * 40 + b"A" * 4000), version)
+    log = header_of(version) + frame_of(encode_record(ViewRecord(view=1)), version) + \
+        record[:len(record) // 2]
     scanned = scan(log, PATH)
     assert len(scanned.payloads) == 1 and "cut short" in scanned.torn
 
 
-def test_a_last_frame_whole_but_for_its_length_is_refused() -> None:
-    """Its true length ends it at the end of the file: a damaged record, not a tear."""
-    last = bytearray(frame(b"\x92\x01\x02"))
-    last[8:12] = struct.pack(">I", 300)
-    log = header() + frame(encode_record(ViewRecord(view=1))) + bytes(last)
-    with pytest.raises(LogCorrupt, match="its length is damaged"):
+@VERSIONS
+@pytest.mark.parametrize("damage", ["length grown", "length shrunk", "length zeroed",
+                                    "marker"])
+def test_a_last_frame_whole_but_for_its_marker_or_length_is_refused(version: int,
+                                                                    damage: str) -> None:
+    """Every payload byte and the checksum are there: its true length ends it at the end of
+    the file, a damaged record, not a tear (which cannot leave the checksum and payload
+    whole)."""
+    last = bytearray(frame_of(b"\x92\x01\x02", version))
+    if damage == "marker":
+        last[0] ^= 0x01
+    else:
+        last[8:12] = struct.pack(">I", {"length grown": 300, "length shrunk": 2,
+                                       "length zeroed": 0}[damage])
+    log = header_of(version) + frame_of(encode_record(ViewRecord(view=1)), version) + \
+        bytes(last)
+    with pytest.raises(LogCorrupt, match="its marker or length is damaged"):
         scan(log, PATH)
 
 
-def test_too_many_valid_looking_frames_to_judge_are_refused_not_guessed() -> None:
+@pytest.mark.parametrize(("start", "garbage", "trailing"), [
+    (11, b"\xff\xff", 3),  # 2 bytes: the length's last byte and the payload's first
+    (10, b"\xff" * 4, 3),
+    (8, b"\x0a\x3b\x5c\x7d\x99", 500),  # a random-looking length (171 MB) + 1 payload byte
+])
+def test_a_burst_over_a_middle_frames_length_and_payload_is_refused(
+        start: int, garbage: bytes, trailing: int) -> None:
+    """Version 2: a middle frame's length grown past the end of the file and its payload's
+    first byte damaged, valid frames after it. Version 1 looked for later frames only after
+    the declared end, past the file, and found no other length that validates the damaged
+    payload: it cut off the frame and every synced record after it as a torn tail."""
+    records = [ViewRecord(1), CAcceptRecord(0, 0, 1, (Command(0, 1, b"x" * 100),)),
+               *(ViewRecord(view) for view in range(2, 2 + trailing))]
+    log, starts = log_of(records)
+    garbled = bytearray(log)
+    garbled[starts[1] + start:starts[1] + start + len(garbage)] = garbage
+    with pytest.raises(LogCorrupt) as refused:
+        scan(bytes(garbled), PATH)
+    assert refused.value.offset == starts[1]
+    assert f"a valid record follows at offset {starts[2]}" in refused.value.problem
+
+
+def test_frames_a_client_made_are_not_frames_of_a_version_2_log() -> None:
+    """Valid-looking frames in a payload do not validate under the salt: a crafted torn frame
+    full of them is cut (where version 1 cannot tell), and one damaged in its length before
+    such a frame is not taken for a record ending there."""
     body = fake_frame(b"\x01") * (DAMAGE_ENDS_MAX + 1)
-    record = frame(encode_record(CAcceptRecord(space=0, index=0, ballot=1,
-                                               batch=(Command(0, 1, body),))))
-    log = header() + record[:-1]
+    log = header_of(2) + frame_of(accept(body), 2)[:-1]
+    scanned = scan(log, PATH)
+    assert scanned.payloads == [] and "cut short" in scanned.torn
+    inner = frame_of(encode_record(ViewRecord(view=1)), 2, salt=bytes(8))  # another file's
+    assert scan(header_of(2) + inner, PATH).payloads == []
+
+
+def test_too_many_valid_looking_frames_to_judge_are_refused_not_guessed_in_version_1() -> None:
+    body = fake_frame(b"\x01") * (DAMAGE_ENDS_MAX + 1)
+    log = header_of(1) + frame_of(accept(body), 1)[:-1]
     with pytest.raises(LogCorrupt, match="cannot be told"):
         scan(log, PATH)
+
+
+def test_each_header_version_is_read_with_its_salt() -> None:
+    assert scan(header_of(1), PATH).header.seed == 0
+    salted = scan(header_of(2), PATH).header
+    assert (salted.version, salted.salt, salted.size) == (2, SALT, HEADER_SIZE)
+    assert salted.seed == zlib.crc32(SALT)
+    assert FRAME_OVERHEAD == 12 and (PREFIX_SIZE, HEADER_SIZE) == (16, 28)
+
+
+@pytest.mark.parametrize(("damage", "words"), [
+    (lambda data: data[:16] + bytes([data[16] ^ 1]) + data[17:], "checksum (over its salt)"),
+    (lambda data: data[:27], "shorter than its 28-byte header"),
+    (lambda data: data[:15], "shorter than any header"),
+])
+def test_a_damaged_version_2_header_is_refused(damage, words: str) -> None:
+    with pytest.raises(LogCorrupt, match=words.replace("(", r"\(").replace(")", r"\)")):
+        scan(damage(header_of(2) + frame_of(b"\x01", 2)), PATH)
 
 
 @settings(max_examples=100)
