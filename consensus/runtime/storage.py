@@ -13,6 +13,10 @@ rewritten in version 2 as it is opened, the way compaction rewrites one, so ever
 appended is of the current version. A failed write or fsync makes the log refuse every later
 call: the replica must stop.
 
+Creating (`--init`): a log is made only in a directory that was not there or is empty. One
+that holds other files but no log (its lock file, say) is a replica's whose log was lost, and
+a new empty log there would make it forget its promises: it is refused, as without `--init`.
+
 Compaction: once a snapshot record is durable and the file has grown by
 `max(compact_after_bytes, size after the last compaction)` since the last compaction (or since
 it was opened), `sync` rewrites the log as `compact_records(...)` (with a new salt) into
@@ -151,15 +155,19 @@ class DurableLog:
              compact_after_bytes: int = COMPACT_AFTER_BYTES, synced: bool = True) -> DurableLog:
         """Lock `directory`, check and load its log (creating both when `create`).
 
+        `create` makes a log only where there is no directory yet, or an empty one: a directory
+        that holds other files but no log is a replica's whose log was lost, refused as when
+        `create` is not given.
+
         `synced=False` skips the fdatasync of appended records (compaction still syncs): writes
         reach the page cache only, so a power failure can lose acknowledged commands. It exists
         to compare with stores that do not sync; never run a real cluster that way."""
         assert compact_after_bytes > 0
         directory = pathlib.Path(directory)
-        _ensure_directory(directory, create=create)
+        may_create = _prepare_directory(directory, create=create)  # before the lock file
         lock = DirectoryLock.acquire(directory)
         try:
-            records, size, seed, recovery = _load(directory, create=create)
+            records, size, seed, recovery = _load(directory, may_create=may_create)
             fd = _open_for_append(directory / LOG_NAME)
         except BaseException:
             lock.release()
@@ -286,9 +294,25 @@ def _compaction_would_gain(records: list[Record]) -> bool:
 # --- Files -----------------------------------------------------------------------------------
 
 
-def _ensure_directory(directory: pathlib.Path, *, create: bool) -> None:
+def _prepare_directory(directory: pathlib.Path, *, create: bool) -> bool:
+    """Check the data directory before its lock file is made there, creating it when `create`
+    and it is not there; whether a log may be created in it: only when `create` and the
+    directory was not there or is empty. A directory with other files (a lock file, an
+    unfinished compaction) but no log is one whose log was lost: a new empty log there would
+    make the replica forget its promises."""
+    log = directory / LOG_NAME
     if directory.is_dir():
-        return
+        if log.exists():
+            return False
+        if not create:
+            raise DataDirectoryMissing.no_log(directory, log)
+        try:
+            others = sorted(os.listdir(directory))
+        except OSError as error:
+            raise StorageFailed(directory, "listing the data directory", error) from error
+        if others:
+            raise DataDirectoryMissing.no_log_among(directory, log, others)
+        return True
     if directory.exists():
         raise DataDirectoryMissing(directory, f"{directory}: exists but is not a directory. "
                                               "Fix: point the replica at a directory.")
@@ -299,11 +323,12 @@ def _ensure_directory(directory: pathlib.Path, *, create: bool) -> None:
         fsync_directory(directory.parent)
     except OSError as error:
         raise StorageFailed(directory, "creating the data directory", error) from error
+    return True
 
 
 def _load(directory: pathlib.Path, *,
-          create: bool) -> tuple[list[Record], int, int, Recovery]:
-    """Read the log (creating an empty one when asked), cutting off a torn tail and rewriting
+          may_create: bool) -> tuple[list[Record], int, int, Recovery]:
+    """Read the log (creating an empty one when it may), cutting off a torn tail and rewriting
     a log of an older format version; its records, size and frame seed."""
     path = directory / LOG_NAME
     leftover = directory / COMPACTING_NAME
@@ -312,7 +337,7 @@ def _load(directory: pathlib.Path, *,
         _remove(leftover, directory)
     created = not path.exists()
     if created:
-        if not create:
+        if not may_create:
             raise DataDirectoryMissing.no_log(directory, path)
         _replace_file(directory, path, header(new_salt()))
     try:

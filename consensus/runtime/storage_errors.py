@@ -3,7 +3,8 @@
 Every error names the file it is about and the fix, and carries the process exit status the
 command line uses for it (`error.exit_code`, one distinct code per kind, after sysexits.h):
 
-- `DataDirectoryMissing` (66): no data directory, or no log in it, and creating was not asked;
+- `DataDirectoryMissing` (66): no data directory, or no log in it, and creating was not asked
+  (or the directory holds other files, so it is not a new replica's);
 - `DataDirectoryLocked` (75): another process holds the directory's lock;
 - `LogCorrupt` (65): damage a crash cannot explain: a bad header, a bad checksum with valid
   records after it, a length beyond the cap, a checksummed record that does not decode;
@@ -69,6 +70,19 @@ class DataDirectoryMissing(StorageError):
         return cls(log, f"{log}: the data directory {directory} holds no record log. Fix: for "
                         "a new replica, run with --init. If this replica ran here before, its "
                         f"log has been lost; {_DELETING_IS_DANGEROUS}")
+
+    @classmethod
+    def no_log_among(cls, directory: pathlib.Path, log: pathlib.Path,
+                     names: Sequence[str]) -> DataDirectoryMissing:
+        """--init on a directory that is not empty but holds no log: refused, not filled."""
+        shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        return cls(log, f"{log}: the data directory {directory} holds no record log, yet it is "
+                        f"not empty ({shown}), so --init does not create one there: a replica "
+                        "has most likely run here and its log has been lost. Fix: for a new "
+                        "replica, point data_dir at a directory that is empty or does not "
+                        "exist yet (if a first start with --init was cut short before it made "
+                        "the log, empty this directory and start again with --init). "
+                        f"{_DELETING_IS_DANGEROUS}")
 
 
 class DataDirectoryLocked(StorageError):

@@ -1,9 +1,9 @@
 """The durable record log on real files: records round-trip; a torn tail is cut off and
 reported; damage anywhere else, a whole last record with a damaged header, a bad header or
 another format version is refused with the file and offset named and nothing changed; a
-version-1 log is rewritten in version 2 as it opens; the directory lock keeps a second opener
-out; a failed write or fsync stops the log for good; compaction keeps a log that replays to
-the same replica, under a new salt.
+version-1 log is rewritten in version 2 as it opens; creating never replaces a lost log; the
+directory lock keeps a second opener out; a failed write or fsync stops the log for good;
+compaction keeps a log that replays to the same replica, under a new salt.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from consensus.runtime.storage_format import (
     frame,
     scan,
 )
-from consensus.runtime.storage_lock import DirectoryLock
+from consensus.runtime.storage_lock import LOCK_NAME, DirectoryLock
 from jepsen.sim.options import SimOptions
 from jepsen.sim.runner import build
 from tests.consensus.runtime.workload import take
@@ -156,6 +156,50 @@ def test_create_makes_nested_directories_and_an_empty_log(tmp_path: pathlib.Path
     with DurableLog.open(directory, create=True) as log:  # create on an existing log: opens
         assert not log.recovery.created
         assert log.recovery.lines() == []
+
+
+def test_create_makes_a_log_in_an_empty_directory(tmp_path: pathlib.Path) -> None:
+    with DurableLog.open(tmp_path, create=True) as log:  # tmp_path exists, empty
+        assert log.recovery.created
+    assert sorted(path.name for path in tmp_path.iterdir()) == [LOCK_NAME, LOG_NAME]
+
+
+@pytest.mark.parametrize("left", [[LOCK_NAME], [COMPACTING_NAME], [LOCK_NAME, COMPACTING_NAME],
+                                  ["lost+found"]])
+def test_create_does_not_replace_a_lost_log_in_a_used_directory(tmp_path: pathlib.Path,
+                                                                left: list[str]) -> None:
+    """`--init` on a directory that holds files but no log (a replica ran there: its lock
+    file is left; or an unfinished compaction is) is refused, not given a new empty log that
+    would make the replica forget its promises; the refusal itself adds no lock file."""
+    for name in left:
+        (tmp_path / name).write_bytes(b"")
+    with pytest.raises(DataDirectoryMissing) as raised, \
+            DurableLog.open(tmp_path, create=True) as log:
+        pytest.fail(f"opened a new empty log: {log.recovery.lines()}")
+    message = str(raised.value)
+    assert raised.value.exit_code == 66 and raised.value.path == tmp_path / LOG_NAME
+    assert all(name in message for name in left) and "not empty" in message, message
+    assert DANGER in message
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted(left)
+
+
+def test_create_does_not_replace_the_log_a_replica_wrote(tmp_path: pathlib.Path) -> None:
+    write(tmp_path, [ViewRecord(1)])
+    (tmp_path / LOG_NAME).unlink()
+    with pytest.raises(DataDirectoryMissing, match="holds no record log, yet it is not empty"):
+        DurableLog.open(tmp_path, create=True)
+    assert not (tmp_path / LOG_NAME).exists()
+
+
+def test_a_refused_open_without_create_leaves_an_empty_directory_empty(
+        tmp_path: pathlib.Path) -> None:
+    """Run without --init on a new replica's empty directory: refused, and --init then works
+    (a lock file left behind would make it look used)."""
+    with pytest.raises(DataDirectoryMissing, match="--init"):
+        DurableLog.open(tmp_path, create=False)
+    assert list(tmp_path.iterdir()) == []
+    with DurableLog.open(tmp_path, create=True) as log:
+        assert log.recovery.created
 
 
 # --- Torn tails --------------------------------------------------------------------------------
