@@ -6,12 +6,13 @@ restarted replica replays (`Replica.restore`). Every call blocks: the driver run
 worker thread, one at a time (the log is not thread-safe).
 
 The data directory holds `records.log` (format: `consensus.runtime.storage_format`) and
-`cellar.lock` (`consensus.runtime.storage_lock`). Opening takes the lock, reads and checks the
-whole log, cuts off a torn tail (reported in `Recovery.lines()` and the log), and refuses
-anything else that is wrong (`consensus.runtime.storage_errors`). A log of format version 1 is
-rewritten in version 2 as it is opened, the way compaction rewrites one, so every frame
-appended is of the current version. A failed write or fsync makes the log refuse every later
-call: the replica must stop.
+`cellar.lock` (`consensus.runtime.storage_lock`). Opening takes the lock, fdatasyncs the log
+(what a process killed before its fdatasync wrote is made durable before it is replayed as
+durable), reads and checks the whole log, cuts off a torn tail (reported in `Recovery.lines()`
+and the log), and refuses anything else that is wrong (`consensus.runtime.storage_errors`). A
+log of format version 1 is rewritten in version 2 as it is opened, the way compaction rewrites
+one, so every frame appended is of the current version. A failed write or fsync makes the log
+refuse every later call: the replica must stop.
 
 Creating (`--init`): a log is made only in a directory that was not there or is empty. One
 that holds other files but no log (its lock file, say) is a replica's whose log was lost, and
@@ -340,6 +341,10 @@ def _load(directory: pathlib.Path, *,
         if not may_create:
             raise DataDirectoryMissing.no_log(directory, path)
         _replace_file(directory, path, header(new_salt()))
+    # A process killed between its write and its fdatasync leaves records in the page cache
+    # only: make them durable before replaying them as durable (a sync after the replay could
+    # come too late, the replica having acted on them).
+    _datasync_path(path)
     try:
         data = path.read_bytes()
     except OSError as error:
@@ -412,6 +417,17 @@ def _remove(path: pathlib.Path, directory: pathlib.Path) -> None:
         fsync_directory(directory)
     except OSError as error:
         raise StorageFailed(path, "removing an unfinished compaction", error) from error
+
+
+def _datasync_path(path: pathlib.Path) -> None:
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            _datasync(fd)
+        finally:
+            os.close(fd)
+    except OSError as error:
+        raise StorageFailed(path, "fdatasync before reading the log", error) from error
 
 
 def _datasync(fd: int) -> None:

@@ -630,6 +630,45 @@ def test_sync_is_an_fdatasync_and_compaction_fsyncs_file_then_directory(
     log.close()
 
 
+@pytest.mark.skipif(not pathlib.Path("/proc/self/fd").is_dir(), reason="needs /proc (Linux)")
+def test_opening_fdatasyncs_the_log_before_reading_it(tmp_path: pathlib.Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a process killed between its write and its fdatasync left in the page cache is
+    made durable before it is replayed as durable."""
+    write(tmp_path, [ViewRecord(1)])
+    events: list[tuple[str, str]] = []
+    fdatasync, read_bytes = os.fdatasync, pathlib.Path.read_bytes
+
+    def spy_sync(fd: int) -> None:
+        events.append(("fdatasync", pathlib.Path(os.readlink(f"/proc/self/fd/{fd}")).name))
+        fdatasync(fd)
+
+    def spy_read(path: pathlib.Path) -> bytes:
+        events.append(("read", path.name))
+        return read_bytes(path)
+
+    monkeypatch.setattr(os, "fdatasync", spy_sync)
+    monkeypatch.setattr(pathlib.Path, "read_bytes", spy_read)
+    assert reopen(tmp_path) == [ViewRecord(1)]
+    assert events == [("fdatasync", LOG_NAME), ("read", LOG_NAME)]
+
+
+def test_a_failed_fdatasync_at_open_is_refused(tmp_path: pathlib.Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    write(tmp_path, [ViewRecord(1)])
+
+    def failing(fd: int) -> None:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(os, "fdatasync", failing)
+    with pytest.raises(StorageFailed) as raised:
+        DurableLog.open(tmp_path, create=False)
+    assert "fdatasync before reading the log failed" in str(raised.value)
+    assert raised.value.path == tmp_path / LOG_NAME
+    monkeypatch.undo()
+    DirectoryLock.acquire(tmp_path).release()  # the refusal released the lock
+
+
 def test_every_new_file_has_a_salt_of_its_own(tmp_path: pathlib.Path) -> None:
     """A created log, and each compaction's new file: frames of one file, or bytes a client
     chose, are never valid frames of another."""
@@ -669,9 +708,9 @@ def test_an_unsynced_log_writes_without_fdatasync_and_still_reopens(
     """`synced=False` (benchmarks against stores that do not sync): records reach the file,
     and a clean reopen finds them, but no fdatasync is ever asked for on the appends."""
     calls: list[int] = []
-    monkeypatch.setattr(os, "fdatasync", calls.append)
     records = [ViewRecord(1), ViewRecord(2)]
-    with DurableLog.open(tmp_path, create=True, synced=False) as log:
+    with DurableLog.open(tmp_path, create=True, synced=False) as log:  # (opening does sync)
+        monkeypatch.setattr(os, "fdatasync", calls.append)
         log.append(records)
         log.sync()
     assert calls == []
