@@ -134,16 +134,22 @@ class ReplicaProcess:
         self.replica = replica
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = layout.directory / f"replica-{replica}.log"
+        self.started_before = False
 
     def start(self) -> None:
+        """Start the replica: with --init the first time only, as an operator would, so a
+        restart whose log is gone is refused rather than begun afresh with no promises."""
         command = [sys.executable, "-m", "cellar", "replica", "--config",
-                   str(self.layout.config_path(self.replica)), "--init"]
+                   str(self.layout.config_path(self.replica))]
+        if not self.started_before:
+            command.append("--init")
         log = self.log_path.open("ab")
         environment = {**os.environ, "PYTHONUNBUFFERED": "1"}
         self.process = subprocess.Popen(bound_to_parent(command), stdout=log,  # noqa: S603
                                         stderr=subprocess.STDOUT, env=environment,
                                         cwd=self.layout.directory)
         log.close()
+        self.started_before = True
 
     @property
     def running(self) -> bool:

@@ -43,7 +43,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=pathlib.Path, required=True,
                         help="the replica's TOML configuration")
     parser.add_argument("--init", action="store_true",
-                        help="create the data directory if it does not exist yet")
+                        help="a new replica's first start: create the data directory and "
+                             "an empty log (only where the directory does not exist yet or "
+                             "is empty)")
     add_logging_arguments(parser)
     parser.set_defaults(handler=run)
 

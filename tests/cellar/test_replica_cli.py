@@ -1,13 +1,15 @@
 """`cellar replica` (and `cellar agent`'s TLS check): a storage failure while it runs ends it with
 the storage error's own exit status and message, though the error is raised deep inside the
 node's task groups; bad TLS material or a port in use ends it with a message and an exit status
-of its own, never a traceback out of the event loop."""
+of its own, never a traceback out of the event loop; `--init` never replaces a lost log, and the
+local cluster passes it on a replica's first start only."""
 
 from __future__ import annotations
 
 import errno
 import pathlib
 import socket
+import subprocess
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -19,8 +21,14 @@ from anyio.abc import TaskStatus
 from cellar import agent_cli, replica_cli
 from cellar.cli import main
 from cellar.daemon_process import EXIT_CONFIG, EXIT_UNAVAILABLE
-from cellar.local_cluster import HOST, AgentProcess, Layout
-from consensus.runtime.storage_errors import EXIT_STORAGE_FAILED, StorageFailed
+from cellar.local_cluster import HOST, AgentProcess, Layout, ReplicaProcess
+from consensus.runtime.storage import LOG_NAME
+from consensus.runtime.storage_errors import (
+    EXIT_DATA_DIRECTORY_MISSING,
+    EXIT_STORAGE_FAILED,
+    StorageFailed,
+)
+from consensus.runtime.storage_lock import LOCK_NAME
 
 
 class FailingNode:
@@ -62,6 +70,40 @@ def test_a_failed_sync_exits_with_the_storage_status(
     error = capsys.readouterr().err
     assert error.startswith(f"cellar replica: {layout.data_dir(0) / 'log'}: fdatasync failed")
     assert "Traceback" not in error
+
+
+def test_init_on_a_used_directory_whose_log_is_gone_is_refused(
+        tmp_path: pathlib.Path, quiet_cli: None, capsys: pytest.CaptureFixture[str]) -> None:
+    layout = Layout(tmp_path / "cluster", 3, insecure=True, loop="asyncio")
+    layout.write()
+    layout.data_dir(0).mkdir()
+    (layout.data_dir(0) / LOCK_NAME).write_text("4242\n")  # a replica ran here
+    assert main(["replica", "--config", str(layout.config_path(0)), "--init"]) == \
+        EXIT_DATA_DIRECTORY_MISSING
+    error = capsys.readouterr().err
+    assert error.startswith(f"cellar replica: {layout.data_dir(0) / LOG_NAME}: the data "
+                            "directory") and "not empty (cellar.lock)" in error
+    assert not (layout.data_dir(0) / LOG_NAME).exists()
+
+
+def test_a_local_replica_is_started_with_init_the_first_time_only(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Restarts (a crash fault, `cellar dev`'s failover) go without --init, as an operator's
+    do: a restart whose log is gone is refused, not begun afresh."""
+    commands: list[list[str]] = []
+
+    class Started:
+        def __init__(self, command: list[str], **kwargs: Any) -> None:
+            commands.append(command)
+
+    monkeypatch.setattr(subprocess, "Popen", Started)
+    layout = Layout(tmp_path / "cluster", 3, insecure=True)
+    layout.directory.mkdir(parents=True)
+    process = ReplicaProcess(layout, 1)
+    process.start()
+    process.start()
+    assert ["--init" in command for command in commands] == [True, False]
+    assert all(str(layout.config_path(1)) in command for command in commands)
 
 
 def tls_layout(tmp_path: pathlib.Path) -> Layout:
