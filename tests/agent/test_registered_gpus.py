@@ -10,9 +10,9 @@ import pathlib
 
 import pytest
 
-from agent import registered_gpus
 from agent.gpu import DeviceInfo
 from agent.registered_gpus import FILE_BYTES_MAX, FILE_NAME, RegisteredGpus, encode
+from consensus.runtime.durable_file import replace_file
 
 
 def device(uuid: str, index: int) -> DeviceInfo:
@@ -98,15 +98,14 @@ def test_a_write_that_failed_is_tried_again_at_the_next_registration(
     """The disk was full when a swapped board was registered: the next registration of the
     same GPUs writes the file, so a restarted agent does not register the old board."""
     gpus = registered(tmp_path, device("a", 0), device("b", 1))
-    written = registered_gpus.replace_file
 
     def disk_full(path: pathlib.Path, data: bytes) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
     swapped = (device("a", 0), device("new", 1))
-    monkeypatch.setattr(registered_gpus, "replace_file", disk_full)
+    monkeypatch.setattr("agent.registered_gpus.replace_file", disk_full)
     gpus.remember(swapped)
-    monkeypatch.setattr(registered_gpus, "replace_file", written)
+    monkeypatch.setattr("agent.registered_gpus.replace_file", replace_file)
     gpus.remember(swapped)
     assert RegisteredGpus(tmp_path).by_uuid == {gpu.uuid: gpu for gpu in swapped}
 
