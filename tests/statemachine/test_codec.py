@@ -1,6 +1,6 @@
-"""The command, spec and reply codecs: every command round-trips, and every malformed body is
-refused with the right code and a message naming the field; random input never raises anything
-but the decode error."""
+"""The command, spec, query and reply codecs: every command round-trips, and every malformed
+body is refused with the right code and a message naming the field; random input, and input
+near a valid encoding, never raises anything but the decode error."""
 
 from __future__ import annotations
 
@@ -36,6 +36,7 @@ from statemachine.commands import (
     Uncordon,
 )
 from statemachine.errors import Code, Rejection
+from statemachine.query_codec import decode_answer, decode_query, encode_answer, encode_query
 from statemachine.record_codec import DecodeError
 from statemachine.result_codec import decode_result, encode_result
 from statemachine.results import (
@@ -51,6 +52,7 @@ from statemachine.results import (
     Result,
 )
 from statemachine.spec import PolicySpec
+from tests.decoding import FUZZ, near, raises_only
 from tests.statemachine.builders import gang, inventory, rack_spec, vc
 
 EXAMPLES: list[Command] = [
@@ -223,3 +225,63 @@ def test_the_spec_keeps_its_tenants_in_order() -> None:
     spec = rack_spec(quota=(vc("z", ("A100-RACK", "A100-NODE", 1)), vc("a")))
     decoded = decode_command(encode_command(ApplyConfig(expected_version=0, spec=spec)))
     assert isinstance(decoded, ApplyConfig) and decoded.spec == spec
+
+
+@pytest.mark.parametrize("reply", [
+    {"ok": True, "type": "config_applied", "version": 2, "downgraded": None, "requeued": []},
+    {"ok": True, "type": "pod_bound", "group": "g", "member": 0, "index": 1, "pod_uid": "p",
+     "node": "n0", "gpu_uuids": ["GPU-1"], "env": None},
+    {"ok": True, "type": "pod_bound", "group": "g", "member": 0, "index": 1, "pod_uid": "p",
+     "node": "n0", "gpu_uuids": ["GPU-1"], "env": [["A"]]},
+    {"ok": True, "type": "node_registered", "node": "n0", "incarnation": 1, "pods": [7]},
+    {"ok": True, "type": "group_status", "group": "g", "vc": "a", "phase": "nope",
+     "priority": 0, "effective_priority": 0, "chain": "", "pods": [], "victims": [],
+     "evicting": "", "why_pending": "", "failures": []},
+    {"ok": True, "type": "no_such_result"},
+    {"ok": True, "type": ["not", "a", "name"]},
+], ids=["downgraded_none", "env_none", "env_pair_short", "pods_int", "phase_unknown",
+        "type_unknown", "type_not_text"])
+def test_a_malformed_reply_is_a_decode_error(reply: dict[str, Any]) -> None:
+    """A client (the agent, a scheduler, the CLI) decodes every reply its store hands back
+    (statemachine/store.py): a reply of another shape, from a replica of another version or
+    corrupted, had raised TypeError or KeyError out of the nested fields."""
+    with pytest.raises(DecodeError) as refused:
+        decode_result(pack(reply))
+    assert refused.value.rejection.code is Code.MALFORMED
+
+
+# --- fuzzing: inputs near valid encodings give only the decode error ---------------------------
+
+QUERIES = [encode_query("group", group="g"),
+           encode_query("groups", vc="", phase="", after="", limit=5),
+           encode_query("nodes", after="", limit=5), encode_query("node", node="n0"),
+           encode_query("effects", after=0, node="n0", limit=5),
+           encode_query("effects", after=0, node=None, limit=5),
+           encode_query("cluster"), encode_query("stats")]
+
+
+@FUZZ
+@given(near(st.sampled_from(EXAMPLES).map(encode_command)))
+def test_inputs_near_a_command_only_ever_give_a_decode_error(data: bytes) -> None:
+    raises_only(decode_command, data, DecodeError)
+
+
+@FUZZ
+@given(near(st.sampled_from(QUERIES)))
+def test_inputs_near_a_query_only_ever_give_a_decode_error(data: bytes) -> None:
+    raises_only(decode_query, data, DecodeError)
+
+
+@FUZZ
+@given(near(st.sampled_from(RESULTS).map(encode_result)))
+def test_inputs_near_a_reply_only_ever_give_a_decode_error(data: bytes) -> None:
+    raises_only(decode_result, data, DecodeError)
+
+
+@FUZZ
+@given(near(st.sampled_from([
+    encode_answer({"type": "node", "node": {"node": "n0"}}),
+    encode_answer(Rejection(code=Code.MALFORMED, message="m"))])))
+def test_inputs_near_an_answer_only_ever_give_its_refusals(data: bytes) -> None:
+    """decode_answer refuses with DecodeError, or ValueError for a map without `ok`."""
+    raises_only(decode_answer, data, DecodeError, ValueError)
