@@ -36,6 +36,7 @@ from consensus.messages import (
     check_message,
 )
 from consensus.records import RECORD_TYPES, Record
+from tests.decoding import FUZZ, near, raises_only
 
 REPLICAS = 5
 _NEGATIVE_OK = {"max_index", "c_max_index", "values", "o_values", "value", "executed_upto"}
@@ -177,3 +178,21 @@ def test_a_failed_pack_leaves_the_shared_packer_clean_on_every_thread() -> None:
     worker.start()
     worker.join()
     assert results == [msgpack.packb({"k": [2, b"z"]}, use_bin_type=True)]
+
+
+@pytest.mark.parametrize(("decode", "valid"), [
+    (decode_messages, st.lists(any_message, max_size=3).map(encode_messages)),
+    (decode_message, any_message.map(encode_message)),
+    (decode_record, any_record.map(encode_record)),
+], ids=["messages", "message", "record"])
+def test_inputs_near_a_valid_encoding_are_only_ever_refused(
+        decode: typing.Callable[[bytes], object], valid: st.SearchStrategy[bytes]) -> None:
+    """Random bytes, valid frames and records with bytes changed, and valid ones with a node of
+    their msgpack tree replaced: InvalidMessage, or a value, never another exception (a peer's
+    frame that raised anything else would stop the replica)."""
+    @FUZZ
+    @given(near(valid))
+    def check(data: bytes) -> None:
+        raises_only(decode, data, InvalidMessage)
+
+    check()

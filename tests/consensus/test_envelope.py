@@ -25,7 +25,7 @@ from consensus.validation import (
     expect_list,
     expect_str,
 )
-from tests.decoding import one_field_changed, outcome
+from tests.decoding import FUZZ, near, one_field_changed, outcome, raises_only
 
 envelopes = st.builds(
     Envelope,
@@ -139,3 +139,9 @@ envelope_fields = st.one_of(
 @example([1, "admin", "a", "s" * (SESSION_LENGTH_MAX + 1), 0, 0, b""])
 def test_the_inline_checks_decide_as_the_field_by_field_ones(raw: list[object]) -> None:
     assert outcome(lambda: decode_envelope(pack(raw))) == outcome(lambda: checked_envelope(raw))
+
+
+@FUZZ
+@given(near(envelopes.map(encode_envelope)))
+def test_inputs_near_an_envelope_are_only_ever_refused(data: bytes) -> None:
+    raises_only(decode_envelope, data, InvalidMessage)

@@ -24,12 +24,14 @@ from consensus.runtime.client_codec import (
     _checked_response,
     decode_request,
     decode_response,
+    decode_status,
     encode_ok,
     encode_request,
     encode_response,
+    encode_status,
     request_id_of,
 )
-from tests.decoding import one_field_changed, outcome
+from tests.decoding import FUZZ, near, one_field_changed, outcome, raises_only
 
 ids = st.integers(0, 2**63 - 1)
 timeouts = st.integers(0, TIMEOUT_MS_MAX)
@@ -122,3 +124,24 @@ def test_the_id_of_a_request_that_does_not_decode(data: bytes, request_id: int) 
     with pytest.raises(InvalidMessage):
         decode_request(data)
     assert request_id_of(data) == request_id
+
+
+@FUZZ
+@given(near(requests.map(encode_request)))
+def test_inputs_near_a_request_are_only_ever_refused(data: bytes) -> None:
+    """A client's request frame gives a Request or InvalidMessage (answered BAD_REQUEST), and
+    its id is read back or 0: never another exception in the server's reader."""
+    raises_only(decode_request, data, InvalidMessage)
+    assert 0 <= request_id_of(data) <= 2**63 - 1
+
+
+@FUZZ
+@given(near(responses.map(encode_response)))
+def test_inputs_near_a_response_are_only_ever_refused(data: bytes) -> None:
+    raises_only(decode_response, data, InvalidMessage)
+    raises_only(decode_status, data, InvalidMessage)
+
+
+def test_a_status_round_trips() -> None:
+    assert decode_status(encode_status({"view": 1, "counters": {"a": 2}})) == {
+        "view": 1, "counters": {"a": 2}}

@@ -234,3 +234,20 @@ async def test_a_framed_connection_round_trips_and_counts() -> None:
         assert [await connection.receive() for _ in range(3)] == [b"one", b"two", b"three"]
         await connection.aclose()
     assert (metrics[FRAMES_SENT], metrics[WRITES], metrics[FRAMES_RECEIVED]) == (3, 2, 3)
+
+
+@given(st.lists(st.binary(max_size=64), max_size=20), st.integers(1, 64))
+def test_any_stream_gives_frames_within_the_cap_or_frame_too_large(chunks: list[bytes],
+                                                                   cap: int) -> None:
+    """Whatever bytes a peer or client sends, the decoder hands out frames within its cap and
+    holds at most a frame, its header and the last chunk, or refuses with FrameTooLarge."""
+    decoder = FrameDecoder(frame_bytes_max=cap)
+    try:
+        for chunk in chunks:
+            decoder.feed(chunk)
+            for frame in decoder.take_frames():
+                assert len(frame) <= cap
+            assert decoder.buffered_bytes <= cap + HEADER.size + len(chunk)
+            assert decoder.bytes_wanted() >= 1
+    except FrameTooLarge:
+        pass
