@@ -42,6 +42,8 @@ class QueryGate(Protocol):
     server asks the gate before a read or watch goes to the driver."""
 
     def check_query(self, principal: Principal, query: bytes) -> str | None:
-        """None if `principal` may ask `query`, else why not. A query that does not decode
-        passes: the machine answers it with its own error."""
+        """None if `principal` may ask `query`, else why not (answered REFUSED). Raises
+        InvalidMessage, with the reason, for a query that does not decode (answered
+        BAD_REQUEST): a watch of one would hold its bytes at the replica for its whole wait
+        (up to ten minutes) only to be answered with the machine's error."""
         ...

@@ -5,8 +5,9 @@ envelope (the runtime vouches for the principal and stamped the time), answers a
 from the cache, decodes the body, hands the typed command to `statemachine.apply` (which
 authorizes, clamps time and applies atomically), expires sessions after a Tick, caches the
 reply and returns it. Nothing a client sends can make it raise: every bad input is a rejection
-reply. `query` answers read-only queries; `snapshot`, `restore` and `digest` cover the whole
-replicated state, sessions and applied index included.
+reply. `check_query` is the server's gate for queries: it refuses a query that does not
+decode, and one its principal may not ask. `query` answers read-only queries; `snapshot`,
+`restore` and `digest` cover the whole replicated state, sessions and applied index included.
 """
 
 from __future__ import annotations
@@ -71,11 +72,13 @@ class Machine:
         return result
 
     def check_query(self, principal: Principal, query: bytes) -> str | None:
-        """Implements consensus.state_machine.QueryGate."""
+        """Implements consensus.state_machine.QueryGate: InvalidMessage, with the decoder's
+        reason, for a query that does not decode (a watch of one would hold its bytes at the
+        replica for its whole wait only to be answered MALFORMED)."""
         try:
             decoded = decode_query(query)
-        except DecodeError:
-            return None  # `query` answers it with the reason
+        except DecodeError as error:
+            raise InvalidMessage(f"not a query: {error.rejection.message}") from error
         return query_refusal(decoded, principal)
 
     def query(self, query: bytes) -> bytes:

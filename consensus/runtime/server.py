@@ -14,7 +14,8 @@ answer (and its permit) came back at once while the command stayed queued in the
 connection could queue commands without bound (the driver's byte budget now bounds that too).
 
 A state machine that gates queries (`consensus.state_machine.QueryGate`) is asked before a read
-or watch goes to the driver: one it refuses is answered REFUSED with its reason, and counted.
+or watch goes to the driver: one it refuses is answered REFUSED with its reason, and counted;
+one that does not decode is answered BAD_REQUEST, and counted as a bad request.
 
 Permits bound how many answers wait for a client, not their bytes. While more than
 ANSWERS_QUEUED_BYTES_MAX of them wait unwritten, the server takes no new request from it; a
@@ -139,7 +140,12 @@ class ClientServer:
         """Whether the state machine's gate lets `principal` ask it; if not, answered so."""
         if self._check_query is None:
             return True
-        refused = self._check_query(principal, query.query)
+        try:
+            refused = self._check_query(principal, query.query)
+        except InvalidMessage as error:  # not a query at all
+            self._driver.metrics.count("server.bad_requests")
+            answers.error(query.request_id, Code.BAD_REQUEST, error.reason)
+            return False
         if refused is None:
             return True
         self._driver.metrics.count("server.queries_refused")

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from consensus.codec import pack
 from consensus.envelope import Principal, Role
+from consensus.errors import InvalidMessage
 from statemachine.commands import (
     AckPodStarted,
     ApplyConfig,
@@ -104,4 +106,21 @@ def test_a_node_agent_asks_only_about_its_own_node(kind: str, fields: dict[str, 
         assert why is not None and "node:n0" in why and "'n0'" in why
     for role in (Role.ADMIN, Role.SCHEDULER):
         assert machine.check_query(Principal(role, "ops"), query) is None
-    assert machine.check_query(NODE_N0, b"\xc1 not a query") is None  # `query` answers it
+
+
+@pytest.mark.parametrize("principal", [NODE_N0, Principal(Role.ADMIN, "ops")])
+@pytest.mark.parametrize(("query", "reason"), [
+    (b"\xc1 not a query", "query: "),
+    (b"\xc0" * 4096, "query: "),
+    (encode_query("node", node="n0", extra=1), "node: unknown field 'extra'"),
+    (pack({"v": 99, "type": "node", "node": "n0"}), "query.v: 99"),
+], ids=["not_msgpack", "junk", "unknown_field", "other_version"])
+def test_a_query_that_does_not_decode_is_refused_by_the_gate(principal: Principal,
+                                                              query: bytes,
+                                                              reason: str) -> None:
+    """It had been let through for `query` to answer MALFORMED: a watch of such a query (a
+    megabyte of junk) waited with its bytes held at the replica for up to ten minutes. The
+    server answers it BAD_REQUEST with the reason."""
+    with pytest.raises(InvalidMessage) as refused:
+        Machine().check_query(principal, query)
+    assert refused.value.reason.startswith("not a query: ") and reason in refused.value.reason

@@ -158,7 +158,9 @@ async def test_a_request_every_replica_refuses_is_rejected_at_once() -> None:
 
 async def test_a_query_the_gate_refuses_is_answered_refused_and_raised_forbidden() -> None:
     """The state machine's gate is asked before a read or a watch goes to the driver; the
-    client raises Forbidden at once, and the connection goes on."""
+    client raises Forbidden at once, and the connection goes on. A query the gate finds is
+    not one at all is answered BAD_REQUEST (the client raises Rejected) at once, however
+    long a watch of it asked to wait: it had waited out the wait holding its bytes."""
     replica = Replica(ReplicaConfig(replica_id=0, replica_count=3), Prng(1))
     driver = Driver(replica, MemoryStore(), SessionKv(), lambda peer, frame: True, Metrics(),
                     config=DriverConfig(tick_ms=5))
@@ -166,6 +168,8 @@ async def test_a_query_the_gate_refuses_is_answered_refused_and_raised_forbidden
 
     def gate(principal: Principal, query: bytes) -> str | None:
         asked.append((str(principal), query))
+        if query == b"junk":
+            raise InvalidMessage("not a query: junk")
         return "not for you" if query == b"secret" else None
 
     server = ClientServer(driver, check_query=gate)
@@ -184,11 +188,14 @@ async def test_a_query_the_gate_refuses_is_answered_refused_and_raised_forbidden
                     await client.read(b"secret")
                 with pytest.raises(Forbidden, match="not for you"):
                     await client.watch(b"secret", -1, wait_s=0)
+                with anyio.fail_after(2), pytest.raises(Rejected, match="not a query: junk"):
+                    await client.watch(b"junk", 1 << 40, wait_s=60)
                 answer, _ = await client.watch(encode_get("k"), -1, wait_s=0)  # let through
                 assert decode_reply(answer) == (True, None)  # no such key yet
             node.cancel_scope.cancel()
     assert driver.metrics.counter("server.queries_refused") == 2
-    assert asked[0] == ("admin:insecure-dev", b"secret") and len(asked) == 3
+    assert driver.metrics.counter("server.bad_requests") == 1
+    assert asked[0] == ("admin:insecure-dev", b"secret") and len(asked) == 4
 
 
 async def test_a_client_that_stops_reading_is_dropped_once_its_answers_pile_up(
