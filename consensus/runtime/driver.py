@@ -28,8 +28,11 @@ the page cache is unknown, and continuing could lose what was acknowledged.
 
 Client commands are bounded in bytes as well as in count: `proposal_bytes_max` caps the bytes
 of commands submitted and not yet executed, covered by a snapshot or refused, however long their
-clients wait (consensus/runtime/proposal_budget.py), and reads' and watches' queries until
-answered; past it a submit or a watch is answered Overloaded.
+clients wait (consensus/runtime/proposal_budget.py), and reads' queries until answered; past it
+a submit or a read is answered Overloaded. Watches, which may wait minutes, have a budget of
+their own, `watch_bytes_max`, with a share for each principal (consensus/runtime/
+watch_budget.py): one client's watches had held the budget commands share, and every other
+client's commands were refused.
 
 Clients' commands and reads take at most half of the input queue's `inputs_max` places; past
 that they are answered Overloaded (nothing proposed: safe to retry), and peers' frames keep the
@@ -43,7 +46,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -64,6 +67,7 @@ from consensus.runtime.inbox import Inbox
 from consensus.runtime.message_frames import frames_of
 from consensus.runtime.metrics import Metrics
 from consensus.runtime.proposal_budget import ProposalBudget
+from consensus.runtime.watch_budget import WATCH_BYTES_MAX, WatchBudget
 from consensus.state_machine import StateMachine
 
 CATCH_UP_EVERY_INPUTS = 64  # inputs taken between two looks at the clock
@@ -114,6 +118,8 @@ class DriverConfig:
     frame_bytes_max: int = MESSAGE_BYTES_MAX // 4
     # Bytes of client commands submitted and not yet executed (module docstring)
     proposal_bytes_max: int = PROPOSAL_BYTES_MAX
+    # Bytes of watches' queries while they wait, a budget of their own (module docstring)
+    watch_bytes_max: int = WATCH_BYTES_MAX
     # Under load (the loop took several inputs at once), append and sync in a worker thread,
     # so the loop keeps serving the network meanwhile and the next Ready gathers a bigger
     # batch; a lone input is persisted right here, sparing two thread hand-offs of latency,
@@ -124,7 +130,7 @@ class DriverConfig:
 
     def __post_init__(self) -> None:
         for name in ("tick_ms", "idle_wake_ticks", "inputs_max", "inputs_bytes_max",
-                     "drain_max", "proposal_bytes_max"):
+                     "drain_max", "proposal_bytes_max", "watch_bytes_max"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
 
@@ -170,6 +176,7 @@ class Driver:
         self._client_inputs_max = max(1, config.inputs_max // 2)  # module docstring
         self._proposals: dict[int, _Callback] = {}
         self._budget = ProposalBudget(config.proposal_bytes_max)
+        self._watches = WatchBudget(config.watch_bytes_max)
         self._reads: dict[int, tuple[bytes, _Callback]] = {}
         self._deadlines: ExpiryHeap[tuple[str, int]] = ExpiryHeap(self._still_waiting)
         self._read_ids = 0
@@ -251,30 +258,38 @@ class Driver:
         self._client_inputs += 1
         return True
 
-    async def local_read(self, query: bytes, after_slot: int, wait_s: float) -> tuple[bytes, int]:
+    async def local_read(self, query: bytes, after_slot: int, wait_s: float,
+                         owner: Hashable = None) -> tuple[bytes, int]:
         """Run `query` on this replica's state, once it has executed past `after_slot` or after
         `wait_s` (long polling for watches); returns the result and the slot count the state
         machine holds (not the core's, which a restart's replayed snapshot runs ahead).
 
-        The query's bytes count against the budget while it waits, as a read's do: a watch
-        may wait minutes, and a connection's thousand watches of a megabyte each held a
-        gigabyte that nothing bounded. Past the budget it raises Overloaded at once."""
+        The query's bytes count while it waits: a watch may wait minutes, and a connection's
+        thousand watches of a megabyte each held a gigabyte that nothing bounded. They count
+        against the watches' own budget, within `owner`'s share of it (the principal asking:
+        consensus/runtime/watch_budget.py); past either it raises Overloaded at once."""
         size = len(query)
-        if not self._budget.admit(size):
-            self.metrics.count("driver.watches_refused_bytes")
-            raise self._over_budget()
+        refused = self._watches.admit(owner, size)
+        if refused is not None:
+            self.metrics.count(f"driver.watches_refused_{refused[0]}")
+            raise Overloaded(refused[1])
         try:
             with anyio.move_on_after(wait_s):
                 while self._machine_slots <= after_slot:
                     await self._applied.wait()
             return self._machine.query(query), self._machine_slots
         finally:
-            self._budget.refund(size)
+            self._watches.release(owner, size)
 
     @property
     def proposal_bytes(self) -> int:
         """Bytes of client commands submitted and not yet executed (or refused)."""
         return self._budget.held_bytes
+
+    @property
+    def watch_bytes(self) -> int:
+        """Bytes of watches' queries waiting now."""
+        return self._watches.held_bytes
 
     def status(self) -> dict[str, Any]:
         status = self.replica.status()
@@ -283,7 +298,7 @@ class Driver:
             "sequencer": status.sequencer, "is_sequencer": status.is_sequencer,
             "executed_slots": status.executed_slots, "commit_prefix": status.commit_prefix,
             "log_base": status.log_base, "pending_proposals": status.pending_proposals,
-            "proposal_bytes": self.proposal_bytes,
+            "proposal_bytes": self.proposal_bytes, "watch_bytes": self.watch_bytes,
             "running": self.running, "counters": dict(status.counters),
             "metrics": self.metrics.snapshot(),
         }

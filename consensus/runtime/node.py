@@ -73,7 +73,8 @@ class ReplicaNode:
             config=DriverConfig(tick_ms=config.tick_ms, idle_wake_ticks=config.idle_wake_ticks,
                                 inputs_max=limits["inputs_max"],
                                 snapshot_every_slots=limits["snapshot_every_slots"],
-                                proposal_bytes_max=limits["proposal_bytes_max"]),
+                                proposal_bytes_max=limits["proposal_bytes_max"],
+                                watch_bytes_max=limits["watch_bytes_max"]),
             system_command=system_command)
         gate = machine.check_query if isinstance(machine, QueryGate) else None
         self.server = ClientServer(self.driver, status=self.status, check_query=gate)
@@ -103,6 +104,7 @@ class ReplicaNode:
         self.metrics.set("commit_prefix", status.commit_prefix)
         self.metrics.set("pending_proposals", status.pending_proposals)
         self.metrics.set("proposal_bytes", self.driver.proposal_bytes)
+        self.metrics.set("watch_bytes", self.driver.watch_bytes)
         self.metrics.set("peers_connected", len(self.mesh.connected()))
         for name, value in status.counters:
             self.metrics.set(f"core.{name}", value)

@@ -71,6 +71,7 @@ LIMIT_DEFAULTS = {
     "batch_commands_max": 1024,
     "inflight_instances_max": 512,
     "proposal_bytes_max": 256 << 20,  # client commands held and not yet executed
+    "watch_bytes_max": 64 << 20,  # watches' queries while they wait (watch_budget.py)
 }
 LIMIT_MINIMUMS = {"frame_bytes_max": FETCH_REPLY_BYTES_MAX}
 

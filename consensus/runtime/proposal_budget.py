@@ -10,8 +10,8 @@ would take the count past `bytes_max` is refused as Overloaded (nothing proposed
 safe).
 
 A read's query counts too, from `submit_read` until its answer (or refusal, or expiry) is
-handed to its client: the driver refunds it then (`Driver.submit_read`).
-A watch's query counts while it waits (`Driver.local_read`).
+handed to its client: the driver refunds it then (`Driver.submit_read`). A watch's query,
+which may wait minutes, counts against a budget of its own (watch_budget.py).
 
 One case is released on time instead: a snapshot installed from a peer may make the core forget
 own commands it had in flight (their indexes fall below the snapshot), and it leaves their

@@ -134,7 +134,7 @@ class ClientServer:
                                          max(request.timeout_ms, WAIT_MS_MIN) / 1000,
                                          answers.responder(request.request_id, _ANSWER))
             else:
-                tasks.start_soon(self._answer_slowly, request, answers)
+                tasks.start_soon(self._answer_slowly, principal, request, answers)
 
     def _allowed(self, principal: Principal, query: Read | Watch, answers: _Answers) -> bool:
         """Whether the state machine's gate lets `principal` ask it; if not, answered so."""
@@ -152,13 +152,14 @@ class ClientServer:
         answers.error(query.request_id, Code.REFUSED, refused)
         return False
 
-    async def _answer_slowly(self, request: Request, answers: _Answers) -> None:
+    async def _answer_slowly(self, principal: Principal, request: Request,
+                             answers: _Answers) -> None:
         request_id = request.request_id
         if isinstance(request, Watch):
             try:
-                result, slot = await self._driver.local_read(request.query, request.after_slot,
-                                                             request.wait_ms / 1000)
-            except Overloaded as error:  # past the budget of bytes held: retrying is safe
+                result, slot = await self._driver.local_read(
+                    request.query, request.after_slot, request.wait_ms / 1000, principal)
+            except Overloaded as error:  # past the watches' budget or the principal's share
                 answers.error(request_id, Code.OVERLOADED, str(error))
                 return
             answers.put(request_id, encode_response(Response(request_id, Code.OK, result, slot)),

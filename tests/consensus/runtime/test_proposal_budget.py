@@ -22,10 +22,8 @@ from consensus.envelope import Principal, Role
 from consensus.prng import Prng
 from consensus.replica import Replica
 from consensus.runtime.client_codec import (
-    Code,
     Propose,
     Read,
-    Watch,
     decode_response,
     encode_request,
 )
@@ -90,27 +88,6 @@ async def test_reads_count_until_answered_and_then_free_their_bytes() -> None:
         assert driver.status()["proposal_bytes"] == 0
         tasks.cancel_scope.cancel()
     assert driver.metrics.counter("driver.reads_refused_bytes") == 1
-
-
-async def test_watches_count_while_they_wait_and_then_free_their_bytes() -> None:
-    """A watch holds its query for up to TIMEOUT_MS_MAX and counted against nothing, so one
-    connection's watches (a thousand in flight, a megabyte each) held a gigabyte. Now they
-    count while they wait: one past the budget is answered OVERLOADED at once, and the bytes
-    are free again once the watches are answered."""
-    query = b"q" * 10_000
-    driver = lone_driver(proposal_bytes_max=3 * len(query))
-    with anyio.fail_after(10):
-        async with serving(driver) as (to_server, from_server):
-            for request_id in range(1, 5):
-                await to_server.send(encode_request(Watch(request_id, query, 10, 300)))
-            first = decode_response(await from_server.receive())  # at once: not waited
-            assert first.code is Code.OVERLOADED
-            assert driver.status()["proposal_bytes"] == 3 * len(query)
-            later = [decode_response(await from_server.receive()) for _ in range(3)]
-            assert [answer.code for answer in later] == [Code.OK] * 3
-            assert {first.request_id} | {answer.request_id for answer in later} == {1, 2, 3, 4}
-            assert driver.status()["proposal_bytes"] == 0
-    assert driver.metrics.counter("driver.watches_refused_bytes") == 1
 
 
 async def test_executed_commands_free_their_bytes() -> None:
