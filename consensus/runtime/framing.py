@@ -52,6 +52,8 @@ FRAMES_TRUNCATED = "transport.frames_truncated"
 # Connections:
 CONNECTIONS_ACCEPTED = "transport.connections_accepted"
 CONNECTIONS_REFUSED_LIMIT = "transport.connections_refused_limit"
+# A client identity already holding its share of the client listener's places
+CONNECTIONS_REFUSED_PRINCIPAL = "transport.connections_refused_principal"
 HANDSHAKES_REFUSED_LIMIT = "transport.handshakes_refused_limit"  # too many not authenticated
 HANDSHAKES_REFUSED_BARRED = "transport.handshakes_refused_barred"  # host failed too many
 CONNECTIONS_LOST = "transport.connections_lost"
@@ -155,6 +157,7 @@ class FrameReader:
     def __init__(self, stream: anyio.abc.ByteReceiveStream, *, frame_bytes_max: int) -> None:
         self._stream = stream
         self._decoder = FrameDecoder(frame_bytes_max=frame_bytes_max)
+        self.frame_bytes_max = frame_bytes_max
         self._pending: collections.deque[bytes] = collections.deque()
         # Each read yields at least one byte, so one frame never takes more reads than this.
         self._reads_per_frame_max = HEADER_BYTES + frame_bytes_max + 1
@@ -248,17 +251,27 @@ class FramedConnection:
     """Frames in both directions over one byte stream (a TLS stream, or plain TCP in dev)."""
 
     def __init__(self, stream: anyio.abc.ByteStream, *, frame_bytes_max: int,
-                 metrics: Metrics) -> None:
+                 metrics: Metrics, receive_bytes_max: int | None = None) -> None:
+        """`receive_bytes_max`: a lower cap on the frames received than on those sent (a
+        client's requests are far smaller than the answers it may be sent); by default
+        `frame_bytes_max` both ways."""
         self.stream = stream
         self.metrics = metrics
-        self._reader = FrameReader(stream, frame_bytes_max=frame_bytes_max)
+        self._reader = FrameReader(stream, frame_bytes_max=frame_bytes_max
+                                   if receive_bytes_max is None
+                                   else min(frame_bytes_max, receive_bytes_max))
         self._writer = FrameWriter(stream, frame_bytes_max=frame_bytes_max, metrics=metrics)
 
     @property
     def frame_bytes_max(self) -> int:
-        """The cap on frames both ways: `send` raises ValueError beyond it, `receive`
-        FrameTooLarge."""
+        """The cap on frames sent: `send` raises ValueError beyond it (and `receive` raises
+        FrameTooLarge beyond `receive_bytes_max`, at most this)."""
         return self._writer.frame_bytes_max
+
+    @property
+    def receive_bytes_max(self) -> int:
+        """The cap on frames received: `receive` raises FrameTooLarge beyond it."""
+        return self._reader.frame_bytes_max
 
     async def receive(self) -> bytes:
         """The next frame; see `FrameReader.receive_batch` for what it raises."""
