@@ -46,11 +46,11 @@ class Machine:
         except InvalidMessage as error:
             return encode_result(Rejection(code=Code.MALFORMED, message=error.reason))
         key = session_key(envelope.principal, envelope.session)
-        ttl_ms = self.state.policy.session_ttl_ms
+        ttl_ms = self.state.policy.session_ttl_ms  # fixed at recording: sessions.py says why
         now_ms = max(self.state.now_ms, envelope.now_ms)
         if envelope.sequence > 0:
-            verdict, cached = self.sessions.lookup(
-                key, envelope.sequence, envelope.now_ms, now_ms, ttl_ms)
+            verdict, cached = self.sessions.lookup(key, envelope.sequence, envelope.now_ms,
+                                                   now_ms)
             if verdict == "retry":
                 return cached
             if verdict != "new":

@@ -8,14 +8,22 @@ read or replay another's replies. A session idle for `ttl_ms` is forgotten on th
 (or, with no Ticks, when the table is full). Sequence 0 means no session (the runtime's own
 Ticks).
 
-A forgotten session must not let a late copy of one of its commands run again. A command
-opening a session this table does not hold is therefore refused when it was stamped more
-than `ttl_ms / 2` before the machine's clock ("too_old"): a copy of a command whose session
-was forgotten was stamped at least `ttl_ms` before (its session idled that long since the
-command ran), less the client's retry window. That holds only while the lifetime is well over
-twice the retry window: a policy's lifetime is at least `SESSION_TTL_MS_MIN` (limits.py), and a
-client retries a command for at most `DEADLINE_S_MAX` (consensus/runtime/client.py). And a full
-table refuses new sessions ("full") rather than forget one that is still live.
+A forgotten session must not let a late copy of one of its commands run again. A command opening
+a session this table does not hold is therefore refused when it was stamped more than
+`STAMP_WINDOW_MS` (half of `SESSION_TTL_MS_MIN`, limits.py: 60 s) before the machine's clock
+("too_old"). Why that is enough: a session's expiry is fixed when its last command is recorded
+at time L (`L + ttl`, under the policy of that moment, at least `SESSION_TTL_MS_MIN`), so a
+forgotten session means a clock past L + 120 s. Every copy of any of its commands was stamped by
+the replica that took it while the client still retried it, within `DEADLINE_S_MAX` (45 s,
+consensus/runtime/client.py) of its first try, which came before L: at most L + 45 s plus twice
+the skew between the replicas' clocks, so more than 60 s before the clock while the skew is
+under 7.5 s. The window is the floor's, not half the current policy's lifetime: sessions
+recorded under a shorter lifetime keep their expiry when a new configuration raises it, and half
+of a raised lifetime (300 s of 600 s) let a copy of a command of a session forgotten after 120 s
+open it again and run twice. Lowering the lifetime only keeps some sessions longer. A command
+that took more than 60 s from its stamp to its turn is refused too; its client gave up on it
+after at most 45 s. And a full table refuses new sessions ("full") rather than forget one that
+is still live.
 
 A full table refuses every client's new sessions, so no one principal may hold more than
 `SESSIONS_PER_PRINCIPAL_MAX` of them: one node agent opening session after session (each
@@ -29,7 +37,9 @@ from collections import Counter
 from dataclasses import dataclass
 
 from consensus.envelope import Principal
-from statemachine.limits import SESSIONS_MAX, SESSIONS_PER_PRINCIPAL_MAX
+from statemachine.limits import SESSION_TTL_MS_MIN, SESSIONS_MAX, SESSIONS_PER_PRINCIPAL_MAX
+
+STAMP_WINDOW_MS = SESSION_TTL_MS_MIN // 2  # the oldest stamp that may open a session (docstring)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -55,7 +65,7 @@ class Sessions:
         self.table: dict[str, Session] = {}
         self._held: Counter[str] = Counter()  # sessions per principal, derived from the table
 
-    def lookup(self, key: str, sequence: int, stamp_ms: int, now_ms: int, ttl_ms: int
+    def lookup(self, key: str, sequence: int, stamp_ms: int, now_ms: int
                ) -> tuple[str, bytes]:
         """("new", b"") to apply; ("retry", reply) to answer from cache; ("stale", b""),
         ("too_old", b"") or ("full", b"") to refuse (module docstring)."""
@@ -66,7 +76,7 @@ class Sessions:
             if sequence == session.last_sequence:
                 return "retry", session.reply
             return "stale", b""
-        if stamp_ms < now_ms - ttl_ms // 2:
+        if stamp_ms < now_ms - STAMP_WINDOW_MS:
             return "too_old", b""
         owner = _owner(key)
         if self._full(owner) and (not self.expire(now_ms) or self._full(owner)):

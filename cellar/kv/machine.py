@@ -54,7 +54,7 @@ class KvMachine:
         now_ms = max(self.now_ms, envelope.now_ms)
         if envelope.sequence:
             verdict, cached = self.sessions.lookup(name, envelope.sequence, envelope.now_ms,
-                                                   now_ms, SESSION_TTL_MS)
+                                                   now_ms)
             if verdict == "retry":
                 return cached
             if verdict != "new":

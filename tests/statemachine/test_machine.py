@@ -117,7 +117,8 @@ def test_idle_sessions_expire_on_tick() -> None:
 
 def test_a_late_copy_of_a_command_whose_session_expired_is_not_applied_again() -> None:
     """The copy was stamped when first proposed; by the time its session is forgotten that
-    stamp is older than half the session lifetime, so it cannot open the session again."""
+    stamp is older than half the shortest session lifetime, so it cannot open the session
+    again."""
     machine = ready_machine()
     submit = envelope(gang("job", "a", 0, (1, 8)), SCHEDULER, session="c1", sequence=1,
                       now_ms=2_000)
@@ -129,6 +130,34 @@ def test_a_late_copy_of_a_command_whose_session_expired_is_not_applied_again() -
     late = decode_result(machine.apply(submit))
     assert isinstance(late, Rejection) and late.code is Code.SESSION_TOO_OLD
     assert "job" not in machine.state.groups
+
+
+def test_a_raised_session_lifetime_does_not_let_a_late_copy_run_again() -> None:
+    """A session recorded under a 120 s lifetime keeps that expiry when a configuration raises
+    the lifetime to 600 s; the stamp window must not grow with it (half of 600 s let a copy
+    stamped 45 s after the command through, 80 s after its session was forgotten)."""
+    machine = ready_machine()
+    copy = envelope(gang("job", "a", 0, (1, 8)), SCHEDULER, session="c1", sequence=1,
+                    now_ms=2_000)
+    assert isinstance(decode_result(machine.apply(copy)), GroupStatus)
+    run(machine, ReleaseGroup(group="job", reason="done"), SCHEDULER, session="c1",
+        sequence=2, now_ms=3_000)
+    assert machine.sessions.table[f"{SCHEDULER.text}/c1"].expires_ms == 3_000 + TTL_MS
+    raised = PolicySpec(session_ttl_ms=5 * TTL_MS)
+    run(machine, ApplyConfig(expected_version=1, spec=rack_spec(policy=raised)), ADMIN)
+    assert machine.state.policy.session_ttl_ms == 5 * TTL_MS
+    run(machine, Tick(), SYSTEM, now_ms=3_001 + TTL_MS)  # c1 idles out, under its own lifetime
+    assert machine.sessions.table == {}
+    late = envelope(gang("job", "a", 0, (1, 8)), SCHEDULER, session="c1", sequence=1,
+                    now_ms=2_000 + 45_000)  # a copy stamped as late as the client retries
+    refused = decode_result(machine.apply(late))
+    assert isinstance(refused, Rejection) and refused.code is Code.SESSION_TOO_OLD
+    assert "job" not in machine.state.groups
+    fresh = run(machine, gang("job", "a", 0, (1, 8)), SCHEDULER, session="c2", sequence=1,
+                now_ms=3_002 + TTL_MS)
+    assert isinstance(fresh, GroupStatus), "a command stamped now still opens a session"
+    kept = machine.sessions.table[f"{SCHEDULER.text}/c2"]
+    assert kept.expires_ms == 3_002 + TTL_MS + 5 * TTL_MS, "new sessions get the new lifetime"
 
 
 def test_a_full_session_table_refuses_new_sessions_and_keeps_the_live_ones(
