@@ -57,7 +57,9 @@ class Group:
     preempted_by: tuple[str, ...] = ()  # while a victim: the preemptors waiting on it
     evicting: str = ""
     downgraded: str = ""  # why it was lazily downgraded to opportunistic
-    failures: tuple[str, ...] = ()  # "uuid: reason" for failed hardware under it, sorted
+    # (GPU, why) for each GPU under it that failed, the latest failure of each, by GPU: only
+    # GPUs under it when the last failure was recorded (lifecycle.hardware_failed)
+    failures: tuple[tuple[str, str], ...] = ()
     why_pending: str = ""
     attempt_epoch: int = -1  # the capacity epoch of its last failed placement attempt
     preempt_epoch: int = -1  # the change epoch of its last failed attempt with preemption

@@ -88,6 +88,10 @@ def _groups(state: State) -> list[str]:
             found.append(f"gang {name} is filed under another id ({group.group})")
         if group.submit_index >= state.next_submit:
             found.append(f"gang {name} has a submission index from the future")
+        gpus = [gpu for gpu, _ in group.failures]
+        if len(gpus) > group.gpus or gpus != sorted(set(gpus)):
+            found.append(f"gang {name} has {len(gpus)} failures, not one per GPU of its "
+                         f"{group.gpus}, by GPU")
         found += _pods(group, topology)
         found += _preemption_links(state, group)
     return found

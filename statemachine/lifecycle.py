@@ -261,11 +261,23 @@ def release_unused_bindings(state: State, leaves: Sequence[int]) -> None:
             buddy.unbind(root)
 
 
-def latest_failures(known: Sequence[str], new: Sequence[str]) -> tuple[str, ...]:
-    """A gang's "uuid: reason" failures with `new` ones added, one per GPU, the latest: a GPU
-    that fails again and again (each time with a new reason) must not grow the list."""
-    by_gpu = {entry.partition(": ")[0]: entry for entry in (*known, *new)}
-    return tuple(sorted(by_gpu.values()))
+def _gpu_name(state: State, leaf: int) -> str:
+    """The GPU at a leaf as a gang's failures name it: its UUID (node/index if unknown)."""
+    topology = state.configured().topology
+    record = state.nodes[topology.node_ids[topology.node_of[leaf]]]
+    index = topology.gpu_index(leaf)
+    return record.gpus[index].uuid if record.gpus else f"{record.node}/{index}"
+
+
+def latest_failures(state: State, group: Group, new: Sequence[tuple[str, str]]
+                    ) -> tuple[tuple[str, str], ...]:
+    """A gang's failures with `new` (GPU, why) ones added: the latest of each GPU, and only
+    GPUs now under the gang. So the list is never longer than the gang's GPUs: a GPU that
+    fails again and again adds nothing, and one no longer under the gang (a board replaced
+    under a new UUID, a gang placed again elsewhere) is dropped at the next failure."""
+    under = {_gpu_name(state, leaf) for leaf in group.leaves()}
+    by_gpu = {gpu: why for gpu, why in (*group.failures, *new) if gpu in under}
+    return tuple(sorted(by_gpu.items()))
 
 
 def hardware_failed(state: State, leaves: Sequence[int]) -> None:
@@ -273,22 +285,20 @@ def hardware_failed(state: State, leaves: Sequence[int]) -> None:
     gang, announce it, and release the gang if its VC's policy says so."""
     config = state.configured()
     topology, cells = config.topology, config.cells
-    touched: dict[str, list[str]] = {}
+    touched: dict[str, list[tuple[str, str]]] = {}
     for leaf in leaves:
         record = state.nodes[topology.node_ids[topology.node_of[leaf]]]
-        index = topology.gpu_index(leaf)
-        why = record.failing(index)
-        uuid = record.gpus[index].uuid if record.gpus else f"{record.node}/{index}"
+        why = record.failing(topology.gpu_index(leaf))
         for name in (cells.holder[leaf], cells.reserver[leaf]):
             if name and why:
-                touched.setdefault(name, []).append(f"{uuid}: {why}")
+                touched.setdefault(name, []).append((_gpu_name(state, leaf), why))
     for name in sorted(touched):
         group = state.groups.get(name)
         if group is None:
             continue
-        state.set(group, "failures", latest_failures(group.failures, touched[name]))
-        state.outbox.emit(EffectKind.GANG_FAILURE, node="", group=name,
-                          reason="; ".join(sorted(set(touched[name]))))
+        state.set(group, "failures", latest_failures(state, group, touched[name]))
+        state.outbox.emit(EffectKind.GANG_FAILURE, node="", group=name, reason="; ".join(
+            sorted({f"{gpu}: {why}" for gpu, why in touched[name]})))
         if config.failure_policy.get(group.vc) is FailurePolicy.RELEASE:
             release(state, group, "hardware failed")
         elif group.phase is GroupPhase.PREEMPTING:

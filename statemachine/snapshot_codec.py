@@ -32,7 +32,7 @@ from statemachine.state import (
 )
 
 SNAPSHOT_TAG = "cellar-statemachine-snapshot"
-SNAPSHOT_FORMAT = 2
+SNAPSHOT_FORMAT = 3  # 3: a gang's failures are (GPU, why) pairs
 SNAPSHOT_BYTES_MAX = 1 << 30
 
 
@@ -72,7 +72,8 @@ def _group(group: Group) -> list[Any]:
             [[member.pods, member.gpus] for member in group.members],
             group.submit_index, group.submitted_ms, group.phase.value, group.chain,
             list(group.victims), group.deadline_ms, list(group.preempted_by), group.evicting,
-            group.downgraded, list(group.failures), group.why_pending, group.attempt_epoch,
+            group.downgraded, [[gpu, why] for gpu, why in group.failures],
+            group.why_pending, group.attempt_epoch,
             group.preempt_epoch,
             [[pod.member, pod.index, pod.gpus, pod.node, list(pod.leaves), pod.pod_uid,
               list(pod.command), pod.phase.value, pod.exit_code, pod.exit_reason]
@@ -138,7 +139,8 @@ def _load_group(fields: list[Any]) -> Group:
         submit_index=submit_index, submitted_ms=submitted_ms, phase=GroupPhase(phase),
         chain=chain, victims=tuple(victims), deadline_ms=deadline,
         preempted_by=tuple(preempted_by), evicting=evicting, downgraded=downgraded,
-        failures=tuple(failures), why_pending=why_pending, attempt_epoch=attempt_epoch,
+        failures=tuple((gpu, why) for gpu, why in failures), why_pending=why_pending,
+        attempt_epoch=attempt_epoch,
         preempt_epoch=preempt_epoch,
         pods=tuple(Pod(member=member, index=index, gpus=gpus, node=node, leaves=tuple(leaves),
                        pod_uid=uid, command=tuple(command), phase=PodPhase(pod_phase),

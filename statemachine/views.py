@@ -25,7 +25,12 @@ def group_status(state: State, group: Group) -> GroupStatus:
                        priority=group.priority, effective_priority=group.effective_priority,
                        chain=chain, pods=tuple(pods), victims=group.victims,
                        evicting=group.evicting, why_pending=group.why_pending,
-                       failures=group.failures)
+                       failures=failure_lines(group))
+
+
+def failure_lines(group: Group) -> tuple[str, ...]:
+    """A gang's failures as GroupStatus shows them: "uuid: reason", sorted."""
+    return tuple(sorted(f"{gpu}: {why}" for gpu, why in group.failures))
 
 
 def healthy_obtainable(config: Configured, chain_index: int) -> list[int]:

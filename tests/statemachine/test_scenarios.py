@@ -9,27 +9,34 @@ every command, and assert on results, gang status and the outbox.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from statemachine.commands import (
     AckPodStarted,
     BindPod,
     Cordon,
+    GpuInventory,
     HealthReport,
     HealthStatus,
     Heartbeat,
     MarkBad,
+    RegisterNode,
     ReleaseGroup,
     ReportHealth,
     ReportPodExit,
 )
 from statemachine.effects import EffectKind
+from statemachine.errors import Rejection
 from statemachine.queries import ClusterQuery, GroupQuery, answer
-from statemachine.results import GroupPhase, PodBound
+from statemachine.results import GroupPhase, NodeRegistered, PodBound
 from statemachine.spec import FailurePolicy, PolicySpec
+from statemachine.views import failure_lines
 from tests.statemachine.builders import (
     ADMIN,
     SCHEDULER,
     Driver,
     gang,
+    inventory,
     node_principal,
     rack_spec,
     vc,
@@ -219,7 +226,7 @@ def test_a_failed_gpu_is_surfaced_and_the_tenant_policy_applies() -> None:
             node_principal(node))
     kept = driver.state.groups["kept"]
     assert kept.phase is GroupPhase.ALLOCATED
-    assert kept.failures == (f"GPU-{nodes_of(driver, 'kept')[0]}-5: failed: xid 79",)
+    assert failure_lines(kept) == (f"GPU-{nodes_of(driver, 'kept')[0]}-5: failed: xid 79",)
     assert "dropped" not in driver.state.groups
     failures = effects(driver, EffectKind.GANG_FAILURE)
     assert sorted(group for group, _ in failures) == ["dropped", "kept"]
@@ -241,8 +248,56 @@ def test_a_flapping_gpu_leaves_one_failure_on_its_gang() -> None:
                 HealthReport(uuid=f"GPU-{node}-5", status=status,
                              reason=f"{count} uncorrectable ECC errors"),)),
                 node_principal(node))
-    assert driver.state.groups["job"].failures == (
+    assert failure_lines(driver.state.groups["job"]) == (
         f"GPU-{node}-5: failed: 5 uncorrectable ECC errors",)
+
+
+def boards(node: str, serial: str) -> tuple[GpuInventory, ...]:
+    """A node's 8 GPUs under UUIDs of their own (a board swapped gets a new one)."""
+    return tuple(replace(gpu, uuid=f"{gpu.uuid}-{serial}") for gpu in inventory(node))
+
+
+def test_a_gangs_failures_name_only_the_gpus_under_it() -> None:
+    """A node that comes back again and again with new GPU UUIDs under a running gang, and
+    reports one failed each time, left one more entry on the gang each time: its failures,
+    copied into every status reply, cached reply and snapshot, grew without bound."""
+    driver = Driver()
+    driver.configure(rack_spec(racks=1, quota=(vc("a", ("A100-RACK", "A100-NODE", 1)),)))
+    driver.register("n0", "n1")
+    driver.submit(gang("job", "a", 0, (1, 8)))
+    started(driver, "job")
+    node = nodes_of(driver, "job")[0]
+    for cycle in range(5):
+        registered = driver.ok(RegisterNode(node=node, boot_id=f"boot-{cycle}",
+                                            gpus=boards(node, str(cycle))), node_principal(node))
+        assert isinstance(registered, NodeRegistered)
+        driver.ok(ReportHealth(node=node, incarnation=registered.incarnation, reports=(
+            HealthReport(uuid=f"GPU-{node}-5-{cycle}", status=HealthStatus.FAIL,
+                         reason="fell off the bus"),)), node_principal(node))
+    job = driver.state.groups["job"]
+    assert job.phase is GroupPhase.ALLOCATED
+    assert failure_lines(job) == (f"GPU-{node}-5-4: failed: fell off the bus",)
+    status = answer(driver.state, GroupQuery(group="job"))
+    assert not isinstance(status, Rejection) and tuple(status["failures"]) == failure_lines(job)
+
+
+def test_failures_are_kept_per_gpu_whatever_its_uuid_holds() -> None:
+    """The failures were keyed by the text before the first ": " of each entry, so a GPU whose
+    UUID holds ": " replaced the failure of another GPU under the same gang."""
+    driver = Driver()
+    driver.configure(rack_spec(racks=1, quota=(vc("a", ("A100-RACK", "A100-NODE", 1)),)))
+    gpus = tuple(replace(gpu, uuid="MIG-7: 1" if gpu.index == 5 else "MIG-7")
+                 if gpu.index in (4, 5) else gpu for gpu in inventory("n0"))
+    driver.ok(RegisterNode(node="n0", boot_id="boot-1", gpus=gpus), node_principal("n0"))
+    driver.incarnations["n0"] = 1
+    driver.submit(gang("job", "a", 0, (1, 8)))
+    assert nodes_of(driver, "job") == ["n0"]
+    for uuid in ("MIG-7", "MIG-7: 1"):
+        driver.ok(ReportHealth(node="n0", incarnation=1, reports=(
+            HealthReport(uuid=uuid, status=HealthStatus.FAIL, reason="xid 48"),)),
+            node_principal("n0"))
+    assert failure_lines(driver.state.groups["job"]) == (
+        "MIG-7: 1: failed: xid 48", "MIG-7: failed: xid 48")
 
 
 def test_recovery_needs_consecutive_passes() -> None:
