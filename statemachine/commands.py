@@ -148,7 +148,8 @@ class Drain:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Deregister:
-    """Forget a node's registration; with `force`, release the gangs on it first."""
+    """Forget a node's registration (its agent must register again); with `force`, release
+    the gangs on it first. Its cordon, drain, marks and GPU health stay."""
 
     node: str
     force: bool

@@ -1,6 +1,10 @@
 """Node commands: registration, heartbeats, GPU health, pod acknowledgements and exits (from the
 node's own agent), and the admin's marks, cordon, drain and deregistration.
 
+Deregistering forgets a registration, not what is known of the node: the admin's cordon, drain
+and marks and the boards' health stay, as they do across a reboot or a new configuration
+(config_commands._carry_nodes), until Uncordon, ClearBad or enough passing reports.
+
 Agent commands carry the incarnation that registration handed out; an older one is refused
 (STALE_INCARNATION), which fences a rebooted agent's late messages. A new incarnation means the
 node rebooted: its running pods are marked bound again and listed in the reply, for the agent
@@ -119,12 +123,14 @@ def _check_links(record: NodeRecord, links: tuple[GpuLink, ...],
 
 def _record_boot(state: State, record: NodeRecord, boot_id: str,
                  gpus: tuple[GpuInventory, ...]) -> None:
-    for gpu in record.gpus:
-        state.journal.del_item(state.uuid_owner, gpu.uuid)
+    if record.registered:  # a deregistered node's boards own no UUIDs (deregister)
+        for gpu in record.gpus:
+            state.journal.del_item(state.uuid_owner, gpu.uuid)
     for gpu in gpus:
         state.journal.set_item(state.uuid_owner, gpu.uuid, record.node)
     # Health belongs to a GPU, not to a slot: a board that stays keeps its failures and admin
-    # marks (only ClearBad or passing reports clear them); a new board starts healthy.
+    # marks (only ClearBad or passing reports clear them), through a deregistration too; a new
+    # board starts healthy.
     known = {gpu.uuid: health for gpu, health in zip(record.gpus, record.health, strict=True)}
     health = tuple(known[gpu.uuid] if gpu.uuid in known else GpuHealth(since_ms=state.now_ms)
                    for gpu in gpus)
@@ -343,11 +349,18 @@ def deregister(state: State, command: Deregister) -> Done:
         group = state.groups.get(name)
         if group is not None:
             release(state, group, f"node {record.node} deregistered")
-    for gpu in record.gpus:
-        state.journal.del_item(state.uuid_owner, gpu.uuid)
-    fresh = NodeRecord(node=record.node, index=record.index, incarnation=record.incarnation)
-    state.journal.set_item(state.nodes, record.node, fresh)
-    refresh_usable(state, fresh)
+    if record.registered:
+        for gpu in record.gpus:
+            state.journal.del_item(state.uuid_owner, gpu.uuid)
+    # The registration goes (liveness, boot, lease, the UUIDs it owned); what the admin and
+    # the agent said of the node stays: its cordon, drain and mark, and its boards' health,
+    # which the next registration of the same boards takes up again (_record_boot). The agent
+    # registers again at once (agent/store_link.py): a wiped record put a cordoned or marked
+    # node with a failed GPU back in the pool.
+    state.set(record, "liveness", Liveness.UNREGISTERED)
+    state.set(record, "boot_id", "")
+    state.set(record, "lease_expires_ms", 0)
+    refresh_usable(state, record)
     schedule(state)
     return Done(note=f"node {record.node} deregistered; released {', '.join(names) or 'none'}")
 

@@ -48,9 +48,10 @@ class NodeRecord:
     liveness: Liveness = Liveness.UNREGISTERED
     boot_id: str = ""
     incarnation: int = 0
-    gpus: tuple[GpuInventory, ...] = ()  # by index, once registered
+    # The last registration's boards, by index, and their health (kept when deregistered)
+    gpus: tuple[GpuInventory, ...] = ()
     links: tuple[GpuLink, ...] = ()  # by (a, b), as the agent measured them
-    health: tuple[GpuHealth, ...] = ()  # by index, once registered
+    health: tuple[GpuHealth, ...] = ()
     lease_expires_ms: int = 0
     cordoned: bool = False
     draining: bool = False

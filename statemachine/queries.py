@@ -161,8 +161,8 @@ def _node_summary(state: State, record: NodeRecord) -> dict[str, Any]:
     return {"node": record.node, "liveness": record.liveness.value,
             "incarnation": record.incarnation, "lease_expires_ms": record.lease_expires_ms,
             "cordoned": record.cordoned, "draining": record.draining,
-            "admin_bad": record.admin_bad, "gpus_registered": len(record.gpus),
-            "free_gpus": free}
+            "admin_bad": record.admin_bad,
+            "gpus_registered": len(record.gpus) if record.registered else 0, "free_gpus": free}
 
 
 def _gpus(state: State, record: NodeRecord) -> list[dict[str, Any]]:

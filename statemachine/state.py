@@ -159,4 +159,6 @@ def derive_queue(groups: dict[str, Group]) -> list[tuple[int, int, str]]:
 
 
 def derive_uuid_owner(nodes: dict[str, NodeRecord]) -> dict[str, str]:
-    return {gpu.uuid: node for node, record in sorted(nodes.items()) for gpu in record.gpus}
+    """The registered nodes' GPUs (a deregistered node keeps its boards' health, not them)."""
+    return {gpu.uuid: node for node, record in sorted(nodes.items()) if record.registered
+            for gpu in record.gpus}

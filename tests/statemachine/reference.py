@@ -54,7 +54,7 @@ class Reference:
 
     def register(self, node: str, boot: str, now_ms: int) -> None:
         record = self.nodes[node]
-        if not record.registered:
+        if not record.health:  # a node registered before (deregistered since) keeps it
             record.health = [RefGpu() for _ in range(record.gpus)]
         if not record.registered or record.boot != boot:
             record.incarnation += 1
@@ -97,7 +97,7 @@ class Reference:
         if index is None:
             record.admin_bad = bad
             return True
-        if not record.registered:
+        if not record.health:  # never registered: the GPU is unknown
             return False
         record.health[index].admin_bad = bad
         if not bad:
@@ -106,8 +106,9 @@ class Reference:
         return True
 
     def deregister(self, node: str) -> None:
-        old = self.nodes[node]
-        self.nodes[node] = RefNode(gpus=old.gpus, incarnation=old.incarnation)
+        """The registration goes; the cordon, drain, marks and GPU health stay."""
+        record = self.nodes[node]
+        record.registered, record.boot, record.liveness = False, "", "unregistered"
 
 
 def packs(pods: Sequence[int], free: Sequence[int]) -> bool:

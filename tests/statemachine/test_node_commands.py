@@ -181,6 +181,53 @@ def test_deregistering_a_busy_node_needs_force(driver: Driver) -> None:
     assert "GPU-n0-0" not in driver.state.uuid_owner
 
 
+def test_deregistering_keeps_the_admins_marks_and_the_gpus_health(driver: Driver) -> None:
+    """Deregister built a blank record, and the agent registers again at once: a cordoned,
+    drained or marked node, or one with a failed GPU, came back in the pool."""
+    cells = driver.state.configured().cells
+    topology = driver.state.configured().topology
+    driver.ok(ReportHealth(node="n0", incarnation=1, reports=(
+        HealthReport(uuid="GPU-n0-2", status=HealthStatus.FAIL, reason="xid 79"),)),
+        node_principal("n0"))
+    driver.ok(MarkBad(node="n0", gpu="GPU-n0-5", reason="bad memory"), ADMIN)
+    driver.ok(Drain(node="n1"), ADMIN)
+    driver.ok(MarkBad(node="n1", gpu="", reason="bad fan"), ADMIN)
+    for node in ("n0", "n1"):
+        driver.ok(Deregister(node=node, force=False), ADMIN)
+        assert not driver.state.nodes[node].registered
+        assert node_view(driver.state, node)["gpus_registered"] == 0
+    assert not any(uuid.startswith(("GPU-n0-", "GPU-n1-")) for uuid in driver.state.uuid_owner)
+    driver.register("n0", "n1", boot="boot-2")
+    assert driver.incarnations == {"n0": 2, "n1": 2}
+    n0 = driver.state.nodes["n0"]
+    assert n0.health[2].failed and n0.health[2].reason == "xid 79"
+    assert n0.health[5].admin_bad == "bad memory"
+    assert [cells.usable[topology.leaf_of(0, index)] for index in range(8)] == [
+        index not in (2, 5) for index in range(8)]
+    n1 = driver.state.nodes["n1"]
+    assert n1.cordoned and n1.draining and n1.admin_bad == "bad fan"
+    assert cells.free[topology.node_cell[1]] == 0
+    assert driver.submit(gang("job", "b", 0, (2, 8))).phase is GroupPhase.PENDING
+    restored, _, _ = decode_snapshot(snapshot(driver))
+    assert restored.uuid_owner == driver.state.uuid_owner
+
+
+def test_a_board_moved_off_a_deregistered_node_registers_elsewhere(driver: Driver) -> None:
+    """A deregistered node keeps its boards' health but owns none of their UUIDs: one moved
+    to another node registers there, and the first node cannot register it again."""
+    driver.ok(Deregister(node="n1", force=False), ADMIN)
+    moved = tuple(replace(gpu, uuid="GPU-n1-0") if gpu.index == 0 else gpu
+                  for gpu in inventory("n2"))
+    driver.ok(RegisterNode(node="n2", boot_id="boot-1", gpus=moved), node_principal("n2"))
+    assert driver.state.uuid_owner["GPU-n1-0"] == "n2"
+    refused_unchanged(driver, RegisterNode(node="n1", boot_id="boot-2", gpus=inventory("n1")),
+                      "n1", Code.INVENTORY_MISMATCH)
+    driver.ok(Deregister(node="n1", force=False), ADMIN)  # again: n2 keeps its board
+    assert driver.state.uuid_owner["GPU-n1-0"] == "n2"
+    restored, _, _ = decode_snapshot(snapshot(driver))
+    assert restored.uuid_owner == driver.state.uuid_owner
+
+
 def test_pod_acknowledgements_are_checked(driver: Driver) -> None:
     driver.submit(gang("job", "a", 0, (1, 2)))
     bound = driver.ok(bind_first("job"), SCHEDULER)
