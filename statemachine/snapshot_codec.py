@@ -33,6 +33,7 @@ from statemachine.state import (
 
 SNAPSHOT_TAG = "cellar-statemachine-snapshot"
 SNAPSHOT_FORMAT = 3  # 3: a gang's failures are (GPU, why) pairs
+SNAPSHOT_FORMATS_READ = (2, 3)  # 2: a gang's failures were "GPU: why" lines
 SNAPSHOT_BYTES_MAX = 1 << 30
 
 
@@ -86,13 +87,14 @@ def decode_snapshot(data: bytes) -> tuple[State, Sessions, int]:
     raw = unpack(data, bytes_max=SNAPSHOT_BYTES_MAX, what="snapshot")
     (tag, version, applied_index, now_ms, next_submit, capacity_epoch, change_epoch, config,
      nodes, bindings, groups, outbox, sessions) = raw
-    if tag != SNAPSHOT_TAG or version != SNAPSHOT_FORMAT:
-        raise ValueError(f"not a format-{SNAPSHOT_FORMAT} Cellar snapshot: {tag!r} {version!r}")
+    if tag != SNAPSHOT_TAG or version not in SNAPSHOT_FORMATS_READ:
+        raise ValueError(f"not a Cellar snapshot of format {SNAPSHOT_FORMATS_READ}: {tag!r} "
+                         f"{version!r}")
     state = State()
     state.now_ms, state.next_submit = now_ms, next_submit
     state.capacity_epoch, state.change_epoch = capacity_epoch, change_epoch
     state.nodes = {fields[0]: _load_node(fields) for fields in nodes}
-    state.groups = {fields[0]: _load_group(fields) for fields in groups}
+    state.groups = {fields[0]: _load_group(fields, version) for fields in groups}
     if config is not None:
         spec = decode_spec(Record(config[1], "snapshot.spec", SPEC_FIELDS))
         state.config = Configured(spec, config[0], check_spec(spec), state.journal)
@@ -128,7 +130,7 @@ def _load_node(fields: list[Any]) -> NodeRecord:
                      for status, reason, since, failed, passes, bad in health))
 
 
-def _load_group(fields: list[Any]) -> Group:
+def _load_group(fields: list[Any], version: int) -> Group:
     (group, vc, priority, effective, lazy, model, members, submit_index, submitted_ms, phase,
      chain, victims, deadline, preempted_by, evicting, downgraded, failures, why_pending,
      attempt_epoch, preempt_epoch, pods) = fields
@@ -139,7 +141,7 @@ def _load_group(fields: list[Any]) -> Group:
         submit_index=submit_index, submitted_ms=submitted_ms, phase=GroupPhase(phase),
         chain=chain, victims=tuple(victims), deadline_ms=deadline,
         preempted_by=tuple(preempted_by), evicting=evicting, downgraded=downgraded,
-        failures=tuple((gpu, why) for gpu, why in failures), why_pending=why_pending,
+        failures=_load_failures(failures, version), why_pending=why_pending,
         attempt_epoch=attempt_epoch,
         preempt_epoch=preempt_epoch,
         pods=tuple(Pod(member=member, index=index, gpus=gpus, node=node, leaves=tuple(leaves),
@@ -147,3 +149,11 @@ def _load_group(fields: list[Any]) -> Group:
                        exit_code=exit_code, exit_reason=exit_reason)
                    for member, index, gpus, node, leaves, uid, command, pod_phase, exit_code,
                    exit_reason in pods))
+
+
+def _load_failures(failures: list[Any], version: int) -> tuple[tuple[str, str], ...]:
+    """A gang's (GPU, why) pairs; format 2 held them as "GPU: why" lines (the UUIDs NVML gives
+    hold no ": ", so the first one splits them)."""
+    if version == 2:
+        return tuple((gpu, why) for gpu, _, why in (line.partition(": ") for line in failures))
+    return tuple((gpu, why) for gpu, why in failures)

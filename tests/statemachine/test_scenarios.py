@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import msgpack
+
 from statemachine.commands import (
     AckPodStarted,
     BindPod,
@@ -29,6 +31,8 @@ from statemachine.effects import EffectKind
 from statemachine.errors import Rejection
 from statemachine.queries import ClusterQuery, GroupQuery, answer
 from statemachine.results import GroupPhase, NodeRegistered, PodBound
+from statemachine.sessions import Sessions
+from statemachine.snapshot_codec import decode_snapshot, encode_snapshot
 from statemachine.spec import FailurePolicy, PolicySpec
 from statemachine.views import failure_lines
 from tests.statemachine.builders import (
@@ -396,3 +400,26 @@ def test_a_silent_node_goes_suspect_then_down_and_its_gangs_are_told() -> None:
     assert ("job", "") in effects(driver, EffectKind.GANG_FAILURE)
     driver.ok(Heartbeat(node=node, incarnation=1), node_principal(node))
     assert driver.state.nodes[node].liveness.value == "up"
+
+
+def test_a_format_2_snapshot_reads_its_failure_lines_as_pairs() -> None:
+    """A snapshot written before format 3 (failures as "GPU: why" lines) still loads, so a
+    replica whose log holds one starts after the upgrade."""
+    driver = Driver()
+    driver.configure(rack_spec(racks=1, quota=(vc("a", ("A100-RACK", "A100-NODE", 1)),)))
+    driver.register("n0")
+    driver.submit(gang("job", "a", 0, (1, 8)))
+    driver.ok(ReportHealth(node="n0", incarnation=1, reports=(
+        HealthReport(uuid="GPU-n0-3", status=HealthStatus.FAIL, reason="xid 79"),)),
+        node_principal("n0"))
+    failures = driver.state.groups["job"].failures
+    assert failures
+    raw = msgpack.unpackb(encode_snapshot(driver.state, Sessions(), 7), strict_map_key=False)
+    raw[1] = 2
+    groups = raw[10]
+    for fields in groups:
+        fields[16] = [f"{gpu}: {why}" for gpu, why in fields[16]]
+    state, _, applied = decode_snapshot(msgpack.packb(raw))
+    assert applied == 7
+    assert state.groups["job"].failures == failures
+    assert encode_snapshot(state, Sessions(), 7) == encode_snapshot(driver.state, Sessions(), 7)
