@@ -70,7 +70,15 @@ from consensus.runtime.storage_errors import (
     StorageError,
     StorageFailed,
 )
-from consensus.runtime.storage_format import VERSION, frame, frame_seed, header, new_salt, scan
+from consensus.runtime.storage_format import (
+    VERSION,
+    FrameKey,
+    frame,
+    frame_key,
+    header,
+    new_salt,
+    scan,
+)
 from consensus.runtime.storage_lock import DirectoryLock
 
 LOG_NAME = "records.log"
@@ -123,16 +131,33 @@ class LogStatistics:
 class DurableLog:
     """The open log of one data directory; `open` is the constructor."""
 
-    __slots__ = ("_compact_after_bytes", "_compacted_from", "_compacted_size", "_compactions",
-                 "_directory", "_failed", "_fd", "_lock", "_path", "_records", "_recovered",
-                 "_seed", "_size", "_snapshot_durable", "_snapshot_unsynced", "_synced",
-                 "_syncs", "_unsynced", "recovery")
+    __slots__ = (
+        "_compact_after_bytes",
+        "_compacted_from",
+        "_compacted_size",
+        "_compactions",
+        "_directory",
+        "_failed",
+        "_fd",
+        "_key",
+        "_lock",
+        "_path",
+        "_records",
+        "_recovered",
+        "_size",
+        "_snapshot_durable",
+        "_snapshot_unsynced",
+        "_synced",
+        "_syncs",
+        "_unsynced",
+        "recovery",
+    )
 
     def __init__(self, directory: pathlib.Path, lock: DirectoryLock, fd: int, *,
-                 records: list[Record], size: int, seed: int, recovery: Recovery,
+                 records: list[Record], size: int, key: FrameKey, recovery: Recovery,
                  compact_after_bytes: int, synced: bool = True) -> None:
         self._directory = directory
-        self._seed = seed  # the file's frame_seed: every frame appended is checked with it
+        self._key = key  # what every frame appended to the file is made with
         self._synced = synced
         self._path = directory / LOG_NAME
         self._lock = lock
@@ -168,7 +193,7 @@ class DurableLog:
         may_create = _prepare_directory(directory, create=create)  # before the lock file
         lock = DirectoryLock.acquire(directory)
         try:
-            records, size, seed, recovery = _load(directory, may_create=may_create)
+            records, size, key, recovery = _load(directory, may_create=may_create)
             fd = _open_for_append(directory / LOG_NAME)
         except BaseException:
             lock.release()
@@ -176,7 +201,7 @@ class DurableLog:
         repaired = recovery.torn_bytes or recovery.removed_compaction
         for line in recovery.lines():
             logger.log(logging.WARNING if repaired else logging.INFO, "%s", line)
-        return cls(directory, lock, fd, records=records, size=size, seed=seed,
+        return cls(directory, lock, fd, records=records, size=size, key=key,
                    recovery=recovery, compact_after_bytes=compact_after_bytes, synced=synced)
 
     @property
@@ -198,7 +223,7 @@ class DurableLog:
         self._check_usable()
         if not records:
             return
-        data = b"".join([frame(encode_record(record), self._seed) for record in records])
+        data = b"".join([frame(encode_record(record), self._key) for record in records])
         try:
             write_all(self._fd, data)
         except OSError as error:
@@ -266,8 +291,8 @@ class DurableLog:
         assert not self._unsynced
         compacted = compact_records(self._records)
         salt = new_salt()  # a new file, a new salt
-        seed = frame_seed(salt)
-        data = header(salt) + b"".join([frame(encode_record(record), seed)
+        key = frame_key(salt)
+        data = header(salt) + b"".join([frame(encode_record(record), key)
                                         for record in compacted])
         try:
             _replace_file(self._directory, self._path, data)
@@ -276,7 +301,7 @@ class DurableLog:
             raise self._fail(error) from error
         os.close(self._fd)
         self._fd = fd
-        self._seed = seed
+        self._key = key
         self._records = compacted
         self._size = self._compacted_from = self._compacted_size = len(data)
         self._snapshot_durable = False
@@ -328,9 +353,9 @@ def _prepare_directory(directory: pathlib.Path, *, create: bool) -> bool:
 
 
 def _load(directory: pathlib.Path, *,
-          may_create: bool) -> tuple[list[Record], int, int, Recovery]:
+          may_create: bool) -> tuple[list[Record], int, FrameKey, Recovery]:
     """Read the log (creating an empty one when it may), cutting off a torn tail and rewriting
-    a log of an older format version; its records, size and frame seed."""
+    a log of an older format version; its records, size and frame key."""
     path = directory / LOG_NAME
     leftover = directory / COMPACTING_NAME
     removed = leftover.exists()
@@ -351,13 +376,13 @@ def _load(directory: pathlib.Path, *,
         raise StorageFailed(path, "reading the log", error) from error
     scanned = scan(data, path)
     records = [_decode(path, offset, payload) for offset, payload in scanned.payloads]
-    size, seed, upgraded_from = scanned.end, scanned.header.seed, 0
+    size, key, upgraded_from = scanned.end, scanned.header.key, 0
     if scanned.header.version != VERSION:
         # Rewritten as a compaction is (the torn tail, if any, left out), so that every frame
         # appended from now on is of the current version.
         salt = new_salt()
-        seed = frame_seed(salt)
-        rewritten = header(salt) + b"".join([frame(payload, seed)
+        key = frame_key(salt)
+        rewritten = header(salt) + b"".join([frame(payload, key)
                                              for _, payload in scanned.payloads])
         _replace_file(directory, path, rewritten)
         size, upgraded_from = len(rewritten), scanned.header.version
@@ -366,7 +391,7 @@ def _load(directory: pathlib.Path, *,
     recovery = Recovery(path, len(records), created=created, removed_compaction=removed,
                         torn_offset=scanned.end, torn_bytes=len(data) - scanned.end,
                         torn_reason=scanned.torn, upgraded_from=upgraded_from)
-    return records, size, seed, recovery
+    return records, size, key, recovery
 
 
 def _decode(path: pathlib.Path, offset: int, payload: bytes) -> Record:

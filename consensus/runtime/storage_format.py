@@ -2,7 +2,8 @@
 
     header  = b"CELLARLG" | version u32 | crc32(magic + version) u32                   16 bytes
               | salt (8 bytes) | crc32(the 24 bytes before it) u32       version 2: 28 bytes
-    frame   = b"\\xc1rec" | checksum u32 | length u32 | payload                   12 + length
+    frame   = marker | checksum u32 | length u32 | payload                         12 + length
+    marker   = b"\\xc1" + the salt's first 3 bytes (version 1: b"\\xc1rec")
     checksum = crc32(length + payload), started from crc32(salt) (version 1: from 0)
 
 Integers are big-endian; `payload` is `consensus.codec.encode_record` (never empty, at most
@@ -19,7 +20,11 @@ bytes can form frames as valid as the log's own, and the reader cannot look for 
 inside a bad frame's extent: it had to trust the bad frame's own length, which damage can
 change. The salt is 8 random bytes (`os.urandom`), fresh for every file written: when a log is
 created, and the new file of every compaction. It never leaves the file, so bytes a client
-chose pass a version-2 frame's checksum with a chance of 2**-32, as random damage does.
+chose pass a version-2 frame's checksum with a chance of 2**-32, as random damage does. The
+marker holds 3 bytes of the salt too, so client bytes hold a version-2 marker only by chance
+(2**-24 per position): looking for valid frames after a bad one checks each marker's checksum,
+a pass over its length, and with markers a client could place at will a torn tail of crafted
+bytes cost time quadratic in its size (seconds for 1 MiB) at every restart.
 
 Reading tells a torn tail from corruption. A crash mid-append leaves a prefix of what was
 written: the last frame is cut short (or, after power loss, has a bad checksum), and no valid
@@ -82,6 +87,18 @@ DAMAGE_ENDS_MAX = 4096  # candidate ends tried for a bad frame's true length (mo
 
 
 @dataclass(frozen=True, slots=True)
+class FrameKey:
+    """What one file's frames are made and checked with: their marker, and the crc32 their
+    checksum starts from (module docstring)."""
+
+    marker: bytes
+    seed: int
+
+
+VERSION_1_KEY = FrameKey(FRAME_MARKER, 0)
+
+
+@dataclass(frozen=True, slots=True)
 class Header:
     """What a log's header says: its version, its salt (b"" in version 1) and its size."""
 
@@ -90,9 +107,9 @@ class Header:
     size: int
 
     @property
-    def seed(self) -> int:
-        """Where every frame's checksum of this file starts (`frame`)."""
-        return frame_seed(self.salt)
+    def key(self) -> FrameKey:
+        """What every frame of this file is checked with."""
+        return frame_key(self.salt) if self.version > 1 else VERSION_1_KEY
 
 
 def new_salt() -> bytes:
@@ -100,9 +117,10 @@ def new_salt() -> bytes:
     return os.urandom(SALT_SIZE)
 
 
-def frame_seed(salt: bytes) -> int:
-    """The crc32 a frame's checksum starts from: crc32(salt); 0 (no salt) in version 1."""
-    return zlib.crc32(salt)
+def frame_key(salt: bytes) -> FrameKey:
+    """A version-2 file's marker and checksum seed, from its salt."""
+    assert len(salt) == SALT_SIZE, salt
+    return FrameKey(b"\xc1" + salt[:3], zlib.crc32(salt))
 
 
 def header(salt: bytes) -> bytes:
@@ -113,13 +131,13 @@ def header(salt: bytes) -> bytes:
     return prefix + struct.pack(">I", zlib.crc32(prefix))
 
 
-def frame(payload: bytes, seed: int) -> bytes:
-    """One record's frame: marker, checksum, length, payload; `seed` is the file's
-    `frame_seed` (0 in version 1)."""
+def frame(payload: bytes, key: FrameKey) -> bytes:
+    """One record's frame in the file whose frames are made with `key`: marker, checksum,
+    length, payload."""
     assert 0 < len(payload) <= RECORD_BYTES_MAX, f"record of {len(payload)} bytes"
     length = _LENGTH.pack(len(payload))
-    checksum = zlib.crc32(payload, zlib.crc32(length, seed))
-    return _FRAME.pack(FRAME_MARKER, checksum, len(payload)) + payload
+    checksum = zlib.crc32(payload, zlib.crc32(length, key.seed))
+    return _FRAME.pack(key.marker, checksum, len(payload)) + payload
 
 
 def read_header(data: bytes, path: pathlib.Path) -> Header:
@@ -160,7 +178,8 @@ class Scan:
 def scan(data: bytes, path: pathlib.Path) -> Scan:
     """Read every frame after the header; a torn tail is returned, corruption raised."""
     found = read_header(data, path)
-    seed = found.seed
+    key = found.key
+    marker_wanted, seed = key.marker, key.seed
     payloads: list[tuple[int, bytes]] = []
     view, size, offset = memoryview(data), len(data), found.size
     while offset < size:
@@ -168,12 +187,12 @@ def scan(data: bytes, path: pathlib.Path) -> Scan:
         if size - offset >= FRAME_OVERHEAD:
             marker, checksum, length = _FRAME.unpack_from(data, offset)
             end = offset + FRAME_OVERHEAD + length
-            if marker == FRAME_MARKER and 0 < length <= RECORD_BYTES_MAX and end <= size \
+            if marker == marker_wanted and 0 < length <= RECORD_BYTES_MAX and end <= size \
                     and zlib.crc32(view[offset + 8:end], seed) == checksum:
                 payloads.append((offset, data[offset + FRAME_OVERHEAD:end]))
                 offset = end
                 continue
-        problem = frame_problem(data, offset, path, seed)
+        problem = frame_problem(data, offset, path, key)
         assert problem, f"{path}: the frame at {offset} is valid after all"
         check_torn(data, offset, problem, path, found)
         return Scan(found, payloads, offset, problem)
@@ -184,10 +203,10 @@ def check_torn(data: bytes, offset: int, problem: str, path: pathlib.Path,
                found: Header) -> None:
     """Raise LogCorrupt unless the bad frame at `offset` can be a write cut short (the module
     docstring's rules for `found.version`)."""
-    seed = found.seed
+    key = found.key
     declared_end = _declared_end(data, offset) if found.version == 1 else None
     later = next_valid_frame(data, offset + 1 if declared_end is None else declared_end, path,
-                             seed)
+                             key)
     if later is not None:
         raise LogCorrupt(path, offset, f"{problem}, yet a valid record follows at offset "
                                        f"{later}, so this is damage inside the log, not a "
@@ -196,7 +215,7 @@ def check_torn(data: bytes, offset: int, problem: str, path: pathlib.Path,
         return
     # Every end a whole frame can have: at a valid frame inside the declared extent (version 1
     # only: version 2 has none after `offset`), or at the end of the file.
-    true_end = whole_frame_end(data, offset, len(data), path, seed)
+    true_end = whole_frame_end(data, offset, len(data), path, key)
     if true_end is not None:
         raise LogCorrupt(path, offset, f"{problem}, yet with a length of "
                                        f"{true_end - offset - FRAME_OVERHEAD} bytes it is a whole "
@@ -218,7 +237,7 @@ def _declared_end(data: bytes, offset: int) -> int | None:
 
 
 def whole_frame_end(data: bytes, offset: int, end: int, path: pathlib.Path,
-                    seed: int) -> int | None:
+                    key: FrameKey) -> int | None:
     """An end in (payload start, `end`], where a valid frame starts or the data ends, at which
     the frame at `offset` is valid with the length that ends it there (whatever its marker and
     length say); None if there is none. Raises LogCorrupt past DAMAGE_ENDS_MAX candidates."""
@@ -226,7 +245,7 @@ def whole_frame_end(data: bytes, offset: int, end: int, path: pathlib.Path,
     start = offset + FRAME_OVERHEAD
     view = memoryview(data)
     payload_crc, covered = 0, start  # crc32 of data[start:covered]
-    candidate = next_valid_frame(data, start + 1, path, seed)
+    candidate = next_valid_frame(data, start + 1, path, key)
     for _ in range(DAMAGE_ENDS_MAX):
         if candidate is None or candidate >= end:
             candidate = end if end == len(data) else None
@@ -236,24 +255,24 @@ def whole_frame_end(data: bytes, offset: int, end: int, path: pathlib.Path,
         covered = candidate
         length = candidate - start
         if length <= RECORD_BYTES_MAX and crc32_combine(
-                zlib.crc32(_LENGTH.pack(length), seed), payload_crc, length) == checksum:
+                zlib.crc32(_LENGTH.pack(length), key.seed), payload_crc, length) == checksum:
             return candidate
         if candidate == end:
             return None
-        candidate = next_valid_frame(data, candidate + 1, path, seed)
+        candidate = next_valid_frame(data, candidate + 1, path, key)
     raise LogCorrupt(path, offset, f"a bad frame holding more than {DAMAGE_ENDS_MAX} valid-looking "
                                    "frames: whether it is a write cut short or a damaged length "
                                    "cannot be told")
 
 
-def frame_problem(data: bytes, offset: int, path: pathlib.Path, seed: int) -> str:
+def frame_problem(data: bytes, offset: int, path: pathlib.Path, key: FrameKey) -> str:
     """Why the frame at `offset` is not valid, or "" when it is; an impossible length (beyond
     the record cap) is corruption wherever it is found, so it raises at once."""
     available = len(data) - offset
     if available < FRAME_OVERHEAD:
         return f"a frame header cut short ({available} of {FRAME_OVERHEAD} bytes)"
     marker, checksum, length = _FRAME.unpack_from(data, offset)
-    if marker != FRAME_MARKER:
+    if marker != key.marker:
         return f"no frame marker (found {marker!r})"
     if length > RECORD_BYTES_MAX:
         raise LogCorrupt(path, offset, f"a record length of {length} bytes, beyond the cap "
@@ -263,20 +282,21 @@ def frame_problem(data: bytes, offset: int, path: pathlib.Path, seed: int) -> st
     if available - FRAME_OVERHEAD < length:
         return (f"a record of {length} bytes cut short after "
                 f"{available - FRAME_OVERHEAD} bytes")
-    if zlib.crc32(memoryview(data)[offset + 8:offset + FRAME_OVERHEAD + length], seed) \
+    if zlib.crc32(memoryview(data)[offset + 8:offset + FRAME_OVERHEAD + length], key.seed) \
             != checksum:
         return "the record's checksum does not match"
     return ""
 
 
-def next_valid_frame(data: bytes, start: int, path: pathlib.Path, seed: int) -> int | None:
+def next_valid_frame(data: bytes, start: int, path: pathlib.Path,
+                     key: FrameKey) -> int | None:
     """The offset of the first valid frame at or after `start`, if there is one."""
-    position = data.find(FRAME_MARKER, start)
+    position = data.find(key.marker, start)
     while position != -1:
         try:
-            if not frame_problem(data, position, path, seed):
+            if not frame_problem(data, position, path, key):
                 return position
         except LogCorrupt:
             pass  # an impossible length: not a frame
-        position = data.find(FRAME_MARKER, position + 1)
+        position = data.find(key.marker, position + 1)
     return None

@@ -41,6 +41,7 @@ from consensus.runtime.storage_format import (
     MAGIC,
     PREFIX_SIZE,
     SALT_SIZE,
+    VERSION_1_KEY,
     frame,
     scan,
 )
@@ -80,7 +81,7 @@ def on_disk(directory: pathlib.Path) -> list[Record]:
 def raw_frame(directory: pathlib.Path, payload: bytes) -> bytes:
     """A valid frame of the log in `directory`, whatever its payload."""
     path = directory / LOG_NAME
-    return frame(payload, scan(path.read_bytes(), path).header.seed)
+    return frame(payload, scan(path.read_bytes(), path).header.key)
 
 
 def salt_of(directory: pathlib.Path) -> bytes:
@@ -99,7 +100,7 @@ def version_1_log(directory: pathlib.Path, records: list[Record]) -> bytes:
     """Write a log of format version 1 (no salt: checksums start from 0); its bytes."""
     prefix = MAGIC + struct.pack(">I", 1)
     data = prefix + struct.pack(">I", zlib.crc32(prefix)) + b"".join(
-        [frame(encode_record(record), 0) for record in records])
+        [frame(encode_record(record), VERSION_1_KEY) for record in records])
     directory.mkdir(parents=True, exist_ok=True)
     (directory / LOG_NAME).write_bytes(data)
     return data
@@ -328,8 +329,10 @@ def test_a_whole_synced_last_record_with_a_damaged_header_is_refused(
 
 def test_a_length_beyond_the_cap_is_refused_even_at_the_tail(tmp_path: pathlib.Path) -> None:
     write(tmp_path, take(5, 3))
-    with (tmp_path / LOG_NAME).open("ab") as file:
-        file.write(b"\xc1rec" + struct.pack(">II", 0, RECORD_BYTES_MAX + 1))
+    path = tmp_path / LOG_NAME
+    marker = scan(path.read_bytes(), path).header.key.marker
+    with path.open("ab") as file:
+        file.write(marker + struct.pack(">II", 0, RECORD_BYTES_MAX + 1))
     assert_refused(tmp_path, LogCorrupt, "beyond the cap")
 
 
