@@ -60,11 +60,13 @@ OUTBOX_RETAINED_MAX = 65_536  # effects kept; older ones are dropped, oldest fir
 # the frame around it, well under the least frame cap a connection may have (8 MiB).
 EFFECTS_ANSWER_BYTES_MAX = 4 << 20
 SESSIONS_MAX = 65_536
-# The shortest session lifetime a policy may set. A late copy of a command whose session was
-# forgotten is told by its stamp (statemachine/sessions.py), which needs the lifetime to be
-# well over twice the longest a client retries a command (consensus/runtime/client.py:
-# DEADLINE_S_MAX, 45 s) plus the skew between the replicas' clocks.
-SESSION_TTL_MS_MIN = 120_000
+# The shortest session lifetime a policy may set (the default's). A late copy of a command
+# whose session was forgotten is told by its stamp (statemachine/sessions.py), which needs the
+# lifetime to be well over twice the longest a client retries a command
+# (consensus/runtime/client.py: DEADLINE_S_MAX, 45 s) plus the skew between the replicas'
+# clocks; and half of it is how far ahead of the others one replica's clock may jump (an NTP
+# step) before new sessions stamped by the others are refused as too old.
+SESSION_TTL_MS_MIN = 600_000
 SESSIONS_PER_PRINCIPAL_MAX = SESSIONS_MAX // 8  # no one client's sessions fill the table
 QUERY_LIMIT_MAX = 4096  # items one query may return
 GROUPS_MAX = 16_384  # gangs held at once, pending ones included (each of PODS_PER_GANG_MAX pods)

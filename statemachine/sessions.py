@@ -10,20 +10,22 @@ Ticks).
 
 A forgotten session must not let a late copy of one of its commands run again. A command opening
 a session this table does not hold is therefore refused when it was stamped more than
-`STAMP_WINDOW_MS` (half of `SESSION_TTL_MS_MIN`, limits.py: 60 s) before the machine's clock
+`STAMP_WINDOW_MS` (half of `SESSION_TTL_MS_MIN`, limits.py: 300 s) before the machine's clock
 ("too_old"). Why that is enough: a session's expiry is fixed when its last command is recorded
 at time L (`L + ttl`, under the policy of that moment, at least `SESSION_TTL_MS_MIN`), so a
-forgotten session means a clock past L + 120 s. Every copy of any of its commands was stamped by
+forgotten session means a clock past L + 600 s. Every copy of any of its commands was stamped by
 the replica that took it while the client still retried it, within `DEADLINE_S_MAX` (45 s,
 consensus/runtime/client.py) of its first try, which came before L: at most L + 45 s plus twice
-the skew between the replicas' clocks, so more than 60 s before the clock while the skew is
-under 7.5 s. The window is the floor's, not half the current policy's lifetime: sessions
+the skew between the replicas' clocks, so more than 300 s before the clock while the skew is
+under 2 minutes. The window is the floor's, not half the current policy's lifetime: sessions
 recorded under a shorter lifetime keep their expiry when a new configuration raises it, and half
-of a raised lifetime (300 s of 600 s) let a copy of a command of a session forgotten after 120 s
-open it again and run twice. Lowering the lifetime only keeps some sessions longer. A command
-that took more than 60 s from its stamp to its turn is refused too; its client gave up on it
-after at most 45 s. And a full table refuses new sessions ("full") rather than forget one that
-is still live.
+of a raised lifetime (1,800 s of 3,600 s) would let a copy of a command of a session forgotten
+after 600 s open it again and run twice. Lowering the lifetime only keeps some sessions longer.
+A command that took more than 300 s from its stamp to its turn is refused too; its client gave
+up on it after at most 45 s. The machine's clock is the latest stamp it has seen, so a replica
+whose clock jumps more than 300 s ahead (an NTP step) makes new sessions that the others stamp
+look too old until their clocks catch up. And a full table refuses new sessions ("full")
+rather than forget one that is still live.
 
 A full table refuses every client's new sessions, so no one principal may hold more than
 `SESSIONS_PER_PRINCIPAL_MAX` of them: one node agent opening session after session (each

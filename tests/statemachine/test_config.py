@@ -78,8 +78,8 @@ def refused(spec: ClusterSpec, code: Code = Code.CONFIG_INVALID) -> str:
         (replace(BASE, virtual_clusters=(vc("a", ("A100-RACK", "A100-NODE", 0)),)),
          "virtual_clusters[0].quota[0].count: must be positive"),
         (replace(BASE, policy=PolicySpec(lease_ms=0)), "policy.lease_ms: must lie in"),
-        (replace(BASE, policy=PolicySpec(session_ttl_ms=119_999)),
-         "policy.session_ttl_ms: must be at least 120000"),
+        (replace(BASE, policy=PolicySpec(session_ttl_ms=599_999)),
+         "policy.session_ttl_ms: must be at least 600000"),
         (replace(BASE, cell_types=(
             CellTypeSpec(name="L0", child="A100", child_count=64, node_level=True),
             *(CellTypeSpec(name=f"L{level}", child=f"L{level - 1}", child_count=1)
