@@ -175,6 +175,7 @@ class Agent:
             if is_stale(result):
                 raise IncarnationOver(str(result))
             self.view.counters["heartbeats"] = self.view.counters.get("heartbeats", 0) + 1
+            self._registered_gpus.save()  # a write that failed at the registration
             await anyio.sleep(self.config.intervals.heartbeat_ms / 1000)
 
     async def _serve_metrics(self, pods: Pods, runner: JobRunner, *,

@@ -61,15 +61,20 @@ class RegisteredGpus:
                      if uuid not in present)
 
     def remember(self, registered: Iterable[DeviceInfo]) -> None:
-        """The store accepted `registered`: kept in memory, and on disk unless the file holds
-        it already (a write that failed is tried again at the next registration)."""
+        """The store accepted `registered`: kept in memory, and on disk (`save`)."""
         self.by_uuid = {device.uuid: device for device in registered}
+        self.save()
+
+    def save(self) -> None:
+        """Write the inventory unless the file holds it already. A write that failed (a full
+        disk) is logged and tried again at the next call: the daemon calls this with every
+        heartbeat, so a restarted agent does not register an inventory older than the store's."""
         if self.by_uuid == self._saved:
             return
         try:
             replace_file(self.path, encode(self.by_uuid.values()))
         except OSError as error:
-            logger.warning("cannot write %s (tried again at the next registration): %s",
+            logger.warning("cannot write %s (tried again with the next heartbeat): %s",
                            self.path, error)
         else:
             self._saved = self.by_uuid

@@ -93,10 +93,10 @@ def test_a_corrupt_file_is_logged_and_ignored(tmp_path: pathlib.Path, content: b
     assert placed(gpus.to_register((device("b", 0),))) == [("b", 0)]
 
 
-def test_a_write_that_failed_is_tried_again_at_the_next_registration(
+def test_a_write_that_failed_is_tried_again(
         tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The disk was full when a swapped board was registered: the next registration of the
-    same GPUs writes the file, so a restarted agent does not register the old board."""
+    """The disk was full when a swapped board was registered: the next heartbeat writes the
+    file, so a restarted agent does not register the old board."""
     gpus = registered(tmp_path, device("a", 0), device("b", 1))
 
     def disk_full(path: pathlib.Path, data: bytes) -> None:
@@ -106,7 +106,7 @@ def test_a_write_that_failed_is_tried_again_at_the_next_registration(
     monkeypatch.setattr("agent.registered_gpus.replace_file", disk_full)
     gpus.remember(swapped)
     monkeypatch.setattr("agent.registered_gpus.replace_file", replace_file)
-    gpus.remember(swapped)
+    gpus.save()  # the next heartbeat
     assert RegisteredGpus(tmp_path).by_uuid == {gpu.uuid: gpu for gpu in swapped}
 
 
