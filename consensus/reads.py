@@ -7,7 +7,8 @@ it has executed that far. Commands are opaque to consensus, so the per-object in
 paper (which needs the key of every command) is not used: iG is always safe.
 
 A refused or lost request is asked again after `resend_ticks`; the driver cancels reads it has
-given up on. Pending reads are bounded.
+given up on. Pending reads are bounded. The sequencer's own reads wait for its lease instead:
+they are granted when a lease grant renews it, and never on a tick (`on_tick`).
 """
 
 from __future__ import annotations
@@ -85,7 +86,20 @@ class Reads:
             self._ctx.outbox.pending.reads.append(read_id)
 
     def on_tick(self) -> None:
+        """Ask the sequencer again for the indexes not granted yet. A sequencer grants its own
+        reads on inputs only (a read, a lease grant), never on a tick: after a pause the driver
+        replays the missed ticks before any input, each at its own past `now`, and a lease
+        judged at a replayed tick may have run out long ago in real time."""
         ctx = self._ctx
+        if ctx.is_sequencer:
+            return
         for read_id in sorted(self._asked_at):
             if ctx.now - self._asked_at[read_id] >= ctx.config.resend_ticks:
                 self._ask(read_id)
+
+    def on_lease_renewed(self) -> None:
+        """A lease grant came in: a sequencer holding a lease again grants its waiting reads
+        (at once, not at their next resend)."""
+        if self._ctx.is_sequencer and self._asked_at and self._sequencer.lease_valid():
+            for read_id in sorted(self._asked_at):
+                self._granted(read_id, self._sequencer.next_slot)

@@ -179,6 +179,7 @@ class Replica:
         self._leader.on_order_lagging = self._catchup.maybe_ask
         self._leader.lagging = self._lagging
         self._sequencer.on_deposed = self._election.on_deposed
+        self._sequencer.on_lease_renewed = self._reads.on_lease_renewed
         self._handlers = self._handler_table()
         self.inspect = Inspection(ctx, self._executor)
 

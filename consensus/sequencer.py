@@ -35,7 +35,7 @@ from consensus.records import OAcceptRecord
 class Sequencer:
     __slots__ = ("_ctx", "_flushed_upto", "_grants", "_lease_round", "_next_heartbeat",
                  "_progress_tick", "_progress_upto", "_round_sent_at", "_waiting", "counts",
-                 "durable_upto", "next_slot", "on_deposed", "sent_upto")
+                 "durable_upto", "next_slot", "on_deposed", "on_lease_renewed", "sent_upto")
 
     def __init__(self, ctx: Context) -> None:
         self._ctx = ctx
@@ -52,6 +52,7 @@ class Sequencer:
         self._progress_tick = 0
         self._waiting: dict[int, int] = {}  # requests that came while establishing
         self.on_deposed: Callable[[], None] = lambda: None
+        self.on_lease_renewed: Callable[[], None] = lambda: None  # a grant came in
 
     def start_view(self, end: int, accepted: tuple[int, ...]) -> None:
         """Begin serving: the O-log is established up to `end` in the current view.
@@ -193,6 +194,7 @@ class Sequencer:
                 message.lease_round <= self._lease_round:
             self._grants[message.sender] = max(self._grants[message.sender],
                                                message.lease_round)
+            self.on_lease_renewed()
 
     def lease_valid(self) -> bool:
         """A majority promised, in answer to a heartbeat sent at tick t, to vote for no one

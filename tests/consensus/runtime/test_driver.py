@@ -17,7 +17,7 @@ import pytest
 from consensus.codec import encode_envelope, encode_messages, unpack
 from consensus.config import ReplicaConfig
 from consensus.envelope import Envelope, Principal, Role
-from consensus.messages import Heartbeat, Message, SnapshotMeta
+from consensus.messages import Heartbeat, LeaseGrant, Message, SnapshotMeta
 from consensus.prng import Prng
 from consensus.ready import Ready
 from consensus.records import SnapshotRecord, ViewRecord
@@ -400,6 +400,37 @@ async def test_the_ticks_due_are_caught_up_before_any_input_is_taken() -> None:
 async def test_a_long_batch_of_inputs_keeps_the_clock_current() -> None:
     ticks = await _ticks_seen_by_inputs([0.0], CATCH_UP_EVERY_INPUTS + 1, 0.010)  # a tick each
     assert ticks[CATCH_UP_EVERY_INPUTS] - ticks[0] >= CATCH_UP_EVERY_INPUTS
+
+
+async def test_a_sequencer_paused_past_its_lease_answers_no_read_on_waking() -> None:
+    """Sequencer 0 holds a lease from tick 2 to about 37; a read taken at tick 2, before the
+    grant, is granted with it. Had it waited for its resend at tick 27, the driver, held up
+    for 10 s (a slow sync on the loop, a stopped process) and replaying the missed ticks one
+    by one on waking, would have granted it at the replayed tick 27, under a lease that ran
+    out 9.6 s before in real time (the peers may have elected another sequencer and written
+    meanwhile)."""
+    now = [0.0]
+    replica = Replica(ReplicaConfig(replica_id=0, replica_count=3), Prng(0))
+    driver = Driver(replica, MemoryStore(), SessionKv(), lambda target, frame: True, Metrics(),
+                    config=DriverConfig(tick_ms=10), clock=lambda: now[0])
+    answers: list[bytes | None] = []
+    async with anyio.create_task_group() as tasks:
+        await tasks.start(driver.run)
+        now[0] = 0.02  # two ticks: heartbeat round 1 goes out at tick 1
+        await anyio.sleep(0.1)
+        assert replica.inspect.is_sequencer and driver._ticks_done == 2
+        driver.submit_read(encode_get("k"), 100.0, lambda reply, error: answers.append(reply))
+        await anyio.sleep(0.1)
+        assert answers == []  # no lease yet
+        driver.deliver(1, encode_messages([LeaseGrant(sender=1, view=0, lease_round=1)]))
+        await anyio.sleep(0.1)
+        answered_in_lease = len(answers)
+        now[0] = 10.02  # held up for 10 s; no input reached it meanwhile
+        await anyio.sleep(0.2)
+        tasks.cancel_scope.cancel()
+    assert driver._ticks_done == 1002
+    assert [reply for reply in answers[answered_in_lease:] if reply is not None] == []
+    assert answered_in_lease == 1
 
 
 async def test_a_watch_after_a_restart_never_sees_the_state_before_the_snapshot() -> None:

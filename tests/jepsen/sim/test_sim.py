@@ -66,8 +66,9 @@ def test_a_straggling_sequencer_is_replaced() -> None:
     # Views rotate the sequencer's role, and a later view change may hand it back to the
     # straggler; with this seed the run ends under a healthy sequencer. The straggler, slower
     # than the load even as a follower, must also drain its backlog before the run ends: on
-    # seeds 2 to 5 it may not, depending on how fast the others went.
-    options = SimOptions(seed=7, safety_ms=3000, liveness_ms=1000, clients=9, think_us=200,
+    # about one seed in four it may not, depending on how fast the others went (seed 7 did,
+    # until a sequencer's own reads were granted at its lease's renewal).
+    options = SimOptions(seed=6, safety_ms=3000, liveness_ms=1000, clients=9, think_us=200,
                          straggler=0, straggler_cpu_us=1500)
     result = run(options, ())
     assert result.ok, explain(result)
@@ -103,10 +104,11 @@ def test_it_catches_a_missing_dedup_guard(seed: int) -> None:
 
 # Seeds whose faults make the own-vote-only defect show as a misplaced ready command: 7 in 40
 # before leaders relayed their requests for ordering through peers, 3 or 4 in 60 with view-log
-# relays, 1 in 70 since (on most seeds the O-log's agreement assert now catches it first).
+# relays, 1 in 70 since (on most seeds the O-log's agreement assert now catches it first),
+# 17 in 240 since a sequencer's own reads are granted at its lease's renewal.
 # Which ones moves with every change to the protocol's messages: to find new ones, run swarm
 # seeds with the defect and keep those that report it this way. The first that does is enough.
-OWN_VOTE_SEEDS = (42, 18, 46, 53)
+OWN_VOTE_SEEDS = (1, 39, 81, 97)
 
 
 def test_it_catches_a_new_sequencer_that_rebuilds_its_log_from_its_own_vote() -> None:
