@@ -198,11 +198,13 @@ class Sequencer:
 
     def lease_valid(self) -> bool:
         """A majority promised, in answer to a heartbeat sent at tick t, to vote for no one
-        else until t + lease_ticks (by their clocks); keep a margin for drift."""
+        else until t + lease_ticks (by their clocks); keep a margin for drift. Never once a
+        slot past this view's log is known (a newer view chose it: this sequencer is deposed,
+        whatever the lease says), should the clocks have broken the lease's bound."""
         ctx = self._ctx
         granted = majority_floor(self._grants)
         sent_at = self._round_sent_at.get(granted)
-        if not ctx.is_sequencer or sent_at is None:
+        if not ctx.is_sequencer or sent_at is None or ctx.olog.end > self.next_slot:
             return False
         return ctx.now < sent_at + ctx.config.lease_ticks - ctx.config.lease_drift_ticks
 

@@ -8,7 +8,13 @@ served a stale read)."""
 
 from __future__ import annotations
 
-from consensus.messages import LeaseGrant, ReadIndexReply, ReadIndexRequest
+from consensus.messages import (
+    NO_INDEX,
+    LeaseGrant,
+    OCommit,
+    ReadIndexReply,
+    ReadIndexRequest,
+)
 from consensus.records import EpochRecord
 from tests.consensus.stepper import Stepper
 from tests.consensus.test_election_edges import ROUNDS_MAX, warmed_up
@@ -144,3 +150,21 @@ def test_a_sequencer_grants_no_read_on_a_tick() -> None:
         cluster.node(0).tick()
     cluster.process(0)
     assert not cluster.reads[0]
+
+
+def test_a_sequencer_that_learned_of_a_newer_views_slot_serves_no_read_in_its_lease() -> None:
+    """A commit past this view's log means a newer view chose slots: the sequencer was
+    deposed, so its lease can no longer be trusted (the clocks broke its bound, or the
+    replicas disagree on how long a tick is). Its own reads and read indexes wait."""
+    cluster = warmed_up({0: b"w0"})
+    sequencer = cluster.node(0)
+    assert sequencer._sequencer.lease_valid()
+    beyond = sequencer.inspect.log_end
+    sequencer.step(OCommit(sender=1, view=1, slots=(beyond,), values=(1,)))
+    assert sequencer.inspect.is_sequencer  # a commit is a fact of any view: still in view 0
+    sequencer.read(7)
+    sequencer.step(ReadIndexRequest(sender=2, view=0, read_id=1, epoch=0))
+    cluster.process(0)
+    assert not cluster.reads[0]
+    assert [message.executed_upto for _, _, message in cluster.queue
+            if isinstance(message, ReadIndexReply)] == [NO_INDEX]
