@@ -67,7 +67,11 @@ class ReplicaConfig:
     heartbeat_ticks: int = 10
     election_ticks: int = 60  # a follower suspects the sequencer after [base, 2 * base) ticks
     lease_ticks: int = 40  # a lease granted to the sequencer; must be < election_ticks
-    lease_drift_ticks: int = 4  # margin the sequencer takes off its lease for clock drift
+    # Margin the sequencer takes off its lease: one tick for counting from the start of a tick
+    # at both ends, the rest for the replicas' clocks running at different rates (3 ticks of
+    # 40: 7.5 %). Every replica must count ticks of the same length with the same lease_ticks
+    # and lease_drift_ticks (the peer links refuse a peer whose values differ).
+    lease_drift_ticks: int = 4
     resend_ticks: int = 25
     repair_ticks: int = 30  # execution stalled this long: ask peers for what is missing
     recovery_ticks: int = 120  # still stalled: recover the command leader's C-instances
@@ -125,11 +129,21 @@ def _problems(config: ReplicaConfig) -> list[str]:
                 "straggler_rounds", "straggler_margin_ticks", "straggler_cooldown_ticks")
     problems.extend(f"{name}: must be positive, got {getattr(config, name)}"
                     for name in positive if getattr(config, name) <= 0)
+    if config.lease_drift_ticks < 1:
+        problems.append(f"lease_drift_ticks: must be at least 1, got "
+                        f"{config.lease_drift_ticks}: the sequencer and its followers each "
+                        f"count the lease from the start of a tick, up to one tick apart")
+    elif config.lease_drift_ticks >= config.lease_ticks:
+        problems.append(f"lease_drift_ticks: {config.lease_drift_ticks} must be below "
+                        f"lease_ticks ({config.lease_ticks}), or the sequencer never holds "
+                        f"a lease")
     if config.lease_ticks + config.lease_drift_ticks >= config.election_ticks:
         problems.append("lease_ticks: lease plus drift margin must be shorter than "
                         "election_ticks, or a follower could vote while its lease binds it")
-    if config.heartbeat_ticks >= config.lease_ticks:
-        problems.append("heartbeat_ticks: must be shorter than lease_ticks so leases renew")
+    if config.heartbeat_ticks >= config.lease_ticks - config.lease_drift_ticks:
+        problems.append("heartbeat_ticks: must be shorter than lease_ticks less "
+                        "lease_drift_ticks, so leases renew before the sequencer stops "
+                        "counting on them")
     if config.recovery_ticks <= config.repair_ticks:
         problems.append("recovery_ticks: must exceed repair_ticks (repair before recovery)")
     return problems

@@ -321,6 +321,10 @@ def test_multipaxos_forwards_every_command_to_the_sequencer() -> None:
         ({"peer_order": (1, 1)}, "peer_order"),
         ({"lease_ticks": 70}, "lease_ticks"),
         ({"heartbeat_ticks": 50}, "heartbeat_ticks"),
+        ({"heartbeat_ticks": 37}, "heartbeat_ticks"),  # renewed after the lease is not trusted
+        ({"lease_drift_ticks": 0}, "lease_drift_ticks: must be at least 1"),
+        ({"lease_drift_ticks": -4}, "lease_drift_ticks: must be at least 1"),
+        ({"lease_ticks": 4}, "lease_drift_ticks: 4 must be below lease_ticks"),
         ({"batch_bytes_max": 0}, "batch_bytes_max"),
         ({"recovery_ticks": 10}, "recovery_ticks"),
     ],
