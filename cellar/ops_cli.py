@@ -103,6 +103,8 @@ def status_table(statuses: list[dict[str, Any]]) -> list[str]:
             f"{status['view']:>5} {status['status']:>12} {status['sequencer']:>9} "
             f"{status['executed_slots']:>9} {status['commit_prefix']:>9} "
             f"{furthest - status['executed_slots']:>5} {peers:>7}")
+        lines.extend(f"{'':>7} refuses replica {peer}: {reason}"
+                     for peer, reason in sorted(status.get("peers_refused", {}).items()))
     return lines
 
 

@@ -59,6 +59,8 @@ HANDSHAKES_REFUSED_BARRED = "transport.handshakes_refused_barred"  # host failed
 CONNECTIONS_LOST = "transport.connections_lost"
 TLS_REFUSED = "transport.tls_refused"  # handshake failed: no certificate, wrong CA, garbage
 IDENTITY_REFUSED = "transport.identity_refused"  # a valid certificate, but the wrong identity
+# A peer whose hello names other lease timing than ours (or that sent no hello): peers.py
+TIMING_REFUSED = "transport.peers_refused_timing"
 DIALS_FAILED = "transport.dials_failed"
 RECONNECTS = "transport.reconnects"
 

@@ -27,7 +27,7 @@ from consensus.runtime.listener import ClientListener
 from consensus.runtime.metrics import Metrics
 from consensus.runtime.metrics_http import serve_metrics
 from consensus.runtime.node_config import NodeConfig
-from consensus.runtime.peers import PeerMesh
+from consensus.runtime.peers import LinkTiming, PeerMesh
 from consensus.runtime.server import ClientServer
 from consensus.runtime.storage import DurableLog
 from consensus.runtime.tls import Identity, TlsConfig
@@ -59,7 +59,8 @@ class ReplicaNode:
         self.transport: Counter[str] = Counter()
         self.metrics_endpoint: Counter[str] = Counter()  # its refusals and accept() retries
         seed = int.from_bytes(os.urandom(8), "big")  # randomized timeouts only
-        replica = Replica.restore(replica_config(config), Prng(seed), log.records())
+        core_config = replica_config(config)
+        replica = Replica.restore(core_config, Prng(seed), log.records())
         tls, limits = tls_of(config), config.limits
         self.mesh = PeerMesh(
             config.replica_id, (config.me.peer.host, config.me.peer.port),
@@ -67,7 +68,7 @@ class ReplicaNode:
              if peer.replica_id != config.replica_id},
             tls, on_frame=self._on_frame, queue_frames_max=limits["peer_queue_frames_max"],
             frame_bytes_max=limits["frame_bytes_max"], metrics=self.transport,
-            insecure=config.insecure)
+            insecure=config.insecure, timing=LinkTiming.of(config.tick_ms, core_config))
         self.driver = Driver(
             replica, log, machine, self.mesh.send, self.metrics,
             config=DriverConfig(tick_ms=config.tick_ms, idle_wake_ticks=config.idle_wake_ticks,
@@ -93,6 +94,8 @@ class ReplicaNode:
     def status(self) -> dict[str, Any]:
         status = self.driver.status()
         status["peers_connected"] = sorted(self.mesh.connected())
+        # e.g. a peer whose lease timing differs: refused until it is configured as this one
+        status["peers_refused"] = {str(peer): reason for peer, reason in self.mesh.refused.items()}
         status["transport"] = dict(self.transport)
         return status
 

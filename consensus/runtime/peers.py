@@ -17,6 +17,13 @@ accepted, so the two directions between a pair fail and recover independently.
 - Received frames go to `on_frame(sender, payload)` unread: decoding and validation are the
   core's. A length above the cap, or a stream that ends inside a frame, closes that one
   connection (there is no way to find the next frame) and is counted; other peers carry on.
+- Every dialer's first frame is its hello: its replica id and the timing the read lease rests
+  on (`LinkTiming`: how long a tick is, how many ticks a lease lasts, the margin the sequencer
+  takes off it). A lease is counted in ticks, by the sequencer and its followers each on its
+  own clock, so a replica counting longer ticks than its followers would trust its lease past
+  their promises and could serve a stale read: the acceptor refuses a peer whose timing differs
+  from its own (or that sent no hello), logs an error naming both values, and counts it
+  (`TIMING_REFUSED`). Each side dials the other, so both refuse, and both say why.
 - Newest wins: a new authenticated connection from a peer closes its older one, so a peer that
   restarted is never shadowed by a half-open connection from its previous life.
 - Inbound connections are bounded twice: at most `handshakes_max` not yet authenticated (one
@@ -27,14 +34,16 @@ accepted, so the two directions between a pair fail and recover independently.
   keeps failing its handshakes is barred for a while (`handshake_guard.py`). A failed accept()
   (out of descriptors, a reset in the backlog) is retried, never fatal (`accept.py`).
 
-With `insecure=True` (local development only) there is no TLS; a dialer names itself in a first
-frame, unchecked.
+With `insecure=True` (local development only) there is no TLS; the replica id in the hello is
+taken unchecked. With TLS it must be the certificate's.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
+import json
 import logging
 import random
 import socket
@@ -47,6 +56,7 @@ import anyio
 import anyio.abc
 
 from consensus.codec import MESSAGE_BYTES_MAX
+from consensus.config import ReplicaConfig
 from consensus.runtime.accept import Slots, accept_forever, authenticated, holding, listen_tcp
 from consensus.runtime.deadlines import Doorbell
 from consensus.runtime.framing import (
@@ -62,6 +72,7 @@ from consensus.runtime.framing import (
     FRAMES_TRUNCATED,
     IDENTITY_REFUSED,
     RECONNECTS,
+    TIMING_REFUSED,
     WRITE_BYTES_MAX,
     FrameReader,
     FrameTooLarge,
@@ -87,7 +98,8 @@ from consensus.runtime.tls import (
 logger = logging.getLogger("cellar.transport")
 
 Address = tuple[str, int]
-INSECURE_HELLO = b"cellar-insecure-peer "  # followed by the dialer's replica id, in ASCII
+PEER_HELLO = b"cellar-peer "  # followed by the dialer's `Hello`, as a JSON object
+HELLO_BYTES_MAX = 1024
 CONNECT_TIMEOUT_S = 5.0
 BACKOFF_INITIAL_S = 0.05
 BACKOFF_MAX_S = 2.0
@@ -95,6 +107,59 @@ BACKOFF_MAX_S = 2.0
 KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, KEEPALIVE_PROBES = 5, 2, 3
 USER_TIMEOUT_MS = 15_000
 HANDSHAKES_MAX_DEFAULT = 64
+
+
+@dataclass(frozen=True, slots=True)
+class LinkTiming:
+    """What every replica of a group must agree on for the read lease to be safe (module
+    docstring; the defaults are the node file's and `ReplicaConfig`'s)."""
+
+    tick_ms: int = 10
+    lease_ticks: int = 40
+    lease_drift_ticks: int = 4
+
+    @classmethod
+    def of(cls, tick_ms: int, config: ReplicaConfig) -> LinkTiming:
+        return cls(tick_ms, config.lease_ticks, config.lease_drift_ticks)
+
+    def differences(self, theirs: LinkTiming) -> str:
+        """E.g. "tick_ms 15 there, 10 here" for each field that differs."""
+        return "; ".join(f"{name} {getattr(theirs, name)} there, {getattr(self, name)} here"
+                         for name in _TIMING_FIELDS
+                         if getattr(theirs, name) != getattr(self, name))
+
+
+_TIMING_FIELDS = tuple(field.name for field in dataclasses.fields(LinkTiming))
+
+
+@dataclass(frozen=True, slots=True)
+class Hello:
+    """A dialer's first frame on a peer connection."""
+
+    replica_id: int
+    timing: LinkTiming
+
+    def encode(self) -> bytes:
+        fields = {"replica_id": self.replica_id,
+                  **{name: getattr(self.timing, name) for name in _TIMING_FIELDS}}
+        return PEER_HELLO + json.dumps(fields, sort_keys=True).encode()
+
+    @classmethod
+    def parse(cls, frame: bytes) -> Hello | None:
+        """The hello in `frame`, or None if it is none (another version's, or garbage)."""
+        body = frame.removeprefix(PEER_HELLO)
+        if body == frame or len(frame) > HELLO_BYTES_MAX:
+            return None
+        try:
+            fields = json.loads(body)
+        except ValueError:  # not JSON, or not UTF-8
+            return None
+        if not isinstance(fields, dict) or \
+                set(fields) != {"replica_id", *_TIMING_FIELDS} or \
+                any(type(value) is not int for value in fields.values()):
+            return None
+        replica_id = fields.pop("replica_id")
+        return cls(replica_id, LinkTiming(**fields))
 
 
 class Outbox:
@@ -200,6 +265,7 @@ class PeerMesh:
         handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S,
         connect_timeout_s: float = CONNECT_TIMEOUT_S, rng: random.Random | None = None,
         handshakes_max: int = HANDSHAKES_MAX_DEFAULT, guard: HandshakeGuard | None = None,
+        timing: LinkTiming = LinkTiming(),
     ) -> None:
         check_security(tls, insecure=insecure, what=f"replica {replica_id} peer mesh")
         check_frame_bytes_max(frame_bytes_max)
@@ -231,6 +297,9 @@ class PeerMesh:
         self._handshakes = Slots(handshakes_max)  # accepted, not yet authenticated
         self._guard = HandshakeGuard() if guard is None else guard
         self.address: Address | None = None  # where it listens, once running
+        self.timing = timing
+        # Why each peer's last connection was refused for its hello, until one is accepted
+        self.refused: dict[int, str] = {}
         rng = rng or random.Random()
         self._links = {peer: _Link(Outbox(frames_max=queue_frames_max, bytes_max=queue_bytes_max),
                                    Backoff(backoff_initial_s, backoff_max_s, rng))
@@ -348,12 +417,12 @@ class PeerMesh:
                            port, identity, peer)
             await anyio.aclose_forcefully(tls_stream)
             return None
-        return tls_stream
+        return await self._say_hello(tls_stream)
 
     async def _say_hello(self, stream: anyio.abc.ByteStream) -> anyio.abc.ByteStream | None:
         writer = FrameWriter(stream, frame_bytes_max=self.frame_bytes_max, metrics=Metrics())
         try:
-            await writer.send(INSECURE_HELLO + str(self.replica_id).encode())
+            await writer.send(Hello(self.replica_id, self.timing).encode())
         except CONNECTION_ERRORS:
             await anyio.aclose_forcefully(stream)
             return None
@@ -425,7 +494,7 @@ class PeerMesh:
         """The authenticated sender's id and its stream, or None (counted) if refused."""
         tune_socket(stream)
         if self._server_context is None:
-            return await self._hear_hello(stream)
+            return await self._hear_hello(stream, None)
         accepted = await tls_handshake(stream, self._server_context, server_side=True,
                                        metrics=self.metrics, timeout_s=self.handshake_timeout_s)
         if accepted is None:
@@ -437,28 +506,52 @@ class PeerMesh:
                            identity, remote_address(stream))
             await anyio.aclose_forcefully(tls_stream)
             return None
-        reader = FrameReader(tls_stream, frame_bytes_max=self.frame_bytes_max)
-        return identity.replica_id, tls_stream, reader
+        heard = await self._hear_hello(tls_stream, identity.replica_id)
+        if heard is None:
+            await anyio.aclose_forcefully(tls_stream)
+        return heard
 
     def _is_peer(self, identity: Identity) -> bool:
         if identity.role is not IdentityRole.REPLICA:
             return False
         return identity.replica_id in self.peers
 
-    async def _hear_hello(self, stream: anyio.abc.SocketStream,
+    async def _hear_hello(self, stream: anyio.abc.ByteStream, certified: int | None,
                           ) -> tuple[int, anyio.abc.ByteStream, FrameReader] | None:
+        """The dialer's id, its stream and reader, once its hello names this replica's timing;
+        None (counted, and logged when the reason is new) if not. `certified`: the replica
+        its certificate names (None without TLS: the hello's id is taken unchecked)."""
         reader = FrameReader(stream, frame_bytes_max=self.frame_bytes_max)
         try:
             with anyio.fail_after(self.handshake_timeout_s):
-                hello = await reader.receive()
-            claimed = hello.removeprefix(INSECURE_HELLO)
-            identity = Identity.replica(int(claimed)) if hello != claimed else None
-        except (TransportError, ValueError, *CONNECTION_ERRORS):
+                hello = Hello.parse(await reader.receive())
+        except (TransportError, *CONNECTION_ERRORS):
+            hello = None
+        if certified is not None and (hello is None or hello.replica_id != certified):
+            self._refuse(certified, "it sent no hello naming itself and its lease timing "
+                         "(a replica of an older version?)")
+            return None
+        try:
+            identity = Identity.replica(hello.replica_id) if hello is not None else None
+        except ValueError:  # an id no certificate can carry
             identity = None
-        if identity is None or not self._is_peer(identity):
+        if hello is None or identity is None or not self._is_peer(identity):
             self.metrics[IDENTITY_REFUSED] += 1
             return None
-        return identity.replica_id, stream, reader
+        if hello.timing != self.timing:
+            self._refuse(hello.replica_id, "its lease timing differs: "
+                         f"{self.timing.differences(hello.timing)}; every replica must have "
+                         "the same tick_ms, lease_ticks and lease_drift_ticks")
+            return None
+        self.refused.pop(hello.replica_id, None)
+        return hello.replica_id, stream, reader
+
+    def _refuse(self, peer: int, reason: str) -> None:
+        """Count a peer refused for its hello; log the reason at its first time in a row."""
+        self.metrics[TIMING_REFUSED] += 1
+        if self.refused.get(peer) != reason:
+            logger.error("replica %d: refused replica %d: %s", self.replica_id, peer, reason)
+        self.refused[peer] = reason
 
     async def _receive_from(self, peer: int, stream: anyio.abc.ByteStream,
                             reader: FrameReader) -> None:

@@ -92,6 +92,16 @@ def test_status_with_no_replica_answering_shows_it_down_and_exits_2(
     assert "down" in capsys.readouterr().out.splitlines()[1]
 
 
+def test_status_names_the_peers_a_replica_refuses_and_why() -> None:
+    status = {"endpoint": "127.0.0.1:7100", "running": True, "replica_id": 0,
+              "is_sequencer": True, "view": 0, "status": "normal", "sequencer": 0,
+              "executed_slots": 5, "commit_prefix": 5, "peers_connected": [2],
+              "peers_refused": {"1": "its lease timing differs: tick_ms 5 there, 10 here"}}
+    lines = ops_cli.status_table([status])
+    assert lines[2] == ("        refuses replica 1: its lease timing differs: tick_ms 5 there, "
+                        "10 here")
+
+
 @pytest.mark.parametrize(("argv", "message"), [
     (["status", "--insecure", "--endpoints", "nonsense"],
      "argument --endpoints: 'nonsense' is not HOST:PORT"),

@@ -24,7 +24,9 @@ import pytest
 import trustme
 from anyio.streams.tls import TLSStream
 
+from consensus.config import ReplicaConfig
 from consensus.runtime.certs import identities, init_directory
+from consensus.runtime.driver import DriverConfig
 from consensus.runtime.framing import (
     CONNECTIONS_ACCEPTED,
     FRAMES_DROPPED_OVERSIZED,
@@ -37,13 +39,14 @@ from consensus.runtime.framing import (
     HANDSHAKES_REFUSED_LIMIT,
     IDENTITY_REFUSED,
     RECONNECTS,
+    TIMING_REFUSED,
     TLS_REFUSED,
     WRITES,
     Metrics,
     encode_frames,
 )
 from consensus.runtime.handshake_guard import HandshakeGuard
-from consensus.runtime.peers import INSECURE_HELLO, Backoff, Outbox, PeerMesh
+from consensus.runtime.peers import Backoff, Hello, LinkTiming, Outbox, PeerMesh
 from consensus.runtime.tls import Identity, IdentityRole, TlsConfig
 
 pytestmark = pytest.mark.anyio
@@ -291,9 +294,11 @@ async def test_an_oversized_or_truncated_frame_closes_that_connection_only(
             await start(group, mesh)
             await start(group, other)
             await other.wait_connected([0])
-            await intrude(ports[0], replica_1, encode_frames([b"fine"]) + b"\xff\xff\xff\xff")
-            await intrude(ports[0], replica_1, encode_frames([b"x" * 1025]))
-            await intrude(ports[0], replica_1, encode_frames([b"half a frame"])[:-3],
+            hello = encode_frames([Hello(1, LinkTiming()).encode()])
+            await intrude(ports[0], replica_1,
+                          hello + encode_frames([b"fine"]) + b"\xff\xff\xff\xff")
+            await intrude(ports[0], replica_1, hello + encode_frames([b"x" * 1025]))
+            await intrude(ports[0], replica_1, hello + encode_frames([b"half a frame"])[:-3],
                           hang_up_first=True)
             assert other.send(0, b"still served")
             await eventually(lambda: (2, b"still served") in inboxes[0].frames)
@@ -379,11 +384,12 @@ async def test_the_newest_connection_from_a_peer_replaces_the_older(
     with anyio.fail_after(TIME_LIMIT_S):
         async with anyio.create_task_group() as group:
             await start(group, mesh)
+            hello = encode_frames([Hello(1, LinkTiming()).encode()])
             older = await dial(ports[0], replica_1)
-            await older.send(encode_frames([b"old"]))
+            await older.send(hello + encode_frames([b"old"]))
             await eventually(lambda: inbox.frames == [(1, b"old")])
             newer = await dial(ports[0], replica_1)
-            await newer.send(encode_frames([b"new"]))
+            await newer.send(hello + encode_frames([b"new"]))
             with pytest.raises(CONNECTION_ENDED):
                 await older.receive()  # closed by the mesh
             await eventually(lambda: inbox.frames == [(1, b"old"), (1, b"new")])
@@ -407,12 +413,72 @@ async def test_plain_tcp_when_asked_warns_and_takes_the_dialer_at_its_word(
             assert meshes[1].send(0, b"pong")
             await eventually(lambda: inboxes[1].frames == [(0, b"ping")])
             await eventually(lambda: inboxes[0].frames == [(1, b"pong")])
-            await intrude(ports[0], None, encode_frames([INSECURE_HELLO + b"7"]))
+            await intrude(ports[0], None, encode_frames([Hello(7, LinkTiming()).encode()]))
             await intrude(ports[0], None, encode_frames([b"hello, I am replica 1"]))
             await eventually(lambda: meshes[0].metrics[IDENTITY_REFUSED] == 2)
             for mesh in meshes:
                 await mesh.wait_connected()
             group.cancel_scope.cancel()
+
+
+async def test_replicas_whose_lease_timing_differs_refuse_each_other_and_say_why(
+        certificates: pathlib.Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A lease is counted in ticks by the sequencer and its followers each: with longer ticks
+    than its followers', a sequencer trusts its lease past their promises (a stale read)."""
+    ports = dict(enumerate(free_ports(2)))
+    inboxes = [Inbox(), Inbox()]
+    meshes = [mesh_of(certificates, 0, ports, inboxes[0], timing=LinkTiming(tick_ms=15)),
+              mesh_of(certificates, 1, ports, inboxes[1], timing=LinkTiming(tick_ms=5))]
+    with caplog.at_level(logging.ERROR, logger="cellar.transport"), \
+            anyio.fail_after(TIME_LIMIT_S):
+        async with anyio.create_task_group() as group:
+            for mesh in meshes:
+                await start(group, mesh)
+            assert meshes[0].send(1, b"ping")
+            assert meshes[1].send(0, b"pong")
+            await eventually(lambda: all(mesh.metrics[TIMING_REFUSED] >= 3 for mesh in meshes))
+            group.cancel_scope.cancel()
+    assert [inbox.frames for inbox in inboxes] == [[], []]
+    assert meshes[0].refused == {1: "its lease timing differs: tick_ms 5 there, 15 here; "
+                                    "every replica must have the same tick_ms, lease_ticks "
+                                    "and lease_drift_ticks"}
+    assert meshes[1].refused[0].startswith("its lease timing differs: tick_ms 15 there, 5 here")
+    errors = [record.getMessage() for record in caplog.records]
+    assert len(errors) == 2  # once a peer and reason, not at every dial
+    assert "replica 0: refused replica 1: its lease timing differs: tick_ms 5 there, 15 here" \
+        in errors[0] + errors[1]
+
+
+async def test_a_peer_that_sends_no_hello_is_refused(certificates: pathlib.Path) -> None:
+    """A replica of a version before hellos: its lease timing is unknown."""
+    ports = dict(enumerate(free_ports(2)))
+    inbox = Inbox()
+    mesh = mesh_of(certificates, 0, ports, inbox)
+    replica_1 = client_context(certificates, Identity.replica(1))
+    with anyio.fail_after(TIME_LIMIT_S):
+        async with anyio.create_task_group() as group:
+            await start(group, mesh)
+            await intrude(ports[0], replica_1, encode_frames([b"a message"]))
+            await intrude(ports[0], replica_1, encode_frames([Hello(2, LinkTiming()).encode()]))
+            group.cancel_scope.cancel()
+    assert inbox.frames == []
+    assert mesh.metrics[TIMING_REFUSED] == 2
+    assert "no hello" in mesh.refused[1]
+
+
+def test_a_hello_carries_the_id_and_the_lease_timing_and_nothing_else_is_one() -> None:
+    hello = Hello(2, LinkTiming(tick_ms=5, lease_ticks=80, lease_drift_ticks=8))
+    assert Hello.parse(hello.encode()) == hello
+    encoded = hello.encode()
+    for garbage in (b"", b"2", encoded[1:], encoded[:-1], encoded.replace(b"80", b"80.0"),
+                    encoded.replace(b"tick_ms", b"tick_us"), encoded + b" " * 1024,
+                    encoded.replace(b', "tick_ms": 5', b"")):
+        assert Hello.parse(garbage) is None, garbage
+
+
+def test_the_default_lease_timing_is_the_replicas_default() -> None:
+    assert LinkTiming() == LinkTiming.of(DriverConfig().tick_ms,
+                                         ReplicaConfig(replica_id=0, replica_count=3))
 
 
 def test_send_refuses_what_it_cannot_deliver(certificates: pathlib.Path) -> None:
