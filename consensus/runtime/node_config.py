@@ -2,7 +2,7 @@
 
     replica_id = 0
     data_dir = "data/replica-0"
-    tick_ms = 10
+    tick_ms = 10                 # the same on every replica (below)
     idle_wake_ticks = 4          # with no input, wake every 4 ticks (1: every tick)
     loop = "uvloop"              # asyncio | uvloop | trio
     machine = "gpu"              # gpu (the GPU-allocation store) | kv (a plain key-value store)
@@ -22,6 +22,12 @@
     client = "127.0.0.1:7100"    # clients
 
     [limits]                     # optional; defaults shown in LIMIT_DEFAULTS
+
+`tick_ms` must be the same on every replica: the read lease is counted in ticks by the
+sequencer and its followers each, with a margin (`lease_drift_ticks` of `lease_ticks`,
+consensus/config.py) that covers one tick of rounding and clocks whose rates differ by up to
+7.5 %, not ticks of different lengths. Peers exchange their values when they connect and refuse
+each other where they differ (consensus/runtime/peers.py).
 
 A limit below its floor in LIMIT_MINIMUMS is refused: the peer mesh drops a frame over
 `frame_bytes_max`, so a cap below the largest frame the protocol builds (a catch-up reply)
