@@ -15,6 +15,7 @@ from typing import Any
 import anyio
 import pytest
 
+from agent import procfs
 from agent.fake_backend import FakeGpuBackend
 from agent.started_ledger import StartedLedger
 from statemachine import outbox
@@ -192,7 +193,11 @@ async def test_a_restarted_agent_adopts_running_jobs_and_reports_lost_ones(
                 kept_pid = int((await until_started(jobs_dir, "kept"))[0])
                 lost_pid = int((await until_started(jobs_dir, "lost"))[0])
                 await until_phase(scheduler, "lost", "running")
+            lost_ticks = procfs.start_ticks(lost_pid)
             os.killpg(lost_pid, signal.SIGKILL)  # dies while no agent watches
+            # Dead (a zombie at most) before the agent looks: a job the kill has not ended yet
+            # is adopted, and its end then reported as an adopted job's exit, not as lost.
+            await eventually(_ended(lost_pid, lost_ticks), what="the lost job died")
             async with running_agent(cluster, "n0", gpus, state):
                 lost = await until_phase(scheduler, "lost", "exited")
                 assert "lost" in lost["exit_reason"], lost
@@ -201,6 +206,12 @@ async def test_a_restarted_agent_adopts_running_jobs_and_reports_lost_ones(
                 os.killpg(kept_pid, signal.SIGTERM)
                 kept = await until_phase(scheduler, "kept", "exited")
                 assert kept["exit_code"] == -1 and "agent restarted" in kept["exit_reason"]
+
+
+def _ended(pid: int, ticks: int | None) -> Any:
+    async def probe() -> bool | None:
+        return True if ticks is None or not procfs.is_alive(pid, ticks) else None
+    return probe
 
 
 def _dead(pid: int) -> Any:
