@@ -372,19 +372,23 @@ class Leader:
     def on_retaken(self, retaken: Retaken) -> None:
         """The space is this replica's again at `retaken.ballot`. Commands that lost their
         index are proposed again; unfinished proposals past what the round settled move to
-        the new ballot (acceptors promised it and will refuse the old one), or, when the
-        round could not see that far, a further round settles them first."""
+        the new ballot (acceptors promised it and will refuse the old one). A round that
+        could not see to the end of the space (its promises were capped) is followed by
+        another from past what it settled, before anything is proposed or filled: acceptors
+        may hold values past `top`, perhaps chosen, that no round of this ballot has seen,
+        and proposing there without phase 1 could choose a second value."""
         self.ballot = retaken.ballot
         self.retaking = False
         self.next_index = max(self.next_index, retaken.top + 1)
         lost = self._drop_settled(retaken.chosen)
         self._pending.extendleft(reversed(lost))
         self._ctx.count("leader.requeued_after_retake", len(lost))
-        stale = [index for index, inflight in sorted(self._inflight.items())
-                 if inflight.ballot != retaken.ballot]
-        if stale and not retaken.complete:
+        if not retaken.complete:
+            self._ctx.count("leader.retake_continued")
             self.on_lost_index()
             return
+        stale = [index for index, inflight in sorted(self._inflight.items())
+                 if inflight.ballot != retaken.ballot]
         for index in stale:
             inflight = self._inflight[index]
             inflight.ballot, inflight.acks = retaken.ballot, set()

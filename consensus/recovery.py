@@ -33,7 +33,9 @@ _BACKOFF_DOUBLINGS_MAX = 4  # the backoff window grows to recovery_ticks * 4 at 
 class Retaken:
     """What an owner's round settled: every index in [from, top] is decided, with `chosen`
     holding its value; `complete` when no acceptor reported anything accepted past `top`
-    (then the ballot may carry the owner's own unfinished proposals there as they are)."""
+    (then the ballot may carry the owner's own unfinished proposals there as they are). An
+    incomplete round (a promise held as many instances as a promise may carry) says nothing
+    past `top`: the owner runs another round from there before it proposes anything."""
     ballot: int
     chosen: dict[int, Batch]
     top: int
