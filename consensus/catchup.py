@@ -107,6 +107,7 @@ class CatchUp:
         "_received_at",
         "_receiving",
         "_serving",
+        "before_truncation",
         "commit_hint",
         "commit_hint_view",
         "on_install",
@@ -135,6 +136,9 @@ class CatchUp:
         self._received = bytearray()
         self._received_at = 0
         self.on_install: Callable[[], None] = lambda: None
+        # Called before the logs are truncated (a compaction, a snapshot installed): what
+        # this replica knows of the indexes about to go is settled while it can still be seen.
+        self.before_truncation: Callable[[], None] = lambda: None
 
     def on_commit_hint(self, prefix: int) -> None:
         """The heartbeat of this view's sequencer says slots below `prefix` are committed."""
@@ -306,6 +310,7 @@ class CatchUp:
         """Replace the executed prefix with a snapshot (from a peer, or at restart)."""
         ctx = self._ctx
         covered = self._own_tags_covered(meta) if from_peer else []
+        self.before_truncation()
         ctx.olog.reset_to_snapshot(meta.slot, meta.o_counts)
         for space, count in enumerate(meta.exec_counts):
             ctx.clog[space].truncate(count)
@@ -346,6 +351,7 @@ class CatchUp:
         meta = self._executor.snapshot_meta()
         record = SnapshotRecord(meta, state)
         ctx.persist(record)
+        self.before_truncation()
         ctx.olog.truncate(meta.slot)
         for space, count in enumerate(meta.exec_counts):
             ctx.clog[space].truncate(count)

@@ -267,11 +267,47 @@ class Leader:
                 continue
             if slot.batch != self._unready[index]:
                 # Another replica recovered this index with another value (a no-op): these
-                # commands lost it. They are not ready; taking the space back re-proposes them.
+                # commands lost it, and this replica knows it now. They go back to the queue
+                # at once (a snapshot truncating the index would leave their fate unknown)
+                # and are proposed again once the space is taken back.
+                self._requeue([index])
                 self.on_lost_index()
                 continue
             ctx.outbox.pending.readied_instances.append(index)
             self._report_ready(self._unready.pop(index))
+
+    def _requeue(self, indexes: list[int]) -> None:
+        """Own indexes committed here with another value: their commands were not chosen
+        there, nor anywhere else (a command is in one proposal at a time), so they go back
+        to the front of the queue, in index order."""
+        lost: list[Command] = []
+        for index in indexes:
+            inflight = self._inflight.pop(index, None)
+            batch = self._unready.pop(index, None)
+            if batch is None and inflight is not None:
+                batch = inflight.batch  # resumed after a restart: not kept for readiness
+            lost.extend(batch or ())
+        self._pending.extendleft(reversed(lost))
+        self._ctx.count("leader.requeued_lost", len(lost))
+
+    def requeue_lost(self) -> None:
+        """Before a snapshot truncates this space (a compaction or a peer's snapshot): own
+        commands whose index is committed here with another value are queued again now.
+        Past the truncation only the snapshot's counts remain, and `forget_below` would drop
+        them as of unknown outcome, though this replica knows they did not run. A command
+        whose index is not committed here stays unknown: it may have been chosen."""
+        space = self._ctx.clog[self._ctx.id]
+        lost: list[int] = []
+        for index in sorted({*self._inflight, *self._unready}):
+            slot = space.get(index)
+            proposed = self._unready.get(index)
+            if proposed is None:
+                proposed = self._inflight[index].batch
+            if slot is not None and slot.committed and slot.batch != proposed:
+                lost.append(index)
+        if lost:
+            self._requeue(lost)
+            self.on_lost_index()
 
     def _ordered_count(self) -> int:
         """How many own O-instances meet the O condition of the ready rule."""
@@ -419,7 +455,8 @@ class Leader:
 
     def forget_below(self, base: int) -> None:
         """A snapshot covers own indexes below `base`: they were decided elsewhere, with a
-        value this replica cannot see any more, so their clients' outcome stays unknown."""
+        value this replica cannot see any more, so their clients' outcome stays unknown.
+        (Those committed here with another value were queued again before the truncation.)"""
         for index in [index for index in self._inflight if index < base]:
             del self._inflight[index]
             self._ctx.count("leader.outcome_unknown")

@@ -173,6 +173,7 @@ class Replica:
         self._reads = Reads(ctx, self._executor, self._sequencer)
         self._learner.on_own_commit = self._on_own_commit
         self._catchup.on_install = self._on_snapshot_installed
+        self._catchup.before_truncation = self._leader.requeue_lost
         self._leader.on_replicated = self._election.on_replicated
         self._leader.on_ordered = self._election.on_ordered
         self._leader.on_lost_index = self._start_retake

@@ -9,10 +9,164 @@ from __future__ import annotations
 
 import dataclasses
 
-from consensus.messages import CAccept
+from consensus.command_log import next_ballot
+from consensus.config import ReplicaConfig
+from consensus.messages import NOOP, CAccept, CCommit, OAccept
 from consensus.prng import Prng
+from consensus.records import Record
 from consensus.replica import Replica
 from tests.consensus.stepper import Stepper
+
+
+def _warm(replicas: int) -> Stepper:
+    cluster = Stepper(replicas)
+    for _ in range(20):
+        cluster.round()
+    return cluster
+
+
+def _ran(cluster: Stepper, replica: int, text: str) -> bool:
+    return any(text in batch.strip("[]").split() for _, batch in cluster.executed[replica])
+
+
+def _compact(cluster: Stepper, replica: int) -> None:
+    node = cluster.node(replica)
+    cluster.process(replica)
+    assert node.may_compact
+    node.compact(b"state", node.executed_slots)
+    cluster.process(replica)
+
+
+def _run_others(cluster: Stepper) -> None:
+    """0 and 2 run commands of their own, execute them and compact past what they ran."""
+    for text in ("x", "y", "z"):
+        cluster.node(0).propose(text.encode())
+        cluster.node(2).propose((text + "2").encode())
+        for _ in range(5):
+            cluster.round()
+    assert _ran(cluster, 0, "z") and _ran(cluster, 2, "z")
+    _compact(cluster, 0)
+    _compact(cluster, 2)
+
+
+def _lost_index_then_peers_compact() -> tuple[Stepper, int]:
+    """3 replicas, sequencer 0. Leader 1 proposes "a" at (1, k): its C-accept to 2 is lost,
+    its C-request reaches the sequencer, which orders (1, k). Then 1's outbound links fail
+    (it still hears everything). 2 stalls on (1, k) and recovers it as a no-op; 1 learns the
+    no-op, executes it, sees "a" lost its index and starts taking its space back, which
+    cannot reach anyone. Meanwhile 0 and 2 run more commands and compact past (1, k)."""
+    cluster = _warm(3)
+    leader = cluster.node(1)
+    k = leader.inspect.exec_count(1)
+    leader.propose(b"a")
+    cluster.process(1)
+    assert cluster.drop(lambda s, t, m: s == 1 and isinstance(m, CAccept))
+    cluster.deliver(lambda s, t, m: s == 1)  # the C-request to the sequencer
+    cluster.blocked |= {(1, 0), (1, 2)}
+    for _ in range(600):
+        cluster.round()
+        if leader.inspect.committed_c(1, k) == NOOP and leader._leader.retaking:
+            break
+    assert cluster.node(2).inspect.committed_c(1, k) == NOOP, "2 recovered (1, k)"
+    assert leader.inspect.committed_c(1, k) == NOOP and leader._leader.retaking
+    _run_others(cluster)
+    assert _ran(cluster, 1, "z")
+    assert cluster.node(0)._ctx.clog[1].base > k and cluster.node(2)._ctx.clog[1].base > k
+    cluster.blocked.clear()
+    return cluster, k
+
+
+def test_a_leader_whose_lost_index_peers_compacted_proposes_again() -> None:
+    """Once 1's links work again, its retake round started from (1, k), below both peers'
+    truncation: every promise reported log_base > k, the round gave up as "behind", and 1
+    retried from the same index forever, while `retaking` held back every new proposal of
+    1's: its clients got nothing although 1 was up to date (it executed everything)."""
+    cluster, _ = _lost_index_then_peers_compact()
+    cluster.node(1).propose(b"b")
+    for _ in range(300):
+        cluster.round()
+    for replica in range(3):
+        assert _ran(cluster, replica, "a") and _ran(cluster, replica, "b")
+
+
+def test_a_command_known_to_have_lost_its_index_is_proposed_again_after_compaction() -> None:
+    """The same, and 1 compacts too (its driver does, every snapshot_every_slots executed
+    slots): the retake then starts above the truncation and succeeds, but `forget_below`
+    dropped "a" as of unknown outcome, though 1 itself executed the no-op that took (1, k)
+    and knew "a" had not run. "a" was never proposed again; its client only timed out."""
+    cluster, _ = _lost_index_then_peers_compact()
+    _compact(cluster, 1)
+    cluster.node(1).propose(b"b")
+    for _ in range(300):
+        cluster.round()
+    for replica in range(3):
+        assert _ran(cluster, replica, "a") and _ran(cluster, replica, "b")
+    assert sum(batch.strip("[]").split().count("a") for _, batch in cluster.executed[0]) == 1
+
+
+def test_a_command_known_to_have_lost_its_index_survives_a_peers_snapshot() -> None:
+    """3 replicas, sequencer 0. Leader 1 proposes "a" at (1, k); its C-accept to 2 is lost,
+    its C-request reaches the sequencer, which orders (1, k). Then 1 hears only replica 2:
+    2 stalls on (1, k), recovers it as a no-op and sends 1 the commit, but the O-commit
+    ordering (1, k) never reaches 1, so "a" is not yet judged there. 0 and 2 run on and
+    compact. 1's links to its peers heal, and it fetches from 2 (the sequencer still cannot
+    reach it): it is behind 2's truncation and installs 2's snapshot. The install dropped
+    "a" as of unknown outcome, though the no-op committed at (1, k) on 1 said it had not
+    run: it is queued again before the truncation instead."""
+    cluster = _warm(3)
+    leader = cluster.node(1)
+    k = leader.inspect.exec_count(1)
+    leader.propose(b"a")
+    cluster.process(1)
+    assert cluster.drop(lambda s, t, m: s == 1 and isinstance(m, CAccept))
+    cluster.deliver(lambda s, t, m: s == 1)  # the C-request to the sequencer
+    cluster.blocked |= {(1, 0), (1, 2), (0, 1)}
+    for _ in range(600):
+        cluster.round()
+        if leader.inspect.committed_c(1, k) == NOOP:
+            break
+    assert leader.inspect.committed_c(1, k) == NOOP
+    assert leader.inspect.exec_count(1) == k, "(1, k) is not ordered at 1"
+    _run_others(cluster)
+    assert not _ran(cluster, 1, "z")
+    cluster.blocked -= {(1, 0), (1, 2)}
+    for _ in range(300):
+        cluster.round()
+        if dict(leader.status().counters).get("catchup.snapshot_installed"):
+            break
+    assert leader.executed_slots > 0 and not cluster.executed[1], "installed, ran nothing"
+    cluster.blocked.clear()
+    cluster.node(1).propose(b"b")
+    for _ in range(300):
+        cluster.round()
+    for replica in range(3):
+        assert _ran(cluster, replica, "b")
+        assert _ran(cluster, replica, "a") or replica == 1  # 1 has it in its snapshot
+    assert sum(batch.strip("[]").split().count("a") for _, batch in cluster.executed[0]) == 1
+
+
+def test_a_resumed_proposal_known_to_have_lost_its_index_is_queued_before_compaction(
+) -> None:
+    """After a restart the leader finishes its own instances accepted before the crash (no
+    longer kept for readiness). One of them, "a" at (1, 0), was recovered meanwhile as a
+    no-op: 1 learns the commit and executes it while its retake round is still out, then
+    compacts past it. The truncation left nothing to tell that "a" lost its index: it stayed
+    a proposal nobody would finish; it is queued again before the truncation instead."""
+    config = ReplicaConfig(replica_id=1, replica_count=3)
+    leader = Replica(config, Prng(1))
+    leader.propose(b"a")
+    records: list[Record] = [*leader.ready().records]
+    leader.advance()
+    restarted = Replica.restore(config, Prng(101), records)
+    assert restarted._leader.retaking and restarted.status().pending_proposals == 0
+    restarted.step(CCommit(2, 0, 1, 0, next_ballot(1, 2), NOOP))  # 2 recovered (1, 0)
+    restarted.step(OAccept(0, 0, 0, (1,), 1))  # ordered at slot 0, the sequencer's vote
+    executed = [item.commands for item in restarted.ready().executed]
+    restarted.advance()
+    executed += [item.commands for item in restarted.ready().executed]
+    assert executed == [NOOP]
+    restarted.compact(b"state", 1)
+    assert restarted.status().pending_proposals == 1, "a is queued again"
 
 
 def _small_promises(replicas: int) -> Stepper:
