@@ -270,25 +270,11 @@ class Leader:
                 # commands lost it, and this replica knows it now. They go back to the queue
                 # at once (a snapshot truncating the index would leave their fate unknown)
                 # and are proposed again once the space is taken back.
-                self._requeue([index])
+                self._requeue(self._take([index]), "leader.requeued_lost")
                 self.on_lost_index()
                 continue
             ctx.outbox.pending.readied_instances.append(index)
             self._report_ready(self._unready.pop(index))
-
-    def _requeue(self, indexes: list[int]) -> None:
-        """Own indexes committed here with another value: their commands were not chosen
-        there, nor anywhere else (a command is in one proposal at a time), so they go back
-        to the front of the queue, in index order."""
-        lost: list[Command] = []
-        for index in indexes:
-            inflight = self._inflight.pop(index, None)
-            batch = self._unready.pop(index, None)
-            if batch is None and inflight is not None:
-                batch = inflight.batch  # resumed after a restart: not kept for readiness
-            lost.extend(batch or ())
-        self._pending.extendleft(reversed(lost))
-        self._ctx.count("leader.requeued_lost", len(lost))
 
     def requeue_lost(self) -> None:
         """Before a snapshot truncates this space (a compaction or a peer's snapshot): own
@@ -296,18 +282,43 @@ class Leader:
         Past the truncation only the snapshot's counts remain, and `forget_below` would drop
         them as of unknown outcome, though this replica knows they did not run. A command
         whose index is not committed here stays unknown: it may have been chosen."""
-        space = self._ctx.clog[self._ctx.id]
-        lost: list[int] = []
-        for index in sorted({*self._inflight, *self._unready}):
-            slot = space.get(index)
-            proposed = self._unready.get(index)
-            if proposed is None:
-                proposed = self._inflight[index].batch
-            if slot is not None and slot.committed and slot.batch != proposed:
-                lost.append(index)
+        lost = self._lost_indexes({})
         if lost:
-            self._requeue(lost)
+            self._requeue(self._take(lost), "leader.requeued_lost")
             self.on_lost_index()
+
+    def _lost_indexes(self, chosen: dict[int, Batch]) -> list[int]:
+        """Own indexes proposed and decided with another value (chosen in a round, or
+        committed here): their commands were not chosen there, nor anywhere else (a command
+        is in one proposal at a time)."""
+        space, lost = self._ctx.clog[self._ctx.id], []
+        for index in sorted({*self._inflight, *self._unready}):
+            decided = chosen.get(index)
+            if decided is None:
+                slot = space.get(index)
+                decided = slot.batch if slot is not None and slot.committed else None
+            inflight = self._inflight.get(index)
+            proposed = inflight.batch if inflight is not None else self._unready[index]
+            if decided is not None and decided != proposed:
+                lost.append(index)
+        return lost
+
+    def _take(self, indexes: list[int]) -> list[Command]:
+        """Forget the proposals at `indexes` (in flight, or kept for readiness; one resumed
+        after a restart is only in flight); return their commands, in index order."""
+        commands: list[Command] = []
+        for index in indexes:
+            inflight = self._inflight.pop(index, None)
+            batch = self._unready.pop(index, None)
+            if batch is None:
+                batch = inflight.batch if inflight is not None else ()
+            commands.extend(batch)
+        return commands
+
+    def _requeue(self, commands: list[Command], counter: str) -> None:
+        """Commands known to have lost their index go back to the front of the queue."""
+        self._pending.extendleft(reversed(commands))
+        self._ctx.count(counter, len(commands))
 
     def _ordered_count(self) -> int:
         """How many own O-instances meet the O condition of the ready rule."""
@@ -408,17 +419,25 @@ class Leader:
     def on_retaken(self, retaken: Retaken) -> None:
         """The space is this replica's again at `retaken.ballot`. Commands that lost their
         index are proposed again; unfinished proposals past what the round settled move to
-        the new ballot (acceptors promised it and will refuse the old one). A round that
-        could not see to the end of the space (its promises were capped) is followed by
-        another from past what it settled, before anything is proposed or filled: acceptors
-        may hold values past `top`, perhaps chosen, that no round of this ballot has seen,
-        and proposing there without phase 1 could choose a second value."""
+        the new ballot (acceptors promised it and will refuse the old one); those below
+        where the round started (an acceptor truncated there) are decided, and settled from
+        what this replica knows. A round that could not see to the end of the space (its
+        promises were capped) is followed by another from past what it settled, before
+        anything is proposed or filled: acceptors may hold values past `top`, perhaps
+        chosen, that no round of this ballot has seen, and proposing there without phase 1
+        could choose a second value."""
         self.ballot = retaken.ballot
         self.retaking = False
-        self.next_index = max(self.next_index, retaken.top + 1)
-        lost = self._drop_settled(retaken.chosen)
-        self._pending.extendleft(reversed(lost))
-        self._ctx.count("leader.requeued_after_retake", len(lost))
+        self.next_index = max(self.next_index, retaken.start, retaken.top + 1)
+        self._requeue(self._take(self._lost_indexes(retaken.chosen)),
+                      "leader.requeued_after_retake")
+        for index in [index for index in sorted(self._inflight)
+                      if index in retaken.chosen or index < retaken.start]:
+            # Decided with this value, or below where the round could start (an acceptor
+            # executed it and truncated there): left to execution, like any committed
+            # instance (the value comes with catch-up; should a snapshot cover it first,
+            # the outcome stays unknown).
+            del self._inflight[index]
         if not retaken.complete:
             self._ctx.count("leader.retake_continued")
             self.on_lost_index()
@@ -432,23 +451,6 @@ class Leader:
         if self._surplus_upto >= 0:
             surplus, self._surplus_upto = self._surplus_upto, -1
             self.fill_to(surplus)
-
-    def _drop_settled(self, chosen: dict[int, Batch]) -> list[Command]:
-        """Forget proposals a round decided; return the commands whose index went to
-        another value."""
-        lost: list[Command] = []
-        for index in sorted(self._inflight):
-            if index in chosen and chosen[index] != self._inflight[index].batch:
-                lost.extend(self._inflight.pop(index).batch)
-                self._unready.pop(index, None)
-            elif index in chosen:
-                del self._inflight[index]
-        for index in sorted(self._unready):
-            committed = self._ctx.clog[self._ctx.id].get(index)
-            if committed is not None and committed.committed and \
-                    committed.batch != self._unready[index]:
-                lost.extend(self._unready.pop(index))  # decided elsewhere, learned meanwhile
-        return lost
 
     def lowest_unfinished(self) -> int:
         return max(min(self._inflight, default=self.next_index), self._ctx.clog[self._ctx.id].base)

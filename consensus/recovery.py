@@ -9,8 +9,12 @@ learned directly. The owner uses the same rounds to take its space back after so
 it; it then learns which of its commands lost their index and proposes them again.
 
 A round that meets a higher ballot gives up (another recoverer, or the owner, is at work); a
-round that meets an acceptor which truncated past `k` gives up too: this replica is behind and
-must catch up from a snapshot instead. After giving up, a replica waits a random backoff
+recoverer's round that meets an acceptor which truncated past `k` gives up too: this replica
+is behind and must catch up from a snapshot instead. The owner's round goes on from the
+highest truncation point its promises report: the indexes below it are decided (executed
+there), so no round may propose there, and the owner settles its own proposals there from
+what it knows (giving up had it retry from the same index until it compacted past it, its
+proposals held back all the while). After giving up, a replica waits a random backoff
 (drawn from a window that doubles with each failure in a row) before it tries that space
 again: recoverers that retried at once preempted each other forever (a simulated 5-replica
 cluster stalled for seconds with four recoverers and the owner dueling over one index).
@@ -31,13 +35,16 @@ _BACKOFF_DOUBLINGS_MAX = 4  # the backoff window grows to recovery_ticks * 4 at 
 
 @dataclass(frozen=True, slots=True)
 class Retaken:
-    """What an owner's round settled: every index in [from, top] is decided, with `chosen`
-    holding its value; `complete` when no acceptor reported anything accepted past `top`
-    (then the ballot may carry the owner's own unfinished proposals there as they are). An
-    incomplete round (a promise held as many instances as a promise may carry) says nothing
-    past `top`: the owner runs another round from there before it proposes anything."""
+    """What an owner's round settled: every index in [start, top] is decided, with `chosen`
+    holding its value. `start` is where the round began, or past it where an acceptor had
+    executed and truncated the indexes between (decided, their values perhaps unknown
+    here). `complete` when no acceptor reported anything accepted past `top` (then the
+    ballot may carry the owner's own unfinished proposals there as they are). An incomplete
+    round (a promise held as many instances as a promise may carry) says nothing past `top`:
+    the owner runs another round from there before it proposes anything."""
     ballot: int
     chosen: dict[int, Batch]
+    start: int
     top: int
     complete: bool
 
@@ -45,7 +52,7 @@ class Retaken:
 @dataclass(slots=True)
 class Round:
     space: int
-    from_index: int
+    from_index: int  # an owner's round moves it up past what an acceptor truncated
     ballot: int
     started: int
     owner: bool
@@ -91,8 +98,12 @@ class Recovery:
         if round_ is None or message.ballot != round_.ballot or round_.proposals:
             return
         if message.log_base > round_.from_index:
-            self._give_up(round_, "recovery.behind_truncation")
-            return
+            if not round_.owner:
+                self._give_up(round_, "recovery.behind_truncation")
+                return
+            # Decided below: the promises already in still cover every index from here.
+            round_.from_index = message.log_base
+            self._ctx.count("recovery.owner_past_truncation")
         round_.promises[message.sender] = message
         if len(round_.promises) >= self._ctx.majority:
             self._propose(round_)
@@ -167,8 +178,8 @@ class Recovery:
         self._failures[round_.space] = 0
         self._ctx.count("recovery.finished")
         if round_.owner:
-            self._on_retaken(Retaken(round_.ballot, round_.chosen, round_.top,
-                                     round_.complete))
+            self._on_retaken(Retaken(round_.ballot, round_.chosen, round_.from_index,
+                                     round_.top, round_.complete))
 
     def on_nack(self, message: CNack) -> bool:
         """A higher ballot was promised; False when no round of ours is concerned."""

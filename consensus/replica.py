@@ -407,7 +407,8 @@ class Replica:
         self._leader.on_own_o_committed(slot)
 
     def _retake_if_stuck(self) -> None:
-        """An own-space retake that gave up (this replica was behind) starts over."""
+        """An own-space retake with no round under way (one given up, waiting out its
+        backoff) starts over."""
         ctx, leader = self._ctx, self._leader
         if leader.retaking and ctx.id not in self._recovery.rounds and \
                 ctx.now % ctx.config.resend_ticks == 0:

@@ -11,7 +11,7 @@ import dataclasses
 
 from consensus.command_log import next_ballot
 from consensus.config import ReplicaConfig
-from consensus.messages import NOOP, CAccept, CCommit, OAccept
+from consensus.messages import NOOP, CAccept, CAck, CCommit, CNack, CPromise, OAccept
 from consensus.prng import Prng
 from consensus.records import Record
 from consensus.replica import Replica
@@ -143,6 +143,58 @@ def test_a_command_known_to_have_lost_its_index_survives_a_peers_snapshot() -> N
         assert _ran(cluster, replica, "b")
         assert _ran(cluster, replica, "a") or replica == 1  # 1 has it in its snapshot
     assert sum(batch.strip("[]").split().count("a") for _, batch in cluster.executed[0]) == 1
+
+
+def test_a_retake_goes_on_past_the_indexes_its_peers_truncated() -> None:
+    """3 replicas, sequencer 0. Leader 1 proposes "a" at (1, k); every answer about its space
+    is lost on the way to 1 (acknowledgements, refusals, commits, promises). A peer stalls on
+    (1, k) and recovers it: "a", chosen at the recoverer's ballot. 1 learns the commit by a
+    fetch and runs "a" (its client is answered), but its own proposal stays unfinished: no
+    acknowledgement of its ballot ever came. 0 and 2 run on and compact past (1, k). Then
+    the answers come through: 1's resend of (1, k) is refused (the peers promised the
+    recoverer's ballot) and 1 takes its space back from k; every promise reported a
+    truncation past k, the round gave up as "behind", and 1 tried again from k for as long
+    as it did not compact past k itself, proposing nothing meanwhile. The round goes on
+    from the truncation instead: (1, k) is decided, and 1 knows its value."""
+    cluster = _warm(3)
+    leader = cluster.node(1)
+    k = leader.inspect.exec_count(1)
+    leader.propose(b"a")
+
+    def answers_to_1(source: int, target: int, message: object) -> bool:
+        return target == 1 and isinstance(message, (CAck, CNack, CCommit, CPromise)) and \
+            getattr(message, "space", None) == 1
+
+    def round_losing_answers() -> None:
+        cluster.tick()
+        cluster.process_all()
+        cluster.drop(answers_to_1)
+        cluster.deliver()
+        cluster.process_all()
+        cluster.drop(answers_to_1)
+
+    for _ in range(600):
+        round_losing_answers()
+        if _ran(cluster, 1, "a") and _ran(cluster, 0, "a") and _ran(cluster, 2, "a"):
+            break
+    assert _ran(cluster, 1, "a"), "1 learned (1, k) by a fetch"
+    assert leader._leader.lowest_unfinished() == k, "its own proposal there is unfinished"
+    for text in ("x", "y", "z"):
+        cluster.node(0).propose(text.encode())
+        for _ in range(5):
+            round_losing_answers()
+    assert _ran(cluster, 1, "z")
+    _compact(cluster, 0)
+    _compact(cluster, 2)
+    assert cluster.node(0)._ctx.clog[1].base > k and cluster.node(2)._ctx.clog[1].base > k
+    leader.propose(b"b")
+    for _ in range(300):
+        cluster.round()
+    assert dict(leader.status().counters).get("recovery.owner_past_truncation", 0) >= 1
+    for replica in range(3):
+        assert _ran(cluster, replica, "b"), "1 proposes again"
+        assert sum(batch.strip("[]").split().count("a")
+                   for _, batch in cluster.executed[replica]) == 1
 
 
 def test_a_resumed_proposal_known_to_have_lost_its_index_is_queued_before_compaction(
