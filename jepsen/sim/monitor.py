@@ -5,7 +5,9 @@
 - Executed prefixes agree: slot j runs the same C-instance everywhere, slots strictly increase.
 - Positional mapping: the slot that runs C(n, k) is the (k+1)-th slot for n, counted afresh
   from the replica's own O-log.
-- Exactly once: no C-instance and no command tag runs twice in one replica's lifetime.
+- Exactly once: no C-instance and no command tag runs twice in one replica's lifetime, and no
+  command runs at two slots anywhere (a replica that ran it, installed a snapshot or
+  restarted, and ran it again at a later slot applied it twice to its state).
 - Equal state digests at equal executed prefixes.
 - Ready commands keep their position: a command reported ready runs with the batch it was
   ready with, and every sequencer that establishes a view has at least k+1 slots for n in its
@@ -115,11 +117,15 @@ class SafetyMonitor:
         cursor.executed.add(instance)
         for command in item.commands:
             key = (command.origin, command.tag)
+            first_slot = self._command_slots.setdefault(key, item.slot)
             if key in cursor.tags:
                 self._violate("exactly once", f"replica {replica} ran command "
                               f"{command.origin}/{command.tag} twice")
+            elif first_slot != item.slot:
+                self._violate("exactly once", f"replica {replica} ran command "
+                              f"{command.origin}/{command.tag} at slot {item.slot}, which "
+                              f"ran at slot {first_slot}")
             cursor.tags.add(key)
-            self._command_slots.setdefault(key, item.slot)
         committed = inspection.committed_c(item.space, item.index)
         known_batch = self._instances.setdefault(instance, item.commands)
         if known_batch != item.commands:
