@@ -15,6 +15,7 @@ from consensus.config import Defect
 from consensus.context import Context, Status
 from consensus.learner import Learner
 from consensus.messages import (
+    NO_INDEX,
     CAccept,
     CAck,
     CCommit,
@@ -75,9 +76,13 @@ class Acceptor:
             return
         ctx.persist(CPromiseRecord(message.space, message.ballot))
         entries = tuple(space.entries_from(message.from_index, ctx.config.fetch_instances_max))
+        # Requests below this ballot order nothing from now on (`Replica._on_c_request`):
+        # this count is every O-instance for the space this view will ever allocate but for
+        # those the promised ballot's leader asks for.
+        ordered = self._sequencer.counts[message.space] if ctx.is_sequencer else NO_INDEX
         ctx.send(message.sender, CPromise(ctx.id, ctx.view, message.space, message.from_index,
                                           message.ballot, space.base, entries,
-                                          space.max_index), after_persist=True)
+                                          space.max_index, ordered), after_persist=True)
 
     def on_c_commit(self, message: CCommit) -> None:
         """A chosen value is a fact: accepted from any view."""

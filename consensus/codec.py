@@ -151,7 +151,7 @@ ITEMS_MAX = 1 << 20
 BATCH_COMMANDS_MAX = 1 << 16
 # Integer fields that may hold NO_INDEX or NO_CL (-1); every other integer is non-negative.
 _MAY_BE_NEGATIVE = frozenset({"max_index", "c_max_index", "values", "o_values", "value",
-                              "executed_upto"})
+                              "executed_upto", "ordered"})
 
 _Encoder = Callable[[Any], Any]
 _Decoder = Callable[[Any, str], Any]

@@ -189,7 +189,7 @@ class Leader:
         if ctx.sequencer == ctx.id:
             self._sequencer.request(ctx.id, index)
         elif ctx.sequencer not in ctx.nearest_peers(ctx.config.faults_tolerated):
-            ctx.send(ctx.sequencer, CRequest(ctx.id, ctx.view, ctx.id, index))
+            ctx.send(ctx.sequencer, CRequest(ctx.id, ctx.view, ctx.id, index, self.ballot))
 
     def _forward(self) -> None:
         ctx = self._ctx
@@ -384,7 +384,7 @@ class Leader:
         if ctx.sequencer == ctx.id:
             self._sequencer.request(ctx.id, last)
             return
-        request = CRequest(ctx.id, ctx.view, ctx.id, last)
+        request = CRequest(ctx.id, ctx.view, ctx.id, last, self.ballot)
         ctx.send(ctx.sequencer, request)
         if lagging:
             # Ordering lags a resend period: ask through every peer as well (they pass it on),

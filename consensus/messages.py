@@ -125,11 +125,14 @@ class CCommit(Message):
 
 @dataclass(frozen=True, slots=True)
 class CRequest(Message):
-    """To the sequencer: C(space, 0..index) exist; give each an O-instance (Fig. 5 l.13)."""
+    """To the sequencer: C(space, 0..index) exist; give each an O-instance (Fig. 5 l.13).
+    `ballot`: the leader's, when it asked; the sequencer refuses a request below the ballot
+    it promised for the space (one from before the leader's restart and retake)."""
 
     TAG: ClassVar[int] = 14
     space: int
     index: int
+    ballot: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +154,9 @@ class CPromise(Message):
     log_base: int  # indexes below were executed and truncated here: not reported
     entries: tuple[CEntry, ...]
     max_index: int  # highest index of the space accepted here, or NO_INDEX
+    # The serving sequencer's count of O-instances naming `space` in its view (every one it
+    # allocated, committed or not), fixed by this promise; NO_INDEX from any other replica.
+    ordered: int
 
 
 # --- O-instances: the sequencer's assignment log ---------------------------------------------

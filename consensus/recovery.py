@@ -6,7 +6,13 @@ phase 1 from k (every acceptor reports what it accepted there and the highest in
 then phase 2 for every index from k up to the highest reported (and at least k): the value with
 the highest ballot, or a no-op where nobody accepted anything. Values reported committed are
 learned directly. The owner uses the same rounds to take its space back after someone recovered
-it; it then learns which of its commands lost their index and proposes them again.
+it; it then learns which of its commands lost their index and proposes them again. After a
+restart the owner's first complete round also waits for the sequencer's promise, which
+counts the O-instances naming the owner (only the sequencer knows them all): every index
+they order is decided in the round (a no-op where nobody holds a value), so that no new
+command takes an index ordered before it was proposed (the restarted owner may have asked
+for orders it has no record of). From that promise on, the sequencer refuses C-requests
+below the promised ballot (sent before the restart, still on the way).
 
 A round that meets a higher ballot gives up (another recoverer, or the owner, is at work); a
 recoverer's round that meets an acceptor which truncated past `k` gives up too: this replica
@@ -27,7 +33,17 @@ from dataclasses import dataclass, field
 
 from consensus.command_log import next_ballot
 from consensus.context import Context
-from consensus.messages import NOOP, Batch, CAccept, CAck, CCommit, CNack, CPrepare, CPromise
+from consensus.messages import (
+    NO_INDEX,
+    NOOP,
+    Batch,
+    CAccept,
+    CAck,
+    CCommit,
+    CNack,
+    CPrepare,
+    CPromise,
+)
 from consensus.records import CCommitRecord
 
 _BACKOFF_DOUBLINGS_MAX = 4  # the backoff window grows to recovery_ticks * 4 at most
@@ -66,7 +82,7 @@ class Round:
 
 class Recovery:
     __slots__ = ("_ctx", "_failures", "_highest_seen", "_not_before", "_on_retaken",
-                 "_owner_retry_from", "rounds")
+                 "_owner_retry_from", "order_unknown", "rounds")
 
     def __init__(self, ctx: Context, on_retaken: Callable[[Retaken], None]) -> None:
         self._ctx = ctx
@@ -75,6 +91,9 @@ class Recovery:
         self._failures = [0] * ctx.replica_count  # rounds given up in a row, per space
         self._not_before = [0] * ctx.replica_count  # backoff: no round before this tick
         self._owner_retry_from: int | None = None  # the owner's retake, waiting its backoff
+        # After a restart: how many O-instances name this replica is unknown (it may have
+        # asked for orders it has no record of), until an owner's round hears the sequencer.
+        self.order_unknown = False
         self.rounds: dict[int, Round] = {}
 
     def start(self, space: int, from_index: int) -> None:
@@ -105,8 +124,16 @@ class Recovery:
             round_.from_index = message.log_base
             self._ctx.count("recovery.owner_past_truncation")
         round_.promises[message.sender] = message
-        if len(round_.promises) >= self._ctx.majority:
+        if len(round_.promises) >= self._ctx.majority and not self._awaits_order(round_):
             self._propose(round_)
+
+    def _awaits_order(self, round_: Round) -> bool:
+        """A restarted owner's round waits for the sequencer's promise: only the sequencer
+        knows every O-instance naming this replica (thrifty O-accepts skip acceptors), and
+        an index one names must never take a new command (it may run ahead of commands ready
+        before that command was proposed: the paper's invariant 7)."""
+        return round_.owner and self.order_unknown and all(
+            promise.ordered == NO_INDEX for promise in round_.promises.values())
 
     def _propose(self, round_: Round) -> None:
         ctx = self._ctx
@@ -120,6 +147,10 @@ class Recovery:
             if len(promise.entries) >= limit:
                 top = min(top, promise.entries[-1].index)  # the rest in a later round
                 round_.complete = False
+        if round_.owner and round_.complete:
+            # Indexes the sequencer ordered are decided too (a no-op where nobody holds a
+            # value), so that the owner's next index is past every one of them.
+            top = max([top, *(promise.ordered - 1 for promise in promises)])
         round_.top = top
         best: dict[int, tuple[bool, int, Batch]] = {}
         for promise in promises:
@@ -178,6 +209,8 @@ class Recovery:
         self._failures[round_.space] = 0
         self._ctx.count("recovery.finished")
         if round_.owner:
+            if round_.complete:
+                self.order_unknown = False
             self._on_retaken(Retaken(round_.ballot, round_.chosen, round_.from_index,
                                      round_.top, round_.complete))
 

@@ -363,12 +363,22 @@ class Replica:
         if not self._acceptor.serving(message.view):
             return
         if ctx.sequencer == ctx.id or message.sender != message.space:
+            promised = ctx.clog[message.space].promised
+            if message.ballot < promised:
+                # From before a retake this sequencer promised (its promise counted the
+                # space's O-instances, and the leader may reuse any index past them): it
+                # orders nothing. The leader hears of the ballot and takes its space back.
+                ctx.count("sequencer.stale_c_request")
+                ctx.send(message.space, CNack(ctx.id, ctx.view, message.space,
+                                              message.index, promised))
+                return
             self._sequencer.request(message.space, message.index)
             return
         # A leader asked this replica because it may not reach the sequencer itself (a lost
         # link): pass the request on, once (the copy names this replica as its sender).
         ctx.count("relay.c_requests")
-        ctx.send(ctx.sequencer, CRequest(ctx.id, ctx.view, message.space, message.index))
+        ctx.send(ctx.sequencer, CRequest(ctx.id, ctx.view, message.space, message.index,
+                                         message.ballot))
 
     def _on_o_ack(self, message: OAck) -> None:
         if message.start == message.end:
@@ -513,4 +523,5 @@ class Replica:
         # A C-accept may have left before its record was on disk: take the space back with a
         # higher ballot before proposing, so no index is ever reused with another value.
         leader.retaking = True
+        self._recovery.order_unknown = True  # it may have asked for orders before the crash
         self._recovery.start(ctx.id, leader.lowest_unfinished())

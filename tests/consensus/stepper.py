@@ -27,6 +27,7 @@ class Stepper:
         self.records: dict[int, list[Record]] = {replica: [] for replica in self.configs}
         self.executed: dict[int, list[tuple[int, str]]] = {replica: [] for replica in self.configs}
         self.reads: dict[int, list[tuple[int, list[str]]]] = {r: [] for r in self.configs}
+        self.readied: dict[int, list[int]] = {replica: [] for replica in self.configs}
         self.queue: list[Queued] = []
         self.blocked: set[tuple[int, int]] = set()  # links (source, target) that lose
 
@@ -50,6 +51,7 @@ class Stepper:
             self.records[replica].extend(ready.records)
             for item in ready.executed:
                 self.executed[replica].append((item.slot, describe_batch(item.commands)))
+            self.readied[replica].extend(ready.readied)
             for read_id in ready.reads:
                 self.reads[replica].append(
                     (read_id, [batch for _, batch in self.executed[replica]]))

@@ -9,9 +9,23 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from consensus.command_log import next_ballot
 from consensus.config import ReplicaConfig
-from consensus.messages import NOOP, CAccept, CAck, CCommit, CNack, CPromise, OAccept
+from consensus.messages import (
+    NOOP,
+    CAccept,
+    CAck,
+    CCommit,
+    CNack,
+    CPrepare,
+    CPromise,
+    CRequest,
+    Heartbeat,
+    Message,
+    OAccept,
+)
 from consensus.prng import Prng
 from consensus.records import Record
 from consensus.replica import Replica
@@ -289,3 +303,84 @@ def test_a_retake_cut_short_by_the_promise_cap_goes_on_before_anything_is_propos
             [recoverer.inspect.committed_c(1, index) for index in range(4)]
         assert node.inspect.committed_c(1, 2) == chosen
         assert node.inspect.exec_count(1) == 4
+
+
+@pytest.mark.parametrize("hears_orders", [True, False], ids=["hears_orders", "hears_nothing"])
+def test_a_restarted_leader_puts_no_new_command_at_an_index_the_sequencer_ordered(
+        hears_orders: bool) -> None:
+    """3 replicas, sequencer 0. Leader 1 proposes "old" at (1, k): its C-accept to 2 is
+    lost, its C-request reaches the sequencer, which orders (1, k) at slot s; 1 crashes
+    before its own acceptance is on disk, so nobody holds a value there. 0's command "p" is
+    ordered at slot s + 1 and is ready. 1 restarts and first hears a heartbeat sent before s
+    was committed (so it has nothing to settle before it proposes), and then, or not (the
+    thrifty O-accepts may reach only the sequencer and 1), the sequencer's O-accepts for s
+    and s + 1. Its retake found nothing at k, and a client's "new" went to (1, k): "new" ran
+    at slot s, ahead of "p", which was ready before "new" was proposed (the paper's
+    invariant 7; seen in the simulator, seed 1016 of 3 replicas). The sequencer's promise
+    says how many O-instances name 1: a no-op takes (1, k), and "new" the next index."""
+    cluster = _warm(3)
+    leader = cluster.node(1)
+    k = leader.inspect.exec_count(1)
+    durable = len(cluster.records[1])
+    leader.propose(b"old")
+    cluster.process(1)
+    assert cluster.drop(lambda s, t, m: s == 1 and isinstance(m, CAccept))
+    cluster.deliver(lambda s, t, m: s == 1)  # the C-request to the sequencer
+    cluster.crash(1)
+    cluster.records[1] = cluster.records[1][:durable]
+    tag = cluster.node(0).propose(b"p")
+    held: list[Message] = []  # what the network holds for 1 meanwhile
+    for _ in range(60):
+        cluster.tick()
+        cluster.process_all()
+        held += [m for _, _, m in cluster.drop(lambda s, t, m: t == 1)]
+        cluster.deliver()
+        cluster.process_all()
+        if tag in cluster.readied[0]:
+            break
+    assert tag in cluster.readied[0], "p is ready, ordered after (1, k)"
+    assert cluster.node(0).inspect.committed_c(1, k) is None, "(1, k) not recovered yet"
+    first_heartbeat = next(m for m in held if isinstance(m, Heartbeat))
+    assert first_heartbeat.commit_prefix <= cluster.node(0).inspect.log_end - 2
+    cluster.restart(1)
+    restarted = cluster.node(1)
+    restarted.step(first_heartbeat)
+    if hears_orders:
+        for message in held:
+            if not isinstance(message, Heartbeat):
+                restarted.step(message)
+    cluster.process(1)
+    restarted.propose(b"new")
+    for _ in range(300):
+        cluster.round()
+    for replica in range(3):
+        ran = [batch for _, batch in cluster.executed[replica]]
+        assert "[p]" in ran and "[new]" in ran
+        assert ran.index("[p]") < ran.index("[new]"), f"replica {replica}: {ran}"
+    assert not _ran(cluster, 0, "old")
+
+
+def test_a_c_request_from_before_a_retake_orders_nothing() -> None:
+    """A C-request the leader sent in an earlier life, at its old ballot, reaches the
+    sequencer after the sequencer promised the leader's retake a higher ballot (and told it
+    how many O-instances name it): it orders nothing (the leader, told of no O-instance
+    there, may put a new command at that index, which must not run ahead of commands ready
+    before it), and the leader hears of the higher ballot."""
+    cluster = _warm(3)
+    sequencer = cluster.node(0)
+    view = sequencer.inspect.view
+    end = sequencer.inspect.log_end
+    count = sequencer.inspect.o_count(1, end)
+    retake = next_ballot(1, 1)
+    sequencer.step(CPrepare(1, view, 1, count, retake))
+    cluster.process(0)
+    promise = next(m for _, _, m in cluster.drop(lambda s, t, m: isinstance(m, CPromise)))
+    assert isinstance(promise, CPromise) and promise.ordered == count
+    sequencer.step(CRequest(1, view, 1, count + 2, 1))  # the old life's, at ballot 1
+    cluster.process(0)
+    assert sequencer.inspect.log_end == end, "nothing ordered"
+    nacks = cluster.drop(lambda s, t, m: isinstance(m, CNack))
+    assert [(t, m.promised) for _, t, m in nacks if isinstance(m, CNack)] == [(1, retake)]
+    sequencer.step(CRequest(1, view, 1, count, retake))  # the new life's
+    cluster.process(0)
+    assert sequencer.inspect.o_count(1, sequencer.inspect.log_end) == count + 1

@@ -72,7 +72,7 @@ def test_the_sequencer_sends_its_o_accept_before_its_sync_and_its_vote_after() -
     """The sequencer's sync overlaps the acceptors': its O-accept leaves at once, vouching
     for nothing of this run, and its O-ack follows once the run is on disk."""
     sequencer = Replica(ReplicaConfig(replica_id=0, replica_count=3), Prng(0))
-    sequencer.step(CRequest(1, 0, 1, 0))
+    sequencer.step(CRequest(1, 0, 1, 0, 1))
     ready = sequencer.ready()
     assert ready.must_sync
     early = {peer: message for peer, message in ready.messages if isinstance(message, OAccept)}
@@ -93,7 +93,7 @@ def test_o_accepts_go_to_a_majority_that_includes_the_leaders_named() -> None:
     that leader alone; with 5, to it and the nearest other peer."""
     for count, space, expected in ((3, 1, {1}), (3, 2, {2}), (5, 3, {1, 3}), (5, 1, {1, 2})):
         sequencer = Replica(ReplicaConfig(replica_id=0, replica_count=count), Prng(0))
-        sequencer.step(CRequest(space, 0, space, 0))
+        sequencer.step(CRequest(space, 0, space, 0, space))
         assert o_accepted_by(sequencer) == expected, (count, space)
     own = Replica(ReplicaConfig(replica_id=0, replica_count=3), Prng(0))
     own.propose(b"a")
@@ -109,7 +109,7 @@ def test_the_sequencers_vote_goes_to_the_learners_only() -> None:
     assert {peer for peer, message in ready.messages if isinstance(message, OAccept)} == {1, 2}
     assert not any(isinstance(message, OAck) for _, message in ready.messages_after_persist)
     other = Replica(ReplicaConfig(replica_id=0, replica_count=5), Prng(0))
-    other.step(CRequest(3, 0, 3, 0))
+    other.step(CRequest(3, 0, 3, 0, 3))
     ready = other.ready()
     assert {peer for peer, message in ready.messages_after_persist
             if isinstance(message, OAck)} == {3}
@@ -122,9 +122,9 @@ def test_a_run_for_a_silent_leader_also_goes_to_a_peer_that_answers() -> None:
     sequencer = Replica(config, Prng(0))
     for _ in range(config.election_ticks + 1):
         sequencer.tick()
-        sequencer.step(CRequest(2, 0, 2, 0))  # replica 2 keeps talking; replica 1 is silent
+        sequencer.step(CRequest(2, 0, 2, 0, 2))  # replica 2 keeps talking; replica 1 is silent
     sequencer.ready()
-    sequencer.step(CRequest(2, 0, 1, 0))
+    sequencer.step(CRequest(2, 0, 1, 0, 1))
     assert o_accepted_by(sequencer) == {1, 2}
 
 
@@ -134,7 +134,7 @@ def test_a_c_request_alone_makes_the_sequencer_ready() -> None:
     (the runtime lost about 1.5 ms per command that way)."""
     sequencer = Replica(ReplicaConfig(replica_id=0, replica_count=3), Prng(0))
     assert not sequencer.has_ready()
-    sequencer.step(CRequest(1, 0, 1, 0))
+    sequencer.step(CRequest(1, 0, 1, 0, 1))
     assert sequencer.has_ready()
     assert any(isinstance(message, OAccept) for _, message in sequencer.ready().messages)
     assert not sequencer.has_ready()
@@ -145,9 +145,9 @@ def test_a_c_request_far_ahead_gets_at_most_a_window_of_slots_at_a_time() -> Non
     one window of slots, not a loop to the index; asking again allocates the next window."""
     config = ReplicaConfig(replica_id=0, replica_count=3, inflight_instances_max=8)
     sequencer = Replica(config, Prng(0))
-    sequencer.step(CRequest(1, 0, 1, 10**12))
+    sequencer.step(CRequest(1, 0, 1, 10**12, 1))
     assert sequencer.inspect.log_end == 8
-    sequencer.step(CRequest(1, 0, 1, 10**12))
+    sequencer.step(CRequest(1, 0, 1, 10**12, 1))
     assert sequencer.inspect.log_end == 16
 
 
@@ -155,10 +155,10 @@ def test_a_frame_whose_messages_name_another_sender_is_dropped() -> None:
     """The transport knows which peer sent a frame (its certificate): no replica may speak
     for another."""
     sequencer = Replica(ReplicaConfig(replica_id=0, replica_count=3), Prng(0))
-    sequencer.receive(encode_messages([CRequest(2, 0, 2, 0)]), sender=1)
+    sequencer.receive(encode_messages([CRequest(2, 0, 2, 0, 2)]), sender=1)
     assert sequencer.inspect.log_end == 0
     assert dict(sequencer.status().counters)["dropped.wrong_sender"] == 1
-    sequencer.receive(encode_messages([CRequest(1, 0, 1, 0)]), sender=1)
+    sequencer.receive(encode_messages([CRequest(1, 0, 1, 0, 1)]), sender=1)
     assert sequencer.inspect.log_end == 1
 
 
@@ -196,7 +196,7 @@ def test_without_the_guard_duplicates_make_surplus_slots() -> None:
                            defects=frozenset({Defect.NO_DEDUP_GUARD}))
     sequencer = Replica(config, Prng(0))
     for _ in range(3):
-        sequencer.step(CRequest(1, 0, 1, 0))
+        sequencer.step(CRequest(1, 0, 1, 0, 1))
     sequencer.ready()
     assert [sequencer.inspect.o_value(slot) for slot in range(3)] == [1, 1, 1]
 

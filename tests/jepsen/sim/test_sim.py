@@ -284,7 +284,14 @@ def test_regression_schedules_pass(options: SimOptions,
 #   cas from a peer's snapshot and could not say whether it took effect, so the client's call
 #   ended unknown after the heal; the store now remembers its recent cas outcomes, as the
 #   runtime's client sessions remember replies.
-@pytest.mark.parametrize(("seed", "replicas"), [(7055, 5), (5057, 3), (32045, 5), (34008, 5)])
+# - 1016 (3 replicas): a leader's C-request reached the sequencer, which ordered its index;
+#   the leader crashed before its own acceptance was on disk, and nobody held a value there.
+#   Restarted, it found nothing at the index and put a new command there, which ran ahead of
+#   a command ready before it was proposed (invariant 7). The sequencer's promise to a
+#   restarted leader's retake now counts the O-instances naming it (no-ops fill those
+#   without a value), and it refuses C-requests below the ballot it promised.
+@pytest.mark.parametrize(("seed", "replicas"),
+                         [(7055, 5), (5057, 3), (32045, 5), (34008, 5), (1016, 3)])
 def test_swarm_seeds_that_once_failed_pass(seed: int, replicas: int) -> None:
     result = run(swarm(seed, SimOptions(seed=seed, replica_count=replicas)))
     assert result.ok, explain(result)
