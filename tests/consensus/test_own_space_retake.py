@@ -39,6 +39,18 @@ def _warm(replicas: int) -> Stepper:
     return cluster
 
 
+def _ordered_with_no_accept(cluster: Stepper, command: bytes) -> int:
+    """Replica 1 proposes `command`: its accepts are lost, its C-request reaches the
+    sequencer. The index it took."""
+    leader = cluster.node(1)
+    index = leader.inspect.exec_count(1)
+    leader.propose(command)
+    cluster.process(1)
+    assert cluster.drop(lambda s, t, m: s == 1 and isinstance(m, CAccept))
+    cluster.deliver(lambda s, t, m: s == 1)  # the C-request to the sequencer
+    return index
+
+
 def _ran(cluster: Stepper, replica: int, text: str) -> bool:
     return any(text in batch.strip("[]").split() for _, batch in cluster.executed[replica])
 
@@ -70,12 +82,8 @@ def _lost_index_then_peers_compact() -> tuple[Stepper, int]:
     no-op, executes it, sees "a" lost its index and starts taking its space back, which
     cannot reach anyone. Meanwhile 0 and 2 run more commands and compact past (1, k)."""
     cluster = _warm(3)
+    k = _ordered_with_no_accept(cluster, b"a")
     leader = cluster.node(1)
-    k = leader.inspect.exec_count(1)
-    leader.propose(b"a")
-    cluster.process(1)
-    assert cluster.drop(lambda s, t, m: s == 1 and isinstance(m, CAccept))
-    cluster.deliver(lambda s, t, m: s == 1)  # the C-request to the sequencer
     cluster.blocked |= {(1, 0), (1, 2)}
     for _ in range(600):
         cluster.round()
@@ -128,12 +136,8 @@ def test_a_command_known_to_have_lost_its_index_survives_a_peers_snapshot() -> N
     "a" as of unknown outcome, though the no-op committed at (1, k) on 1 said it had not
     run: it is queued again before the truncation instead."""
     cluster = _warm(3)
+    k = _ordered_with_no_accept(cluster, b"a")
     leader = cluster.node(1)
-    k = leader.inspect.exec_count(1)
-    leader.propose(b"a")
-    cluster.process(1)
-    assert cluster.drop(lambda s, t, m: s == 1 and isinstance(m, CAccept))
-    cluster.deliver(lambda s, t, m: s == 1)  # the C-request to the sequencer
     cluster.blocked |= {(1, 0), (1, 2), (0, 1)}
     for _ in range(600):
         cluster.round()
@@ -319,13 +323,8 @@ def test_a_restarted_leader_puts_no_new_command_at_an_index_the_sequencer_ordere
     invariant 7; seen in the simulator, seed 1016 of 3 replicas). The sequencer's promise
     says how many O-instances name 1: a no-op takes (1, k), and "new" the next index."""
     cluster = _warm(3)
-    leader = cluster.node(1)
-    k = leader.inspect.exec_count(1)
     durable = len(cluster.records[1])
-    leader.propose(b"old")
-    cluster.process(1)
-    assert cluster.drop(lambda s, t, m: s == 1 and isinstance(m, CAccept))
-    cluster.deliver(lambda s, t, m: s == 1)  # the C-request to the sequencer
+    k = _ordered_with_no_accept(cluster, b"old")
     cluster.crash(1)
     cluster.records[1] = cluster.records[1][:durable]
     tag = cluster.node(0).propose(b"p")
