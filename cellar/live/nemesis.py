@@ -100,7 +100,9 @@ class LiveNemesis:
 
     def _apply_network(self) -> None:
         faults = self._network.values()
-        cut = {link for fault in faults for link in fault.blocked}
+        # A held link is a cut link here: the relays close its connections, and the sender's
+        # queue keeps what it sends meanwhile until it dials again (the simulator's model).
+        cut = {link for fault in faults for link in (*fault.blocked, *fault.held)}
         slowed = {link for fault in faults for link in fault.clogged}
         delay_us = max((fault.clog_us for fault in faults if fault.clogged), default=0)
         self._relays.set_links(cut, slowed, delay_us / 1e6)

@@ -11,8 +11,10 @@ Time is simulated in microseconds. A replica counts ticks from its own clock (pe
 before it handles anything else after a pause. A paused replica (as under SIGSTOP) does
 nothing until the pause ends: every step due meanwhile (a tick, a delivery, a flush, the end of
 a sync with what follows it: sends, execution, replies) is deferred to the pause's end. A crash
-loses unsynced records (a torn prefix may survive); a restart rebuilds the replica from its
-disk.
+loses unsynced records (a torn prefix may survive) and the frames its links held; a restart
+rebuilds the replica from its disk. Frames a held cut kept (`jepsen.sim.network`) leave, in
+order, when their link has dialed again (`release_held`), and the link's later frames follow
+them.
 """
 
 from __future__ import annotations
@@ -41,6 +43,9 @@ from jepsen.sim.options import SimOptions
 DELIVER, TICK, FLUSH, SYNCED, CLIENT, TIMEOUT, CALL = range(7)
 FRAMES_WAITING_MAX = 256  # frames held for a crashed replica until it restarts
 RECONNECT_US_MAX = 50_000  # how long after a restart its peers' held frames may arrive
+# How long after a held link is up again its sender may dial it: the runtime's dialer backs
+# off while the link is down, so a link held for long comes back any time within this.
+HELD_RECONNECT_US_MAX = 300_000
 UNANSWERED = "unanswered"  # an operation's outcome in `completed_after` when no answer came
 
 
@@ -87,7 +92,7 @@ class SimNode:
         # Frames sent to it while it was down: the runtime's peers keep frames queued while
         # a connection is down and send them once the restarted replica is back, so its new
         # life hears what was meant for the old one (bounded, as the peers' queues are).
-        self.frames_waiting: list[bytes] = []
+        self.frames_waiting: list[tuple[bytes, int, int]] = []  # (frame, sender, `severed`)
         self.proposed_at: dict[int, int] = {}
 
 
@@ -114,6 +119,8 @@ class Cluster:
         # (invoked at, outcome) per op; UNANSWERED for one that timed out or lost its replica
         self.completed_after: list[tuple[int, str]] = []
         self.invoked_at: dict[int, int] = {}
+        # Per link, when the frames a held cut kept arrive: later frames arrive after them.
+        self._reconnected_at: dict[tuple[int, int], int] = {}
 
     def _tick_period(self, replica: int, options: SimOptions) -> int:
         drift = self._prng.fork(100 + replica).int_inclusive(-options.drift_ppm,
@@ -165,6 +172,7 @@ class Cluster:
             return
         node.replica = None
         node.disk.crash(self._prng, torn=torn)
+        self.network.forget_held_from(node.id)
         for operation in [*node.pending_tags.values(), *node.pending_reads.values()]:
             self.finish_unknown(operation)
         node.pending_tags.clear()
@@ -206,6 +214,9 @@ class Cluster:
 
     def _deliver(self, event: Event) -> None:
         node = self.nodes[event.node]
+        frame, source, severed = event.payload
+        if severed != self.network.severed(source, node.id):
+            return  # a fault closed the connection it travelled on
         if node.replica is None:
             if len(node.frames_waiting) < FRAMES_WAITING_MAX:
                 node.frames_waiting.append(event.payload)
@@ -219,7 +230,7 @@ class Cluster:
                 return
             node.cpu_free_at = self.now_us + cost
         assert node.replica is not None
-        node.replica.receive(event.payload)
+        node.replica.receive(frame)
         self._request_flush(node)
 
     def send(self, node: SimNode, messages: list[tuple[int, Message]]) -> None:
@@ -228,8 +239,26 @@ class Cluster:
             by_target.setdefault(target, []).append(message)
         for target in sorted(by_target):
             frame = encode_messages(by_target[target])
+            if self.network.holds(node.id, target):
+                self.network.hold(node.id, target, frame)
+                continue
+            severed = self.network.severed(node.id, target)
+            # Behind the frames a held link still has to send once it has dialed again.
+            after_us = self._reconnected_at.get((node.id, target), 0)
             for arrival in self.network.arrivals(self.now_us, node.id, target):
-                self.schedule(arrival, DELIVER, target, frame)
+                self.schedule(max(arrival, after_us), DELIVER, target,
+                              (frame, node.id, severed))
+
+    def release_held(self) -> None:
+        """Frames held on links that are up again leave in order, as a runtime peer sends its
+        queue once it has dialed again (after a backoff: up to `HELD_RECONNECT_US_MAX`)."""
+        for (source, target), frames in self.network.released():
+            reconnected_at = self.now_us + self._prng.int_inclusive(0, HELD_RECONNECT_US_MAX)
+            arrival = reconnected_at + self.network.latency_us(source, target)
+            self._reconnected_at[(source, target)] = arrival
+            severed = self.network.severed(source, target)
+            for frame in frames:
+                self.schedule(arrival, DELIVER, target, (frame, source, severed))
 
     # --- the driver: one Ready at a time --------------------------------------------------------
 

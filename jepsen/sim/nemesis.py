@@ -1,7 +1,16 @@
-"""The nemesis: a schedule of faults (partitions of several shapes, one-way cuts, clogged
-links, crashes with restarts, pauses), drawn from the seed or given explicitly (Hypothesis
-builds explicit schedules, so a failing one shrinks to the faults that matter), and what each
-network fault does to the links (`disturbance`).
+"""The nemesis: a schedule of faults (partitions of several shapes, cuts of one direction,
+clogged links, crashes with restarts, pauses), drawn from the seed or given explicitly
+(Hypothesis builds explicit schedules, so a failing one shrinks to the faults that matter), and
+what each network fault does to the links (`disturbance`).
+
+Besides the short faults the options' rates draw, a seed may draw long ones (`_LONG`): one
+replica (or the sequencer) cut off one way or both, or down, for longer than a view change and
+the recovery of its instances take, so the others run both without it while it still sends, or
+still hears, or comes back to find them done. Most of those cuts are held (`HELD_CUTS`), as a
+runtime's links feel a cut: what was on its way is lost with the connection, what is sent later
+waits on the sender's queue and arrives in a burst once the cut ends, each link after its own
+reconnect delay. A replica then hears a peer's old round long after it learned the outcome from
+another peer: live runs found races that way that the simulator had never met.
 
 Every fault shape cuts or slows some link at every group size the cluster allows (odd, from 3).
 `partition-ring` leaves each replica those nearest it around a ring, as few as still make a
@@ -31,6 +40,14 @@ class Fault(enum.StrEnum):
     ISOLATE_SEQUENCER = "isolate-sequencer"
     ISOLATE = "isolate"
     ONE_WAY = "one-way"  # target hears nobody, but everybody hears it
+    MUTE = "mute"  # target hears everybody, but nobody hears it
+    MUTE_SEQUENCER = "mute-sequencer"
+    # The same cuts as a runtime's links feel them (`HELD_CUTS`): frames on their way are lost
+    # with the connection, later ones wait on the sender's queue and go once the fault ends.
+    ISOLATE_HELD = "isolate-held"
+    ONE_WAY_HELD = "one-way-held"
+    MUTE_HELD = "mute-held"
+    ISOLATE_SEQUENCER_HELD = "isolate-sequencer-held"
     # Target hears everybody but the sequencer (the one after it, if it is the sequencer).
     # Explicit schedules only: drawn schedules keep the kinds (and so the seeds) they had.
     DEAF_TO_SEQUENCER = "deaf-to-sequencer"
@@ -49,6 +66,12 @@ class NemesisEvent:
 
 _PARTITIONS = (Fault.PARTITION_HALVES, Fault.PARTITION_RING, Fault.PARTITION_BRIDGE,
                Fault.ISOLATE_SEQUENCER, Fault.ISOLATE, Fault.ONE_WAY)
+HELD_CUTS = {Fault.ISOLATE_HELD: Fault.ISOLATE, Fault.ONE_WAY_HELD: Fault.ONE_WAY,
+             Fault.MUTE_HELD: Fault.MUTE, Fault.ISOLATE_SEQUENCER_HELD: Fault.ISOLATE_SEQUENCER}
+# One replica cut off (one way or both) or down, for long (module docstring). A replica that
+# hears nobody for long is drawn twice as often: it comes back to bursts from each peer, each
+# after its own reconnect, and so hears old rounds after their outcome.
+_LONG = (*HELD_CUTS, Fault.ONE_WAY_HELD, Fault.MUTE, Fault.MUTE_SEQUENCER, Fault.CRASH)
 
 
 def draw_schedule(options: SimOptions, prng: Prng) -> tuple[NemesisEvent, ...]:
@@ -58,16 +81,27 @@ def draw_schedule(options: SimOptions, prng: Prng) -> tuple[NemesisEvent, ...]:
                          (options.crash_every_ms, (Fault.CRASH,)),
                          (options.pause_every_ms, (Fault.PAUSE,)),
                          (options.clog_every_ms, (Fault.CLOG,))):
-        if every <= 0:
-            continue
-        at = prng.int_inclusive(0, every)
-        while at < options.safety_ms:
-            duration = prng.int_inclusive(options.fault_duration_ms // 2 + 1,
-                                          options.fault_duration_ms)
-            events.append(NemesisEvent(at, prng.choice(kinds),
-                                       prng.below(options.replica_count), duration))
-            at += prng.int_inclusive(every // 2 + 1, every * 3 // 2)
+        events.extend(_draw(options, prng, every, kinds, options.fault_duration_ms))
+    # Drawn last, so that a seed without long faults keeps the schedule it had before them.
+    events.extend(_draw(options, prng, options.long_fault_every_ms, _LONG,
+                        options.long_fault_ms))
     return tuple(sorted(events, key=lambda event: (event.at_ms, event.fault, event.target)))
+
+
+def _draw(options: SimOptions, prng: Prng, every_ms: int, kinds: tuple[Fault, ...],
+          longest_ms: int) -> list[NemesisEvent]:
+    """Faults of `kinds` every `every_ms` or so (none if 0), each lasting from half
+    `longest_ms` to `longest_ms`."""
+    events: list[NemesisEvent] = []
+    if every_ms <= 0:
+        return events
+    at = prng.int_inclusive(0, every_ms)
+    while at < options.safety_ms:
+        duration = prng.int_inclusive(longest_ms // 2 + 1, longest_ms)
+        events.append(NemesisEvent(at, prng.choice(kinds), prng.below(options.replica_count),
+                                   duration))
+        at += prng.int_inclusive(every_ms // 2 + 1, every_ms * 3 // 2)
+    return events
 
 
 def partition_groups(fault: Fault, target: int, replica_count: int,
@@ -111,6 +145,14 @@ def disturbance(fault: Fault, target: int, replica_count: int, *, sequencer: int
         return Disturbance(clogged=frozenset(links), clog_us=clog_us)
     if fault is Fault.ONE_WAY:
         return Disturbance(blocked=frozenset((other, target) for other in others))
+    if fault in HELD_CUTS:
+        cut = disturbance(HELD_CUTS[fault], target, replica_count, sequencer=sequencer,
+                          clog_us=clog_us)
+        return Disturbance(held=cut.blocked)
+    if fault in (Fault.MUTE, Fault.MUTE_SEQUENCER):
+        muted = sequencer if fault is Fault.MUTE_SEQUENCER else target
+        return Disturbance(blocked=frozenset((muted, other) for other in range(replica_count)
+                                             if other != muted))
     if fault is Fault.DEAF_TO_SEQUENCER:
         deaf = target if target != sequencer else (target + 1) % replica_count
         return Disturbance(blocked=frozenset({(sequencer, deaf)}))

@@ -37,6 +37,8 @@ class SimOptions:
     pause_every_ms: int = 0
     clog_every_ms: int = 0
     fault_duration_ms: int = 300
+    long_fault_every_ms: int = 0  # one replica cut off or down for long (`nemesis._LONG`)
+    long_fault_ms: int = 1200  # each lasts from half this to this
     snapshot_every_slots: int = 200
     client_timeout_ms: int = 1500
     think_us: int = 2000
@@ -66,6 +68,10 @@ def swarm(seed: int, base: SimOptions | None = None) -> SimOptions:
     def maybe(low: int, high: int) -> int:
         return prng.int_inclusive(low, high) if prng.chance_ppm(500_000) else 0
 
+    # Long faults came later: drawn from a stream of their own, so that every other option of
+    # a seed stays what it was.
+    long_prng = Prng(seed ^ 0x10C6F4)
+    long_every_ms = long_prng.int_inclusive(300, 700) if long_prng.chance_ppm(500_000) else 0
     return dataclasses.replace(
         options, seed=seed,
         # Client i talks to replica i % n: every replica leads commands of its own (with 4
@@ -84,4 +90,6 @@ def swarm(seed: int, base: SimOptions | None = None) -> SimOptions:
         snapshot_every_slots=prng.choice([20, 50, 200, 1000]),
         batch_commands_max=prng.choice([1, 4, 64]),
         thrifty=prng.chance_ppm(750_000),
+        long_fault_every_ms=long_every_ms,
+        long_fault_ms=long_prng.int_inclusive(800, 1500),
     )

@@ -136,8 +136,13 @@ def _inject(event: NemesisEvent) -> Callable[[Cluster], None]:
             node.paused_until = max(node.paused_until, end_us)
             return
         disturbance_id = cluster.network.disturb(_disturbance(cluster, event))
-        cluster.call_at(end_us, lambda later: later.network.restore(disturbance_id))
+        cluster.call_at(end_us, lambda later: _restore(later, disturbance_id))
     return apply
+
+
+def _restore(cluster: Cluster, disturbance_id: int) -> None:
+    cluster.network.restore(disturbance_id)
+    cluster.release_held()
 
 
 def _disturbance(cluster: Cluster, event: NemesisEvent) -> Disturbance:
@@ -170,6 +175,7 @@ def _restart(cluster: Cluster, replica: int) -> None:
 
 def heal(cluster: Cluster) -> None:
     cluster.network.heal()
+    cluster.release_held()
     cluster.network.faults = LinkFaults(jitter_us=cluster.network.faults.jitter_us)
     for node in cluster.nodes:
         node.paused_until = min(node.paused_until, cluster.now_us)

@@ -216,6 +216,19 @@ def test_a_crash_that_ends_inside_a_pause_restarts_the_replica_paused() -> None:
     assert replica.signals == [signal.SIGSTOP, signal.SIGSTOP, signal.SIGCONT]  # paused again
 
 
+def test_a_held_cut_cuts_the_live_links_as_the_plain_cut_does() -> None:
+    """The relays close a cut link's connections and the sender keeps what it sends meanwhile:
+    the simulator's held cuts are what a live cut always was."""
+    cuts: list[set[tuple[int, int]]] = []
+    relays = SimpleNamespace(set_links=lambda cut, slowed, delay_s: cuts.append(set(cut)))
+    nemesis = LiveNemesis(SimpleNamespace(processes=[FakeReplica() for _ in range(3)]),  # type: ignore[arg-type]
+                          relays, HistoryRecorder(),  # type: ignore[arg-type]
+                          find_sequencer=lambda: anyio.sleep(0), clog_ms=0)
+    schedule = (NemesisEvent(0, Fault.MUTE_HELD, 1, 50), NemesisEvent(100, Fault.MUTE, 1, 50))
+    anyio.run(lambda: nemesis.run(schedule, anyio.current_time()))
+    assert cuts == [{(1, 0), (1, 2)}, set(), {(1, 0), (1, 2)}, set()]
+
+
 def test_a_run_with_failed_operations_after_the_heal_fails_even_if_the_checker_gave_up(
         tmp_path: pathlib.Path) -> None:
     history = HistoryRecorder().history()

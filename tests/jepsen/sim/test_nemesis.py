@@ -1,19 +1,34 @@
 """The nemesis's faults as the simulated network and replicas feel them: each network fault ends
 only itself, however faults overlap, and overlapping crashes hold a replica down until the last
-ends; every partition shape cuts something at every group size;
-a paused replica does nothing until its pause ends; a schedule that does not fit the cluster is
-named."""
+ends; every partition shape cuts something at every group size; a held cut loses the frames on
+their way and delivers the later ones, in order, once it ends; a paused replica does nothing
+until its pause ends; a schedule that does not fit the cluster is named; long faults come on
+top of a seed's schedule without changing it."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Iterator
+
 import pytest
 
+from consensus.codec import decode_messages, encode_messages
 from consensus.messages import Message
+from consensus.prng import Prng
 from consensus.ready import Ready
 from jepsen.sim import runner
 from jepsen.sim.cluster import Cluster, SimNode
-from jepsen.sim.nemesis import Fault, NemesisEvent, partition_groups, schedule_problems
-from jepsen.sim.options import SimOptions
+from jepsen.sim.nemesis import (
+    HELD_CUTS,
+    Fault,
+    NemesisEvent,
+    disturbance,
+    draw_schedule,
+    partition_groups,
+    schedule_problems,
+)
+from jepsen.sim.network import Disturbance, LinkFaults, Network
+from jepsen.sim.options import SimOptions, swarm
 
 Link = tuple[int, int]
 
@@ -21,7 +36,8 @@ Link = tuple[int, int]
 def blocked_links(cluster: Cluster) -> set[Link]:
     count = cluster.options.replica_count
     return {(source, target) for source in range(count) for target in range(count)
-            if cluster.network.is_blocked(source, target)}
+            if cluster.network.is_blocked(source, target)
+            or cluster.network.holds(source, target)}
 
 
 def cluster_with(*events: NemesisEvent, replicas: int = 3) -> Cluster:
@@ -80,6 +96,124 @@ def test_heal_ends_every_fault_and_their_ends_change_nothing_after() -> None:
     assert links_at(cluster, 700) == {(0, 1), (2, 1)}  # the isolation's end, at 600, was moot
 
 
+def test_a_mute_replica_hears_everybody_and_nobody_hears_it() -> None:
+    cluster = cluster_with(NemesisEvent(100, Fault.MUTE, 1, 100))
+    assert links_at(cluster, 150) == {(1, 0), (1, 2)}
+    held = cluster_with(NemesisEvent(100, Fault.MUTE_HELD, 1, 100))
+    assert links_at(held, 150) == {(1, 0), (1, 2)}
+    assert not held.network.is_blocked(1, 0)  # held, not lost
+    assert links_at(held, 201) == set()
+
+
+def test_held_cuts_are_the_cuts_they_name() -> None:
+    for held, plain in HELD_CUTS.items():
+        for target in range(5):
+            cut = disturbance(held, target, 5, sequencer=2, clog_us=0)
+            same = disturbance(plain, target, 5, sequencer=2, clog_us=0)
+            assert cut == Disturbance(held=same.blocked), held
+
+
+def network(replicas: int = 3) -> Network:
+    return Network([[100] * replicas for _ in range(replicas)], Prng(1), LinkFaults())
+
+
+def test_a_held_link_keeps_its_frames_in_order_until_no_fault_holds_it() -> None:
+    net = network()
+    first = net.disturb(Disturbance(held=frozenset({(0, 1)})))
+    second = net.disturb(Disturbance(held=frozenset({(0, 1), (0, 2)})))
+    assert net.holds(0, 1) and net.arrivals(0, 0, 1) == []
+    for frame in (b"a", b"b"):
+        net.hold(0, 1, frame)
+    net.hold(0, 2, b"c")
+    net.restore(second)
+    assert net.released() == [((0, 2), [b"c"])]  # (0, 1) is still held by the first
+    net.restore(first)
+    assert net.released() == [((0, 1), [b"a", b"b"])]
+    assert net.released() == []
+
+
+def test_frames_held_on_a_link_a_fault_blocks_when_the_hold_ends_are_lost() -> None:
+    net = network()
+    hold = net.disturb(Disturbance(held=frozenset({(0, 1)})))
+    net.hold(0, 1, b"a")
+    net.disturb(Disturbance(blocked=frozenset({(0, 1)})))
+    assert not net.holds(0, 1)  # blocked wins: what is sent now is lost
+    net.restore(hold)
+    assert net.released() == []
+
+
+def test_a_crashed_sender_loses_what_its_links_held() -> None:
+    net = network()
+    net.disturb(Disturbance(held=frozenset({(0, 1), (1, 0)})))
+    net.hold(0, 1, b"from 0")
+    net.hold(1, 0, b"to 0")
+    net.forget_held_from(0)  # its queues died with it; its peers' queues to it did not
+    net.heal()
+    assert net.released() == [((1, 0), [b"to 0"])]
+
+
+def test_a_hold_severs_the_links_it_cuts_each_time_it_begins() -> None:
+    net = network()
+    assert net.severed(0, 1) == 0
+    net.disturb(Disturbance(held=frozenset({(0, 1)})))
+    net.disturb(Disturbance(held=frozenset({(0, 1)})))  # already cut: the same connection
+    net.disturb(Disturbance(blocked=frozenset({(1, 0)})))  # a plain cut severs nothing
+    assert (net.severed(0, 1), net.severed(1, 0)) == (1, 0)
+    net.heal()
+    net.disturb(Disturbance(held=frozenset({(0, 1)})))
+    assert net.severed(0, 1) == 2
+
+
+def received_by(cluster: Cluster, replica: int) -> list[tuple[int, int, bytes]]:
+    """(time, sender, frame) of every frame `replica` is handed from now on."""
+    seen: list[tuple[int, int, bytes]] = []
+    node = cluster.nodes[replica].replica
+    assert node is not None
+    receive = node.receive
+
+    def watched(frame: bytes, sender: int | None = None) -> None:
+        seen.append((cluster.now_us, decode_messages(frame)[0].sender, frame))
+        receive(frame, sender)
+
+    node.receive = watched  # type: ignore[method-assign]
+    return seen
+
+
+def sent_to(cluster: Cluster, replica: int, monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """Every frame sent to `replica` from now on, in the order they were sent."""
+    frames: list[bytes] = []
+    send = Cluster.send
+
+    def watched(self: Cluster, node: SimNode, messages: list[tuple[int, Message]]) -> None:
+        frames.append(encode_messages([m for target, m in messages if target == replica])
+                      if any(target == replica for target, _ in messages) else b"")
+        send(self, node, messages)
+
+    monkeypatch.setattr(Cluster, "send", watched)
+    return frames
+
+
+def test_a_held_cut_delivers_what_was_sent_during_it_after_it_ends_in_order(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    cluster = cluster_with(NemesisEvent(100, Fault.ONE_WAY_HELD, 0, 200))
+    for client in range(3):
+        cluster.add_client(client, client * 137)
+    seen = received_by(cluster, 0)
+    sent = sent_to(cluster, 0, monkeypatch)
+    cluster.run_until(299_000)
+    assert [at for at, _, _ in seen if at >= 100_000] == []  # those under way were lost
+    cluster.run_until(700_000)
+    assert {1, 2} <= {sender for at, sender, _ in seen if at >= 300_000}  # held, then sent
+    for peer in (1, 2):  # each link's frames arrive in the order they were sent
+        arrived = iter(frame for _, sender, frame in seen if sender == peer)
+        assert in_order(arrived, iter(sent)), peer
+
+
+def in_order(arrived: Iterator[bytes], sent: Iterator[bytes]) -> bool:
+    """Whether the arrived frames are a subsequence of the sent ones."""
+    return all(any(frame == candidate for candidate in sent) for frame in arrived)
+
+
 def hears(groups: list[list[int]], replica: int) -> set[int]:
     return {member for group in groups if replica in group for member in group}
 
@@ -87,8 +221,8 @@ def hears(groups: list[list[int]], replica: int) -> set[int]:
 @pytest.mark.parametrize("replicas", [3, 5, 7])
 @pytest.mark.parametrize("fault", [Fault.PARTITION_HALVES, Fault.PARTITION_RING,
                                    Fault.PARTITION_BRIDGE, Fault.ISOLATE,
-                                   Fault.ISOLATE_SEQUENCER, Fault.ONE_WAY,
-                                   Fault.DEAF_TO_SEQUENCER])
+                                   Fault.ISOLATE_SEQUENCER, Fault.ONE_WAY, Fault.MUTE,
+                                   Fault.MUTE_SEQUENCER, Fault.DEAF_TO_SEQUENCER, *HELD_CUTS])
 def test_every_partition_shape_cuts_a_link(fault: Fault, replicas: int) -> None:
     for target in range(replicas):
         cluster = cluster_with(NemesisEvent(0, fault, target, 300), replicas=replicas)
@@ -152,3 +286,16 @@ def test_overlapping_crashes_keep_a_replica_down_until_the_last_one_ends() -> No
     assert cluster.nodes[2].replica is None
     cluster.run_until(701_000)
     assert cluster.nodes[2].replica is not None
+
+
+def test_long_faults_come_on_top_of_a_seed_schedule_and_leave_it_as_it_was() -> None:
+    for seed in range(40):
+        options = swarm(seed, SimOptions(seed=seed, replica_count=5))
+        without = dataclasses.replace(options, long_fault_every_ms=0)
+        schedule = draw_schedule(options, Prng(seed).fork(4))
+        before = draw_schedule(without, Prng(seed).fork(4))
+        assert [event for event in schedule if event in before] == list(before)
+        long_faults = [event for event in schedule if event not in before]
+        assert bool(long_faults) == bool(options.long_fault_every_ms), seed
+        assert all(options.long_fault_ms // 2 < event.duration_ms <= options.long_fault_ms
+                   for event in long_faults)

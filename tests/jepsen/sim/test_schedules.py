@@ -17,7 +17,8 @@ from jepsen.sim.runner import run
 SAFETY_MS = 900
 FAULTS = [Fault.CLOG, Fault.PAUSE, Fault.ONE_WAY, Fault.ISOLATE, Fault.ISOLATE_SEQUENCER,
           Fault.PARTITION_HALVES, Fault.PARTITION_RING, Fault.PARTITION_BRIDGE, Fault.CRASH,
-          Fault.DEAF_TO_SEQUENCER]
+          Fault.DEAF_TO_SEQUENCER, Fault.MUTE, Fault.MUTE_SEQUENCER, Fault.ISOLATE_HELD,
+          Fault.ONE_WAY_HELD, Fault.MUTE_HELD, Fault.ISOLATE_SEQUENCER_HELD]
 
 
 def events(replicas: int) -> st.SearchStrategy[NemesisEvent]:

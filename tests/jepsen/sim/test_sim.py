@@ -108,6 +108,7 @@ def test_it_catches_a_missing_dedup_guard(seed: int) -> None:
 # 17 in 240 since a sequencer's own reads are granted at its lease's renewal.
 # Which ones moves with every change to the protocol's messages: to find new ones, run swarm
 # seeds with the defect and keep those that report it this way. The first that does is enough.
+# They run without the long faults drawn since (`nemesis._LONG`), as they were found.
 OWN_VOTE_SEEDS = (1, 39, 81, 97)
 
 
@@ -115,7 +116,8 @@ def test_it_catches_a_new_sequencer_that_rebuilds_its_log_from_its_own_vote() ->
     """The new sequencer's log is checked when it is rebuilt: it lacks a slot for an instance
     that another replica's vote carried and that was ready."""
     for seed in OWN_VOTE_SEEDS:
-        options = swarm(seed, SimOptions(seed=seed, replica_count=3))
+        options = dataclasses.replace(swarm(seed, SimOptions(seed=seed, replica_count=3)),
+                                      long_fault_every_ms=0)
         try:
             result = run(dataclasses.replace(options,
                                              defects=frozenset({Defect.OWN_VOTE_ONLY})))
@@ -302,3 +304,4 @@ def test_a_swarm_run_has_a_client_at_every_replica(replicas: int) -> None:
     """Client i talks to replica i % n: with 4 clients, replica 4 of 5 led no command."""
     options = swarm(11, SimOptions(seed=11, replica_count=replicas))
     assert options.clients >= replicas
+
