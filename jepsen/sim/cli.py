@@ -169,7 +169,7 @@ def _shrink(options: SimOptions, schedule: tuple[NemesisEvent, ...]) -> tuple[Ne
 def _passes(options: SimOptions, schedule: tuple[NemesisEvent, ...]) -> bool:
     try:
         return run(options, schedule).ok
-    except AssertionError:
+    except Exception:  # an invariant's assert, or any crash of the core: both are bugs
         return False
 
 
@@ -188,6 +188,8 @@ def run_sweep(args: argparse.Namespace) -> int:
             verdict = result.linearizability
         except AssertionError as error:
             found = [f"assertion: {error}"]
+        except Exception as error:  # a crash of the core is a bug found, as an assert is
+            found = [f"{type(error).__name__}: {error}"]
         violations += len(found)
         if found:
             failed.append(seed)

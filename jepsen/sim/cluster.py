@@ -249,11 +249,11 @@ class Cluster:
                 self.schedule(max(arrival, after_us), DELIVER, target,
                               (frame, node.id, severed))
 
-    def release_held(self) -> None:
+    def release_held(self, reconnect_us_max: int = HELD_RECONNECT_US_MAX) -> None:
         """Frames held on links that are up again leave in order, as a runtime peer sends its
-        queue once it has dialed again (after a backoff: up to `HELD_RECONNECT_US_MAX`)."""
+        queue once it has dialed again (after a backoff: up to `reconnect_us_max`)."""
         for (source, target), frames in self.network.released():
-            reconnected_at = self.now_us + self._prng.int_inclusive(0, HELD_RECONNECT_US_MAX)
+            reconnected_at = self.now_us + self._prng.int_inclusive(0, reconnect_us_max)
             arrival = reconnected_at + self.network.latency_us(source, target)
             self._reconnected_at[(source, target)] = arrival
             severed = self.network.severed(source, target)

@@ -175,7 +175,7 @@ def _restart(cluster: Cluster, replica: int) -> None:
 
 def heal(cluster: Cluster) -> None:
     cluster.network.heal()
-    cluster.release_held()
+    cluster.release_held(reconnect_us_max=0)  # the liveness phase starts with every link up
     cluster.network.faults = LinkFaults(jitter_us=cluster.network.faults.jitter_us)
     for node in cluster.nodes:
         node.paused_until = min(node.paused_until, cluster.now_us)

@@ -1,13 +1,15 @@
 """`cellar sim`: bad arguments are usage errors (exit 2, one error line, no traceback), never
-exit 1, which says a violation was found; none of them runs the simulator."""
+exit 1, which says a violation was found; none of them runs the simulator. A sweep reports any
+crash of a run as a violation of its seed."""
 
 from __future__ import annotations
 
 import pytest
 
 from cellar.cli import main
-from jepsen.sim import runner
+from jepsen.sim import cli, runner
 from jepsen.sim.cli import EXIT_USAGE, seed_range
+from jepsen.sim.options import SimOptions
 
 SHORT = ["--safety-ms", "200", "--liveness-ms", "200"]
 
@@ -74,3 +76,19 @@ def test_a_sweep_names_seeds_whose_history_went_unchecked(
     assert "1 seeds, 0 failed, 1 with the history unchecked: 1 (" in out
     assert main(["sim", "sweep", "--seeds", "1", "--json", *SHORT]) == 0
     assert '"unchecked_seeds": [1]' in capsys.readouterr().out
+
+
+def test_a_sweep_reports_a_crash_of_the_core_as_a_violation_and_goes_on(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any exception a run raises is a bug found (an `AssertionError` is only the commonest):
+    the seed fails, and the sweep goes on to the next (a KeyError had ended it)."""
+    def crashing(options: SimOptions, schedule: object = None) -> runner.SimResult:
+        if options.seed == 1:
+            raise KeyError(126)
+        return runner.run(options)
+
+    monkeypatch.setattr(cli, "run", crashing)
+    assert main(["sim", "sweep", "--seeds", "1-2", *SHORT]) == 1
+    out = capsys.readouterr().out
+    assert "seed 1: VIOLATION\n  KeyError: 126\nseed 2: ok" in out
+    assert "2 seeds, 1 failed: 1 (" in out

@@ -209,6 +209,18 @@ def test_a_held_cut_delivers_what_was_sent_during_it_after_it_ends_in_order(
         assert in_order(arrived, iter(sent)), peer
 
 
+def test_the_heal_sends_what_held_cuts_kept_at_once() -> None:
+    """The liveness phase starts with every link up: no reconnect delay after the heal."""
+    cluster = cluster_with(NemesisEvent(100, Fault.ISOLATE_HELD, 0, 5000))
+    for client in range(3):
+        cluster.add_client(client, client * 137)
+    seen = received_by(cluster, 0)
+    cluster.run_until(300_000)
+    runner.heal(cluster)
+    cluster.run_until(300_000 + cluster.options.latency_us_max)
+    assert {1, 2} <= {sender for at, sender, _ in seen if at >= 300_000}
+
+
 def in_order(arrived: Iterator[bytes], sent: Iterator[bytes]) -> bool:
     """Whether the arrived frames are a subsequence of the sent ones."""
     return all(any(frame == candidate for candidate in sent) for frame in arrived)
