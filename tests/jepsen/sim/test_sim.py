@@ -7,7 +7,9 @@ import dataclasses
 
 import pytest
 
+from consensus.command_log import Space
 from consensus.config import Defect, Mode
+from consensus.messages import Batch
 from consensus.reads import Reads
 from jepsen.history import EventType
 from jepsen.sim.latency import run_latency
@@ -305,3 +307,42 @@ def test_a_swarm_run_has_a_client_at_every_replica(replicas: int) -> None:
     options = swarm(11, SimOptions(seed=11, replica_count=replicas))
     assert options.clients >= replicas
 
+
+# --- races a live run found first: held cuts let the simulator meet them too ------------------
+
+# Swarm seeds (options and faults drawn from the seed) whose long faults (`nemesis._LONG`)
+# make a replica learn a no-op recovered for a leader's instance from a commit or a catch-up,
+# never promising the recovery's ballot, and only then hear the leader's older accept for it:
+# 2551, the leader's resends while the replica heard nobody (one-way-held), kept on their link
+# and sent once it was back, after the recoverer's link; 693, the accept of the leader's own
+# retake, queued for the replica while it was down, after a peer's catch-up reply. Before
+# acd7d32 the replica met a second value for a chosen instance and stopped on the C-agreement
+# assert, as a live run's replica did. (Each runs in about 3 s; fails in under 1 s without it.)
+LATE_ACCEPT_SEEDS = [(693, 5), (2551, 5)]
+
+
+def commit_without_promise(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Undo acd7d32: learning a chosen value no longer promises its ballot."""
+    commit = Space.commit
+
+    def unpromised(self: Space, index: int, ballot: int, batch: Batch | None) -> bool | None:
+        promised = self.promised
+        learned = commit(self, index, ballot, batch)
+        self.promised = promised
+        return learned
+
+    monkeypatch.setattr(Space, "commit", unpromised)
+
+
+@pytest.mark.parametrize(("seed", "replicas"), LATE_ACCEPT_SEEDS)
+def test_seeds_with_a_late_accept_after_catch_up_pass(seed: int, replicas: int) -> None:
+    result = run(swarm(seed, SimOptions(seed=seed, replica_count=replicas)))
+    assert result.ok, explain(result)
+
+
+@pytest.mark.parametrize(("seed", "replicas"), LATE_ACCEPT_SEEDS)
+def test_they_catch_a_chosen_value_learned_without_its_promise(
+        monkeypatch: pytest.MonkeyPatch, seed: int, replicas: int) -> None:
+    commit_without_promise(monkeypatch)
+    with pytest.raises(AssertionError, match="C-agreement"):
+        run(swarm(seed, SimOptions(seed=seed, replica_count=replicas)))
