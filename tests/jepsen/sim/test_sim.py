@@ -98,7 +98,7 @@ def caught(result: SimResult) -> bool:
     return not result.ok
 
 
-@pytest.mark.parametrize("seed", [1, 3])
+@pytest.mark.parametrize("seed", [1, 5])
 def test_it_catches_a_missing_dedup_guard(seed: int) -> None:
     result = swarm_run(seed, 3, defects=frozenset({Defect.NO_DEDUP_GUARD}))
     assert any(violation.invariant == "ready order" for violation in result.violations)
