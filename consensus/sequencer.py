@@ -113,6 +113,14 @@ class Sequencer:
         start, end = self._flushed_upto, self.next_slot
         if start == end or not ctx.is_sequencer:
             return
+        if ctx.olog.end > end or ctx.olog.base > start:
+            # Since this step's allocations, this replica learned slots a newer view chose (a
+            # commit, or a snapshot that replaced the allocated slots): nobody heard of the
+            # allocations, and their leaders ask the newer view's sequencer again.
+            self._flushed_upto = end
+            ctx.count("sequencer.deposed")
+            self.on_deposed()
+            return
         values = tuple(ctx.olog.slots[slot].value for slot in range(start, end))
         ctx.persist(OAcceptRecord(ctx.view, start, values))
         self._flushed_upto = end

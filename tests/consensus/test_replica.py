@@ -32,6 +32,7 @@ from consensus.records import SnapshotRecord
 from consensus.replica import Replica
 from tests.consensus.interaction import Harness, run_command
 from tests.consensus.stepper import Stepper
+from tests.consensus.test_election_edges import warmed_up
 
 
 def harness(*commands: str) -> Harness:
@@ -520,6 +521,28 @@ def _transfer_windowed_snapshot(
         for message in delivered(server, sent):
             laggard.step(message)
     raise AssertionError("the snapshot never arrived")
+
+
+def test_a_sequencer_that_installs_a_newer_views_snapshot_drops_what_it_allocated() -> None:
+    """A C-request allocates an O-slot; before the step's flush sends it, a peer's snapshot
+    from far past this view's log replaces the slot: the allocation is dropped (nobody heard
+    of it), and the sequencer knows it was deposed. Its flush had looked the slot up, gone
+    with the snapshot, and raised KeyError (sim seed 2708 of 5 replicas, at 8f18aaa)."""
+    cluster = warmed_up({})
+    sequencer = cluster.node(0)
+    assert cluster.node(0).inspect.is_sequencer and sequencer.inspect.log_end == 0
+    promised = sequencer._ctx.clog[1].promised
+    sequencer.step(CRequest(sender=1, view=0, space=1, index=0, ballot=promised))
+    state = b"newer"
+    meta = SnapshotMeta(slot=40, exec_counts=(10, 20, 10), o_counts=(10, 20, 10),
+                        dedup_low=(0, 0, 0), dedup_tags=((), (), ()))
+    sequencer.step(SnapshotChunk(2, 3, meta, 0, len(state), state_digest(state), state))
+    ready = sequencer.ready()
+    assert ready.snapshot_to_install is not None
+    assert not [message for _, message in ready.messages + ready.messages_after_persist
+                if isinstance(message, OAccept)]
+    assert not sequencer.inspect.is_sequencer
+    assert dict(sequencer.status().counters)["sequencer.deposed"] == 1
 
 
 def test_a_snapshot_larger_than_what_a_link_queues_at_once_still_arrives() -> None:
