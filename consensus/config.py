@@ -51,6 +51,9 @@ class ReplicaConfig:
     batch_commands_max: int = 1024  # commands in one C-instance
     batch_bytes_max: int = 1 << 20  # payload bytes in one C-instance
     inflight_instances_max: int = 512  # own C-instances proposed and not yet committed
+    # Own C-indexes reserved on disk at a time, ahead of use: a restarted leader decides every
+    # index below its reservation before it proposes anew (a no-op where nobody holds a value).
+    reserved_indexes: int = 128
     pending_proposals_max: int = 100_000  # proposals queued behind the in-flight window
     o_entries_per_message_max: int = 8192
     fetch_instances_max: int = 256  # C-instances in one catch-up reply
@@ -121,6 +124,7 @@ def _problems(config: ReplicaConfig) -> list[str]:
             set(range(count)) - {config.replica_id}):
         problems.append(f"peer_order: {config.peer_order} must list every other replica once")
     positive = ("batch_commands_max", "batch_bytes_max", "inflight_instances_max",
+                "reserved_indexes",
                 "pending_proposals_max", "o_entries_per_message_max", "fetch_instances_max",
                 "reads_pending_max", "dedup_window_per_origin", "snapshot_chunk_bytes",
                 "snapshot_window_bytes", "snapshot_bytes_max", "lead_lag_slots_max",

@@ -15,6 +15,10 @@ Ready (the reply point in the paper) needs C(n, i) committed and, by group size:
 If another replica recovered this space (its ballot is higher), the leader takes the space
 back with a higher ballot and proposes again, at new indexes, the commands that lost.
 
+Own indexes are reserved on disk ahead of use (`reserved_indexes` at a time, renewed half way),
+and a C-accept for an index leaves only once its reservation is durable: a restarted leader
+then knows every index it may have sent, and decides them all before it proposes anew.
+
 In the Multi-Paxos baseline only the sequencer proposes: others forward their commands to it
 and forward again after a view change (the executor drops repeats).
 """
@@ -40,7 +44,7 @@ from consensus.messages import (
     Forward,
     ReadyNotice,
 )
-from consensus.records import CCommitRecord
+from consensus.records import CCommitRecord, ReserveRecord
 from consensus.recovery import Retaken
 from consensus.sequencer import Sequencer
 
@@ -64,8 +68,9 @@ class Inflight:
 class Leader:
     __slots__ = ("_counter", "_created_at", "_ctx", "_forwarded", "_forwarded_at",
                  "_inflight", "_order_asked_at", "_own_committed", "_pending", "_prefix",
-                 "_sequencer", "_surplus_upto", "_unready", "ballot", "lagging", "next_index",
-                 "on_lost_index", "on_order_lagging", "on_ordered", "on_replicated",
+                 "_reserved_durable", "_reserved_in_ready", "_sequencer", "_surplus_upto",
+                 "_unready", "ballot", "lagging", "next_index", "on_lost_index",
+                 "on_order_lagging", "on_ordered", "on_replicated", "reserved_upto",
                  "retaking")
 
     def __init__(self, ctx: Context, sequencer: Sequencer, learner: Learner) -> None:
@@ -73,6 +78,9 @@ class Leader:
         self._sequencer = sequencer
         self.ballot = initial_ballot(ctx.id)
         self.next_index = 0
+        self.reserved_upto = 0  # own indexes below may be in use: a ReserveRecord says so
+        self._reserved_in_ready = 0  # the reservation the last Ready handed out holds
+        self._reserved_durable = 0  # the reservation on disk
         self.retaking = False
         self._counter = 0
         self._pending: deque[Command] = deque()
@@ -154,15 +162,43 @@ class Leader:
         ctx = self._ctx
         index = self.next_index
         self.next_index += 1
+        self._reserve(index)
         accept = CAccept(ctx.id, ctx.view, ctx.id, index, self.ballot, batch)
         ctx.send(ctx.id, accept)  # this replica's own acceptor persists and acknowledges
         for peer in ctx.nearest_peers(ctx.config.faults_tolerated):
-            ctx.send(peer, accept)
+            self._send_accept(peer, accept)
         self._inflight[index] = Inflight(self.ballot, batch, ctx.now)
         self._unready[index] = batch
         if len(self._created_at) < ctx.config.inflight_instances_max * 4:
             self._created_at[index] = ctx.now
         return index
+
+    # --- the index reservation ------------------------------------------------------------
+
+    def _reserve(self, index: int) -> None:
+        """Keep the reservation at least half a reservation past `index`."""
+        reserved = self._ctx.config.reserved_indexes
+        if index + reserved // 2 >= self.reserved_upto:
+            self.reserved_upto = index + reserved
+            self._ctx.persist(ReserveRecord(self.reserved_upto))
+
+    def _send_accept(self, peer: int, accept: CAccept) -> None:
+        """A C-accept leaves once the reservation of its index is on disk: at once, unless
+        proposals outran the reservation since the last Ready (then with this Ready's sync)."""
+        self._ctx.send(peer, accept, after_persist=accept.index >= self._reserved_durable)
+
+    def on_drained(self) -> None:
+        """The Ready being handed out holds every reservation record made so far."""
+        self._reserved_in_ready = self.reserved_upto
+
+    def on_persisted(self) -> None:
+        """The last Ready's records are durable."""
+        self._reserved_durable = self._reserved_in_ready
+
+    def restore_reservation(self, upto: int) -> None:
+        """Replayed from the log after a restart (so, durable)."""
+        self.reserved_upto = self._reserved_in_ready = self._reserved_durable = max(
+            self.reserved_upto, upto)
 
     def resume(self, index: int, ballot: int, batch: Batch) -> None:
         """After a restart: an own instance accepted before the crash, to finish (its client
@@ -373,7 +409,7 @@ class Leader:
         accept = CAccept(ctx.id, ctx.view, ctx.id, index, inflight.ballot, inflight.batch)
         for peer in ctx.peers():
             if peer not in inflight.acks:
-                ctx.send(peer, accept)
+                self._send_accept(peer, accept)
         if ctx.id not in inflight.acks:
             ctx.send(ctx.id, accept)
 

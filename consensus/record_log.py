@@ -2,9 +2,10 @@
 
 Durable storage appends records forever; once a snapshot is durable, everything it covers can
 go, but not everything written before it: the highest view and epoch, each space's highest
-promised ballot, and acceptances of slots and indexes the snapshot does not cover must survive,
-or a restarted replica could accept what it promised to refuse. `compact_records` returns a
-shorter list that replays to the same replica state (tests check that).
+promised ballot, the own indexes reserved, and acceptances of slots and indexes the snapshot
+does not cover must survive, or a restarted replica could accept what it promised to refuse.
+`compact_records` returns a shorter list that replays to the same replica state (tests check
+that).
 """
 
 from __future__ import annotations
@@ -20,9 +21,14 @@ from consensus.records import (
     OAcceptRecord,
     OCommitRecord,
     Record,
+    ReserveRecord,
     SnapshotRecord,
     ViewRecord,
 )
+
+# Records that only promise (a view, an epoch, a ballot, a reservation): compaction keeps the
+# highest of each, never less.
+PROMISE_RECORDS = (EpochRecord, ViewRecord, CPromiseRecord, ReserveRecord)
 
 
 def compact_records(records: Sequence[Record]) -> list[Record]:
@@ -80,6 +86,10 @@ def _promises(records: Sequence[Record]) -> list[Record]:
     if view is not None:
         kept.append(ViewRecord(view))
     kept.extend(CPromiseRecord(space, ballots[space]) for space in sorted(ballots))
+    reserved = max((record.upto for record in records if isinstance(record, ReserveRecord)),
+                   default=None)
+    if reserved is not None:
+        kept.append(ReserveRecord(reserved))
     return kept
 
 

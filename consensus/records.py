@@ -105,7 +105,19 @@ class SnapshotRecord(Record):
     state: bytes
 
 
+@dataclass(frozen=True, slots=True)
+class ReserveRecord(Record):
+    """This replica's own C-indexes below `upto` may be in use: a C-accept for one may have
+    reached an acceptor. It is on disk before any such C-accept leaves, so a restarted leader
+    knows every index it may have sent, even one whose own acceptance was lost in the crash:
+    it decides them all before proposing anew, and never puts a new command at an index a
+    later view may order for an older proposal (the paper's invariant 7)."""
+
+    TAG: ClassVar[int] = 69
+    upto: int
+
+
 RECORD_TYPES: tuple[type[Record], ...] = (
     EpochRecord, ViewRecord, CPromiseRecord, CAcceptRecord, CCommitRecord, OAcceptRecord,
-    OCommitRecord, SnapshotRecord, InstallRecord,
+    OCommitRecord, SnapshotRecord, InstallRecord, ReserveRecord,
 )

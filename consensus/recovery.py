@@ -12,7 +12,9 @@ counts the O-instances naming the owner (only the sequencer knows them all): eve
 they order is decided in the round (a no-op where nobody holds a value), so that no new
 command takes an index ordered before it was proposed (the restarted owner may have asked
 for orders it has no record of). From that promise on, the sequencer refuses C-requests
-below the promised ballot (sent before the restart, still on the way).
+below the promised ballot (sent before the restart, still on the way). The same round decides
+every index the owner had reserved on disk before the crash: a C-accept may have reached an
+acceptor outside the round's quorum, and a later view orders any index a voter accepted.
 
 A round that meets a higher ballot gives up (another recoverer, or the owner, is at work); a
 recoverer's round that meets an acceptor which truncated past `k` gives up too: this replica
@@ -82,7 +84,7 @@ class Round:
 
 class Recovery:
     __slots__ = ("_ctx", "_failures", "_highest_seen", "_not_before", "_on_retaken",
-                 "_owner_retry_from", "order_unknown", "rounds")
+                 "_owner_retry_from", "order_unknown", "reserved_top", "rounds")
 
     def __init__(self, ctx: Context, on_retaken: Callable[[Retaken], None]) -> None:
         self._ctx = ctx
@@ -94,6 +96,9 @@ class Recovery:
         # After a restart: how many O-instances name this replica is unknown (it may have
         # asked for orders it has no record of), until an owner's round hears the sequencer.
         self.order_unknown = False
+        # After a restart: the highest own index reserved on disk (a C-accept may have left
+        # for it, its own acceptance lost in the crash), until an owner's round decides it.
+        self.reserved_top = -1
         self.rounds: dict[int, Round] = {}
 
     def start(self, space: int, from_index: int) -> None:
@@ -150,7 +155,10 @@ class Recovery:
         if round_.owner and round_.complete:
             # Indexes the sequencer ordered are decided too (a no-op where nobody holds a
             # value), so that the owner's next index is past every one of them.
-            top = max([top, *(promise.ordered - 1 for promise in promises)])
+            # So are the indexes reserved before a restart: a C-accept may have left for any
+            # of them, and a later view may order it for that value, ahead of commands
+            # ready by then: a new command must never take it.
+            top = max([top, self.reserved_top, *(promise.ordered - 1 for promise in promises)])
         round_.top = top
         best: dict[int, tuple[bool, int, Batch]] = {}
         for promise in promises:
@@ -211,6 +219,7 @@ class Recovery:
         if round_.owner:
             if round_.complete:
                 self.order_unknown = False
+                self.reserved_top = -1
             self._on_retaken(Retaken(round_.ballot, round_.chosen, round_.from_index,
                                      round_.top, round_.complete))
 

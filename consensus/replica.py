@@ -73,6 +73,7 @@ from consensus.records import (
     OAcceptRecord,
     OCommitRecord,
     Record,
+    ReserveRecord,
     SnapshotRecord,
     ViewRecord,
 )
@@ -284,6 +285,7 @@ class Replica:
         self._leader.check_ready()
         self._reads.serve()
         self._learner.flush()
+        self._leader.on_drained()
         return self._ctx.outbox.drain()
 
     def has_ready(self) -> bool:
@@ -300,6 +302,7 @@ class Replica:
     def advance(self) -> None:
         """The last Ready is handled: its records are durable; count own acceptances."""
         self._ctx.epoch_durable = True  # the first Ready after a restart held its record
+        self._leader.on_persisted()
         for message in self._ctx.outbox.take_persisted_loopback():
             self._handle(message)
         self._run_loopback()
@@ -479,6 +482,8 @@ class Replica:
                 ctx.view = max(ctx.view, record.view)
             elif isinstance(record, SnapshotRecord):
                 self._catchup.install(record.meta, record.state, from_peer=False)
+            elif isinstance(record, ReserveRecord):
+                self._leader.restore_reservation(record.upto)
             else:
                 self._replay_log_record(record)
 
@@ -524,4 +529,5 @@ class Replica:
         # higher ballot before proposing, so no index is ever reused with another value.
         leader.retaking = True
         self._recovery.order_unknown = True  # it may have asked for orders before the crash
+        self._recovery.reserved_top = leader.reserved_upto - 1  # and sent C-accepts there
         self._recovery.start(ctx.id, leader.lowest_unfinished())

@@ -61,8 +61,8 @@ from types import TracebackType
 
 from consensus.codec import decode_record, encode_record
 from consensus.errors import InvalidMessage
-from consensus.record_log import compact_records
-from consensus.records import CPromiseRecord, EpochRecord, Record, SnapshotRecord, ViewRecord
+from consensus.record_log import PROMISE_RECORDS, compact_records
+from consensus.records import Record, SnapshotRecord
 from consensus.runtime.durable_file import fsync_directory, write_all, write_file_durably
 from consensus.runtime.storage_errors import (
     DataDirectoryMissing,
@@ -314,7 +314,7 @@ def _compaction_would_gain(records: list[Record]) -> bool:
     last = max((position for position, record in enumerate(records)
                 if isinstance(record, SnapshotRecord)), default=None)
     return last is not None and not all(
-        isinstance(record, EpochRecord | ViewRecord | CPromiseRecord) for record in records[:last])
+        isinstance(record, PROMISE_RECORDS) for record in records[:last])
 
 
 # --- Files -----------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from consensus.config import ReplicaConfig
 from consensus.messages import SnapshotMeta
 from consensus.order_log import OrderLog
 from consensus.prng import Prng
@@ -20,6 +21,7 @@ from consensus.records import (
     OAcceptRecord,
     OCommitRecord,
     Record,
+    ReserveRecord,
     SnapshotRecord,
     ViewRecord,
 )
@@ -39,7 +41,8 @@ def state_of(replica: Replica) -> Any:
     slots = sorted((slot, entry.value, entry.view, entry.committed)
                    for slot, entry in olog.slots.items())
     return ctx.view, ctx.epoch, spaces, slots, olog.base, olog.count_base, \
-        replica.executed_slots, olog.installed_view, olog.installed_end
+        replica.executed_slots, olog.installed_view, olog.installed_end, \
+        replica._leader.reserved_upto
 
 
 def raw_records(seed: int, monkeypatch: pytest.MonkeyPatch) -> list[list[Record]]:
@@ -85,6 +88,19 @@ def test_promises_and_uncovered_acceptances_survive_compaction() -> None:
         CAcceptRecord(0, 9, 0, ()), OAcceptRecord(3, 5, (0,)), OCommitRecord((5,), (0,)),
         ViewRecord(4),
     ]
+
+
+def test_the_highest_reservation_survives_compaction_and_replays() -> None:
+    records: list[Record] = [
+        ReserveRecord(128), CAcceptRecord(1, 4, 0, ()), ReserveRecord(192),
+        SnapshotRecord(meta(5, (0, 5, 0)), b"state"), ReserveRecord(160),
+    ]
+    compacted = compact_records(records)
+    assert compacted == [ReserveRecord(192), SnapshotRecord(meta(5, (0, 5, 0)), b"state"),
+                         ReserveRecord(160)]
+    config = ReplicaConfig(replica_id=1, replica_count=3)
+    for kept in (records, compacted):
+        assert Replica.restore(config, Prng(1), kept)._leader.reserved_upto == 192
 
 
 def test_without_a_snapshot_nothing_is_dropped() -> None:

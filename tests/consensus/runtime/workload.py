@@ -22,6 +22,7 @@ from consensus.records import (
     OAcceptRecord,
     OCommitRecord,
     Record,
+    ReserveRecord,
     SnapshotRecord,
     ViewRecord,
 )
@@ -43,7 +44,7 @@ def stream(seed: int, *, snapshot_every: int = 0) -> Iterator[Record]:
                                               (0,) * SPACES, ((),) * SPACES),
                                  prng.randbytes(prng.randrange(2_000)))
             continue
-        kind = prng.randrange(10)
+        kind = prng.randrange(11)
         space = prng.randrange(SPACES)
         if kind == 0:
             epoch += 1
@@ -66,8 +67,10 @@ def stream(seed: int, *, snapshot_every: int = 0) -> Iterator[Record]:
             slot += len(values)
             kind_of = OAcceptRecord if kind == 7 else InstallRecord
             yield kind_of(view, slot - len(values), values)
-        else:
+        elif kind == 9:
             yield OCommitRecord((max(0, slot - 1),), (prng.randrange(SPACES),))
+        else:
+            yield ReserveRecord(max(indexes) + prng.randrange(64))
 
 
 def take(seed: int, count: int, *, snapshot_every: int = 0) -> list[Record]:

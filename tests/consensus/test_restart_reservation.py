@@ -1,0 +1,202 @@
+"""A restarted leader never puts a new command at an index it may have sent before the crash
+(the paper's invariant 7 across a view change). Leader m proposes x at (m, k); only acceptor A
+accepts it (the C-request to the sequencer is lost) and m crashes before its own acceptance is
+on disk. m restarts and retakes its space through a quorum without A. The sequencer fails; A
+votes in the new view, whose sequencer orders (m, k) at slot s from A's accepted index
+(`Sequencer.start_view`; at 5 replicas with m not voting, the rebuilt log). z is ordered at
+s + 1 and becomes ready; then a client gives m a new command y. Before the index reservation,
+m's next index was k (the sequencer's promise counted only (m, 0..k-1)): y ran at slot s,
+before z, though z was answered before y was invoked. Now m's retake decides every index it
+had reserved on disk (k among them: a no-op), and y goes past them."""
+
+from __future__ import annotations
+
+import pytest
+
+from consensus.config import ReplicaConfig
+from consensus.messages import CAccept, CRequest
+from consensus.prng import Prng
+from consensus.ready import Ready
+from consensus.records import Record, ReserveRecord
+from consensus.replica import Replica
+from tests.consensus.stepper import Stepper
+
+
+def _warm(replicas: int) -> Stepper:
+    cluster = Stepper(replicas)
+    for _ in range(20):
+        cluster.round()
+    return cluster
+
+
+def _ran(cluster: Stepper, replica: int) -> list[str]:
+    return [batch for _, batch in cluster.executed[replica]]
+
+
+@pytest.mark.parametrize(("replicas", "new_sequencer"),
+                         [(3, 1), (3, 2), (5, 1), (5, 2), (5, 3)])
+def test_a_command_proposed_after_a_ready_one_runs_after_it(replicas: int,
+                                                            new_sequencer: int) -> None:
+    cluster = _warm(replicas)
+    m, a, old = 1, 2, 0
+    leader = cluster.node(m)
+    for text in (b"w0", b"w1"):
+        leader.propose(text)
+        for _ in range(5):
+            cluster.round()
+    durable = len(cluster.records[m])
+    k = leader.inspect.exec_count(m)
+    assert k == 2
+    leader.propose(b"x")
+    cluster.process(m)
+    sent = cluster.drop(lambda s, t, msg: s == m)
+    accepts = [msg for _, t, msg in sent if isinstance(msg, CAccept) and t == a]
+    assert accepts, sent
+    assert any(isinstance(msg, CRequest) and t == old for _, t, msg in sent)
+    cluster.node(a).step(accepts[0])  # only A accepts x at (m, k); the C-request is lost
+    cluster.process(a)
+    cluster.drop(lambda s, t, msg: t == m)
+    cluster.crash(m)
+    cluster.records[m] = cluster.records[m][:durable]  # m's own acceptance never on disk
+    cluster.restart(m)
+    cluster.blocked |= {(m, a), (a, m)}  # m retakes its space through {m, old}
+    restarted = cluster.node(m)
+    for _ in range(200):
+        cluster.round()
+        if not restarted._leader.retaking:
+            break
+    assert not restarted._leader.retaking
+    assert cluster.node(a)._ctx.clog[m].get(k) is not None
+    # the old sequencer fails; the new view has A vote
+    cluster.crash(old)
+    cluster.blocked.clear()
+    cand = cluster.node(new_sequencer)
+    for other in cluster.live():
+        if other != new_sequencer:  # their randomized timeouts are the longer
+            cluster.node(other)._election._deadline = 10**9
+    for _ in range(400):
+        cluster.tick()
+        cluster.process_all()
+        cluster.deliver()
+        cluster.process_all()
+        if cand.inspect.is_sequencer and cand.status().status == "normal":
+            break
+    assert cand.inspect.is_sequencer and cand.status().status == "normal"
+    s_slot = cand.inspect.log_end - 1
+    assert cand.inspect.o_value(s_slot) == m, "start_view ordered (m, k) for A's stale x"
+    # Z: a command of A's, ordered behind s, becomes ready
+    tag_z = cluster.node(a).propose(b"z")
+    for _ in range(100):
+        cluster.round()
+        if tag_z in cluster.readied[a]:
+            break
+    assert tag_z in cluster.readied[a], "z is ready"
+    assert not any("y" in b for b in _ran(cluster, m))
+    # Y: a new client command at m, invoked after z was answered
+    restarted.propose(b"y")
+    for _ in range(400):
+        cluster.round()
+    for replica in cluster.live():
+        ran = _ran(cluster, replica)
+        assert "[z]" in ran and "[y]" in ran
+        assert ran.index("[z]") < ran.index("[y]"), f"replica {replica}: {ran}"
+        assert "[x]" not in ran
+
+
+def test_a_non_voting_leader_behind_a_partition_does_not_reuse_its_index() -> None:
+    """5 replicas: the same, but m (1) is cut off during the view change and does not vote;
+    the rebuilt log gives m a slot for (m, k) (Fig. 7's rule for a non-voter, from A's
+    c_max_index), z is ordered behind it and ready; m, still in the old view, then takes a
+    client's y at index k, and resends it once it hears the new view."""
+    cluster = _warm(5)
+    m, a, old = 1, 2, 0
+    leader = cluster.node(m)
+    for text in (b"w0", b"w1"):
+        leader.propose(text)
+        for _ in range(5):
+            cluster.round()
+    durable = len(cluster.records[m])
+    k = leader.inspect.exec_count(m)
+    assert k == 2
+    leader.propose(b"x")
+    cluster.process(m)
+    sent = cluster.drop(lambda s, t, msg: s == m)
+    accepts = [msg for _, t, msg in sent if isinstance(msg, CAccept) and t == a]
+    cluster.node(a).step(accepts[0])
+    cluster.process(a)
+    cluster.drop(lambda s, t, msg: t == m)
+    cluster.crash(m)
+    cluster.records[m] = cluster.records[m][:durable]
+    cluster.restart(m)
+    cluster.blocked |= {(m, a), (a, m)}
+    restarted = cluster.node(m)
+    for _ in range(200):
+        cluster.round()
+        if not restarted._leader.retaking:
+            break
+    assert not restarted._leader.retaking
+    # z: proposed at 3 in the old view; its C-accept reaches 4, not the dying sequencer
+    tag_z = cluster.node(3).propose(b"z")
+    cluster.process(3)
+    cluster.drop(lambda s, t, msg: s == 3 and t in (old, m))
+    cluster.crash(old)
+    others = [r for r in cluster.live() if r != m]
+    cluster.blocked = {(m, r) for r in others} | {(r, m) for r in others}
+    cand = cluster.node(a)
+    for r in cluster.live():
+        if r != a:
+            cluster.node(r)._election._deadline = 10**9
+    for _ in range(400):
+        cluster.round()
+        if cand.inspect.is_sequencer and cand.status().status == "normal":
+            break
+    assert cand.inspect.is_sequencer
+    assert restarted.inspect.view == 0
+    for _ in range(100):
+        if tag_z in cluster.readied[3]:
+            break
+        cluster.round()
+        if tag_z in cluster.readied[3]:
+            break
+    assert tag_z in cluster.readied[3], "z is ready"
+    restarted.propose(b"y")  # invoked after z was answered
+    for _ in range(3):
+        cluster.round()
+    cluster.blocked.clear()
+    for _ in range(400):
+        cluster.round()
+    for replica in cluster.live():
+        ran = _ran(cluster, replica)
+        assert "[z]" in ran and "[y]" in ran
+        assert ran.index("[z]") < ran.index("[y]"), f"replica {replica}: {ran}"
+        assert "[x]" not in ran
+
+
+def test_a_c_accept_leaves_only_once_the_reservation_of_its_index_is_on_disk() -> None:
+    """The first proposal's reservation is in the same Ready as its acceptance: the peer's
+    C-accept waits for that Ready's sync. The reservation runs ahead (renewed half way), so
+    the next proposals' C-accepts leave at once, and a restart replays it."""
+    config = ReplicaConfig(replica_id=1, replica_count=3, reserved_indexes=4)
+    replica = Replica(config, Prng(1))
+    records: list[Record] = []
+
+    def accepts_sent(ready: Ready) -> tuple[list[int], list[int]]:
+        records.extend(ready.records)
+        return ([message.index for _, message in ready.messages
+                 if isinstance(message, CAccept)],
+                [message.index for _, message in ready.messages_after_persist
+                 if isinstance(message, CAccept)])
+
+    replica.propose(b"first")
+    first = replica.ready()
+    assert ReserveRecord(4) in first.records
+    assert accepts_sent(first) == ([], [0])
+    replica.advance()
+    for index in (1, 2, 3):  # at 2, half way: renewed up to 6, ahead of need
+        replica.propose(b"next")
+        ready = replica.ready()
+        assert accepts_sent(ready) == ([index], [])
+        assert (ReserveRecord(6) in ready.records) == (index == 2)
+        replica.advance()
+    restarted = Replica.restore(config, Prng(2), records)
+    assert restarted._leader.reserved_upto == 6
