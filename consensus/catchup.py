@@ -310,6 +310,7 @@ class CatchUp:
         """Replace the executed prefix with a snapshot (from a peer, or at restart)."""
         ctx = self._ctx
         covered = self._own_tags_covered(meta) if from_peer else []
+        overruled = from_peer and ctx.is_sequencer
         self.before_truncation()
         ctx.olog.reset_to_snapshot(meta.slot, meta.o_counts)
         for space, count in enumerate(meta.exec_counts):
@@ -326,6 +327,8 @@ class CatchUp:
         pending.covered.extend(covered)
         ctx.count("catchup.snapshot_installed")
         self.on_install()
+        if overruled:  # a sequencer cannot tell a newer view's snapshot from its own view's
+            self._learner.on_view_overruled()
 
     def _own_tags_covered(self, meta: SnapshotMeta) -> list[int]:
         """This replica's commands that `meta`'s snapshot applied and this replica's state

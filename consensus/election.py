@@ -280,6 +280,7 @@ class Election:
             ctx.count("election.candidate_behind")
             ctx.status = Status.AWAITING  # let a replica that is not behind win instead
             return
+        start = max(start, ctx.olog.base)  # a snapshot installed since covers [start, base)
         counts = [ctx.olog.count(replica, start) for replica in range(ctx.replica_count)]
         values = rebuild_log(votes, start, ctx.replica_count, counts)
         totals = tuple(count + values.count(replica) for replica, count in enumerate(counts))

@@ -89,6 +89,10 @@ class Executor:
             kept.append(command)
         return tuple(kept) if len(kept) != len(batch) else batch
 
+    def ran(self, origin: int, tag: int) -> bool:
+        """Whether (origin, tag) is known executed (Multi-Paxos: the dedup window)."""
+        return tag < self._dedup_low[origin] or tag in self._dedup_tags[origin]
+
     def runnable(self) -> bool:
         """Whether the next slot can execute now."""
         entry = self._ctx.olog.slots.get(self.exec_slot)

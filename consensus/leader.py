@@ -382,6 +382,13 @@ class Leader:
         self._ctx.outbox.pending.readied.extend(
             tag for tag in message.tags if tag in self._forwarded)
 
+    def forget_forwarded(self, ran: Callable[[int], bool]) -> list[int]:
+        """A snapshot ran some forwarded commands: forget them; returns their tags."""
+        tags = [tag for tag in sorted(self._forwarded) if ran(tag)]
+        for tag in tags:
+            del self._forwarded[tag]
+        return tags
+
     def on_executed_own(self, tags: list[int]) -> None:
         for tag in tags:
             self._forwarded.pop(tag, None)

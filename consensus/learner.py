@@ -25,7 +25,7 @@ from consensus.records import OCommitRecord
 
 class Learner:
     __slots__ = ("_acks", "_acks_view", "_announce", "_committed", "_ctx", "_sequencer_durable",
-                 "on_own_commit")
+                 "on_own_commit", "on_view_overruled")
 
     def __init__(self, ctx: Context) -> None:
         self._ctx = ctx
@@ -35,6 +35,7 @@ class Learner:
         self._announce: list[int] = []
         self._committed: list[tuple[int, int]] = []  # (slot, value) committed this step
         self.on_own_commit: Callable[[int], None] = lambda slot: None
+        self.on_view_overruled: Callable[[], None] = lambda: None
 
     def reset_view(self) -> None:
         """Acceptances count only within one view."""
@@ -114,8 +115,13 @@ class Learner:
 
     def commit(self, slot: int, value: int) -> None:
         ctx = self._ctx
+        entry = ctx.olog.get(slot)
+        overwritten = entry is not None and not entry.committed and entry.value != value \
+            and entry.view == ctx.view
         if not ctx.olog.commit(slot, value):
             return
+        if overwritten and ctx.is_sequencer:
+            self.on_view_overruled()
         self._acks.pop(slot, None)
         self._committed.append((slot, value))
         if value == ctx.id:

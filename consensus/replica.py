@@ -181,6 +181,7 @@ class Replica:
         self._leader.on_order_lagging = self._catchup.maybe_ask
         self._leader.lagging = self._lagging
         self._sequencer.on_deposed = self._election.on_deposed
+        self._learner.on_view_overruled = self._on_view_overruled
         self._sequencer.on_lease_renewed = self._reads.on_lease_renewed
         self._handlers = self._handler_table()
         self.inspect = Inspection(ctx, self._executor)
@@ -415,6 +416,20 @@ class Replica:
     def _on_snapshot_installed(self) -> None:
         self._leader.forget_below(self._ctx.clog[self._ctx.id].base)
         self._leader.recount()
+        if self.config.mode is Mode.MULTIPAXOS:
+            # Forwarded commands the snapshot ran: no slot here will report them executed,
+            # and forwarded again and again, each would be dropped as a repeat for ever.
+            me, covered = self._ctx.id, self._ctx.outbox.pending.covered
+            ran = self._leader.forget_forwarded(lambda tag: self._executor.ran(me, tag))
+            covered.extend(sorted(set(ran) - set(covered)))
+
+    def _on_view_overruled(self) -> None:
+        """This sequencer learned that a newer view chose slots of its log (a peer's snapshot,
+        or a commit of another value): it leaves its view before its heartbeat could name
+        them committed, which followers would take for their own view's values."""
+        if self._ctx.is_sequencer:
+            self._ctx.count("sequencer.deposed")
+            self._election.on_deposed()
 
     def _on_own_commit(self, slot: int) -> None:
         self._leader.on_own_o_committed(slot)

@@ -175,6 +175,10 @@ class Sequencer:
         ctx = self._ctx
         if not ctx.is_sequencer:
             return
+        if ctx.olog.end > self.next_slot:
+            ctx.count("sequencer.deposed")
+            self.on_deposed()
+            return
         if ctx.now >= self._next_heartbeat:
             self._heartbeat()
         prefix = ctx.olog.commit_prefix
