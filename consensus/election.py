@@ -283,6 +283,10 @@ class Election:
         start = max(start, ctx.olog.base)  # a snapshot installed since covers [start, base)
         counts = [ctx.olog.count(replica, start) for replica in range(ctx.replica_count)]
         values = rebuild_log(votes, start, ctx.replica_count, counts)
+        if ctx.olog.conflicts(start, values):
+            ctx.count("election.rebuild_superseded")  # learned since: a newer view chose
+            ctx.status = Status.AWAITING
+            return
         totals = tuple(count + values.count(replica) for replica, count in enumerate(counts))
         self._new_view = NewView(ctx.id, ctx.view, start, values, totals)
         self._install(self._new_view)
@@ -307,6 +311,9 @@ class Election:
     def on_new_view(self, message: NewView) -> None:
         ctx = self._ctx
         if message.sender != ctx.config.sequencer_of(message.view) or message.view < ctx.view:
+            return
+        if ctx.olog.conflicts(message.start, message.values):
+            ctx.count("election.new_view_superseded")  # a newer view chose otherwise
             return
         if message.view == ctx.view and ctx.status is Status.NORMAL:
             if message.sender != ctx.id:

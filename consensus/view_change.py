@@ -17,7 +17,9 @@ Slots no voter reports are holes:
   there. For each replica m that did not vote, with C[m] the number of m's C-instances the
   voters accepted: put m in the first hole (or at the end) until m has at least C[m] slots and
   no hole precedes m's C[m]-th slot. Remaining holes become NO_CL. (If m is alive nothing is
-  lost: the extra slots order C-instances m did propose.)
+  lost: the extra slots order C-instances m did propose.) The old sequencer, when it did not
+  vote, is filled for last: its ready commands had slots a majority accepted, so a hole is
+  never its own, and filled first it took the hole of R_m's ready command.
 
 The result is the log from `start` to the new end; the new sequencer has a majority accept it in
 the new view before it serves.
@@ -38,7 +40,11 @@ def rebuild_log(votes: Sequence[Vote], start: int, replica_count: int,
     values = _highest_per_slot(votes, start)
     if replica_count == 5:
         voters = {vote.sender for vote in votes}
-        for replica in range(replica_count):
+        newest = max([vote.installed_view for vote in votes]
+                     + [entry.view for vote in votes for entry in vote.entries])
+        old_sequencer = newest % replica_count  # its ready slots are majority-accepted
+        for replica in sorted(range(replica_count), key=lambda r: r == old_sequencer):
+            # The old sequencer last: its C-instances take holes only past R_m's.
             if replica not in voters:
                 accepted = max(vote.c_max_index[replica] for vote in votes) + 1
                 _fill_for(values, replica, accepted, counts_before_start[replica])
