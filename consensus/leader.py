@@ -26,10 +26,10 @@ and forward again after a view change (the executor drops repeats).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from consensus.command_log import initial_ballot
-from consensus.config import Defect, Mode
+from consensus.config import Defect, Mode, ReplicaConfig
 from consensus.context import Context, Status
 from consensus.errors import ConsensusError
 from consensus.learner import Learner
@@ -148,15 +148,9 @@ class Leader:
         return self._ctx.clog[self._ctx.id].max_index >= self.next_index
 
     def _take_batch(self) -> Batch:
-        config, pending = self._ctx.config, self._pending
-        batch: list[Command] = []
-        size = 0
-        while pending and len(batch) < config.batch_commands_max:
-            size += len(pending[0].payload)
-            if batch and size > config.batch_bytes_max:
-                break
-            batch.append(pending.popleft())
-        return tuple(batch)
+        pending = self._pending
+        return tuple(pending.popleft()
+                     for _ in range(_batch_length(pending, self._ctx.config)))
 
     def _start_instance(self, batch: Batch) -> int:
         ctx = self._ctx
@@ -228,14 +222,27 @@ class Leader:
             ctx.send(ctx.sequencer, CRequest(ctx.id, ctx.view, ctx.id, index, self.ballot))
 
     def _forward(self) -> None:
+        """Multi-Paxos: the queue goes to the sequencer. Only own commands are kept until
+        they run: a deposed sequencer's queue may hold others' (forwarded to it), which
+        their origins keep and forward again; kept here, by a tag another origin's command
+        may share, nothing would ever clear them, and one could hide an own command."""
         ctx = self._ctx
         commands = tuple(self._pending)
         self._pending.clear()
         for command in commands:
-            self._forwarded[command.tag] = command
+            if command.origin == ctx.id:
+                self._forwarded[command.tag] = command
         if commands:
             self._forwarded_at = ctx.now
-            ctx.send(ctx.sequencer, Forward(ctx.id, ctx.view, commands))
+            self._send_forward(commands)
+
+    def _send_forward(self, commands: Batch) -> None:
+        """In messages of at most a batch each (commands and bytes), as C-instances are."""
+        ctx = self._ctx
+        while commands:
+            length = _batch_length(commands, ctx.config)
+            ctx.send(ctx.sequencer, Forward(ctx.id, ctx.view, commands[:length]))
+            commands = commands[length:]
 
     # --- acknowledgements and commits --------------------------------------------------------
 
@@ -446,8 +453,7 @@ class Leader:
             self._forwarded.clear()
             return
         self._forwarded_at = ctx.now
-        commands = tuple(self._forwarded[tag] for tag in sorted(self._forwarded))
-        ctx.send(ctx.sequencer, Forward(ctx.id, ctx.view, commands))
+        self._send_forward(tuple(self._forwarded[tag] for tag in sorted(self._forwarded)))
 
     def on_view_started(self) -> None:
         """A new view serves: resend what is unfinished under it (paper §3.3)."""
@@ -512,6 +518,18 @@ class Leader:
 
     def pending_count(self) -> int:
         return len(self._pending)
+
+
+def _batch_length(commands: Iterable[Command], config: ReplicaConfig) -> int:
+    """How many of the leading `commands` make one batch: at most `batch_commands_max`, and
+    `batch_bytes_max` of payload unless a single command is larger."""
+    length = size = 0
+    for command in commands:
+        size += len(command.payload)
+        if length == config.batch_commands_max or (length and size > config.batch_bytes_max):
+            break
+        length += 1
+    return length
 
 
 class _PrefixCounter:
