@@ -11,6 +11,7 @@ acceptance) is delivered only once the driver reports the records durable.
 
 from __future__ import annotations
 
+from consensus.catchup import entries_that_fit
 from consensus.config import Defect
 from consensus.context import Context, Status
 from consensus.learner import Learner
@@ -75,7 +76,8 @@ class Acceptor:
                                            space.promised))
             return
         ctx.persist(CPromiseRecord(message.space, message.ballot))
-        entries = tuple(space.entries_from(message.from_index, ctx.config.fetch_instances_max))
+        entries = entries_that_fit(space.entries_from(message.from_index,
+                                                      ctx.config.fetch_instances_max))
         # Requests below this ballot order nothing from now on (`Replica._on_c_request`):
         # this count is every O-instance for the space this view will ever allocate but for
         # those the promised ballot's leader asks for.

@@ -29,7 +29,7 @@ state-machine snapshot and truncates both logs below it.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from consensus.codec import ENVELOPE_BYTES_MAX
@@ -39,6 +39,7 @@ from consensus.learner import Learner
 from consensus.messages import (
     NO_CL,
     Batch,
+    CEntry,
     FetchedC,
     FetchReply,
     FetchRequest,
@@ -60,6 +61,25 @@ O_VALUE_BYTES = _INT_BYTES_MAX
 REPLY_OVERHEAD_BYTES = 4 * _HEADER_BYTES_MAX + 4 * _INT_BYTES_MAX
 assert REPLY_OVERHEAD_BYTES + ENTRY_OVERHEAD_BYTES + COMMAND_OVERHEAD_BYTES + \
     ENVELOPE_BYTES_MAX < FETCH_REPLY_BYTES_MAX // 4, "one command fits a reply many times"
+
+
+# A CPromise's frame around its entries: a reply's, and its space, from_index, ballot,
+# log_base, max_index and ordered.
+PROMISE_OVERHEAD_BYTES = REPLY_OVERHEAD_BYTES + 6 * _INT_BYTES_MAX
+
+
+def entries_that_fit(entries: Iterable[CEntry]) -> tuple[CEntry, ...]:
+    """The leading `entries` a CPromise carries within the peer mesh's frame cap (at least one:
+    the largest instance fits a frame alone). The recoverer sees the rest is missing (the last
+    entry is below the promise's `max_index`) and asks again past it."""
+    kept: list[CEntry] = []
+    size = PROMISE_OVERHEAD_BYTES
+    for entry in entries:
+        size += fetched_bytes_max(entry.batch)
+        if kept and size > FETCH_REPLY_BYTES_MAX:
+            break
+        kept.append(entry)
+    return tuple(kept)
 
 
 def fetched_bytes_max(batch: Batch) -> int:

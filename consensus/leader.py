@@ -44,7 +44,7 @@ from consensus.messages import (
     Forward,
     ReadyNotice,
 )
-from consensus.records import CCommitRecord, ReserveRecord
+from consensus.records import CCommitRecord, EpochRecord, ReserveRecord
 from consensus.recovery import Retaken
 from consensus.sequencer import Sequencer
 
@@ -107,11 +107,24 @@ class Leader:
         ctx = self._ctx
         if len(self._pending) >= ctx.config.pending_proposals_max:
             raise ProposalDropped(f"{len(self._pending)} proposals already queued")
+        if self._counter == 1 << TAG_COUNTER_BITS:
+            self._new_epoch()
         tag = (ctx.epoch << TAG_COUNTER_BITS) | self._counter
         self._counter += 1
-        assert self._counter < 1 << TAG_COUNTER_BITS, "tag counter exhausted for this epoch"
         self._pending.append(Command(ctx.id, tag, payload))
         return tag
+
+    def _new_epoch(self) -> None:
+        """Every tag of this epoch is used (2**32 proposals in one life): go on in the next,
+        as a restart would. Its tags leave only once its record is on disk (`_send_accept`),
+        or a crash could hand the same epoch out again, and the executor would drop a new
+        command as a repeat of an old one with its tag."""
+        ctx = self._ctx
+        ctx.epoch += 1
+        ctx.persist(EpochRecord(ctx.epoch))
+        ctx.epoch_durable = False
+        self._counter = 0
+        ctx.count("leader.new_epoch")
 
     def enqueue_forwarded(self, commands: Batch) -> None:
         """Multi-Paxos: commands other replicas forwarded to this sequencer."""
@@ -177,9 +190,12 @@ class Leader:
             self._ctx.persist(ReserveRecord(self.reserved_upto))
 
     def _send_accept(self, peer: int, accept: CAccept) -> None:
-        """A C-accept leaves once the reservation of its index is on disk: at once, unless
-        proposals outran the reservation since the last Ready (then with this Ready's sync)."""
-        self._ctx.send(peer, accept, after_persist=accept.index >= self._reserved_durable)
+        """A C-accept leaves once the reservation of its index (and the epoch of its tags) is
+        on disk: at once, unless proposals outran the reservation since the last Ready, or a
+        new epoch began (then with this Ready's sync)."""
+        ctx = self._ctx
+        ctx.send(peer, accept, after_persist=accept.index >= self._reserved_durable or
+                 not ctx.epoch_durable)
 
     def on_drained(self) -> None:
         """The Ready being handed out holds every reservation record made so far."""

@@ -141,16 +141,15 @@ class Recovery:
             promise.ordered == NO_INDEX for promise in round_.promises.values())
 
     def _propose(self, round_: Round) -> None:
-        ctx = self._ctx
         promises = [round_.promises[sender] for sender in sorted(round_.promises)]
         # A stalled replica must decide the index it waits on; an owner taking its space
         # back need only decide what someone reports accepted.
         floor = -1 if round_.owner else round_.from_index
         top = max([floor, *(promise.max_index for promise in promises)])
-        limit = ctx.config.fetch_instances_max
         for promise in promises:
-            if len(promise.entries) >= limit:
-                top = min(top, promise.entries[-1].index)  # the rest in a later round
+            if promise.entries and promise.entries[-1].index < promise.max_index:
+                # Cut (by count or by bytes): the rest in a later round.
+                top = min(top, promise.entries[-1].index)
                 round_.complete = False
         if round_.owner and round_.complete:
             # Indexes the sequencer ordered are decided too (a no-op where nobody holds a

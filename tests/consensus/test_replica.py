@@ -8,17 +8,19 @@ from collections.abc import Callable
 
 import pytest
 
-from consensus.catchup import state_digest
+from consensus.catchup import FETCH_REPLY_BYTES_MAX, state_digest
 from consensus.codec import encode_messages, pack
-from consensus.command_log import next_ballot
+from consensus.command_log import initial_ballot, next_ballot
 from consensus.config import ConfigError, Defect, Mode, ReplicaConfig
-from consensus.leader import ProposalDropped
+from consensus.leader import TAG_COUNTER_BITS, ProposalDropped
 from consensus.messages import (
     NOOP,
     CAccept,
     CAck,
     CCommit,
     Command,
+    CPrepare,
+    CPromise,
     CRequest,
     FetchRequest,
     Heartbeat,
@@ -28,7 +30,7 @@ from consensus.messages import (
     SnapshotMeta,
 )
 from consensus.prng import Prng
-from consensus.records import SnapshotRecord
+from consensus.records import EpochRecord, SnapshotRecord
 from consensus.replica import Replica
 from tests.consensus.interaction import Harness, run_command
 from tests.consensus.stepper import Stepper
@@ -627,3 +629,48 @@ def test_own_commands_a_peers_snapshot_applied_are_reported_covered() -> None:
         ready = replica.ready()
         assert ready.snapshot_to_install is not None
         assert ready.covered == ([tag] if expected else [])
+
+
+# --- runtime limits the core must live within ----------------------------------------------
+
+
+def test_the_last_tag_of_an_epoch_is_used_and_the_next_proposal_starts_a_new_epoch() -> None:
+    """Tags are epoch << 32 | counter. The 2**32-th proposal of one life had tripped an
+    assert (and never used the last counter value). Now it starts a new epoch whose record
+    is on disk before any of its tags leaves: a crash then hands out a later epoch, never the
+    same tags for other commands (the executor would drop those as repeats)."""
+    config = ReplicaConfig(replica_id=1, replica_count=3)
+    replica = Replica(config, Prng(1))
+    replica._leader._counter = (1 << TAG_COUNTER_BITS) - 1  # a long life, fast-forwarded
+    last = replica.propose(b"last")
+    assert last == (1 << TAG_COUNTER_BITS) - 1
+    ready = replica.ready()
+    replica.advance()
+    first = replica.propose(b"next epoch")
+    assert first == 1 << TAG_COUNTER_BITS
+    ready = replica.ready()
+    assert EpochRecord(1) in ready.records
+    assert [type(message) for _, message in ready.messages_after_persist] == [CAccept]
+    restarted = Replica.restore(config, Prng(2), ready.records)
+    assert restarted.propose(b"after a crash") >> TAG_COUNTER_BITS == 2
+
+
+def test_a_promise_carries_only_what_fits_a_frame_and_the_round_asks_again_past_it() -> None:
+    """Full batches at every index: a promise of all of them (up to `fetch_instances_max`,
+    with no bound on bytes) was over the peer mesh's frame cap, which dropped it at every
+    resend, and the recovery never had a majority. The promise is cut to fit, and the
+    round, seeing its last entry below the promise's `max_index`, is incomplete."""
+    config = ReplicaConfig(replica_id=1, replica_count=3)
+    acceptor = Replica(config, Prng(1))
+    payload = b"p" * (config.batch_bytes_max // 8 - 64)
+    for index in range(12):
+        batch = tuple(Command(0, index * 8 + n, payload) for n in range(8))
+        acceptor.step(CAccept(0, 0, 0, index, initial_ballot(0), batch))
+    acceptor.ready()
+    acceptor.advance()
+    acceptor.step(CPrepare(2, 0, 0, 0, next_ballot(initial_ballot(0), 2)))
+    [(_, promise)] = acceptor.ready().messages_after_persist
+    assert isinstance(promise, CPromise)
+    assert len(encode_messages([promise])) <= FETCH_REPLY_BYTES_MAX
+    assert 1 <= len(promise.entries) < 12 and promise.max_index == 11
+    assert [entry.index for entry in promise.entries] == list(range(len(promise.entries)))
