@@ -48,6 +48,11 @@ class Machine:
         key = session_key(envelope.principal, envelope.session)
         ttl_ms = self.state.policy.session_ttl_ms  # fixed at recording: sessions.py says why
         now_ms = max(self.state.now_ms, envelope.now_ms)
+        if envelope.sequence > 0 and not self.sessions.holds(key):
+            # Opening a session may expire others by this clock: the machine keeps it, even
+            # if the command is refused, or a late copy of a forgotten session's command
+            # would be judged by a clock behind the one that forgot it, and open it again.
+            self.state.now_ms = now_ms
         if envelope.sequence > 0:
             verdict, cached = self.sessions.lookup(key, envelope.sequence, envelope.now_ms,
                                                    now_ms)

@@ -67,6 +67,9 @@ class Sessions:
         self.table: dict[str, Session] = {}
         self._held: Counter[str] = Counter()  # sessions per principal, derived from the table
 
+    def holds(self, key: str) -> bool:
+        return key in self.table
+
     def lookup(self, key: str, sequence: int, stamp_ms: int, now_ms: int
                ) -> tuple[str, bytes]:
         """("new", b"") to apply; ("retry", reply) to answer from cache; ("stale", b""),

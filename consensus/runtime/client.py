@@ -24,6 +24,7 @@ out. Async on anyio; `SyncClient` wraps it for scripts.
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -262,11 +263,13 @@ class _Dial:
 
 class CellarClient:
     def __init__(self, endpoints: Sequence[str], connect: Connect,
-                 config: ClientConfig = ClientConfig(), *, first: int | None = None) -> None:
+                 config: ClientConfig = ClientConfig(), *, first: int | None = None,
+                 wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000) -> None:
         if not endpoints:
             raise ValueError("a client needs at least one replica endpoint")
         self._endpoints = list(endpoints)
         self._now: Callable[[], float] = anyio.current_time  # the loop's own, once entered
+        self._wall_ms = wall_ms  # a command's send time, which bounds its replica's stamp
         self._connect = connect
         self.config = config
         # Clients start at different replicas (`first`, or one at random), so each replica
@@ -379,9 +382,11 @@ class CellarClient:
         session.sequence += 1
         name, sequence = session.name, session.sequence
         timeout_ms = int(self.config.attempt_timeout_s * 1000)
+        sent_ms = self._wall_ms()  # every try carries the first's: a late copy is stamped old
 
         def encode(request_id: int) -> bytes:
-            return encode_propose(request_id, name, sequence, body, timeout_ms)
+            return encode_propose(request_id, name, sequence, body, timeout_ms=timeout_ms,
+                                  sent_ms=sent_ms)
 
         handed_over = False  # whether a try may have reached a replica
         try:  # not contextlib.suppress: that costs 0.6 us, and this runs once per command

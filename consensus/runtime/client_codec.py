@@ -67,6 +67,9 @@ class Propose:
     sequence: int
     body: bytes
     timeout_ms: int
+    # The client's wall clock when it first sent the command (every retry carries the same),
+    # or 0 from a client that does not say: the replica's stamp is no later than it allows.
+    sent_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +105,7 @@ class Response:
 
 
 # The decoders build one of these per command: through their slots (consensus/slot_builder.py)
-_new_propose: Callable[[int, str, int, bytes, int], Propose] = slot_builder(Propose)
+_new_propose: Callable[[int, str, int, bytes, int, int], Propose] = slot_builder(Propose)
 _new_response: Callable[[int, Code, bytes, int, str], Response] = slot_builder(Response)
 _REQUEST_KIND_MAX = max(RequestKind)  # computed once: iterating an enum is slow
 # Packed as plain ints: msgpack packs an int enum member 0.35 us slower.
@@ -113,16 +116,17 @@ _OK = Code.OK.value
 _CODE_MAX = max(_CODE_OF)
 
 
-def encode_propose(request_id: int, session: str, sequence: int, body: bytes,
-                   timeout_ms: int) -> bytes:
+def encode_propose(request_id: int, session: str, sequence: int, body: bytes, *,
+                   timeout_ms: int, sent_ms: int) -> bytes:
     """encode_request(Propose(...)) without building the Propose (once per command)."""
-    return pack([_PROPOSE, request_id, session, sequence, body, timeout_ms])
+    return pack([_PROPOSE, request_id, session, sequence, body, timeout_ms, sent_ms])
 
 
 def encode_request(request: Request) -> bytes:
     if isinstance(request, Propose):
         return encode_propose(request.request_id, request.session, request.sequence,
-                              request.body, request.timeout_ms)
+                              request.body, timeout_ms=request.timeout_ms,
+                              sent_ms=request.sent_ms)
     if isinstance(request, Read):
         return pack([_READ, request.request_id, request.query, request.timeout_ms])
     if isinstance(request, Watch):
@@ -135,15 +139,16 @@ def decode_request(data: bytes) -> Request:
     raw = unpack(data, bytes_max=REQUEST_BYTES_MAX, what="request")
     # A valid propose (one per command) is recognised inline; anything else takes the checks
     # below, which name what is wrong.
-    if type(raw) is list and len(raw) == 6:
-        kind, request_id, session, sequence, body, timeout_ms = raw
+    if type(raw) is list and len(raw) == 7:
+        kind, request_id, session, sequence, body, timeout_ms, sent_ms = raw
         if (type(kind) is int and kind == _PROPOSE and type(request_id) is int
                 and 0 <= request_id <= INT64_MAX and type(session) is str
                 and len(session) <= SESSION_LENGTH_MAX and type(sequence) is int
                 and 0 <= sequence <= INT64_MAX and type(body) is bytes
                 and len(body) <= BODY_BYTES_MAX and type(timeout_ms) is int
-                and 0 <= timeout_ms <= TIMEOUT_MS_MAX):
-            return _new_propose(request_id, session, sequence, body, timeout_ms)
+                and 0 <= timeout_ms <= TIMEOUT_MS_MAX and type(sent_ms) is int
+                and 0 <= sent_ms <= INT64_MAX):
+            return _new_propose(request_id, session, sequence, body, timeout_ms, sent_ms)
     return _checked_request(raw)
 
 
@@ -166,20 +171,23 @@ def request_id_of(data: bytes) -> int:
 
 
 def _checked_request(raw: object) -> Request:
-    raw = expect_list(raw, "request", length_max=6)
+    raw = expect_list(raw, "request", length_max=7)
     if len(raw) < 2:
         raise InvalidMessage("request: expected a kind and an id")
     kind = expect_int(raw[0], "request.kind", low=1, high=_REQUEST_KIND_MAX)
     request_id = expect_int(raw[1], "request.id")
     if kind == RequestKind.PROPOSE:
-        _, _, session, sequence, body, timeout_ms = expect_fields(raw, "propose", 6)
+        if len(raw) == 6:  # from a client of an earlier build: no send time
+            raw = [*raw, 0]
+        _, _, session, sequence, body, timeout_ms, sent_ms = expect_fields(raw, "propose", 7)
         return _new_propose(
             request_id,
             expect_str(session, "propose.session", length_max=SESSION_LENGTH_MAX,
                        allow_empty=True),
             expect_int(sequence, "propose.sequence"),
             expect_bytes(body, "propose.body", length_max=BODY_BYTES_MAX),
-            expect_int(timeout_ms, "propose.timeout_ms", high=TIMEOUT_MS_MAX))
+            expect_int(timeout_ms, "propose.timeout_ms", high=TIMEOUT_MS_MAX),
+            expect_int(sent_ms, "propose.sent_ms"))
     if kind == RequestKind.READ:
         _, _, query, timeout_ms = expect_fields(raw, "read", 4)
         return Read(request_id, expect_bytes(query, "read.query", length_max=BODY_BYTES_MAX),

@@ -2,7 +2,9 @@
 
 The principal comes from the client's certificate, never from the request: the server stamps
 it onto each command's envelope with its own clock (`now_ms`), so the state machine can refuse
-a node agent acting for another node or a non-admin issuing admin commands. Requests on one
+a node agent acting for another node or a non-admin issuing admin commands. The stamp is no
+later than the client's send time allows (`SENT_MS_SLACK_MS`): a copy that arrives minutes
+late cannot pass for a fresh command and reopen a session forgotten meanwhile. Requests on one
 connection are answered concurrently (bounded: a permit per request until its answer is
 written), each response tagged with its request id; commands and reads are handed to the driver
 with a callback, and their responses leave through the connection's `Outbox`, many per write.
@@ -68,6 +70,12 @@ from consensus.runtime.streams import FrameStream
 
 INFLIGHT_PER_CONNECTION_MAX = 1024
 WAIT_MS_MIN = 100  # the least a command or read is waited for (module docstring)
+# A command is stamped no later than its client's send time plus this (clocks differ): a copy
+# delivered long after its client moved on (a partition TCP rode out, a replica stopped for
+# minutes) is stamped old, so a session forgotten meanwhile is not opened again by it (the
+# session layer opens one only for a command stamped within its window). Smaller than that
+# window (statemachine/sessions.py, checked in tests), or a late copy could still open it.
+SENT_MS_SLACK_MS = 60_000
 ANSWERS_QUEUED_BYTES_MAX = 64 << 20  # per connection; past it no request is taken (docstring)
 ANSWERS_STALL_S = 30.0  # over that bound with no write for this long: the client is dropped
 
@@ -125,7 +133,7 @@ class ClientServer:
             answers.error(request.request_id, Code.UNAVAILABLE, "the replica is not running")
         elif isinstance(request, Propose):
             command = encode_envelope_of(principal, request.session, request.sequence,
-                                         self._now_ms(), request.body)
+                                         self._stamp_ms(request.sent_ms), request.body)
             self._driver.submit(command, max(request.timeout_ms, WAIT_MS_MIN) / 1000,
                                 answers.responder(request.request_id, _REPLY))
         elif isinstance(request, Status) or self._allowed(principal, request, answers):
@@ -135,6 +143,12 @@ class ClientServer:
                                          answers.responder(request.request_id, _ANSWER))
             else:
                 tasks.start_soon(self._answer_slowly, principal, request, answers)
+
+    def _stamp_ms(self, sent_ms: int) -> int:
+        """This replica's clock, but no later than the client's send time allows (0: the
+        client did not say)."""
+        now_ms = self._now_ms()
+        return min(now_ms, sent_ms + SENT_MS_SLACK_MS) if sent_ms else now_ms
 
     def _allowed(self, principal: Principal, query: Read | Watch, answers: _Answers) -> bool:
         """Whether the state machine's gate lets `principal` ask it; if not, answered so."""

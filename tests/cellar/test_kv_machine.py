@@ -24,6 +24,7 @@ from cellar.kv.codec import (
 from cellar.kv.machine import SESSION_TTL_MS, KvMachine
 from consensus.codec import encode_envelope, pack
 from consensus.envelope import Envelope, Principal, Role
+from statemachine.limits import SESSIONS_PER_PRINCIPAL_MAX
 from tests.decoding import one_field_changed, outcome
 
 CLIENT = Principal(Role.ADMIN, "bench")
@@ -180,3 +181,24 @@ def test_keys_past_what_a_snapshot_may_list_are_refused(monkeypatch: pytest.Monk
     codes = [decode_reply(machine.apply(envelope("s", sequence, encode_put(key, b""))))[0]
              for sequence, key in enumerate((b"a", b"b", b"c", b"a"), 1)]
     assert codes == [Code.OK, Code.OK, Code.STORE_FULL, Code.OK]  # an overwrite still fits
+
+
+def test_a_late_copy_of_a_session_forgotten_by_a_refused_command_is_too_old() -> None:
+    """A refused command (the table full) expired sessions by its stamp, but the machine's
+    clock stayed behind (it moved only with applied commands): a late copy of the forgotten
+    session's last command was then judged fresh by that clock, opened the session again and
+    ran twice, undoing a later put."""
+    other = Principal(Role.SCHEDULER, "other")
+    machine = KvMachine()
+    first = envelope("s", 1, encode_put(b"k", b"a"), now_ms=1_000)
+    assert decode_reply(machine.apply(first)) == (Code.OK, None)
+    share = SESSIONS_PER_PRINCIPAL_MAX
+    for index in range(share):
+        body = encode_put(b"k", b"b") if index == 0 else encode_put(b"x", b"")
+        assert decode_reply(machine.apply(envelope(f"o{index}", 1, body, other,
+                                                   now_ms=2_000))) == (Code.OK, None)
+    refused = envelope("more", 1, encode_put(b"y", b""), other, now_ms=SESSION_TTL_MS + 1_500)
+    assert decode_reply(machine.apply(refused)) == (Code.SESSIONS_FULL, None)
+    assert not machine.sessions.holds(f"{CLIENT.text}/s")  # forgotten by that expiry
+    assert decode_reply(machine.apply(first))[0] is Code.SESSION_TOO_OLD
+    assert get(machine, b"k") == b"b"

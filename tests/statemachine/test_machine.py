@@ -285,3 +285,21 @@ def test_a_page_of_valid_effects_fits_the_connection_frame_cap() -> None:
     assert not pages[-1]["more"]
     assert [effect["index"] for page in pages for effect in page["effects"]] == \
         list(range(1, EFFECTS_PER_WATCH + 1))
+
+
+def test_a_late_copy_of_a_session_forgotten_by_a_refused_command_is_too_old(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A refused command (the table full) expired sessions by its stamp while the machine's
+    clock stayed behind (a refusal rolls its changes back): a late copy of the forgotten
+    session's command was judged fresh by that clock, and opened the session again."""
+    monkeypatch.setattr(sessions, "SESSIONS_PER_PRINCIPAL_MAX", 1)
+    machine = ready_machine()
+    first = envelope(gang("g1", "a", 0, (1, 1)), SCHEDULER, session="s1", sequence=1)
+    assert isinstance(decode_result(machine.apply(first)), GroupStatus)
+    run(machine, gang("g2", "a", 0, (1, 1)), ADMIN, session="s2", sequence=1,
+        now_ms=TTL_MS // 2)
+    refused = run(machine, gang("g3", "a", 0, (1, 1)), ADMIN, session="s3", sequence=1,
+                  now_ms=TTL_MS + 2_000)  # s1 expires; the admin's share is still full
+    assert isinstance(refused, Rejection) and refused.code is Code.SESSIONS_FULL
+    late = decode_result(machine.apply(first))
+    assert isinstance(late, Rejection) and late.code is Code.SESSION_TOO_OLD

@@ -36,7 +36,8 @@ from tests.decoding import FUZZ, near, one_field_changed, outcome, raises_only
 ids = st.integers(0, 2**63 - 1)
 timeouts = st.integers(0, TIMEOUT_MS_MAX)
 requests = st.one_of(
-    st.builds(Propose, ids, st.text(max_size=128), ids, st.binary(max_size=200), timeouts),
+    st.builds(Propose, ids, st.text(max_size=128), ids, st.binary(max_size=200), timeouts,
+              ids),
     st.builds(Read, ids, st.binary(max_size=200), timeouts),
     st.builds(Watch, ids, st.binary(max_size=200), st.integers(-1, 2**63 - 1), timeouts),
     st.builds(Status, ids),
@@ -85,14 +86,19 @@ fields = st.one_of(
     st.text(min_size=RESPONSE_MESSAGE_LENGTH_MAX, max_size=RESPONSE_MESSAGE_LENGTH_MAX + 1))
 
 
-@given(st.one_of(st.lists(fields, max_size=7),
-                 one_field_changed([1, 7, "s", 1, b"x", 100], fields)))
-@example([1, 1, "s", 1, b"x" * (BODY_BYTES_MAX + 1), 0])
-@example([1, 7, "s" * (SESSION_LENGTH_MAX + 1), 1, b"x", 100])
-@example([True, 7, "s", 1, b"x", 100])
-@example([1, 7, "s", 1, b"x", TIMEOUT_MS_MAX + 1])
+@given(st.one_of(st.lists(fields, max_size=8),
+                 one_field_changed([1, 7, "s", 1, b"x", 100, 5], fields)))
+@example([1, 1, "s", 1, b"x" * (BODY_BYTES_MAX + 1), 0, 5])
+@example([1, 7, "s" * (SESSION_LENGTH_MAX + 1), 1, b"x", 100, 5])
+@example([True, 7, "s", 1, b"x", 100, 5])
+@example([1, 7, "s", 1, b"x", TIMEOUT_MS_MAX + 1, 5])
+@example([1, 7, "s", 1, b"x", 100, -1])
 def test_the_inline_propose_path_decides_as_the_checked_one(raw: list[object]) -> None:
     assert outcome(lambda: decode_request(pack(raw))) == outcome(lambda: _checked_request(raw))
+
+
+def test_a_propose_of_an_earlier_client_without_a_send_time_is_read_as_none_given() -> None:
+    assert decode_request(pack([1, 7, "s", 1, b"x", 100])) == Propose(7, "s", 1, b"x", 100, 0)
 
 
 @given(st.one_of(st.lists(fields, max_size=6), one_field_changed([7, 0, b"x", 0, ""], fields)))
