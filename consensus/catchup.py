@@ -330,7 +330,10 @@ class CatchUp:
         """Replace the executed prefix with a snapshot (from a peer, or at restart)."""
         ctx = self._ctx
         covered = self._own_tags_covered(meta) if from_peer else []
-        overruled = from_peer and ctx.is_sequencer
+        # A sequencer whose own view committed past the snapshot's slot learns nothing of a
+        # newer view from it (its execution only lagged); past its commit prefix, a newer
+        # view may have chosen what it covers, and a snapshot does not say which view.
+        overruled = from_peer and ctx.is_sequencer and meta.slot > ctx.olog.commit_prefix
         self.before_truncation()
         ctx.olog.reset_to_snapshot(meta.slot, meta.o_counts)
         for space, count in enumerate(meta.exec_counts):
@@ -347,7 +350,7 @@ class CatchUp:
         pending.covered.extend(covered)
         ctx.count("catchup.snapshot_installed")
         self.on_install()
-        if overruled:  # a sequencer cannot tell a newer view's snapshot from its own view's
+        if overruled:
             self._learner.on_view_overruled()
 
     def _own_tags_covered(self, meta: SnapshotMeta) -> list[int]:

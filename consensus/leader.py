@@ -255,9 +255,10 @@ class Leader:
     def _send_forward(self, commands: Batch) -> None:
         """In messages of at most a batch each (commands and bytes), as C-instances are."""
         ctx = self._ctx
-        while commands:
+        while commands:  # a new epoch's tags leave once its record is on disk (`_new_epoch`)
             length = _batch_length(commands, ctx.config)
-            ctx.send(ctx.sequencer, Forward(ctx.id, ctx.view, commands[:length]))
+            ctx.send(ctx.sequencer, Forward(ctx.id, ctx.view, commands[:length]),
+                     after_persist=not ctx.epoch_durable)
             commands = commands[length:]
 
     # --- acknowledgements and commits --------------------------------------------------------

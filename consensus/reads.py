@@ -23,7 +23,7 @@ _UNKNOWN = -2  # index not yet granted
 
 
 class Reads:
-    __slots__ = ("_asked_at", "_ctx", "_executor", "_pending", "_sequencer")
+    __slots__ = ("_asked_at", "_ctx", "_executor", "_pending", "_sequencer", "life_epoch")
 
     def __init__(self, ctx: Context, executor: Executor, sequencer: Sequencer) -> None:
         self._ctx = ctx
@@ -31,6 +31,9 @@ class Reads:
         self._sequencer = sequencer
         self._pending: dict[int, int] = {}  # read id -> slots to execute first, or _UNKNOWN
         self._asked_at: dict[int, int] = {}
+        # The epoch this life began in: read ids start again with each life, and a reply to
+        # an earlier life's read names an older epoch. (A life may go on into new epochs.)
+        self.life_epoch = ctx.epoch
 
     def read(self, read_id: int) -> None:
         ctx = self._ctx
@@ -62,7 +65,7 @@ class Reads:
     def on_reply(self, message: ReadIndexReply) -> None:
         ctx = self._ctx
         if message.view != ctx.view or message.sender != ctx.sequencer or \
-                message.epoch != ctx.epoch:  # another read of an earlier life, same id
+                not self.life_epoch <= message.epoch <= ctx.epoch:  # an earlier life's read
             return
         if message.executed_upto != NO_INDEX and \
                 self._pending.get(message.read_id) == _UNKNOWN:

@@ -172,6 +172,7 @@ class Replica:
         self._recovery = Recovery(ctx, self._leader.on_retaken)
         self._catchup = CatchUp(ctx, self._executor, self._learner)
         self._reads = Reads(ctx, self._executor, self._sequencer)
+        self._epoch_in_ready = ctx.epoch  # the epoch when the last Ready was handed out
         self._learner.on_own_commit = self._on_own_commit
         self._catchup.on_install = self._on_snapshot_installed
         self._catchup.before_truncation = self._leader.requeue_lost
@@ -287,6 +288,7 @@ class Replica:
         self._reads.serve()
         self._learner.flush()
         self._leader.on_drained()
+        self._epoch_in_ready = self._ctx.epoch  # its record, if new, is in this Ready
         return self._ctx.outbox.drain()
 
     def has_ready(self) -> bool:
@@ -302,7 +304,8 @@ class Replica:
 
     def advance(self) -> None:
         """The last Ready is handled: its records are durable; count own acceptances."""
-        self._ctx.epoch_durable = True  # the first Ready after a restart held its record
+        if self._epoch_in_ready == self._ctx.epoch:  # not one begun since that Ready
+            self._ctx.epoch_durable = True  # the Ready after a new epoch held its record
         self._leader.on_persisted()
         for message in self._ctx.outbox.take_persisted_loopback():
             self._handle(message)
@@ -529,6 +532,7 @@ class Replica:
         ctx.status = Status.AWAITING if ctx.sequencer == ctx.id else Status.NORMAL
         ctx.lease_until = ctx.config.lease_ticks  # it may have granted a lease before
         self._election.highest_view_seen = ctx.view
+        self._reads.life_epoch = ctx.epoch
         self._learner.reset_view()
         self._catchup.on_restart()
         own = ctx.clog[ctx.id]

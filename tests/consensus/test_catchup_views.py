@@ -13,6 +13,8 @@ from consensus.catchup import state_digest
 from consensus.config import Mode, ReplicaConfig
 from consensus.messages import (
     NO_CL,
+    CAccept,
+    CCommit,
     FetchReply,
     Forward,
     Heartbeat,
@@ -179,3 +181,47 @@ def test_a_forwarded_command_a_peers_snapshot_applied_is_not_forwarded_forever()
         cluster.process_all()
     dropped = dict(server.status().counters).get("executor.duplicate_dropped", 0)
     assert forwards <= 1 and dropped <= 1, (forwards, dropped, follower._leader._forwarded)
+
+
+def test_a_sequencer_whose_execution_lags_is_not_deposed_by_its_own_views_snapshot() -> None:
+    """A sequencer left its view on any peer's snapshot install. But when every slot the
+    snapshot covers is already committed at the sequencer (its commit prefix reaches the
+    snapshot's slot), no newer view can have chosen otherwise there: the install only supplies
+    C-values its execution lacked (lost C-commits). Deposing then cost a view change (reads
+    and proposals stall for an election) each time its execution fell behind a peer's
+    compaction point."""
+    cluster = Stepper(3)
+    for _ in range(20):
+        cluster.round()
+    sequencer = cluster.node(0)
+    assert sequencer.inspect.is_sequencer
+    view = sequencer.status().view
+
+    def lost(source: int, target: int, message: object) -> bool:
+        return target == 0 and (isinstance(message, FetchReply) or (
+            source == 1 and isinstance(message, CAccept | CCommit)))
+
+    for text in (b"x", b"y", b"z"):
+        cluster.node(1).propose(text)
+    for _ in range(300):
+        cluster.tick()
+        cluster.process_all()
+        cluster.drop(lost)
+        cluster.deliver()
+        cluster.process_all()
+        if min(cluster.node(r).executed_slots for r in (1, 2)) >= 1 and \
+                sequencer._ctx.olog.commit_prefix >= 1:
+            break
+    assert sequencer.executed_slots == 0  # it lacks leader 1's C-value
+    for replica in (1, 2):
+        node = cluster.node(replica)
+        node.compact(b"state", node.executed_slots)
+        cluster.process(replica)
+    snapshot_slot = cluster.node(2)._ctx.olog.base
+    assert 1 <= snapshot_slot <= sequencer._ctx.olog.commit_prefix  # nothing it did not know
+    for _ in range(200):
+        cluster.round()
+        if sequencer.executed_slots >= 1:
+            break
+    assert sequencer._ctx.stats.get("catchup.snapshot_installed") == 1
+    assert sequencer.status().view == view, "deposed by a snapshot of its own view"
