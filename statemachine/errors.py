@@ -21,6 +21,7 @@ class Code(enum.StrEnum):
     UNSUPPORTED_VERSION = "unsupported_version"
     UNAUTHORIZED = "unauthorized"
     STALE_SEQUENCE = "stale_sequence"  # a session sequence older than the last one applied
+    SEQUENCE_REUSED = "sequence_reused"  # the last sequence applied, with another command
     NO_CONFIG = "no_config"
     VERSION_MISMATCH = "version_mismatch"
     CONFIG_INVALID = "config_invalid"

@@ -26,7 +26,7 @@ from statemachine.query_codec import decode_query, encode_answer
 from statemachine.record_codec import DecodeError
 from statemachine.result_codec import encode_result
 from statemachine.results import Result
-from statemachine.sessions import Sessions, session_key
+from statemachine.sessions import Sessions, command_digest, session_key
 from statemachine.snapshot_codec import decode_snapshot, digest_of, encode_snapshot
 from statemachine.state import State
 
@@ -54,15 +54,16 @@ class Machine:
             # would be judged by a clock behind the one that forgot it, and open it again.
             self.state.now_ms = now_ms
         if envelope.sequence > 0:
+            digest = command_digest(envelope.body)
             verdict, cached = self.sessions.lookup(key, envelope.sequence, envelope.now_ms,
-                                                   now_ms)
+                                                   now_ms, digest)
             if verdict == "retry":
                 return cached
             if verdict != "new":
                 return encode_result(_session_refusal(verdict, envelope.sequence))
         reply = encode_result(self._run(envelope))
         if envelope.sequence > 0:
-            self.sessions.record(key, envelope.sequence, reply, now_ms + ttl_ms)
+            self.sessions.record(key, envelope.sequence, reply, now_ms + ttl_ms, digest)
         return reply
 
     def _run(self, envelope: Envelope) -> Result:
@@ -107,6 +108,9 @@ def _session_refusal(verdict: str, sequence: int) -> Rejection:
     if verdict == "stale":
         return Rejection(code=Code.STALE_SEQUENCE,
                          message=f"sequence {sequence} is older than the last one applied")
+    if verdict == "reused":
+        return Rejection(code=Code.SEQUENCE_REUSED, message=(
+            f"sequence {sequence} was applied to another command: not applied"))
     if verdict == "too_old":
         return Rejection(code=Code.SESSION_TOO_OLD, message=(
             "the command was stamped too long ago to open a session (it may repeat one "

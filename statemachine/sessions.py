@@ -1,8 +1,10 @@
 """Exactly-once client sessions (reference/hived.md 3.7), keyed by principal and session id.
 
-Per session: the highest sequence applied, the reply bytes to it, and an expiry in logical
-time. A command whose sequence equals the last one gets the cached reply and changes nothing
-(a retry); an older sequence is refused (STALE_SEQUENCE: its reply is gone); a newer one is
+Per session: the highest sequence applied, the reply bytes to it, a digest of its command, and
+an expiry in logical time. A command whose sequence equals the last one gets the cached reply
+and changes nothing (a retry), if it is the same command: another body under that sequence is
+refused (SEQUENCE_REUSED; told the cached OK, its client would take a command that never ran
+for applied); an older sequence is refused (STALE_SEQUENCE: its reply is gone); a newer one is
 applied and its reply cached. Sessions are keyed by the principal as well, so no client can
 read or replay another's replies. A session idle for `ttl_ms` is forgotten on the next Tick
 (or, with no Ticks, when the table is full). Sequence 0 means no session (the runtime's own
@@ -13,14 +15,16 @@ a session this table does not hold is therefore refused when it was stamped more
 `STAMP_WINDOW_MS` (half of `SESSION_TTL_MS_MIN`, limits.py: 300 s) before the machine's clock
 ("too_old"). Why that is enough: a session's expiry is fixed when its last command is recorded
 at time L (`L + ttl`, under the policy of that moment, at least `SESSION_TTL_MS_MIN`), so a
-forgotten session means a clock past L + 600 s. Every copy of any of its commands was stamped by
-the replica that took it while the client still retried it, within `DEADLINE_S_MAX` (45 s,
-consensus/runtime/client.py) of its first try, which came before L: at most L + 45 s plus twice
-the skew between the replicas' clocks, so more than 300 s before the clock while the skew is
-under 2 minutes. The window is the floor's, not half the current policy's lifetime: sessions
-recorded under a shorter lifetime keep their expiry when a new configuration raises it, and half
-of a raised lifetime (1,800 s of 3,600 s) would let a copy of a command of a session forgotten
-after 600 s open it again and run twice. Lowering the lifetime only keeps some sessions longer.
+forgotten session means a clock past L + 600 s. Every copy of any of its commands is stamped no
+later than its client's first try plus `SENT_MS_SLACK_MS` (60 s, consensus/runtime/server.py),
+however late it reaches a replica, and that first try came before L: at most L + 60 s plus the
+skew between the client's and the replicas' clocks, so more than 300 s before the clock while
+the skew is under 4 minutes. (A copy had been stamped when a replica read it: one delivered
+minutes late passed for fresh.) The window is the floor's, not half the current policy's
+lifetime: sessions recorded under a shorter lifetime keep their expiry when a new configuration
+raises it, and half of a raised lifetime (1,800 s of 3,600 s) would let a copy of a command of
+a session forgotten after 600 s open it again and run twice. Lowering the lifetime only keeps
+some sessions longer.
 A command that took more than 300 s from its stamp to its turn is refused too; its client gave
 up on it after at most 45 s. The machine's clock is the latest stamp it has seen, so a replica
 whose clock jumps more than 300 s ahead (an NTP step) makes new sessions that the others stamp
@@ -35,6 +39,7 @@ other client, the administrators included, out of new sessions for as long as it
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 from dataclasses import dataclass
 
@@ -49,6 +54,11 @@ class Session:
     last_sequence: int
     reply: bytes
     expires_ms: int
+    digest: bytes = b""  # of the last command's body; empty: unknown (an older snapshot)
+
+
+def command_digest(body: bytes) -> bytes:
+    return hashlib.blake2b(body, digest_size=16).digest()
 
 
 def session_key(principal: Principal, session: str) -> str:
@@ -70,15 +80,17 @@ class Sessions:
     def holds(self, key: str) -> bool:
         return key in self.table
 
-    def lookup(self, key: str, sequence: int, stamp_ms: int, now_ms: int
+    def lookup(self, key: str, sequence: int, stamp_ms: int, now_ms: int, digest: bytes
                ) -> tuple[str, bytes]:
         """("new", b"") to apply; ("retry", reply) to answer from cache; ("stale", b""),
-        ("too_old", b"") or ("full", b"") to refuse (module docstring)."""
+        ("reused", b""), ("too_old", b"") or ("full", b"") to refuse (module docstring)."""
         session = self.table.get(key)
         if session is not None:
             if sequence > session.last_sequence:
                 return "new", b""
             if sequence == session.last_sequence:
+                if session.digest and session.digest != digest:
+                    return "reused", b""
                 return "retry", session.reply
             return "stale", b""
         if stamp_ms < now_ms - STAMP_WINDOW_MS:
@@ -92,17 +104,20 @@ class Sessions:
         return (len(self.table) >= SESSIONS_MAX
                 or self._held[owner] >= SESSIONS_PER_PRINCIPAL_MAX)
 
-    def record(self, key: str, sequence: int, reply: bytes, expires_ms: int) -> None:
+    def record(self, key: str, sequence: int, reply: bytes, expires_ms: int, digest: bytes
+               ) -> None:
         """Cache the reply to `sequence` (after "new" from `lookup`)."""
         session = self.table.get(key)
         if session is None:
             assert not self._full(_owner(key)), "lookup said the table had room"
-            self.load(key, Session(last_sequence=sequence, reply=reply, expires_ms=expires_ms))
+            self.load(key, Session(last_sequence=sequence, reply=reply, expires_ms=expires_ms,
+                                   digest=digest))
             return
         assert sequence > session.last_sequence
         session.last_sequence = sequence
         session.reply = reply
         session.expires_ms = expires_ms
+        session.digest = digest
 
     def load(self, key: str, session: Session) -> None:
         """Put `session` under `key` (from `record`, or from a snapshot being restored)."""

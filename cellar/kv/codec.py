@@ -30,7 +30,10 @@ ITEMS_MAX = 1 << 24  # the most items or sessions a snapshot may list
 KEYS_MAX = ITEMS_MAX
 
 
-SessionRow = tuple[str, int, bytes, int]  # name, last sequence, its reply, expiry (ms)
+# name, last sequence, its reply, expiry (ms), its command's digest (b"": a snapshot of an
+# earlier build, whose rows had four fields)
+SessionRow = tuple[str, int, bytes, int, bytes]
+DIGEST_BYTES_MAX = 64
 
 
 class Operation(enum.IntEnum):
@@ -51,6 +54,7 @@ class Code(enum.IntEnum):
     SESSION_TOO_OLD = 3  # stamped too long ago to open a session (statemachine/sessions.py)
     SESSIONS_FULL = 4  # no room for a new session until one expires
     STORE_FULL = 5  # the put would go past DATA_BYTES_MAX or KEYS_MAX
+    SEQUENCE_REUSED = 6  # the session's last sequence, applied to another command
 
 
 _CODE_OF = {code.value: code for code in Code}
@@ -127,10 +131,14 @@ def decode_snapshot(data: bytes) -> tuple[dict[bytes, bytes], list[SessionRow], 
                 expect_bytes(pair[1], "kv.value", length_max=VALUE_BYTES_MAX) for pair in pairs}
     sessions = []
     for entry in expect_list(raw[1], "kv.sessions", length_max=ITEMS_MAX):
-        fields = expect_list(entry, "kv.session", length_max=4)
-        if len(fields) != 4 or type(fields[0]) is not str:
-            raise InvalidMessage("kv.session: expected [name, sequence, reply, expires_ms]")
+        fields = expect_list(entry, "kv.session", length_max=5)
+        if len(fields) == 4:
+            fields = [*fields, b""]
+        if len(fields) != 5 or type(fields[0]) is not str:
+            raise InvalidMessage(
+                "kv.session: expected [name, sequence, reply, expires_ms, digest]")
         sessions.append((fields[0], expect_int(fields[1], "kv.sequence"),
                          expect_bytes(fields[2], "kv.reply", length_max=COMMAND_BYTES_MAX),
-                         expect_int(fields[3], "kv.expires_ms")))
+                         expect_int(fields[3], "kv.expires_ms"),
+                         expect_bytes(fields[4], "kv.digest", length_max=DIGEST_BYTES_MAX)))
     return data_out, sessions, expect_int(raw[2], "kv.now_ms")

@@ -24,11 +24,11 @@ from cellar.kv.codec import (
 )
 from consensus.codec import decode_envelope
 from consensus.errors import InvalidMessage
-from statemachine.sessions import Session, Sessions, session_key
+from statemachine.sessions import Session, Sessions, command_digest, session_key
 
 SESSION_TTL_MS = 10 * 60 * 1000
 _REFUSALS = {"stale": Code.STALE_SEQUENCE, "too_old": Code.SESSION_TOO_OLD,
-             "full": Code.SESSIONS_FULL}
+             "full": Code.SESSIONS_FULL, "reused": Code.SEQUENCE_REUSED}
 
 
 class KvMachine:
@@ -58,8 +58,9 @@ class KvMachine:
             # would be judged by a clock behind the one that forgot it, and open it again.
             self.now_ms = now_ms
         if envelope.sequence:
+            digest = command_digest(envelope.body)
             verdict, cached = self.sessions.lookup(name, envelope.sequence, envelope.now_ms,
-                                                   now_ms)
+                                                   now_ms, digest)
             if verdict == "retry":
                 return cached
             if verdict != "new":
@@ -67,7 +68,8 @@ class KvMachine:
         self.now_ms = now_ms
         reply = self._put(key, value)
         if envelope.sequence:  # a refusal too: a retry of it gets the same answer
-            self.sessions.record(name, envelope.sequence, reply, self.now_ms + SESSION_TTL_MS)
+            self.sessions.record(name, envelope.sequence, reply, self.now_ms + SESSION_TTL_MS,
+                                 digest)
         return reply
 
     def _put(self, key: bytes, value: bytes) -> bytes:
@@ -94,8 +96,8 @@ class KvMachine:
         return encode_reply(Code.OK, self.data.get(key))
 
     def snapshot(self) -> bytes:
-        sessions = [(name, session.last_sequence, session.reply, session.expires_ms)
-                    for name, session in self.sessions.table.items()]
+        sessions = [(name, session.last_sequence, session.reply, session.expires_ms,
+                     session.digest) for name, session in self.sessions.table.items()]
         return encode_snapshot(self.data, sessions, self.now_ms)
 
     def restore(self, snapshot: bytes) -> None:
@@ -104,10 +106,10 @@ class KvMachine:
         self.data_bytes = sum(len(key) + len(value) + ITEM_OVERHEAD_BYTES
                               for key, value in data.items())
         self.sessions = Sessions()
-        for name, sequence, reply, expires_ms in sessions:
+        for name, sequence, reply, expires_ms, digest in sessions:
             # load, not record: a snapshot taken before the per-principal cap may exceed it
             self.sessions.load(name, Session(last_sequence=sequence, reply=reply,
-                                             expires_ms=expires_ms))
+                                             expires_ms=expires_ms, digest=digest))
 
     def digest(self) -> bytes:
         return hashlib.blake2b(self.snapshot(), digest_size=16).digest()

@@ -17,6 +17,7 @@ from cellar.kv.codec import (
     _checked_request,
     decode_reply,
     decode_request,
+    decode_snapshot,
     encode_get,
     encode_put,
     encode_reply,
@@ -202,3 +203,28 @@ def test_a_late_copy_of_a_session_forgotten_by_a_refused_command_is_too_old() ->
     assert not machine.sessions.holds(f"{CLIENT.text}/s")  # forgotten by that expiry
     assert decode_reply(machine.apply(first))[0] is Code.SESSION_TOO_OLD
     assert get(machine, b"k") == b"b"
+
+
+def test_another_command_under_the_last_sequence_is_refused_not_told_the_cached_ok() -> None:
+    """(session, sequence) names one command: put(k, b) under the sequence of put(k, a) was
+    answered put(k, a)'s cached OK, success for a put that never ran."""
+    machine = KvMachine()
+    assert decode_reply(machine.apply(envelope("s", 1, encode_put(b"k", b"a")))) == (Code.OK,
+                                                                                      None)
+    reused = machine.apply(envelope("s", 1, encode_put(b"k", b"b"), now_ms=1_500))
+    assert decode_reply(reused) == (Code.SEQUENCE_REUSED, None)
+    assert decode_reply(machine.apply(envelope("s", 1, encode_put(b"k", b"a")))) == (Code.OK,
+                                                                                      None)
+    assert get(machine, b"k") == b"a"
+
+
+def test_a_snapshot_of_an_earlier_build_without_digests_still_loads() -> None:
+    machine = KvMachine()
+    machine.apply(envelope("s", 1, encode_put(b"k", b"a")))
+    items, rows, now_ms = decode_snapshot(machine.snapshot())
+    old = pack([sorted(items.items()), [list(row[:4]) for row in rows], now_ms])
+    restored = KvMachine()
+    restored.restore(old)  # a retry is then answered from the cache, whatever its body
+    assert decode_reply(restored.apply(envelope("s", 1, encode_put(b"k", b"b")))) == (
+        Code.OK, None)
+    assert get(restored, b"k") == b"a"

@@ -303,3 +303,29 @@ def test_a_late_copy_of_a_session_forgotten_by_a_refused_command_is_too_old(
     assert isinstance(refused, Rejection) and refused.code is Code.SESSIONS_FULL
     late = decode_result(machine.apply(first))
     assert isinstance(late, Rejection) and late.code is Code.SESSION_TOO_OLD
+
+
+def test_another_command_under_the_last_sequence_is_refused_not_told_the_cached_reply() -> None:
+    machine = ready_machine()
+    first = run(machine, gang("g1", "a", 0, (1, 1)), SCHEDULER, session="s", sequence=1)
+    assert isinstance(first, GroupStatus)
+    reused = run(machine, gang("g2", "a", 0, (1, 1)), SCHEDULER, session="s", sequence=1)
+    assert isinstance(reused, Rejection) and reused.code is Code.SEQUENCE_REUSED
+    assert "g2" not in machine.state.groups
+    again = run(machine, gang("g1", "a", 0, (1, 1)), SCHEDULER, session="s", sequence=1)
+    assert again == first
+
+
+def test_a_format_3_snapshot_loads_its_sessions_without_digests() -> None:
+    """Sessions of a snapshot written before format 4 load with no digest: a retry of their
+    last sequence gets the cached reply, whatever its body, as it did then."""
+    machine = ready_machine()
+    first = run(machine, gang("g1", "a", 0, (1, 1)), SCHEDULER, session="s", sequence=1)
+    raw = unpack(machine.snapshot(), bytes_max=1 << 30, what="snapshot")
+    raw[1] = 3
+    raw[12] = [row[:4] for row in raw[12]]
+    restored = Machine()
+    restored.restore(pack(raw))
+    assert all(session.digest == b"" for session in restored.sessions.table.values())
+    again = run(restored, gang("g2", "a", 0, (1, 1)), SCHEDULER, session="s", sequence=1)
+    assert again == first
