@@ -132,6 +132,21 @@ def test_a_byte_flipped_in_a_frame_with_frames_after_it_is_refused(
     assert refused.value.offset == starts[damaged]
 
 
+def test_garbage_that_repeats_the_bytes_it_overwrites_is_judged_by_what_it_changed() -> None:
+    """Hypothesis found it: zeros written from the last byte of frame 0 (a zero already) on
+    change frames 1 and 2 only, a tear of the last two frames' append: frame 0 reads back."""
+    records = [CAcceptRecord(0, 0, 1, (Command(0, 1, b"\x00"),)),
+               CAcceptRecord(0, 0, 1, (Command(0, 1, b""),)),
+               CAcceptRecord(0, 0, 1, (Command(0, 1, b""),))]
+    log, starts = log_of(records, salt=bytes(8))
+    garbled = bytearray(log)
+    garbled[starts[1] - 1:starts[2] + 1] = bytes(starts[2] + 2 - starts[1])
+    assert garbled[starts[1] - 1] == log[starts[1] - 1]  # the run's first byte changed nothing
+    scanned = scan(bytes(garbled), PATH)
+    assert [payload for _, payload in scanned.payloads] == [encode_record(records[0])]
+    assert scanned.torn
+
+
 @settings(max_examples=300)
 @given(records=RECORDS, salt=st.binary(min_size=8, max_size=8), data=st.data())
 def test_a_garbled_run_of_bytes_before_the_last_frame_is_refused_or_harmless(
@@ -157,9 +172,12 @@ def test_a_garbled_run_of_bytes_before_the_last_frame_is_refused_or_harmless(
     every = [encode_record(record) for record in records]
     if payloads == every:
         return
-    assert start + size > last, "damage before the last frame was taken for a torn tail"
-    first_touched = max(index for index, offset in enumerate(starts[:-1]) if offset <= start) \
-        if start >= starts[0] else 0
+    # Judged by the bytes the run changed: garbage may repeat the bytes it overwrites.
+    changed = [offset for offset in range(start, start + size) if garbled[offset] != log[offset]]
+    first, end = changed[0], changed[-1] + 1
+    assert end > last, "damage before the last frame was taken for a torn tail"
+    first_touched = max(index for index, offset in enumerate(starts[:-1]) if offset <= first) \
+        if first >= starts[0] else 0
     assert payloads == every[:first_touched] and scanned.torn
 
 
