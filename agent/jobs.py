@@ -94,6 +94,9 @@ class JobRunner:
         self._ledger = StartedLedger(state_dir, self.limits.started_remembered_max)
         self._records = JobRecords(state_dir)
         self._jobs: dict[str, _Job] = {}
+        # Jobs that ended, whose exit is on its way to the store: neither running nor lost,
+        # and never to start again (the store still has them bound until it hears).
+        self._unreported: set[str] = set()
         self._exits_in, self.exits = anyio.create_memory_object_stream[Exited](
             self.limits.jobs_max)
         self._tasks: TaskGroup | None = None
@@ -127,6 +130,20 @@ class JobRunner:
     def runs(self, pod_uid: str) -> bool:
         """Whether this runner watches a job of this pod uid now."""
         return pod_uid in self._jobs
+
+    def exit_pending(self, pod_uid: str) -> bool:
+        """Whether this pod's job ended here and its exit is not reported yet."""
+        return pod_uid in self._unreported
+
+    def exit_reported(self, pod_uid: str) -> None:
+        """The store had an answer for this pod's exit (`exits` handed it out)."""
+        self._unreported.discard(pod_uid)
+
+    def holders(self, gpu_uuids: Collection[str]) -> tuple[str, ...]:
+        """The pod uids of the jobs that run (or still end) on any of `gpu_uuids`."""
+        wanted = set(gpu_uuids)
+        return tuple(uid for uid in sorted(self._jobs)
+                     if wanted.intersection(self._jobs[uid].record.binding.gpu_uuids))
 
     def started_before(self, pod_uid: str) -> bool:
         """Whether this pod uid was ever started here (by this runner or an earlier one)."""
@@ -215,9 +232,19 @@ class JobRunner:
         code, reason = await self._wait_exit(job)
         if job.stopping:
             reason = f"stopped by the agent; {reason}"
+        seen = {record.pid: record.start_ticks}  # every process of the job met
         async with job.ending:  # after a stop under way: what one cancelled left is ended here
-            await self._end_leftovers(record)
+            await self._end_leftovers(record, seen)
         job.exited.set()
+        # The exit frees the job's GPUs in the store, which may hand them on at once: it
+        # waits until NVML shows none of the job's processes on them (a context may take a
+        # while to go), as a stop does (reference/nvml.md 3.2).
+        check = await wait_released(
+            self._gpus, binding.gpu_uuids, seen,
+            timeout_s=self.limits.gpu_release_timeout_s, poll_s=self.limits.gpu_poll_s)
+        if check.release not in (GpuRelease.RELEASED, GpuRelease.NO_GPUS):
+            logger.warning("%s ended, and its GPUs %s: %s %s", binding.pod_uid,
+                           check.release.value, check.detail, check.lingering_pids)
         async with self._locked():  # no reconcile between the two: it would call the job lost
             try:
                 await anyio.to_thread.run_sync(self._records.forget, binding.pod_uid)
@@ -225,11 +252,13 @@ class JobRunner:
                 logger.exception("cannot remove the record of %s (pid %d) from %s",
                                  binding.pod_uid, record.pid, self._records.path)
             del self._jobs[binding.pod_uid]
+            self._unreported.add(binding.pod_uid)
         exited = Exited(pod_uid=binding.pod_uid, group=binding.group, exit_code=code,
                         reason=reason)
         try:
             await self._exits_in.send(exited)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            self._unreported.discard(binding.pod_uid)
             logger.warning("nobody reads exits any more: %s", exited)
 
     async def _wait_exit(self, job: _Job) -> tuple[int, str]:
@@ -289,14 +318,16 @@ class JobRunner:
             return True
         return False
 
-    async def _end_leftovers(self, record: JobRecord) -> None:
+    async def _end_leftovers(self, record: JobRecord, seen: dict[int, int] | None = None
+                             ) -> None:
         """A job ends with its first process, as a container does: processes it left running
-        are stopped too (with the grace period), so that an exit frees the job's GPUs."""
+        are stopped too (with the grace period), so that an exit frees the job's GPUs; `seen`
+        collects them."""
         left = job_group.members(record)
         if left:
             logger.warning("%s ended, leaving pids %s running: stopping them",
                            record.binding.pod_uid, sorted(left))
-            await self._end_group(record, {}, self.limits.grace_s)
+            await self._end_group(record, {} if seen is None else seen, self.limits.grace_s)
 
     async def reconcile(self, expected: Sequence[Binding]) -> ReconcileReport:
         """Match the store's bindings for this node against the ledger and the live processes;
@@ -311,7 +342,8 @@ class JobRunner:
             for record in dead.values():
                 tasks.start_soon(self._end_leftovers, record)
         running = {uid: job.record.binding for uid, job in self._jobs.items()}
-        gone = {uid: binding for uid, binding in wanted.items() if uid not in running}
+        gone = {uid: binding for uid, binding in wanted.items()
+                if uid not in running and uid not in self._unreported}  # its exit is on its way
         started = {uid for uid in gone if uid in self._ledger or uid in dead}
         return ReconcileReport(
             adopted=_by_uid(binding for uid, binding in running.items() if uid in wanted),

@@ -12,7 +12,11 @@ where it was; so is the cursor the watch moves past other nodes' effects (at mos
 restarted after its last effect was trimmed is not told its effects were. Outcomes the store
 must hear are reported until it answers (`agent.store_link`): a job that could not start is
 reported exited with 127 and the reason, a job lost while the agent was away with its lost
-reason.
+reason. A job that ended is neither started again nor called lost while its exit is on its
+way to the store (a replayed START_POD had reported it "could not start", and a registration
+"lost", ahead of its own exit). The store hands a released gang's GPUs on as soon as it asks
+for its pods' kill: a pod whose GPUs a job still holds starts only once that job has ended
+(and the runner reports an exit only once NVML shows the job's GPUs free).
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ EFFECTS_CURSOR = "effects-after"
 WATCH_WAIT_S = 5.0
 CURSOR_SAVE_EVERY_S = 10.0  # a cursor moved past others' effects is saved at most this often
 CURSOR_SAVE_EVERY_EFFECTS = 1_000  # ... unless it moved this far since the last save
+GPU_WAIT_POLL_S = 0.05  # a start deferred for its GPUs looks this often whether they are free
 
 
 def binding_of(pod: PodAssignment | dict[str, Any]) -> Binding:
@@ -80,17 +85,35 @@ class Pods:
         for exited in report.lost:
             self.counts["jobs_lost"] += 1
             await self._report_exit(exited)
+        for binding in report.to_stop:  # first: a pod to start may need their GPUs
+            stops.start_soon(self.stop, binding.pod_uid)
         for binding in report.to_start:
             if binding.pod_uid in evicting:
                 await self._killed_before_start(binding.group, binding.pod_uid)
             else:
-                await self.start(binding)
-        for binding in report.to_stop:
-            stops.start_soon(self.stop, binding.pod_uid)
+                await self._start_or_defer(binding, stops)
+
+    async def _start_or_defer(self, binding: Binding, tasks: anyio.abc.TaskGroup) -> None:
+        """Start the pod now, or, while jobs still run on its GPUs (the store hands a gang's
+        GPUs on as soon as it asks for their pods' kill), once they have ended, in `tasks`:
+        nothing here waits for a stop."""
+        if self.runner.holders(binding.gpu_uuids):
+            self.counts["starts_deferred"] += 1
+            tasks.start_soon(self._start_when_free, binding)
+        else:
+            await self.start(binding)
+
+    async def _start_when_free(self, binding: Binding) -> None:
+        while holders := self.runner.holders(binding.gpu_uuids):
+            logger.info("pod %s waits for %s to leave its GPUs", binding.pod_uid,
+                        ", ".join(holders))
+            await anyio.sleep(GPU_WAIT_POLL_S)
+        if await self.link.standing(binding.group, binding.pod_uid) is Standing.BOUND:
+            await self.start(binding)  # else: released or evicting meanwhile
 
     async def start(self, binding: Binding) -> None:
-        if self.runner.runs(binding.pod_uid):
-            return  # a replayed START_POD: it runs already
+        if self.runner.runs(binding.pod_uid) or self.runner.exit_pending(binding.pod_uid):
+            return  # a replayed START_POD: it runs, or ran and its exit is on its way
         outcome = await self.runner.start(binding)
         if isinstance(outcome, Started):
             self.counts["jobs_started"] += 1
@@ -137,7 +160,10 @@ class Pods:
             self.counts["jobs_exited"] += 1
             logger.info("pod %s exited with %d%s", exited.pod_uid, exited.exit_code,
                         f" ({exited.reason})" if exited.reason else "")
-            await self._report_exit(exited)
+            try:
+                await self._report_exit(exited)
+            finally:
+                self.runner.exit_reported(exited.pod_uid)
 
     async def follow_effects(self) -> None:
         """Forever: act on this node's effects, from where the last run stopped. When some
@@ -164,7 +190,7 @@ class Pods:
             binding = binding_of(effect)
             standing = await self.link.standing(binding.group, binding.pod_uid)
             if standing is Standing.BOUND:
-                await self.start(binding)
+                await self._start_or_defer(binding, stops)
             elif standing is Standing.EVICTING and not self.runner.started_before(
                     binding.pod_uid):
                 await self._killed_before_start(binding.group, binding.pod_uid)

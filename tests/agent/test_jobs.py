@@ -255,7 +255,9 @@ async def test_a_process_list_that_fails_to_read_is_read_again(rig) -> None:
         rig.gpus.read_failures = 2
         outcome = await jobs.stop("p1")
         assert outcome.gpu_release is GpuRelease.RELEASED
-        assert rig.gpus.reads[GPU_A] == 3
+        # Two failed reads and one that shows the GPU free, at least: the watcher checks the
+        # release too before it reports the exit, and may meet some of the failures first.
+        assert rig.gpus.reads[GPU_A] >= 3
 
 
 async def test_a_process_list_that_never_reads_leaves_the_release_unchecked(rig) -> None:
@@ -276,7 +278,7 @@ async def test_a_gpu_without_process_lists_leaves_the_release_unchecked_at_once(
         rig.gpus.read_failure_code = NvmlCode.NOT_SUPPORTED
         outcome = await jobs.stop("p1")
         assert outcome.gpu_release is GpuRelease.UNCHECKED
-        assert rig.gpus.reads[GPU_A] == 1
+        assert rig.gpus.reads[GPU_A] == 2  # once by the stop, once by the exit's watcher
 
 
 async def test_stopping_an_unknown_or_ended_pod_does_nothing(rig) -> None:
