@@ -135,7 +135,7 @@ def test_a_byte_flipped_in_a_frame_with_frames_after_it_is_refused(
 def test_garbage_that_repeats_the_bytes_it_overwrites_is_judged_by_what_it_changed() -> None:
     """Hypothesis found it: zeros written from the last byte of frame 0 (a zero already) on
     change frames 1 and 2 only, a tear of the last two frames' append: frame 0 reads back."""
-    records = [CAcceptRecord(0, 0, 1, (Command(0, 1, b"\x00"),)),
+    records: list[Record] = [CAcceptRecord(0, 0, 1, (Command(0, 1, b"\x00"),)),
                CAcceptRecord(0, 0, 1, (Command(0, 1, b""),)),
                CAcceptRecord(0, 0, 1, (Command(0, 1, b""),))]
     log, starts = log_of(records, salt=bytes(8))
