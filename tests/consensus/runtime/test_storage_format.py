@@ -136,8 +136,8 @@ def test_garbage_that_repeats_the_bytes_it_overwrites_is_judged_by_what_it_chang
     """Hypothesis found it: zeros written from the last byte of frame 0 (a zero already) on
     change frames 1 and 2 only, a tear of the last two frames' append: frame 0 reads back."""
     records: list[Record] = [CAcceptRecord(0, 0, 1, (Command(0, 1, b"\x00"),)),
-               CAcceptRecord(0, 0, 1, (Command(0, 1, b""),)),
-               CAcceptRecord(0, 0, 1, (Command(0, 1, b""),))]
+                             CAcceptRecord(0, 0, 1, (Command(0, 1, b""),)),
+                             CAcceptRecord(0, 0, 1, (Command(0, 1, b""),))]
     log, starts = log_of(records, salt=bytes(8))
     garbled = bytearray(log)
     garbled[starts[1] - 1:starts[2] + 1] = bytes(starts[2] + 2 - starts[1])
