@@ -50,6 +50,15 @@ class FreeView:
         """`count` for a cell outside every tenant's binding (a buddy candidate)."""
         return self.count(cell)
 
+    def has_bad(self, cell: int) -> bool:
+        return self._cells.bad[cell] > 0
+
+    def binding_rank(self, cell: int, size: int) -> tuple[bool, int]:
+        """A cell to bind, without preemption: healthy first, then fewest GPUs held (all by
+        opportunistic gangs, in a cell no tenant holds)."""
+        bad = self._cells.bad[cell]
+        return bad > 0, size - self.count(cell) - bad
+
     def evictions(self, cell: int) -> tuple[int, int]:
         """(GPUs, gangs) that taking all of `cell` would evict: none, only free GPUs count."""
         return (0, 0)

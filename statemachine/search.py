@@ -79,7 +79,8 @@ def _one_cell(topology: Topology, buddy: Buddy, view: FreeView, chain: Chain,
             if pods is not None:
                 return Plan(chain=chain.index, pods=pods)
         if unbound[level] > 0:
-            for cell in _binding_candidates(buddy, view, chain, level, need=need, planned=[]):
+            for cell in _binding_candidates(buddy, view, chain, level, need=need, planned=[],
+                                            largest=max(request.pods)):
                 pods = fit_in_cell(topology, view, cell, request.pods)
                 if pods is not None:
                     return Plan(chain=chain.index, pods=pods, bindings=[cell])
@@ -95,30 +96,42 @@ def _rank_bound(view: FreeView, cells: Iterable[int], need: int) -> list[int]:
 
 
 def _binding_candidates(buddy: Buddy, view: FreeView, chain: Chain, level: int, *, need: int,
-                        planned: list[int]) -> Iterator[int]:
-    """Cells buddy allocation may bind at `level` with `need` GPUs available, keeping safety
-    with the bindings already `planned`: in buddy order, or under preemption by fewest
-    evictions, stably (HiveD's sort by fewest opportunistic GPUs, reference/hived.md 1.4).
+                        planned: list[int], largest: int = 1) -> Iterator[int]:
+    """Cells buddy allocation may bind at `level` with `need` GPUs available (and a node with
+    `largest` of them), keeping safety with the bindings already `planned`: healthy cells
+    first, then those fewest GPUs of are held (in an unbound cell, by opportunistic gangs), or
+    under preemption by fewest evictions then health, stably in buddy order (HiveD sorts bad
+    cells last and by fewest opportunistic GPUs, reference/hived.md 1.4).
     Looks at most BUDDY_SCAN_MAX cells (a counter read each) and checks at most
     BUDDY_CANDIDATES_MAX of those with room (a scan each, to rank them, under preemption)."""
-    roomy = _roomy_cells(buddy, view, chain, level, need=need, planned=planned)
+    roomy = _roomy_cells(buddy, view, chain, level, need=need, planned=planned,
+                         largest=largest)
+    size_of = buddy.topology.size_of
     if view.preempts:
-        roomy = iter(sorted(roomy, key=view.evictions))
+        roomy = iter(sorted(roomy, key=lambda cell: (view.evictions(cell), view.has_bad(cell))))
+    else:
+        roomy = iter(sorted(roomy, key=lambda cell: view.binding_rank(cell, size_of(cell))))
     for cell in roomy:
         if buddy.feasible_after(chain.index, [*planned, cell]):
             yield cell
 
 
 def _roomy_cells(buddy: Buddy, view: FreeView, chain: Chain, level: int, *, need: int,
-                 planned: list[int]) -> Iterator[int]:
+                 planned: list[int], largest: int = 1) -> Iterator[int]:
     """The first BUDDY_CANDIDATES_MAX bindable cells at `level`, in buddy order among the
-    first BUDDY_SCAN_MAX, with `need` GPUs available and apart from the `planned` ones."""
+    first BUDDY_SCAN_MAX, with `need` GPUs available, a node with `largest` of them (room in
+    total is not room for the largest pod: cells that could never hold it had taken every
+    place, and a free cell past them was never tried), and apart from the `planned` ones."""
     topology = buddy.topology
     found = 0
     for cell in islice(buddy.candidates(chain.index, level), BUDDY_SCAN_MAX):
         if view.unbound_count(cell) < need:
             continue
         if any(_nested(topology, cell, other) for other in planned):
+            continue
+        if topology.level[cell] > chain.node_level and not any(
+                view.unbound_count(node) >= largest
+                for node in topology.descendants_at(cell, chain.node_level)):
             continue
         yield cell
         found += 1
@@ -187,7 +200,7 @@ def _into_new(buddy: Buddy, view: FreeView, chain: Chain, *, need: int, unbound:
         if unbound[level] <= 0 or chain.size[level] < need:
             continue
         for cell in _binding_candidates(buddy, view, chain, level, need=need,
-                                        planned=planned):
+                                        planned=planned, largest=need):
             pods = fit_in_cell(topology, view, cell, (need,))
             if pods is not None:
                 planned.append(cell)
