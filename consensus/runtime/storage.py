@@ -10,9 +10,9 @@ The data directory holds `records.log` (format: `consensus.runtime.storage_forma
 (what a process killed before its fdatasync wrote is made durable before it is replayed as
 durable), reads and checks the whole log, cuts off a torn tail (reported in `Recovery.lines()`
 and the log), and refuses anything else that is wrong (`consensus.runtime.storage_errors`). A
-log of format version 1 is rewritten in version 2 as it is opened, the way compaction rewrites
-one, so every frame appended is of the current version. A failed write or fsync makes the log
-refuse every later call: the replica must stop.
+log of an older format version is rewritten in the current one as it is opened, the way
+compaction rewrites one, so every frame appended is of the current version. A failed write or
+fsync makes the log refuse every later call: the replica must stop.
 
 Creating (`--init`): a log is made only in a directory that was not there or is empty. One
 that holds other files but no log (its lock file, say) is a replica's whose log was lost, and

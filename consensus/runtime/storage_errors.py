@@ -119,7 +119,8 @@ class LogVersionUnsupported(StorageError):
     exit_code = EXIT_LOG_VERSION_UNSUPPORTED
 
     def __init__(self, path: pathlib.Path, found: int, supported: Sequence[int]) -> None:
-        versions = " and ".join(str(version) for version in supported)
+        *earlier, last = [str(version) for version in supported]
+        versions = f"{', '.join(earlier)} and {last}" if earlier else last
         super().__init__(path, f"{path}: record log format version {found}, but this build of "
                                f"Cellar reads versions {versions} only. Nothing was changed. "
                                "Fix: run the Cellar release that wrote it (or a newer one that "

@@ -1,7 +1,7 @@
 """The record log's bytes: a header, then one frame per record, and how a log is read back.
 
     header  = b"CELLARLG" | version u32 | crc32(magic + version) u32                   16 bytes
-              | salt (8 bytes) | crc32(the 24 bytes before it) u32       version 2: 28 bytes
+              | salt (8 bytes) | crc32(the 24 bytes before it) u32    versions 2, 3: 28 bytes
     frame   = marker | checksum u32 | length u32 | payload                         12 + length
     marker   = b"\\xc1" + the salt's first 3 bytes (version 1: b"\\xc1rec")
     checksum = crc32(length + payload), started from crc32(salt) (version 1: from 0)
@@ -9,10 +9,12 @@
 Integers are big-endian; `payload` is `consensus.codec.encode_record` (never empty, at most
 `RECORD_BYTES_MAX`). Every version's header starts with the same 16 bytes, so a version this
 build does not read is told from a damaged header by their checksum. New logs are written in
-version 2; a version-1 log is read, then rewritten in version 2 when it is opened
-(`consensus.runtime.storage`). The marker starts with 0xc1, a byte msgpack never uses; it lets
-the reader find the frames that follow a damaged one with `bytes.find` instead of trying every
-offset.
+version 3, which frames records as version 2 does and may hold the records a leader reserves
+its own indexes with (`ReserveRecord`: a build that reads version 2 only would take one for
+damage, so it is told the version instead); a log of version 1 or 2 is read, then rewritten in
+version 3 when it is opened (`consensus.runtime.storage`). The marker starts with 0xc1, a byte
+msgpack never uses; it lets the reader find the frames that follow a damaged one with
+`bytes.find` instead of trying every offset.
 
 Why the salt. A payload holds client-chosen bytes (a command's body, a value in a snapshot).
 Version 1 checks a frame by crc32(length + payload) alone, which anyone can compute, so those
@@ -72,8 +74,8 @@ from consensus.runtime.crc import crc32_combine
 from consensus.runtime.storage_errors import LogCorrupt, LogVersionUnsupported
 
 MAGIC = b"CELLARLG"
-VERSION = 2  # what new logs are written in
-VERSIONS = (1, 2)  # what this build reads
+VERSION = 3  # what new logs are written in
+VERSIONS = (1, 2, 3)  # what this build reads
 _PREFIX = struct.Struct(">8sII")  # magic, version, crc32 of both: every version's first bytes
 PREFIX_SIZE = _PREFIX.size
 SALT_SIZE = 8
@@ -123,10 +125,10 @@ def frame_key(salt: bytes) -> FrameKey:
     return FrameKey(b"\xc1" + salt[:3], zlib.crc32(salt))
 
 
-def header(salt: bytes) -> bytes:
-    """The 28 bytes a version-2 log with `salt` starts with."""
-    assert len(salt) == SALT_SIZE, salt
-    prefix = MAGIC + struct.pack(">I", VERSION)
+def header(salt: bytes, version: int = VERSION) -> bytes:
+    """The 28 bytes a log of `version` (2 or later) with `salt` starts with."""
+    assert len(salt) == SALT_SIZE and version > 1, (salt, version)
+    prefix = MAGIC + struct.pack(">I", version)
     prefix += struct.pack(">I", zlib.crc32(prefix)) + salt
     return prefix + struct.pack(">I", zlib.crc32(prefix))
 

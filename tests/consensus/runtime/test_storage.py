@@ -24,7 +24,14 @@ from consensus.codec import RECORD_BYTES_MAX, decode_record, encode_record
 from consensus.messages import Command, SnapshotMeta
 from consensus.prng import Prng
 from consensus.record_log import compact_records
-from consensus.records import RECORD_TYPES, CAcceptRecord, Record, SnapshotRecord, ViewRecord
+from consensus.records import (
+    RECORD_TYPES,
+    CAcceptRecord,
+    Record,
+    ReserveRecord,
+    SnapshotRecord,
+    ViewRecord,
+)
 from consensus.replica import Replica
 from consensus.runtime import storage_errors
 from consensus.runtime.storage import COMPACT_AFTER_BYTES, COMPACTING_NAME, LOG_NAME, DurableLog
@@ -43,6 +50,8 @@ from consensus.runtime.storage_format import (
     SALT_SIZE,
     VERSION_1_KEY,
     frame,
+    frame_key,
+    header,
     scan,
 )
 from consensus.runtime.storage_lock import LOCK_NAME, DirectoryLock
@@ -364,30 +373,49 @@ def test_another_format_version_is_refused(tmp_path: pathlib.Path) -> None:
     write(tmp_path, take(8, 3))
     path = tmp_path / LOG_NAME
     data = path.read_bytes()
-    body = MAGIC + struct.pack(">I", 3)
+    body = MAGIC + struct.pack(">I", 4)
     path.write_bytes(body + struct.pack(">I", zlib.crc32(body)) + data[PREFIX_SIZE:])
-    assert_refused(tmp_path, LogVersionUnsupported, "version 3", "reads versions 1 and 2")
+    assert_refused(tmp_path, LogVersionUnsupported, "version 4", "reads versions 1, 2 and 3")
 
 
 # --- Format version 1 --------------------------------------------------------------------------
 
 
-def test_a_version_1_log_is_rewritten_in_version_2_as_it_opens(tmp_path: pathlib.Path) -> None:
+def test_a_version_1_log_is_rewritten_in_the_current_version_as_it_opens(
+        tmp_path: pathlib.Path) -> None:
     records = take(13, 8)
     version_1_log(tmp_path, records)
     with DurableLog.open(tmp_path, create=False) as log:
         assert log.records() == records
         assert log.recovery.upgraded_from == 1
-        assert any("from format version 1 in version 2" in line for line in log.recovery.lines())
+        assert any("from format version 1 in version 3" in line for line in log.recovery.lines())
         assert log.statistics().size_bytes == (tmp_path / LOG_NAME).stat().st_size
         log.append([ViewRecord(9)])  # appended to the rewritten file, in its version
         log.sync()
     data = (tmp_path / LOG_NAME).read_bytes()
-    assert struct.unpack(">I", data[8:12]) == (2,) and len(salt_of(tmp_path)) == SALT_SIZE
+    assert struct.unpack(">I", data[8:12]) == (3,) and len(salt_of(tmp_path)) == SALT_SIZE
     assert not (tmp_path / COMPACTING_NAME).exists()
     with DurableLog.open(tmp_path, create=False) as log:
         assert log.records() == [*records, ViewRecord(9)]
         assert log.recovery.lines() == []
+
+
+def test_a_version_2_log_is_rewritten_in_version_3_so_no_earlier_build_misreads_it(
+        tmp_path: pathlib.Path) -> None:
+    """Version 3 frames records as version 2 does, but may hold an own-index reservation
+    (`ReserveRecord`), which a build that reads version 2 only would take for damage: told
+    the version instead, it refuses the log for what it is (exit 76)."""
+    records = [record for record in take(15, 8) if not isinstance(record, ReserveRecord)]
+    salt = bytes(range(SALT_SIZE))
+    (tmp_path / LOG_NAME).write_bytes(header(salt, 2) + b"".join(
+        [frame(encode_record(record), frame_key(salt)) for record in records]))
+    with DurableLog.open(tmp_path, create=False) as log:
+        assert log.records() == records and log.recovery.upgraded_from == 2
+        log.append([ReserveRecord(64)])
+        log.sync()
+    assert struct.unpack(">I", (tmp_path / LOG_NAME).read_bytes()[8:12]) == (3,)
+    with DurableLog.open(tmp_path, create=False) as log:
+        assert log.records() == [*records, ReserveRecord(64)]
 
 
 def test_a_version_1_log_with_a_torn_tail_is_rewritten_without_it(

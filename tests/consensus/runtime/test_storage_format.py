@@ -57,18 +57,18 @@ def fake_frame(payload: bytes) -> bytes:
 
 
 def header_of(version: int, salt: bytes = SALT) -> bytes:
-    if version == 2:
-        return header(salt)
+    if version > 1:
+        return header(salt, version)
     prefix = MAGIC + struct.pack(">I", version)
     return prefix + struct.pack(">I", zlib.crc32(prefix))
 
 
 def frame_of(payload: bytes, version: int, salt: bytes = SALT) -> bytes:
-    return frame(payload, frame_key(salt) if version == 2 else VERSION_1_KEY)
+    return frame(payload, frame_key(salt) if version > 1 else VERSION_1_KEY)
 
 
 def header_size(version: int) -> int:
-    return HEADER_SIZE if version == 2 else PREFIX_SIZE
+    return HEADER_SIZE if version > 1 else PREFIX_SIZE
 
 
 SEGMENTS = st.one_of(
@@ -99,7 +99,7 @@ def accept(body: bytes) -> bytes:
                                        batch=(Command(0, 1, body),)))
 
 
-VERSIONS = pytest.mark.parametrize("version", [1, 2])
+VERSIONS = pytest.mark.parametrize("version", [1, 2, 3])
 
 
 @VERSIONS
@@ -254,9 +254,10 @@ def test_too_many_valid_looking_frames_to_judge_are_refused_not_guessed_in_versi
 
 def test_each_header_version_is_read_with_its_salt() -> None:
     assert scan(header_of(1), PATH).header.key == VERSION_1_KEY
-    salted = scan(header_of(2), PATH).header
-    assert (salted.version, salted.salt, salted.size) == (2, SALT, HEADER_SIZE)
-    assert salted.key == FrameKey(b"\xc1" + SALT[:3], zlib.crc32(SALT))
+    for version in (2, 3):
+        salted = scan(header_of(version), PATH).header
+        assert (salted.version, salted.salt, salted.size) == (version, SALT, HEADER_SIZE)
+        assert salted.key == FrameKey(b"\xc1" + SALT[:3], zlib.crc32(SALT))
     assert FRAME_OVERHEAD == 12 and (PREFIX_SIZE, HEADER_SIZE) == (16, 28)
 
 
