@@ -19,6 +19,7 @@ import pytest
 from agent import procfs
 from agent.gpu import GpuProcess
 from agent.job_limits import JobLimits
+from agent.jobs import JobRunner
 from agent.pods import EXIT_CODE_NOT_STARTED, Pods
 from agent.store_link import StoreLink
 from statemachine.effects import EffectKind
@@ -32,6 +33,14 @@ pytestmark = pytest.mark.anyio
 def bound_gang(group: str, pod_uid: str, node: str) -> dict[str, Any]:
     return {"group": group, "evicting": "",
             "pods": [{"pod_uid": pod_uid, "node": node, "phase": "bound"}]}
+
+
+async def _started_and_ended(pods: Pods, jobs: JobRunner, tasks: anyio.abc.TaskGroup,
+                             pod: PodAssignment) -> None:
+    """Registration lists `pod`, reconcile starts it, and its job exits."""
+    await pods.reconcile(NodeRegistered(node="n0", incarnation=1, pods=(pod,)), tasks)
+    while jobs.runs(pod.pod_uid):
+        await anyio.sleep(0.01)
 
 
 async def test_a_replayed_start_of_a_pod_that_already_ran_is_not_reported_not_started(
@@ -52,10 +61,7 @@ async def test_a_replayed_start_of_a_pod_that_already_ran_is_not_reported_not_st
         pods = Pods(link, jobs, tmp_path)
         with anyio.fail_after(10):
             async with anyio.create_task_group() as tasks:
-                await pods.reconcile(NodeRegistered(node="n0", incarnation=1, pods=(pod,)),
-                                     tasks)
-                while jobs.runs("p1"):  # the job ran and exited; report_exits is behind
-                    await anyio.sleep(0.01)
+                await _started_and_ended(pods, jobs, tasks, pod)  # report_exits is behind
                 tasks.start_soon(pods.follow_effects)
                 await anyio.sleep(0.5)
                 tasks.start_soon(pods.report_exits)
@@ -177,10 +183,7 @@ async def test_a_re_registration_does_not_call_lost_a_job_whose_exit_is_queued(
         pods = Pods(link, jobs, tmp_path)
         with anyio.fail_after(10):
             async with anyio.create_task_group() as tasks:
-                await pods.reconcile(NodeRegistered(node="n0", incarnation=1, pods=(pod,)),
-                                     tasks)
-                while jobs.runs("p1"):  # it ended; its exit is queued, not yet reported
-                    await anyio.sleep(0.01)
+                await _started_and_ended(pods, jobs, tasks, pod)  # its exit queued, unreported
                 # registered again (incarnation 2): the store still has p1 bound here
                 await pods.reconcile(NodeRegistered(node="n0", incarnation=2, pods=(pod,)),
                                      tasks)

@@ -25,6 +25,14 @@ def _multipaxos(replicas: int) -> Stepper:
     return cluster
 
 
+def _deposed_until_1_or_2_serves(cluster: Stepper) -> None:
+    for _ in range(400):
+        cluster.round()
+        if cluster.node(1).status().view > 0 and cluster.node(2).status().view > 0 and \
+                any(cluster.node(replica).inspect.is_sequencer for replica in (1, 2)):
+            return
+
+
 def test_a_deposed_sequencer_does_not_forward_another_replicas_command_for_ever() -> None:
     """Multi-Paxos baseline, 3 replicas, one C-instance in flight at a time. Sequencer 0 holds
     1's forwarded command x in its queue (its window is full with its own y, whose C-accepts
@@ -48,11 +56,7 @@ def test_a_deposed_sequencer_does_not_forward_another_replicas_command_for_ever(
     cluster.deliver()
     cluster.process_all()
     assert cluster.node(0)._leader.pending_count() == 1  # x waits behind y
-    for _ in range(400):
-        cluster.round()
-        if cluster.node(1).status().view > 0 and cluster.node(2).status().view > 0 and \
-                any(cluster.node(r).inspect.is_sequencer for r in (1, 2)):
-            break
+    _deposed_until_1_or_2_serves(cluster)
     cluster.blocked = set()
     forwards_of_x = 0
     for _ in range(1200):
@@ -92,11 +96,7 @@ def test_a_deposed_sequencer_keeps_its_own_command_whose_tag_another_replica_use
     cluster.deliver()
     cluster.process_all()
     assert cluster.node(0)._leader.pending_count() == 2  # z and x wait behind y
-    for _ in range(400):
-        cluster.round()
-        if cluster.node(1).status().view > 0 and cluster.node(2).status().view > 0 and \
-                any(cluster.node(r).inspect.is_sequencer for r in (1, 2)):
-            break
+    _deposed_until_1_or_2_serves(cluster)
     cluster.blocked = set()
     lost_once = False
     for _ in range(1200):

@@ -33,143 +33,113 @@ def _ran(cluster: Stepper, replica: int) -> list[str]:
     return [batch for _, batch in cluster.executed[replica]]
 
 
+M, A, OLD = 1, 2, 0  # the leader that crashes, the one acceptor of x, the sequencer that fails
+
+
+def _x_accepted_by_a_alone_then_m_restarted(replicas: int) -> tuple[Stepper, Replica]:
+    """m proposes x at (m, k); only A accepts it (the C-request to the sequencer is lost);
+    m crashes before its own acceptance is on disk, restarts, and retakes its space through
+    a quorum without A. The restarted m."""
+    cluster = _warm(replicas)
+    leader = cluster.node(M)
+    for text in (b"w0", b"w1"):
+        leader.propose(text)
+        for _ in range(5):
+            cluster.round()
+    durable = len(cluster.records[M])
+    k = leader.inspect.exec_count(M)
+    assert k == 2
+    leader.propose(b"x")
+    cluster.process(M)
+    sent = cluster.drop(lambda s, t, msg: s == M)
+    accepts = [msg for _, t, msg in sent if isinstance(msg, CAccept) and t == A]
+    assert accepts, sent
+    assert any(isinstance(msg, CRequest) and t == OLD for _, t, msg in sent)
+    cluster.node(A).step(accepts[0])
+    cluster.process(A)
+    cluster.drop(lambda s, t, msg: t == M)
+    cluster.crash(M)
+    cluster.records[M] = cluster.records[M][:durable]  # m's own acceptance never on disk
+    cluster.restart(M)
+    cluster.blocked |= {(M, A), (A, M)}  # m retakes its space through a quorum without A
+    restarted = cluster.node(M)
+    for _ in range(200):
+        cluster.round()
+        if not restarted._leader.retaking:
+            break
+    assert not restarted._leader.retaking
+    assert cluster.node(A)._ctx.clog[M].get(k) is not None
+    return cluster, restarted
+
+
+def _elect(cluster: Stepper, new_sequencer: int) -> Replica:
+    """Only `new_sequencer` stands (the others' randomized timeouts are the longer)."""
+    candidate = cluster.node(new_sequencer)
+    for other in cluster.live():
+        if other != new_sequencer:
+            cluster.node(other)._election._deadline = 10**9
+    for _ in range(400):
+        cluster.round()
+        if candidate.inspect.is_sequencer and candidate.status().status == "normal":
+            break
+    assert candidate.inspect.is_sequencer and candidate.status().status == "normal"
+    return candidate
+
+
+def _ready(cluster: Stepper, replica: int, tag: int) -> None:
+    for _ in range(100):
+        if tag in cluster.readied[replica]:
+            return
+        cluster.round()
+    assert tag in cluster.readied[replica], "z is ready"
+
+
+def _z_ran_before_y_and_x_never(cluster: Stepper) -> None:
+    for _ in range(400):
+        cluster.round()
+    for replica in cluster.live():
+        ran = _ran(cluster, replica)
+        assert "[z]" in ran and "[y]" in ran
+        assert ran.index("[z]") < ran.index("[y]"), f"replica {replica}: {ran}"
+        assert "[x]" not in ran
+
+
 @pytest.mark.parametrize(("replicas", "new_sequencer"),
                          [(3, 1), (3, 2), (5, 1), (5, 2), (5, 3)])
 def test_a_command_proposed_after_a_ready_one_runs_after_it(replicas: int,
                                                             new_sequencer: int) -> None:
-    cluster = _warm(replicas)
-    m, a, old = 1, 2, 0
-    leader = cluster.node(m)
-    for text in (b"w0", b"w1"):
-        leader.propose(text)
-        for _ in range(5):
-            cluster.round()
-    durable = len(cluster.records[m])
-    k = leader.inspect.exec_count(m)
-    assert k == 2
-    leader.propose(b"x")
-    cluster.process(m)
-    sent = cluster.drop(lambda s, t, msg: s == m)
-    accepts = [msg for _, t, msg in sent if isinstance(msg, CAccept) and t == a]
-    assert accepts, sent
-    assert any(isinstance(msg, CRequest) and t == old for _, t, msg in sent)
-    cluster.node(a).step(accepts[0])  # only A accepts x at (m, k); the C-request is lost
-    cluster.process(a)
-    cluster.drop(lambda s, t, msg: t == m)
-    cluster.crash(m)
-    cluster.records[m] = cluster.records[m][:durable]  # m's own acceptance never on disk
-    cluster.restart(m)
-    cluster.blocked |= {(m, a), (a, m)}  # m retakes its space through {m, old}
-    restarted = cluster.node(m)
-    for _ in range(200):
-        cluster.round()
-        if not restarted._leader.retaking:
-            break
-    assert not restarted._leader.retaking
-    assert cluster.node(a)._ctx.clog[m].get(k) is not None
-    # the old sequencer fails; the new view has A vote
-    cluster.crash(old)
+    cluster, restarted = _x_accepted_by_a_alone_then_m_restarted(replicas)
+    cluster.crash(OLD)  # the new view has A vote
     cluster.blocked.clear()
-    cand = cluster.node(new_sequencer)
-    for other in cluster.live():
-        if other != new_sequencer:  # their randomized timeouts are the longer
-            cluster.node(other)._election._deadline = 10**9
-    for _ in range(400):
-        cluster.tick()
-        cluster.process_all()
-        cluster.deliver()
-        cluster.process_all()
-        if cand.inspect.is_sequencer and cand.status().status == "normal":
-            break
-    assert cand.inspect.is_sequencer and cand.status().status == "normal"
-    s_slot = cand.inspect.log_end - 1
-    assert cand.inspect.o_value(s_slot) == m, "start_view ordered (m, k) for A's stale x"
-    # Z: a command of A's, ordered behind s, becomes ready
-    tag_z = cluster.node(a).propose(b"z")
-    for _ in range(100):
-        cluster.round()
-        if tag_z in cluster.readied[a]:
-            break
-    assert tag_z in cluster.readied[a], "z is ready"
-    assert not any("y" in b for b in _ran(cluster, m))
-    # Y: a new client command at m, invoked after z was answered
-    restarted.propose(b"y")
-    for _ in range(400):
-        cluster.round()
-    for replica in cluster.live():
-        ran = _ran(cluster, replica)
-        assert "[z]" in ran and "[y]" in ran
-        assert ran.index("[z]") < ran.index("[y]"), f"replica {replica}: {ran}"
-        assert "[x]" not in ran
+    candidate = _elect(cluster, new_sequencer)
+    s_slot = candidate.inspect.log_end - 1
+    assert candidate.inspect.o_value(s_slot) == M, "the new view ordered (m, k)"
+    _ready(cluster, A, cluster.node(A).propose(b"z"))  # z: ordered behind s
+    assert not any("y" in batch for batch in _ran(cluster, M))
+    restarted.propose(b"y")  # a new client command at m, invoked after z was answered
+    _z_ran_before_y_and_x_never(cluster)
 
 
 def test_a_non_voting_leader_behind_a_partition_does_not_reuse_its_index() -> None:
-    """5 replicas: the same, but m (1) is cut off during the view change and does not vote;
-    the rebuilt log gives m a slot for (m, k) (Fig. 7's rule for a non-voter, from A's
-    c_max_index), z is ordered behind it and ready; m, still in the old view, then takes a
-    client's y at index k, and resends it once it hears the new view."""
-    cluster = _warm(5)
-    m, a, old = 1, 2, 0
-    leader = cluster.node(m)
-    for text in (b"w0", b"w1"):
-        leader.propose(text)
-        for _ in range(5):
-            cluster.round()
-    durable = len(cluster.records[m])
-    k = leader.inspect.exec_count(m)
-    assert k == 2
-    leader.propose(b"x")
-    cluster.process(m)
-    sent = cluster.drop(lambda s, t, msg: s == m)
-    accepts = [msg for _, t, msg in sent if isinstance(msg, CAccept) and t == a]
-    cluster.node(a).step(accepts[0])
-    cluster.process(a)
-    cluster.drop(lambda s, t, msg: t == m)
-    cluster.crash(m)
-    cluster.records[m] = cluster.records[m][:durable]
-    cluster.restart(m)
-    cluster.blocked |= {(m, a), (a, m)}
-    restarted = cluster.node(m)
-    for _ in range(200):
-        cluster.round()
-        if not restarted._leader.retaking:
-            break
-    assert not restarted._leader.retaking
-    # z: proposed at 3 in the old view; its C-accept reaches 4, not the dying sequencer
-    tag_z = cluster.node(3).propose(b"z")
+    """5 replicas: the same, but m is cut off during the view change and does not vote; the
+    rebuilt log gives m a slot for (m, k) (Fig. 7's rule for a non-voter, from A's accepted
+    index), z is ordered behind it and ready; m, still in the old view, then takes a client's
+    y, and resends it once it hears the new view."""
+    cluster, restarted = _x_accepted_by_a_alone_then_m_restarted(5)
+    tag_z = cluster.node(3).propose(b"z")  # its C-accept reaches 4, not the dying sequencer
     cluster.process(3)
-    cluster.drop(lambda s, t, msg: s == 3 and t in (old, m))
-    cluster.crash(old)
-    others = [r for r in cluster.live() if r != m]
-    cluster.blocked = {(m, r) for r in others} | {(r, m) for r in others}
-    cand = cluster.node(a)
-    for r in cluster.live():
-        if r != a:
-            cluster.node(r)._election._deadline = 10**9
-    for _ in range(400):
-        cluster.round()
-        if cand.inspect.is_sequencer and cand.status().status == "normal":
-            break
-    assert cand.inspect.is_sequencer
+    cluster.drop(lambda s, t, msg: s == 3 and t in (OLD, M))
+    cluster.crash(OLD)
+    others = [replica for replica in cluster.live() if replica != M]
+    cluster.blocked = {(M, other) for other in others} | {(other, M) for other in others}
+    _elect(cluster, A)
     assert restarted.inspect.view == 0
-    for _ in range(100):
-        if tag_z in cluster.readied[3]:
-            break
-        cluster.round()
-        if tag_z in cluster.readied[3]:
-            break
-    assert tag_z in cluster.readied[3], "z is ready"
+    _ready(cluster, 3, tag_z)
     restarted.propose(b"y")  # invoked after z was answered
     for _ in range(3):
         cluster.round()
     cluster.blocked.clear()
-    for _ in range(400):
-        cluster.round()
-    for replica in cluster.live():
-        ran = _ran(cluster, replica)
-        assert "[z]" in ran and "[y]" in ran
-        assert ran.index("[z]") < ran.index("[y]"), f"replica {replica}: {ran}"
-        assert "[x]" not in ran
+    _z_ran_before_y_and_x_never(cluster)
 
 
 def test_a_c_accept_leaves_only_once_the_reservation_of_its_index_is_on_disk() -> None:

@@ -8,6 +8,8 @@ assert and stopped the replica, again at every resend of that NewView."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from consensus.messages import NO_CL, NewView, OAccept, OAck, OCommit, OEntry, Vote, VoteRequest
 from consensus.view_change import rebuild_log
 from tests.consensus.stepper import Stepper
@@ -32,26 +34,33 @@ def test_rebuild_fills_for_the_invisible_leader_before_the_old_sequencer() -> No
     assert values[0] == 4, values
 
 
+def _settle_losing_slot_0(cluster: Stepper, also: Callable[[int, int], bool]) -> None:
+    """Rounds of processing and delivery in which every O-accept run covering slot 0 is lost
+    on the way to 1, 2 and 3, and so are their empty gap acknowledgements (asking for slot 0
+    again), and whatever `also` (source, target) names."""
+    def lost(source: int, target: int, message: object) -> bool:
+        if source == 0 and target in (1, 2, 3) and isinstance(message, OAccept):
+            return message.start <= 0 < message.start + len(message.values)
+        if also(source, target):
+            return True
+        return target == 0 and isinstance(message, OAck) and message.start == message.end
+
+    for _ in range(6):
+        cluster.process_all()
+        cluster.drop(lost)
+        cluster.deliver()
+    cluster.process_all()
+    cluster.drop(lost)
+
+
 def test_a_ready_command_of_an_invisible_leader_keeps_its_place_ahead_of_a_later_one() -> None:
     cluster = Stepper(5)
     for _ in range(20):
         cluster.round()
     assert cluster.node(0).inspect.is_sequencer
 
-    def lost(source: int, target: int, message: object) -> bool:
-        # every O-accept run covering slot 0 is lost on the way to the voters 1, 2, 3, and so
-        # are their empty gap acknowledgements (asking for slot 0 again)
-        if source == 0 and target in (1, 2, 3) and isinstance(message, OAccept):
-            return message.start <= 0 < message.start + len(message.values)
-        return target == 0 and isinstance(message, OAck) and message.start == message.end
-
-    def settle(times: int = 6) -> None:
-        for _ in range(times):
-            cluster.process_all()
-            cluster.drop(lost)
-            cluster.deliver()
-        cluster.process_all()
-        cluster.drop(lost)
+    def settle() -> None:
+        _settle_losing_slot_0(cluster, also=lambda source, target: False)
 
     cluster.node(4).propose(b"a")
     settle()
@@ -95,20 +104,8 @@ def test_a_view_log_superseded_by_a_newer_view_does_not_crash_a_replica_that_lea
     for _ in range(20):
         cluster.round()
 
-    def lost(source: int, target: int, message: object) -> bool:
-        if source == 0 and target in (1, 2, 3) and isinstance(message, OAccept):
-            return message.start <= 0 < message.start + len(message.values)
-        if source == 4 and target == 1:
-            return True  # C(4,0) reaches 0 only
-        return target == 0 and isinstance(message, OAck) and message.start == message.end
-
-    def settle(times: int = 6) -> None:
-        for _ in range(times):
-            cluster.process_all()
-            cluster.drop(lost)
-            cluster.deliver()
-        cluster.process_all()
-        cluster.drop(lost)
+    def settle() -> None:  # C(4,0) reaches 0 only
+        _settle_losing_slot_0(cluster, also=lambda source, target: (source, target) == (4, 1))
 
     cluster.node(4).propose(b"a")
     settle()
