@@ -49,6 +49,7 @@ from consensus.recovery import Retaken
 from consensus.sequencer import Sequencer
 
 TAG_COUNTER_BITS = 32
+TAGS_PER_EPOCH = 1 << TAG_COUNTER_BITS
 
 
 class ProposalDropped(ConsensusError):
@@ -107,7 +108,7 @@ class Leader:
         ctx = self._ctx
         if len(self._pending) >= ctx.config.pending_proposals_max:
             raise ProposalDropped(f"{len(self._pending)} proposals already queued")
-        if self._counter == 1 << TAG_COUNTER_BITS:
+        if self._counter == TAGS_PER_EPOCH:
             self._new_epoch()
         tag = (ctx.epoch << TAG_COUNTER_BITS) | self._counter
         self._counter += 1

@@ -115,8 +115,8 @@ class Learner:
 
     def commit(self, slot: int, value: int) -> None:
         ctx = self._ctx
-        entry = ctx.olog.get(slot)
-        overwritten = entry is not None and not entry.committed and entry.value != value \
+        entry = ctx.olog.slots.get(slot)  # this view's value, replaced by another view's?
+        overwritten = entry is not None and entry.value != value and not entry.committed \
             and entry.view == ctx.view
         if not ctx.olog.commit(slot, value):
             return

@@ -26,7 +26,7 @@ from statemachine.query_codec import decode_query, encode_answer
 from statemachine.record_codec import DecodeError
 from statemachine.result_codec import encode_result
 from statemachine.results import Result
-from statemachine.sessions import Sessions, command_digest, session_key
+from statemachine.sessions import Sessions, command_checksum, session_key
 from statemachine.snapshot_codec import decode_snapshot, digest_of, encode_snapshot
 from statemachine.state import State
 
@@ -48,22 +48,22 @@ class Machine:
         key = session_key(envelope.principal, envelope.session)
         ttl_ms = self.state.policy.session_ttl_ms  # fixed at recording: sessions.py says why
         now_ms = max(self.state.now_ms, envelope.now_ms)
-        if envelope.sequence > 0 and not self.sessions.holds(key):
+        if envelope.sequence > 0 and key not in self.sessions.table:
             # Opening a session may expire others by this clock: the machine keeps it, even
             # if the command is refused, or a late copy of a forgotten session's command
             # would be judged by a clock behind the one that forgot it, and open it again.
             self.state.now_ms = now_ms
         if envelope.sequence > 0:
-            digest = command_digest(envelope.body)
+            checksum = command_checksum(envelope.body)
             verdict, cached = self.sessions.lookup(key, envelope.sequence, envelope.now_ms,
-                                                   now_ms, digest)
+                                                   now_ms, checksum)
             if verdict == "retry":
                 return cached
             if verdict != "new":
                 return encode_result(_session_refusal(verdict, envelope.sequence))
         reply = encode_result(self._run(envelope))
         if envelope.sequence > 0:
-            self.sessions.record(key, envelope.sequence, reply, now_ms + ttl_ms, digest)
+            self.sessions.record(key, envelope.sequence, reply, now_ms + ttl_ms, checksum)
         return reply
 
     def _run(self, envelope: Envelope) -> Result:

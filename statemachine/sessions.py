@@ -1,14 +1,15 @@
 """Exactly-once client sessions (reference/hived.md 3.7), keyed by principal and session id.
 
-Per session: the highest sequence applied, the reply bytes to it, a digest of its command, and
-an expiry in logical time. A command whose sequence equals the last one gets the cached reply
-and changes nothing (a retry), if it is the same command: another body under that sequence is
-refused (SEQUENCE_REUSED; told the cached OK, its client would take a command that never ran
-for applied); an older sequence is refused (STALE_SEQUENCE: its reply is gone); a newer one is
-applied and its reply cached. Sessions are keyed by the principal as well, so no client can
-read or replay another's replies. A session idle for `ttl_ms` is forgotten on the next Tick
-(or, with no Ticks, when the table is full). Sequence 0 means no session (the runtime's own
-Ticks).
+Per session: the highest sequence applied, the reply bytes to it, a checksum of its command (its
+body's length and crc32: it catches a client reusing a sequence by mistake, and a client that
+forges a collision only confuses itself), and an expiry in logical time. A command whose
+sequence equals the last one gets the cached reply and changes nothing (a retry), if it is the
+same command: another body under that sequence is refused (SEQUENCE_REUSED; told the cached OK,
+its client would take a command that never ran for applied); an older sequence is refused
+(STALE_SEQUENCE: its reply is gone); a newer one is applied and its reply cached. Sessions are
+keyed by the principal as well, so no client can read or replay another's replies. A session
+idle for `ttl_ms` is forgotten on the next Tick (or, with no Ticks, when the table is full).
+Sequence 0 means no session (the runtime's own Ticks).
 
 A forgotten session must not let a late copy of one of its commands run again. A command opening
 a session this table does not hold is therefore refused when it was stamped more than
@@ -39,7 +40,7 @@ other client, the administrators included, out of new sessions for as long as it
 
 from __future__ import annotations
 
-import hashlib
+import zlib
 from collections import Counter
 from dataclasses import dataclass
 
@@ -49,16 +50,19 @@ from statemachine.limits import SESSION_TTL_MS_MIN, SESSIONS_MAX, SESSIONS_PER_P
 STAMP_WINDOW_MS = SESSION_TTL_MS_MIN // 2  # the oldest stamp that may open a session (docstring)
 
 
+NO_CHECKSUM = -1  # a session restored from a snapshot of an earlier build: unknown
+
+
 @dataclass(slots=True, kw_only=True)
 class Session:
     last_sequence: int
     reply: bytes
     expires_ms: int
-    digest: bytes = b""  # of the last command's body; empty: unknown (an older snapshot)
+    checksum: int = NO_CHECKSUM  # of the last command's body (`command_checksum`)
 
 
-def command_digest(body: bytes) -> bytes:
-    return hashlib.blake2b(body, digest_size=16).digest()
+def command_checksum(body: bytes) -> int:
+    return len(body) << 32 | zlib.crc32(body)
 
 
 def session_key(principal: Principal, session: str) -> str:
@@ -77,10 +81,7 @@ class Sessions:
         self.table: dict[str, Session] = {}
         self._held: Counter[str] = Counter()  # sessions per principal, derived from the table
 
-    def holds(self, key: str) -> bool:
-        return key in self.table
-
-    def lookup(self, key: str, sequence: int, stamp_ms: int, now_ms: int, digest: bytes
+    def lookup(self, key: str, sequence: int, stamp_ms: int, now_ms: int, checksum: int
                ) -> tuple[str, bytes]:
         """("new", b"") to apply; ("retry", reply) to answer from cache; ("stale", b""),
         ("reused", b""), ("too_old", b"") or ("full", b"") to refuse (module docstring)."""
@@ -89,7 +90,7 @@ class Sessions:
             if sequence > session.last_sequence:
                 return "new", b""
             if sequence == session.last_sequence:
-                if session.digest and session.digest != digest:
+                if session.checksum not in (checksum, NO_CHECKSUM):
                     return "reused", b""
                 return "retry", session.reply
             return "stale", b""
@@ -104,20 +105,20 @@ class Sessions:
         return (len(self.table) >= SESSIONS_MAX
                 or self._held[owner] >= SESSIONS_PER_PRINCIPAL_MAX)
 
-    def record(self, key: str, sequence: int, reply: bytes, expires_ms: int, digest: bytes
+    def record(self, key: str, sequence: int, reply: bytes, expires_ms: int, checksum: int
                ) -> None:
         """Cache the reply to `sequence` (after "new" from `lookup`)."""
         session = self.table.get(key)
         if session is None:
             assert not self._full(_owner(key)), "lookup said the table had room"
             self.load(key, Session(last_sequence=sequence, reply=reply, expires_ms=expires_ms,
-                                   digest=digest))
+                                   checksum=checksum))
             return
         assert sequence > session.last_sequence
         session.last_sequence = sequence
         session.reply = reply
         session.expires_ms = expires_ms
-        session.digest = digest
+        session.checksum = checksum
 
     def load(self, key: str, session: Session) -> None:
         """Put `session` under `key` (from `record`, or from a snapshot being restored)."""

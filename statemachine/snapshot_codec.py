@@ -20,7 +20,7 @@ from statemachine.groups import Group, Pod
 from statemachine.nodes import GpuHealth, Liveness, NodeRecord
 from statemachine.record_codec import Record
 from statemachine.results import GroupPhase, PodPhase
-from statemachine.sessions import Session, Sessions
+from statemachine.sessions import NO_CHECKSUM, Session, Sessions
 from statemachine.spec_codec import SPEC_FIELDS, decode_spec, encode_spec
 from statemachine.state import (
     Configured,
@@ -32,7 +32,7 @@ from statemachine.state import (
 )
 
 SNAPSHOT_TAG = "cellar-statemachine-snapshot"
-SNAPSHOT_FORMAT = 4  # 3: a gang's failures are (GPU, why) pairs; 4: sessions' digests
+SNAPSHOT_FORMAT = 4  # 3: a gang's failures are (GPU, why) pairs; 4: sessions' checksums
 SNAPSHOT_FORMATS_READ = (2, 3, 4)  # 2: a gang's failures were "GPU: why" lines
 SNAPSHOT_BYTES_MAX = 1 << 30
 
@@ -47,7 +47,7 @@ def encode_snapshot(state: State, sessions: Sessions, applied_index: int) -> byt
         [] if config is None else [[cell, vc] for cell, vc in bindings_of(config.buddy)],
         [_group(state.groups[name]) for name in sorted(state.groups)],
         [state.outbox.first_index, state.outbox.nodes, state.outbox.packed],
-        [[key, session.last_sequence, session.expires_ms, session.reply, session.digest]
+        [[key, session.last_sequence, session.expires_ms, session.reply, session.checksum]
          for key, session in sorted(sessions.table.items())],
     ])
 
@@ -107,9 +107,9 @@ def decode_snapshot(data: bytes) -> tuple[State, Sessions, int]:
     for node, packed in zip(outbox[1], outbox[2], strict=True):
         state.outbox.load(node, packed)
     table = Sessions()
-    for key, last_sequence, expires_ms, reply, *digest in sessions:  # none before format 4
-        table.load(key, Session(last_sequence=last_sequence, reply=reply,
-                                expires_ms=expires_ms, digest=digest[0] if digest else b""))
+    for key, last_sequence, expires_ms, reply, *checksum in sessions:  # none before format 4
+        table.load(key, Session(last_sequence=last_sequence, reply=reply, expires_ms=expires_ms,
+                                checksum=checksum[0] if checksum else NO_CHECKSUM))
     return state, table, applied_index
 
 

@@ -15,6 +15,7 @@ import enum
 from consensus.codec import pack, unpack
 from consensus.errors import InvalidMessage
 from consensus.validation import expect_bytes, expect_int, expect_list
+from statemachine.sessions import NO_CHECKSUM
 
 KEY_BYTES_MAX = 1024
 VALUE_BYTES_MAX = 64 * 1024
@@ -30,10 +31,9 @@ ITEMS_MAX = 1 << 24  # the most items or sessions a snapshot may list
 KEYS_MAX = ITEMS_MAX
 
 
-# name, last sequence, its reply, expiry (ms), its command's digest (b"": a snapshot of an
-# earlier build, whose rows had four fields)
-SessionRow = tuple[str, int, bytes, int, bytes]
-DIGEST_BYTES_MAX = 64
+# name, last sequence, its reply, expiry (ms), its command's checksum (statemachine.sessions;
+# NO_CHECKSUM from a snapshot of an earlier build, whose rows had four fields)
+SessionRow = tuple[str, int, bytes, int, int]
 
 
 class Operation(enum.IntEnum):
@@ -133,12 +133,12 @@ def decode_snapshot(data: bytes) -> tuple[dict[bytes, bytes], list[SessionRow], 
     for entry in expect_list(raw[1], "kv.sessions", length_max=ITEMS_MAX):
         fields = expect_list(entry, "kv.session", length_max=5)
         if len(fields) == 4:
-            fields = [*fields, b""]
+            fields = [*fields, NO_CHECKSUM]
         if len(fields) != 5 or type(fields[0]) is not str:
             raise InvalidMessage(
-                "kv.session: expected [name, sequence, reply, expires_ms, digest]")
+                "kv.session: expected [name, sequence, reply, expires_ms, checksum]")
         sessions.append((fields[0], expect_int(fields[1], "kv.sequence"),
                          expect_bytes(fields[2], "kv.reply", length_max=COMMAND_BYTES_MAX),
                          expect_int(fields[3], "kv.expires_ms"),
-                         expect_bytes(fields[4], "kv.digest", length_max=DIGEST_BYTES_MAX)))
+                         expect_int(fields[4], "kv.checksum", low=NO_CHECKSUM)))
     return data_out, sessions, expect_int(raw[2], "kv.now_ms")

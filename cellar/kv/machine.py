@@ -24,7 +24,7 @@ from cellar.kv.codec import (
 )
 from consensus.codec import decode_envelope
 from consensus.errors import InvalidMessage
-from statemachine.sessions import Session, Sessions, command_digest, session_key
+from statemachine.sessions import Session, Sessions, command_checksum, session_key
 
 SESSION_TTL_MS = 10 * 60 * 1000
 _REFUSALS = {"stale": Code.STALE_SEQUENCE, "too_old": Code.SESSION_TOO_OLD,
@@ -52,15 +52,15 @@ class KvMachine:
             return encode_reply(Code.BAD_REQUEST)
         name = session_key(envelope.principal, envelope.session)
         now_ms = max(self.now_ms, envelope.now_ms)
-        if envelope.sequence and not self.sessions.holds(name):
+        if envelope.sequence and name not in self.sessions.table:
             # Opening a session may expire others by this clock: the machine keeps it, even
             # if the command is refused, or a late copy of a forgotten session's command
             # would be judged by a clock behind the one that forgot it, and open it again.
             self.now_ms = now_ms
         if envelope.sequence:
-            digest = command_digest(envelope.body)
+            checksum = command_checksum(envelope.body)
             verdict, cached = self.sessions.lookup(name, envelope.sequence, envelope.now_ms,
-                                                   now_ms, digest)
+                                                   now_ms, checksum)
             if verdict == "retry":
                 return cached
             if verdict != "new":
@@ -69,7 +69,7 @@ class KvMachine:
         reply = self._put(key, value)
         if envelope.sequence:  # a refusal too: a retry of it gets the same answer
             self.sessions.record(name, envelope.sequence, reply, self.now_ms + SESSION_TTL_MS,
-                                 digest)
+                                 checksum)
         return reply
 
     def _put(self, key: bytes, value: bytes) -> bytes:
@@ -97,7 +97,7 @@ class KvMachine:
 
     def snapshot(self) -> bytes:
         sessions = [(name, session.last_sequence, session.reply, session.expires_ms,
-                     session.digest) for name, session in self.sessions.table.items()]
+                     session.checksum) for name, session in self.sessions.table.items()]
         return encode_snapshot(self.data, sessions, self.now_ms)
 
     def restore(self, snapshot: bytes) -> None:
@@ -106,10 +106,10 @@ class KvMachine:
         self.data_bytes = sum(len(key) + len(value) + ITEM_OVERHEAD_BYTES
                               for key, value in data.items())
         self.sessions = Sessions()
-        for name, sequence, reply, expires_ms, digest in sessions:
+        for name, sequence, reply, expires_ms, checksum in sessions:
             # load, not record: a snapshot taken before the per-principal cap may exceed it
             self.sessions.load(name, Session(last_sequence=sequence, reply=reply,
-                                             expires_ms=expires_ms, digest=digest))
+                                             expires_ms=expires_ms, checksum=checksum))
 
     def digest(self) -> bytes:
         return hashlib.blake2b(self.snapshot(), digest_size=16).digest()

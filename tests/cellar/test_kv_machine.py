@@ -200,7 +200,7 @@ def test_a_late_copy_of_a_session_forgotten_by_a_refused_command_is_too_old() ->
                                                    now_ms=2_000))) == (Code.OK, None)
     refused = envelope("more", 1, encode_put(b"y", b""), other, now_ms=SESSION_TTL_MS + 1_500)
     assert decode_reply(machine.apply(refused)) == (Code.SESSIONS_FULL, None)
-    assert not machine.sessions.holds(f"{CLIENT.text}/s")  # forgotten by that expiry
+    assert f"{CLIENT.text}/s" not in machine.sessions.table  # forgotten by that expiry
     assert decode_reply(machine.apply(first))[0] is Code.SESSION_TOO_OLD
     assert get(machine, b"k") == b"b"
 
@@ -218,7 +218,7 @@ def test_another_command_under_the_last_sequence_is_refused_not_told_the_cached_
     assert get(machine, b"k") == b"a"
 
 
-def test_a_snapshot_of_an_earlier_build_without_digests_still_loads() -> None:
+def test_a_snapshot_of_an_earlier_build_without_checksums_still_loads() -> None:
     machine = KvMachine()
     machine.apply(envelope("s", 1, encode_put(b"k", b"a")))
     items, rows, now_ms = decode_snapshot(machine.snapshot())

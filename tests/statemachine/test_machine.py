@@ -32,6 +32,7 @@ from statemachine.limits import SESSION_TTL_MS_MIN
 from statemachine.query_codec import encode_query
 from statemachine.result_codec import decode_result
 from statemachine.results import GroupPhase, GroupStatus, Result
+from statemachine.sessions import NO_CHECKSUM
 from statemachine.snapshot_codec import encode_snapshot
 from statemachine.spec import PolicySpec
 from statemachine.store import EFFECTS_PER_WATCH
@@ -316,8 +317,8 @@ def test_another_command_under_the_last_sequence_is_refused_not_told_the_cached_
     assert again == first
 
 
-def test_a_format_3_snapshot_loads_its_sessions_without_digests() -> None:
-    """Sessions of a snapshot written before format 4 load with no digest: a retry of their
+def test_a_format_3_snapshot_loads_its_sessions_without_checksums() -> None:
+    """Sessions of a snapshot written before format 4 load with no checksum: a retry of their
     last sequence gets the cached reply, whatever its body, as it did then."""
     machine = ready_machine()
     first = run(machine, gang("g1", "a", 0, (1, 1)), SCHEDULER, session="s", sequence=1)
@@ -326,6 +327,6 @@ def test_a_format_3_snapshot_loads_its_sessions_without_digests() -> None:
     raw[12] = [row[:4] for row in raw[12]]
     restored = Machine()
     restored.restore(pack(raw))
-    assert all(session.digest == b"" for session in restored.sessions.table.values())
+    assert all(session.checksum == NO_CHECKSUM for session in restored.sessions.table.values())
     again = run(restored, gang("g2", "a", 0, (1, 1)), SCHEDULER, session="s", sequence=1)
     assert again == first
