@@ -41,9 +41,10 @@ ADMIN_EXIT_STATUSES = """exit status:
   0  done
   1  rejected by the state machine (nothing changed), or a bad configuration file
   2  no replica reached in time (nothing was applied)
-  3  outcome unknown: the command may have been applied; look before trying again
+  3  outcome unknown: the command may have been applied (or ran, and its answer was too large
+     to send); look before trying again
   4  forbidden: this identity may not issue that command or ask that query
-  5  refused by the replica: a malformed request, or an answer too large for a frame"""
+  5  refused by the replica: a malformed request, or a query's answer too large for a frame"""
 # A client error's exit status and what to say before its message, most specific first.
 _CLIENT_ERRORS: tuple[tuple[type[ClientError], int, str], ...] = (
     (OutcomeUnknown, EXIT_OUTCOME_UNKNOWN, "outcome unknown, it may have been applied: "),
@@ -169,7 +170,7 @@ def run_admin(args: argparse.Namespace) -> int:
         print(f"cellar admin: {error}", file=sys.stderr)
         return EXIT_REJECTED
     except ClientError as error:
-        return _client_error(error)
+        return _client_error(error, args.action)
     if isinstance(outcome, Rejection):
         print(f"rejected: {outcome}")
         return EXIT_REJECTED
@@ -178,8 +179,18 @@ def run_admin(args: argparse.Namespace) -> int:
     return 0
 
 
-def _client_error(error: ClientError) -> int:
+# The actions that apply a command (the others only ask): a command whose answer was too large
+# to send ran all the same, applied or rejected, and running it again may apply it twice.
+COMMAND_ACTIONS = frozenset({"apply-config", "cordon", "uncordon", "drain", "mark-bad",
+                             "clear-bad"})
+
+
+def _client_error(error: ClientError, action: str) -> int:
     """Say what became of the request, and exit with its status (ADMIN_EXIT_STATUSES)."""
+    if isinstance(error, ReplyTooLarge) and action in COMMAND_ACTIONS:
+        print(f"cellar admin: outcome unknown, it ran (applied or rejected), but its answer "
+              f"was too large to send: {error}", file=sys.stderr)
+        return EXIT_OUTCOME_UNKNOWN
     status, what = next(((status, what) for kind, status, what in _CLIENT_ERRORS
                          if isinstance(error, kind)), (EXIT_UNREACHABLE, ""))
     print(f"cellar admin: {what}{error}", file=sys.stderr)

@@ -21,6 +21,7 @@ from consensus.runtime.client import (
     Forbidden,
     OutcomeUnknown,
     Rejected,
+    ReplyTooLarge,
     Unavailable,
 )
 from statemachine.groups import Group
@@ -194,6 +195,7 @@ def test_cellar_admin_lists_every_node_and_gang_not_only_the_first_page(
      "cellar admin: outcome unknown, it may have been applied: no result"),
     (Forbidden("not yours"), 4, "cellar admin: forbidden: not yours"),
     (Rejected("malformed"), 5, "cellar admin: refused by the replica: malformed"),
+    (ReplyTooLarge("over the cap"), 3, "cellar admin: outcome unknown, it ran"),
 ])
 def test_admin_exits_with_a_status_of_its_own_for_each_client_error(
         error: ClientError, status: int, says: str, monkeypatch: pytest.MonkeyPatch,
@@ -213,3 +215,21 @@ def test_admin_exits_with_a_status_of_its_own_for_each_client_error(
     assert main(["admin", "--insecure", "--endpoints", "127.0.0.1:1", "cordon", "n0"]) == status
     assert capsys.readouterr().err.startswith(says)
     assert f"  {status}  " in ops_cli.ADMIN_EXIT_STATUSES
+
+
+def test_a_query_whose_answer_is_too_large_is_refused_not_unknown(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A query changes nothing: its answer too large is a refusal (5), while a command's is an
+    unknown outcome (3: it ran, applied or rejected, and running it again may apply it twice)."""
+
+    class Client:
+        async def read(self, query: bytes, **_: Any) -> bytes:
+            raise ReplyTooLarge("over the cap")
+
+    @contextlib.asynccontextmanager
+    async def failing(args: Any) -> AsyncIterator[Client]:
+        yield Client()
+
+    monkeypatch.setattr(ops_cli, "client_from", failing)
+    assert main(["admin", "--insecure", "--endpoints", "127.0.0.1:1", "stats"]) == 5
+    assert capsys.readouterr().err.startswith("cellar admin: refused by the replica")
