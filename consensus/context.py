@@ -27,8 +27,27 @@ class Status(enum.Enum):
     AWAITING = "awaiting"  # voted for `view`; waiting for its sequencer's rebuilt log
 
 
+class DiskMark:
+    """How far a value whose records the replica persists is on disk: the value a `ready()`
+    hands out a record of is durable once its `advance()` comes (steps between the two may
+    move the value on, into the next Ready)."""
+
+    __slots__ = ("_handed_out", "durable")
+
+    def __init__(self, durable: int) -> None:
+        self._handed_out = self.durable = durable
+
+    def drained(self, value: int) -> None:
+        """The Ready being handed out holds the record of `value`."""
+        self._handed_out = value
+
+    def persisted(self) -> None:
+        """The last Ready handed out is on disk."""
+        self.durable = self._handed_out
+
+
 class Context:
-    __slots__ = ("_delay8", "clog", "config", "epoch", "epoch_durable", "heard_at", "id",
+    __slots__ = ("_delay8", "clog", "config", "epoch", "epoch_on_disk", "heard_at", "id",
                  "lease_holder", "lease_until", "majority", "now", "olog", "outbox", "prng",
                  "replica_count", "stats", "status", "view")
 
@@ -45,9 +64,7 @@ class Context:
         self.view = 0
         self.status = Status.NORMAL
         self.epoch = 0
-        # Whether this life's epoch is on disk: until it is, a crash could start the next
-        # life with the same epoch, so nothing that names it may leave before the sync.
-        self.epoch_durable = True
+        self.epoch_on_disk = DiskMark(0)
         # Until this tick this replica votes for no sequencer but `lease_holder`: it granted
         # that replica a read lease.
         self.lease_until = 0
@@ -55,6 +72,12 @@ class Context:
         self.stats: Counter[str] = Counter()
         self.heard_at = [0] * config.replica_count  # tick of the last message from each
         self._delay8 = [0] * config.replica_count  # acknowledgement delay per peer, ticks * 8
+
+    @property
+    def epoch_durable(self) -> bool:
+        """Whether the epoch is on disk: until it is, a crash could start the next life with
+        the same epoch, so nothing that names it may leave before the sync."""
+        return self.epoch_on_disk.durable == self.epoch
 
     @property
     def sequencer(self) -> int:

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable
 
 from consensus.command_log import initial_ballot
 from consensus.config import Defect, Mode, ReplicaConfig
-from consensus.context import Context, Status
+from consensus.context import Context, DiskMark, Status
 from consensus.errors import ConsensusError
 from consensus.learner import Learner
 from consensus.messages import (
@@ -69,10 +69,9 @@ class Inflight:
 class Leader:
     __slots__ = ("_counter", "_created_at", "_ctx", "_forwarded", "_forwarded_at",
                  "_inflight", "_order_asked_at", "_own_committed", "_pending", "_prefix",
-                 "_reserved_durable", "_reserved_in_ready", "_sequencer", "_surplus_upto",
-                 "_unready", "ballot", "lagging", "next_index", "on_lost_index",
-                 "on_order_lagging", "on_ordered", "on_replicated", "reserved_upto",
-                 "retaking")
+                 "_sequencer", "_surplus_upto", "_unready", "ballot", "lagging", "next_index",
+                 "on_lost_index", "on_order_lagging", "on_ordered", "on_replicated",
+                 "reserved", "reserved_upto", "retaking")
 
     def __init__(self, ctx: Context, sequencer: Sequencer, learner: Learner) -> None:
         self._ctx = ctx
@@ -80,8 +79,7 @@ class Leader:
         self.ballot = initial_ballot(ctx.id)
         self.next_index = 0
         self.reserved_upto = 0  # own indexes below may be in use: a ReserveRecord says so
-        self._reserved_in_ready = 0  # the reservation the last Ready handed out holds
-        self._reserved_durable = 0  # the reservation on disk
+        self.reserved = DiskMark(0)  # how far the reservation is on disk
         self.retaking = False
         self._counter = 0
         self._pending: deque[Command] = deque()
@@ -122,8 +120,7 @@ class Leader:
         command as a repeat of an old one with its tag."""
         ctx = self._ctx
         ctx.epoch += 1
-        ctx.persist(EpochRecord(ctx.epoch))
-        ctx.epoch_durable = False
+        ctx.persist(EpochRecord(ctx.epoch))  # `ctx.epoch_durable` once the sync is done
         self._counter = 0
         ctx.count("leader.new_epoch")
 
@@ -195,21 +192,13 @@ class Leader:
         on disk: at once, unless proposals outran the reservation since the last Ready, or a
         new epoch began (then with this Ready's sync)."""
         ctx = self._ctx
-        ctx.send(peer, accept, after_persist=accept.index >= self._reserved_durable or
+        ctx.send(peer, accept, after_persist=accept.index >= self.reserved.durable or
                  not ctx.epoch_durable)
-
-    def on_drained(self) -> None:
-        """The Ready being handed out holds every reservation record made so far."""
-        self._reserved_in_ready = self.reserved_upto
-
-    def on_persisted(self) -> None:
-        """The last Ready's records are durable."""
-        self._reserved_durable = self._reserved_in_ready
 
     def restore_reservation(self, upto: int) -> None:
         """Replayed from the log after a restart (so, durable)."""
-        self.reserved_upto = self._reserved_in_ready = self._reserved_durable = max(
-            self.reserved_upto, upto)
+        self.reserved_upto = max(self.reserved_upto, upto)
+        self.reserved = DiskMark(self.reserved_upto)
 
     def resume(self, index: int, ballot: int, batch: Batch) -> None:
         """After a restart: an own instance accepted before the crash, to finish (its client

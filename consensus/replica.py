@@ -172,7 +172,6 @@ class Replica:
         self._recovery = Recovery(ctx, self._leader.on_retaken)
         self._catchup = CatchUp(ctx, self._executor, self._learner)
         self._reads = Reads(ctx, self._executor, self._sequencer)
-        self._epoch_in_ready = ctx.epoch  # the epoch when the last Ready was handed out
         self._learner.on_own_commit = self._on_own_commit
         self._catchup.on_install = self._on_snapshot_installed
         self._catchup.before_truncation = self._leader.requeue_lost
@@ -182,7 +181,7 @@ class Replica:
         self._leader.on_order_lagging = self._catchup.maybe_ask
         self._leader.lagging = self._lagging
         self._sequencer.on_deposed = self._election.on_deposed
-        self._learner.on_view_overruled = self._on_view_overruled
+        self._learner.on_view_overruled = self._sequencer.leave_view
         self._sequencer.on_lease_renewed = self._reads.on_lease_renewed
         self._handlers = self._handler_table()
         self.inspect = Inspection(ctx, self._executor)
@@ -287,8 +286,8 @@ class Replica:
         self._leader.check_ready()
         self._reads.serve()
         self._learner.flush()
-        self._leader.on_drained()
-        self._epoch_in_ready = self._ctx.epoch  # its record, if new, is in this Ready
+        self._leader.reserved.drained(self._leader.reserved_upto)
+        self._ctx.epoch_on_disk.drained(self._ctx.epoch)  # its record, if new, is in it
         return self._ctx.outbox.drain()
 
     def has_ready(self) -> bool:
@@ -304,9 +303,8 @@ class Replica:
 
     def advance(self) -> None:
         """The last Ready is handled: its records are durable; count own acceptances."""
-        if self._epoch_in_ready == self._ctx.epoch:  # not one begun since that Ready
-            self._ctx.epoch_durable = True  # the Ready after a new epoch held its record
-        self._leader.on_persisted()
+        self._ctx.epoch_on_disk.persisted()
+        self._leader.reserved.persisted()
         for message in self._ctx.outbox.take_persisted_loopback():
             self._handle(message)
         self._run_loopback()
@@ -426,14 +424,6 @@ class Replica:
             ran = self._leader.forget_forwarded(lambda tag: self._executor.ran(me, tag))
             covered.extend(sorted(set(ran) - set(covered)))
 
-    def _on_view_overruled(self) -> None:
-        """This sequencer learned that a newer view chose slots of its log (a peer's snapshot,
-        or a commit of another value): it leaves its view before its heartbeat could name
-        them committed, which followers would take for their own view's values."""
-        if self._ctx.is_sequencer:
-            self._ctx.count("sequencer.deposed")
-            self._election.on_deposed()
-
     def _on_own_commit(self, slot: int) -> None:
         self._leader.on_own_o_committed(slot)
 
@@ -528,7 +518,6 @@ class Replica:
         ctx, leader = self._ctx, self._leader
         ctx.epoch += 1
         ctx.persist(EpochRecord(ctx.epoch))
-        ctx.epoch_durable = False  # the first Ready carries the record: see advance()
         ctx.status = Status.AWAITING if ctx.sequencer == ctx.id else Status.NORMAL
         ctx.lease_until = ctx.config.lease_ticks  # it may have granted a lease before
         self._election.highest_view_seen = ctx.view

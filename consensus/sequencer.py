@@ -84,8 +84,7 @@ class Sequencer:
         if ctx.olog.end > self.next_slot:
             # A slot past this view's log is known (committed by a newer view, learned
             # through catch-up or a commit): this sequencer was replaced without hearing it.
-            ctx.count("sequencer.deposed")
-            self.on_deposed()
+            self.leave_view()
             return
         if Defect.NO_DEDUP_GUARD in ctx.config.defects:
             self._allocate(space)
@@ -95,6 +94,15 @@ class Sequencer:
         upto = min(index, self.counts[space] + ctx.config.inflight_instances_max - 1)
         while self.counts[space] <= upto:
             self._allocate(space)
+
+    def leave_view(self) -> None:
+        """This replica learned that a newer view chose slots of this view's log (a commit or
+        a snapshot): as sequencer it leaves its view, before a heartbeat could name them
+        committed (followers would take them for their own view's values) or it allocates
+        any more."""
+        if self._ctx.is_sequencer:
+            self._ctx.count("sequencer.deposed")
+            self.on_deposed()
 
     def _allocate(self, space: int) -> None:
         slot = self.next_slot
@@ -118,8 +126,7 @@ class Sequencer:
             # commit, or a snapshot that replaced the allocated slots): nobody heard of the
             # allocations, and their leaders ask the newer view's sequencer again.
             self._flushed_upto = end
-            ctx.count("sequencer.deposed")
-            self.on_deposed()
+            self.leave_view()
             return
         values = tuple(ctx.olog.slots[slot].value for slot in range(start, end))
         ctx.persist(OAcceptRecord(ctx.view, start, values))
@@ -175,9 +182,8 @@ class Sequencer:
         ctx = self._ctx
         if not ctx.is_sequencer:
             return
-        if ctx.olog.end > self.next_slot:
-            ctx.count("sequencer.deposed")
-            self.on_deposed()
+        if ctx.olog.end > self.next_slot:  # a slot past this view's log: see `request`
+            self.leave_view()
             return
         if ctx.now >= self._next_heartbeat:
             self._heartbeat()
