@@ -481,6 +481,19 @@ class Replica:
         replica._rejoin()
         return replica
 
+    def _reserve_after_upgrade(self) -> None:
+        """A log written before reservations (format 1 or 2) says nothing of the own indexes
+        sent before the crash. That build sent a C-accept before its own acceptance was on
+        disk, but every Ready's records were durable before the next Ready was made, and a
+        Ready started at most `inflight_instances_max` own instances: so no index past two
+        Readys' worth beyond the last one on disk ever left. Reserve those, so the retake
+        decides them (no-ops where nobody holds a value) before a new command takes one."""
+        leader = self._leader
+        upto = leader.next_index + 2 * self._ctx.config.inflight_instances_max
+        leader.reserved_upto = upto  # on disk with this Ready's sync (its DiskMark follows)
+        self._ctx.persist(ReserveRecord(upto))
+        self._ctx.count("recovery.reserved_after_upgrade")
+
     def _replay(self, records: Iterable[Record]) -> None:
         ctx = self._ctx
         for record in records:
@@ -526,6 +539,8 @@ class Replica:
         self._catchup.on_restart()
         own = ctx.clog[ctx.id]
         leader.next_index = own.max_index + 1
+        if leader.reserved_upto == 0 and leader.next_index > 0:
+            self._reserve_after_upgrade()
         if ballot_owner(own.promised) == ctx.id:
             leader.ballot = own.promised
         for index in sorted(own.slots):

@@ -36,10 +36,12 @@ def _ran(cluster: Stepper, replica: int) -> list[str]:
 M, A, OLD = 1, 2, 0  # the leader that crashes, the one acceptor of x, the sequencer that fails
 
 
-def _x_accepted_by_a_alone_then_m_restarted(replicas: int) -> tuple[Stepper, Replica]:
+def _x_accepted_by_a_alone_then_m_restarted(replicas: int, *, upgraded: bool = False
+                                            ) -> tuple[Stepper, Replica]:
     """m proposes x at (m, k); only A accepts it (the C-request to the sequencer is lost);
     m crashes before its own acceptance is on disk, restarts, and retakes its space through
-    a quorum without A. The restarted m."""
+    a quorum without A. The restarted m. `upgraded`: m's log was written by a build before
+    the reservation (no ReserveRecord in it)."""
     cluster = _warm(replicas)
     leader = cluster.node(M)
     for text in (b"w0", b"w1"):
@@ -59,7 +61,8 @@ def _x_accepted_by_a_alone_then_m_restarted(replicas: int) -> tuple[Stepper, Rep
     cluster.process(A)
     cluster.drop(lambda s, t, msg: t == M)
     cluster.crash(M)
-    cluster.records[M] = cluster.records[M][:durable]  # m's own acceptance never on disk
+    cluster.records[M] = [record for record in cluster.records[M][:durable]
+                          if not (upgraded and isinstance(record, ReserveRecord))]
     cluster.restart(M)
     cluster.blocked |= {(M, A), (A, M)}  # m retakes its space through a quorum without A
     restarted = cluster.node(M)
@@ -104,11 +107,14 @@ def _z_ran_before_y_and_x_never(cluster: Stepper) -> None:
         assert "[x]" not in ran
 
 
-@pytest.mark.parametrize(("replicas", "new_sequencer"),
-                         [(3, 1), (3, 2), (5, 1), (5, 2), (5, 3)])
-def test_a_command_proposed_after_a_ready_one_runs_after_it(replicas: int,
-                                                            new_sequencer: int) -> None:
-    cluster, restarted = _x_accepted_by_a_alone_then_m_restarted(replicas)
+@pytest.mark.parametrize(("replicas", "new_sequencer", "upgraded"),
+                         [(3, 1, False), (3, 2, False), (5, 1, False), (5, 2, False),
+                          (5, 3, False), (3, 1, True), (5, 2, True)])
+def test_a_command_proposed_after_a_ready_one_runs_after_it(replicas: int, new_sequencer: int,
+                                                            upgraded: bool) -> None:
+    """`upgraded`: m's log has no reservation (written before it existed): m reserves two
+    Readys' worth of instances past its last index on disk at the restart."""
+    cluster, restarted = _x_accepted_by_a_alone_then_m_restarted(replicas, upgraded=upgraded)
     cluster.crash(OLD)  # the new view has A vote
     cluster.blocked.clear()
     candidate = _elect(cluster, new_sequencer)
