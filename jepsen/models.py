@@ -132,9 +132,19 @@ def describe_operation(operation: Operation) -> str:
     return " ".join(words)
 
 
+def _filled_input(operation: Operation) -> Value:
+    """The operation's arguments: Knossos fills an invocation's value from its `ok`
+    completion (a write or cas invoked with nil), and so does every model here."""
+    if operation.input is None and operation.is_ok and operation.f not in ("read", "get"):
+        return operation.output
+    return operation.input
+
+
 def as_unknown_outcome(operation: Operation) -> Operation:
-    """The same operation with its outcome unknown: it may or may not take effect."""
-    return replace(operation, status=EventType.INFO, output=None)
+    """The same operation with its outcome unknown: it may or may not take effect. Its
+    arguments stay what they were, also when they came from the completion."""
+    return replace(operation, status=EventType.INFO, input=_filled_input(operation),
+                   output=None)
 
 
 def _cas_arguments(operation: Operation, arguments: Value) -> tuple[Value, Value]:
@@ -151,9 +161,7 @@ def _value_stepper(operation: Operation, functions: frozenset[str], model: str) 
         raise ModelError(f"operation {operation.id}: the {model} model has no function {f!r} "
                          f"(it knows {', '.join(sorted(functions))})", operation=operation.id)
     known = operation.status is EventType.OK
-    argument = operation.input
-    if argument is None and known and f not in ("read", "get"):
-        argument = operation.output  # Knossos fills an invocation's value from its completion
+    argument = _filled_input(operation)
     if f in ("read", "get"):
         if not known:
             return _same
