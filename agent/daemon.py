@@ -24,6 +24,7 @@ from anyio.abc import TaskStatus
 from agent.config import AgentConfig
 from agent.exporter import AgentView, render
 from agent.gpu import DeviceInfo, GpuBackend, NvmlUnavailable
+from agent.gpu_leftovers import GpuLeftovers
 from agent.health import HealthTracker
 from agent.inventory import fresh_boot_id, gpu_inventory, gpu_links
 from agent.jobs import JobRunner
@@ -63,13 +64,16 @@ class Agent:
         self.view.devices = devices
         tracker = self._tracker(devices)
         intervals = self.config.intervals
+        # One registry of ended jobs' processes left on GPUs: the runner's release checks
+        # fill it (through the monitor), the monitor's polls clear it.
         monitor = Monitor(self.backend, tracker, self.link, self.view,
                           poll_ms=intervals.poll_ms, event_wait_ms=intervals.event_wait_ms,
-                          retry_ms_max=intervals.retry_ms_max)
+                          retry_ms_max=intervals.retry_ms_max, leftovers=GpuLeftovers())
         await self._first_look(monitor)
         self.config.state_dir.mkdir(parents=True, exist_ok=True)
         async with JobRunner(self.config.state_dir, local_gpu_uuids=[d.uuid for d in devices],
-                             gpus=self.backend, limits=self.config.jobs) as runner:
+                             gpus=self.backend, limits=self.config.jobs,
+                             leftovers=monitor) as runner:
             pods = Pods(self.link, runner, self.config.state_dir)
             read_gpus = functools.partial(self._read_gpus, tracker, runner)
             async with anyio.create_task_group() as tasks:

@@ -10,7 +10,7 @@ process that reused the number, not the job's.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -31,6 +31,7 @@ class GpuProcesses(Protocol):
 class ReleaseCheck:
     release: GpuRelease
     lingering_pids: tuple[int, ...] = ()
+    lingering_by_gpu: tuple[tuple[str, tuple[int, ...]], ...] = ()  # (uuid, sorted pids)
     detail: str = ""
 
 
@@ -44,21 +45,23 @@ async def wait_released(gpus: GpuProcesses, uuids: tuple[str, ...], pids: Mappin
     deadline = anyio.current_time() + timeout_s
     while True:
         try:
-            lingering = await anyio.to_thread.run_sync(_lingering, gpus, uuids, pids)
+            by_gpu = await anyio.to_thread.run_sync(_lingering, gpus, uuids, pids)
             failure = None
         except (NvmlUnavailable, GpuGone) as error:
             return _unchecked(error)
         except ReadFailed as error:
             if error.code == NvmlCode.NOT_SUPPORTED:
                 return _unchecked(error)
-            lingering, failure = (), error
-        if not lingering and failure is None:
+            by_gpu, failure = (), error
+        if not by_gpu and failure is None:
             return ReleaseCheck(release=GpuRelease.RELEASED)
         remaining_s = deadline - anyio.current_time()
         if remaining_s <= 0:
             if failure is not None:
                 return _unchecked(failure)
+            lingering = tuple(sorted({pid for _, on_gpu in by_gpu for pid in on_gpu}))
             return ReleaseCheck(release=GpuRelease.LINGERING, lingering_pids=lingering,
+                                lingering_by_gpu=by_gpu,
                                 detail=f"still on the GPUs after {timeout_s} s")
         await anyio.sleep(min(poll_s, remaining_s))
 
@@ -67,8 +70,16 @@ def _unchecked(error: Exception) -> ReleaseCheck:
     return ReleaseCheck(release=GpuRelease.UNCHECKED, detail=f"cannot check the GPUs: {error}")
 
 
-def _lingering(gpus: GpuProcesses, uuids: tuple[str, ...], pids: Mapping[int, int]
-               ) -> tuple[int, ...]:
-    found = {process.pid for uuid in uuids for process in gpus.processes(uuid)}
-    return tuple(sorted(pid for pid in found & pids.keys()
+def lingering_pids(listed: Iterable[int], pids: Mapping[int, int]) -> tuple[int, ...]:
+    """The listed pids that are still the job's (`pids`: pid to start ticks): /proc has no
+    such process any more, or has it with the recorded start ticks (reads /proc)."""
+    return tuple(sorted(pid for pid in set(listed) & pids.keys()
                         if procfs.start_ticks(pid) in (None, pids[pid])))
+
+
+def _lingering(gpus: GpuProcesses, uuids: tuple[str, ...], pids: Mapping[int, int]
+               ) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """Per GPU that lists any, the job's pids on it, by uuid."""
+    by_gpu = ((uuid, lingering_pids((process.pid for process in gpus.processes(uuid)), pids))
+              for uuid in sorted(uuids))
+    return tuple((uuid, on_gpu) for uuid, on_gpu in by_gpu if on_gpu)

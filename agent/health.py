@@ -11,6 +11,8 @@ and answers with one `Verdict` per GPU, the worst incident deciding (agent.healt
   called: what the agent reports to the store at once.
 - `take_job_faults` hands back application XIDs (reference/nvml.md §2.4): they belong to the job
   that ran on the GPU, and the agent attaches them there; the GPU only warns once they repeat.
+- `observe_finding` takes evidence found between polls (an ended job's processes still on a
+  GPU, agent.gpu_leftovers); the checks on its key passed with later samples close it.
 - A GPU never sampled is UNKNOWN; NVML unavailable makes every GPU UNKNOWN, never PASS and never
   "0 GPUs"; a failed event wait makes every GPU UNKNOWN on the events watch until a wait succeeds.
 - A sample or loss for a GPU the tracker does not know is ignored (`observe_devices` adds GPUs);
@@ -106,9 +108,12 @@ class HealthTracker:
             self._lose(self._gpus[uuid], NvmlCode.GPU_NOT_FOUND,
                        "missing from NVML's device list", now_ms)
 
-    def observe_sample(self, sample: DeviceSample, now_ms: int) -> None:
+    def observe_sample(self, sample: DeviceSample, now_ms: int,
+                       judged_elsewhere: tuple[Check, ...] = ()) -> None:
         """One poll of one GPU: every polled rule, against this sample and the last good values
-        before it; RESET and QUIET incidents move towards closing."""
+        before it, with the checks the agent made of the GPU at the same poll outside the
+        sample (`judged_elsewhere`: agent.gpu_leftovers); RESET and QUIET incidents move
+        towards closing."""
         gpu = self._gpus.get(sample.uuid)
         if gpu is None:
             return
@@ -120,6 +125,7 @@ class HealthTracker:
         checks.extend(polled_checks(context))
         checks.extend(gpu.links.checks(context))
         checks.extend(clean(*key) for key in ANSWERED)
+        checks.extend(judged_elsewhere)
         reset = gpu.lost or any(values.dropped(name) for name in RESET_COUNTERS)
         gpu.lost = False
         for check in _worst_by_key(checks):
@@ -144,6 +150,13 @@ class HealthTracker:
         gpu = self._gpus.get(uuid)
         if gpu is not None:
             self._lose(gpu, code, message, now_ms)
+
+    def observe_finding(self, uuid: str, check: Check, now_ms: int) -> None:
+        """Evidence found outside a poll (a job's processes left on the GPU): opens or
+        refreshes the incident, which closes by the polled checks on its key (EVIDENCE)."""
+        gpu = self._gpus.get(uuid)
+        if gpu is not None and check.found:
+            gpu.conditions.found(check, now_ms)
 
     def observe_unavailable(self, message: str, now_ms: int) -> None:
         """NVML cannot be used on the node: every GPU is UNKNOWN until it is sampled again."""
@@ -183,6 +196,11 @@ class HealthTracker:
         """One verdict per GPU, by UUID."""
         return tuple(verdict_of(uuid, self._gpus[uuid].conditions.incidents())
                      for uuid in sorted(self._gpus))
+
+    def is_open(self, uuid: str, key: Key) -> bool:
+        """Whether the GPU has an open incident on `key`."""
+        gpu = self._gpus.get(uuid)
+        return gpu is not None and key in gpu.conditions
 
     def take_changes(self) -> tuple[Verdict, ...]:
         """The verdicts whose (status, reason) changed since the last call; all at the first."""

@@ -16,6 +16,10 @@ processes end with its init, so that none of them runs once the exit is reported
 stop that had begun is cancelled (NVML's process lists are checked by `stop` only; the
 agent's monitor cross-checks them otherwise).
 
+A job whose processes NVML still lists on its GPUs after `gpu_release_timeout_s` is handed to
+the `leftovers` sink (the agent's monitor, which fails those GPUs until NVML lets go) before its
+exit goes out.
+
 Leaving the context stops the watchers, not the jobs: jobs outlive the agent, and the next
 runner on the same state directory adopts them. A pod uid is started at most once, ever: the
 ledger (`agent.started_ledger`) remembers it before the launch. A job's record
@@ -36,13 +40,14 @@ import time
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
+from typing import Protocol
 
 import anyio
 from anyio.abc import TaskGroup
 
 from agent import job_group, procfs
 from agent.binding import Binding, job_environment, refusal
-from agent.gpu_release import GpuProcesses, wait_released
+from agent.gpu_release import GpuProcesses, ReleaseCheck, wait_released
 from agent.job_limits import JobLimits
 from agent.job_logs import LOGS_NAME, log_path, open_log, prune_logs
 from agent.job_outcomes import (
@@ -69,6 +74,14 @@ logger = logging.getLogger("cellar.agent.jobs")
 REASON_REAPED_ELSEWHERE = "exit status unknown: the process was reaped by someone else"
 
 
+class LeftoverSink(Protocol):
+    """Who hears of an ended job whose processes NVML still lists after the release timeout
+    (the agent's monitor, which fails those GPUs): awaited before the exit is handed out."""
+
+    async def job_lingers(self, pod_uid: str, pids_by_gpu: Mapping[str, Mapping[int, int]],
+                          timeout_s: float) -> None: ...
+
+
 @dataclass(eq=False)
 class _Job:
     record: JobRecord
@@ -81,13 +94,16 @@ class _Job:
 class JobRunner:
     def __init__(self, state_dir: pathlib.Path, *, local_gpu_uuids: Collection[str],
                  gpus: GpuProcesses, limits: JobLimits | None = None,
-                 inherited_env: Mapping[str, str] | None = None) -> None:
+                 inherited_env: Mapping[str, str] | None = None,
+                 leftovers: LeftoverSink | None = None) -> None:
         """`local_gpu_uuids`: this node's inventory; `gpus`: NVML's process lists (the
         node's `GpuBackend`); `inherited_env`: the environment jobs start from (the agent's
-        own by default)."""
+        own by default); `leftovers`: told of every ended job still on its GPUs after the
+        release timeout, before its exit goes out (nobody by default: only logged)."""
         self.limits = (limits or JobLimits()).validate()
         self._local = frozenset(local_gpu_uuids)
         self._gpus = gpus
+        self._leftovers = leftovers
         self._env = dict(os.environ if inherited_env is None else inherited_env)
         self._logs = state_dir / LOGS_NAME
         self._logs.mkdir(parents=True, exist_ok=True)
@@ -245,6 +261,7 @@ class JobRunner:
         if check.release not in (GpuRelease.RELEASED, GpuRelease.NO_GPUS):
             logger.warning("%s ended, and its GPUs %s: %s %s", binding.pod_uid,
                            check.release.value, check.detail, check.lingering_pids)
+        await self._tell_leftovers(binding.pod_uid, check, seen)
         async with self._locked():  # no reconcile between the two: it would call the job lost
             try:
                 await anyio.to_thread.run_sync(self._records.forget, binding.pod_uid)
@@ -260,6 +277,17 @@ class JobRunner:
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
             self._unreported.discard(binding.pod_uid)
             logger.warning("nobody reads exits any more: %s", exited)
+
+    async def _tell_leftovers(self, pod_uid: str, check: ReleaseCheck,
+                              seen: Mapping[int, int]) -> None:
+        """A job's processes still on its GPUs: the sink fails those GPUs before the store
+        hears of the exit, which frees them there."""
+        if check.release is not GpuRelease.LINGERING or self._leftovers is None:
+            return
+        pids_by_gpu = {uuid: {pid: seen[pid] for pid in pids}
+                       for uuid, pids in check.lingering_by_gpu}
+        await self._leftovers.job_lingers(pod_uid, pids_by_gpu,
+                                          self.limits.gpu_release_timeout_s)
 
     async def _wait_exit(self, job: _Job) -> tuple[int, str]:
         record, poll_s = job.record, self.limits.exit_poll_s

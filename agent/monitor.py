@@ -9,20 +9,35 @@ time. Changed verdicts are reported as soon as they are seen; the full set is se
 every poll while a GPU is not healthy (the store's recovery hysteresis counts passes) and
 every `FULL_REPORT_EVERY_POLLS` polls otherwise, so a lost report is repaired, and at every
 poll after the store refused one until a full report taken since is accepted.
+
+The job runner tells the monitor of an ended job whose processes NVML still lists on its GPUs
+after the release timeout (`job_lingers`, before the exit is reported): the GPUs fail at once
+and are reported; every poll then reads their process lists again (`agent.gpu_leftovers`) until
+the incident has closed by its run of clean checks, and the record is forgotten.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import anyio
 
+from agent import gpu_leftovers
 from agent.exporter import AgentView, GpuHealthView
-from agent.gpu import EventKind, EventWaitFailed, GpuBackend, GpuEvent, GpuGone, NvmlUnavailable
+from agent.gpu import (
+    EventKind,
+    EventWaitFailed,
+    GpuBackend,
+    GpuEvent,
+    GpuGone,
+    NvmlUnavailable,
+    ReadFailed,
+)
+from agent.gpu_leftovers import LEFTOVERS, GpuLeftovers
 from agent.health import HealthTracker
-from agent.health_model import SEVERITY, Verdict
+from agent.health_model import SEVERITY, Check, Verdict
 from agent.store_link import StoreLink
 from statemachine.commands import HealthStatus
 from statemachine.errors import Rejection
@@ -38,9 +53,11 @@ def monotonic_ms() -> int:
 class Monitor:
     def __init__(self, backend: GpuBackend, tracker: HealthTracker, link: StoreLink,
                  view: AgentView, *, poll_ms: int, event_wait_ms: int, retry_ms_max: int,
-                 clock_ms: Callable[[], int] = monotonic_ms) -> None:
+                 clock_ms: Callable[[], int] = monotonic_ms,
+                 leftovers: GpuLeftovers | None = None) -> None:
         self.backend = backend
         self.tracker = tracker
+        self.leftovers = GpuLeftovers() if leftovers is None else leftovers
         self.link = link
         self.view = view
         self.poll_ms = poll_ms
@@ -82,7 +99,49 @@ class Monitor:
                                           self.clock_ms())
                 continue
             self.view.samples[device.uuid] = sample
-            self.tracker.observe_sample(sample, self.clock_ms())
+            leftovers = await self._judge_leftovers(device.uuid)
+            self.tracker.observe_sample(sample, self.clock_ms(), leftovers)
+            self._forget_if_closed(device.uuid, leftovers)
+
+    async def _judge_leftovers(self, uuid: str) -> tuple[Check, ...]:
+        """The check of an ended job's processes left on the GPU, if it has a record; none
+        when its process list cannot be read now, or a note came in while it was read (the
+        incident stays as it is)."""
+        if uuid not in self.leftovers:
+            return ()
+        pids = self.leftovers.pids(uuid)
+        try:
+            look = await anyio.to_thread.run_sync(gpu_leftovers.look, self.backend, uuid, pids)
+        except (ReadFailed, GpuGone) as error:
+            logger.warning("cannot read the processes on %s: %s", uuid, error)
+            return ()
+        if self.leftovers.pids(uuid) != pids:
+            return ()
+        check = self.leftovers.judge(uuid, look)
+        return () if check is None else (check,)
+
+    def _forget_if_closed(self, uuid: str, checks: tuple[Check, ...]) -> None:
+        """A clean check that closed the leftovers incident (or found none open: an
+        operator cleared it) ends the record."""
+        if checks and not checks[0].found and not self.tracker.is_open(uuid, LEFTOVERS):
+            self.leftovers.forget(uuid)
+            logger.info("GPU %s no longer lists processes of ended jobs", uuid)
+
+    async def job_lingers(self, pod_uid: str, pids_by_gpu: Mapping[str, Mapping[int, int]],
+                          timeout_s: float) -> None:
+        """An ended job's processes (pid: start ticks, per GPU) still listed after the release
+        timeout `timeout_s`: the GPUs fail now, and the store hears it before the exit."""
+        for uuid in sorted(pids_by_gpu):
+            finding = self.leftovers.note(uuid, pod_uid, pids_by_gpu[uuid], timeout_s)
+            if finding is None:
+                self._count("leftover_notes_dropped")
+                logger.error("too many GPUs with leftovers: %s on %s not recorded", pod_uid,
+                             uuid)
+                continue
+            self._count("gpus_with_job_leftovers")
+            logger.error("GPU %s: %s", uuid, finding.message)
+            self.tracker.observe_finding(uuid, finding, self.clock_ms())
+        await self.report()
 
     async def _restart_backend(self) -> None:
         """NVML went away: start it again, waiting longer each time it still fails."""
