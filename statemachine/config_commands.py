@@ -96,7 +96,8 @@ def _carry_nodes(state: State, topology: Topology) -> dict[str, NodeRecord]:
             nodes[node] = carry_over(old, index)
         else:
             nodes[node] = NodeRecord(node=node, index=index, incarnation=old.incarnation,
-                                     cordoned=old.cordoned, admin_bad=old.admin_bad)
+                                     cordoned=old.cordoned, draining=old.draining,
+                                     admin_bad=old.admin_bad)
     return nodes
 
 

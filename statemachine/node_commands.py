@@ -345,9 +345,16 @@ def deregister(state: State, command: Deregister) -> Done:
     names = _gangs_on(state, record)
     if names and not command.force:
         raise refuse(Code.NODE_BUSY, f"node {record.node} holds gangs {', '.join(names)}")
-    for name in names:
+    # A preemptor only reserved GPUs here (it never ran): back to the queue, as on a drain,
+    # and first, or a victim's release would settle it onto this node just to release it.
+    requeued = [name for name in names
+                if state.groups[name].phase is GroupPhase.PREEMPTING]
+    for name in requeued:
+        requeue(state, state.groups[name], f"node {record.node} deregistered")
+    released = [name for name in names if name not in requeued]
+    for name in released:
         group = state.groups.get(name)
-        if group is not None:
+        if group is not None and group.phase is not GroupPhase.PENDING:
             release(state, group, f"node {record.node} deregistered")
     if record.registered:
         for gpu in record.gpus:
@@ -362,7 +369,8 @@ def deregister(state: State, command: Deregister) -> Done:
     state.set(record, "lease_expires_ms", 0)
     refresh_usable(state, record)
     schedule(state)
-    return Done(note=f"node {record.node} deregistered; released {', '.join(names) or 'none'}")
+    note = f"node {record.node} deregistered; released {', '.join(released) or 'none'}"
+    return Done(note=note + (f"; requeued {', '.join(requeued)}" if requeued else ""))
 
 
 def carry_over(record: NodeRecord, index: int) -> NodeRecord:

@@ -5,7 +5,9 @@
    and released where their tenant's policy says so).
 2. Preemption deadlines, by gang id: victims that have not left get their kills re-sent, or
    are released outright when every node they run on is Down.
-3. One bounded scheduling pass, the only one besides submission that may preempt.
+3. Evictions with no preemptor waiting (a drain, a cancelled or released preemptor), by gang
+   id: a gang whose live pods are all on Down nodes is released (none can report its exit).
+4. One bounded scheduling pass, the only one besides submission that may preempt.
 
 Session expiry is the machine's, right after (sessions live beside the state).
 """
@@ -13,7 +15,8 @@ Session expiry is the machine's, right after (sessions live beside the state).
 from __future__ import annotations
 
 from statemachine.commands import Tick
-from statemachine.lifecycle import hardware_failed, release, resend_kills
+from statemachine.groups import Group
+from statemachine.lifecycle import LIVE_PHASES, hardware_failed, release, resend_kills
 from statemachine.nodes import Liveness
 from statemachine.results import Done, GroupPhase
 from statemachine.scheduler import schedule
@@ -26,6 +29,7 @@ def tick(state: State, command: Tick) -> Done:
         return Done(note=f"now {state.now_ms}; no configuration")
     suspect, down = _expire_leases(state)
     resent = _preemption_deadlines(state)
+    _forced_evictions(state)
     schedule(state, preempt=True)
     return Done(note=f"now {state.now_ms}; {suspect} suspect, {down} down, "
                      f"{resent} kills resent")
@@ -51,8 +55,23 @@ def _expire_leases(state: State) -> tuple[int, int]:
     return suspect, down
 
 
-def _preemption_deadlines(state: State) -> int:
+def _all_live_pods_down(state: State, group: Group) -> bool:
     topology = state.configured().topology
+    nodes = sorted({pod.node for pod in group.pods if pod.phase in LIVE_PHASES})
+    return all(state.nodes[topology.node_ids[node]].liveness is Liveness.DOWN for node in nodes)
+
+
+def _forced_evictions(state: State) -> None:
+    due = sorted(name for name, group in state.groups.items()
+                 if group.evicting and not group.preempted_by)
+    for name in due:
+        group = state.groups.get(name)
+        if (group is not None and group.evicting and not group.preempted_by
+                and _all_live_pods_down(state, group)):
+            release(state, group, f"{group.evicting}; forced: its nodes are down")
+
+
+def _preemption_deadlines(state: State) -> int:
     resent = 0
     due = sorted(name for name, group in state.groups.items()
                  if group.phase is GroupPhase.PREEMPTING and group.deadline_ms <= state.now_ms)
@@ -64,9 +83,8 @@ def _preemption_deadlines(state: State) -> int:
             victim = state.groups.get(victim_name)
             if victim is None or group.group not in victim.preempted_by:
                 continue  # gone (a later gang may reuse its id: only a victim names us)
-            nodes = sorted({pod.node for pod in victim.pods if pod.node >= 0})
-            if all(state.nodes[topology.node_ids[node]].liveness is Liveness.DOWN
-                   for node in nodes):
+            # Only nodes where a pod still runs matter: one whose pod exited has left.
+            if _all_live_pods_down(state, victim):
                 release(state, victim, "preemption forced: its nodes are down")
             else:
                 resend_kills(state, victim)
