@@ -202,7 +202,7 @@ def _decode_batch(raw: Any, where: str) -> Batch:
             and all(type(item) is bytes for item in payloads)):
         raise InvalidMessage(f"{where}: commands must be (int origin, int tag, bytes payload)")
     if origins and (min(origins) < 0 or min(tags) < 0 or max(tags) > UINT64_MAX
-                    or max(len(payload) for payload in payloads) > BODY_BYTES_MAX + 4096):
+                    or max(len(payload) for payload in payloads) > ENVELOPE_BYTES_MAX):
         raise InvalidMessage(f"{where}: a command's origin, tag or payload size is out of range")
     return tuple(map(Command, origins, tags, payloads))
 

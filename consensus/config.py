@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from consensus.codec import BATCH_COMMANDS_MAX
 from consensus.errors import ConsensusError
 from consensus.quorum import majority
 
@@ -133,6 +134,11 @@ def _problems(config: ReplicaConfig) -> list[str]:
                 "straggler_rounds", "straggler_margin_ticks", "straggler_cooldown_ticks")
     problems.extend(f"{name}: must be positive, got {getattr(config, name)}"
                     for name in positive if getattr(config, name) <= 0)
+    if config.batch_commands_max > BATCH_COMMANDS_MAX:
+        # A C-accept (and its record in the log) with more would decode nowhere: peers drop
+        # it, and the replica's own log refuses it as corrupt at the next start.
+        problems.append(f"batch_commands_max: {config.batch_commands_max} is more than "
+                        f"{BATCH_COMMANDS_MAX}, the most commands a C-instance may decode with")
     if config.lease_drift_ticks < 1:
         problems.append(f"lease_drift_ticks: must be at least 1, got "
                         f"{config.lease_drift_ticks}: the sequencer and its followers each "

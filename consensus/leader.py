@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable
 
+from consensus.codec import ENVELOPE_BYTES_MAX
 from consensus.command_log import initial_ballot
 from consensus.config import Defect, Mode, ReplicaConfig
 from consensus.context import Context, DiskMark, Status
@@ -104,6 +105,10 @@ class Leader:
 
     def propose(self, payload: bytes) -> int:
         ctx = self._ctx
+        if len(payload) > ENVELOPE_BYTES_MAX:
+            # Its C-accept would decode nowhere: peers drop it, and the replica's own log
+            # refuses the record as corrupt at the next start.
+            raise ValueError(f"a command of {len(payload)} bytes; at most {ENVELOPE_BYTES_MAX}")
         if len(self._pending) >= ctx.config.pending_proposals_max:
             raise ProposalDropped(f"{len(self._pending)} proposals already queued")
         if self._counter == TAGS_PER_EPOCH:

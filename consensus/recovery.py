@@ -129,7 +129,11 @@ class Recovery:
             round_.from_index = message.log_base
             self._ctx.count("recovery.owner_past_truncation")
         round_.promises[message.sender] = message
-        if len(round_.promises) >= self._ctx.majority and not self._awaits_order(round_):
+        # Its own promise comes only once its record is durable (and never while this replica
+        # does not serve): without it the ballot is on no disk here, and a restart could pick
+        # it again for another value.
+        if len(round_.promises) >= self._ctx.majority and self._ctx.id in round_.promises \
+                and not self._awaits_order(round_):
             self._propose(round_)
 
     def _awaits_order(self, round_: Round) -> bool:

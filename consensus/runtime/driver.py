@@ -56,7 +56,12 @@ import anyio
 import anyio.lowlevel
 import anyio.to_thread
 
-from consensus.codec import MESSAGE_BYTES_MAX, RECORD_BYTES_MAX, encode_envelope
+from consensus.codec import (
+    ENVELOPE_BYTES_MAX,
+    MESSAGE_BYTES_MAX,
+    RECORD_BYTES_MAX,
+    encode_envelope,
+)
 from consensus.envelope import SYSTEM_PRINCIPAL, Envelope
 from consensus.errors import ConsensusError
 from consensus.leader import ProposalDropped
@@ -213,6 +218,11 @@ class Driver:
         `done(None, error)` (Overloaded: nothing was proposed; OutcomeUnknown: no result within
         `timeout_s`, the command may still be applied), called exactly once, from the driver's
         task (or at once when the input queue or the budget of command bytes is full)."""
+        if len(command) > ENVELOPE_BYTES_MAX:  # the core refuses it (consensus/leader.py)
+            self.metrics.count("driver.proposals_refused_size")
+            done(None, ValueError(f"a command of {len(command)} bytes; at most "
+                                  f"{ENVELOPE_BYTES_MAX}"))
+            return
         if not self._admit(len(command), done, "driver.proposals_refused_bytes"):
             return
         if not self._submit("propose", command, timeout_s, done, "driver.proposals_refused"):

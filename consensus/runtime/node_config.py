@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from consensus.catchup import FETCH_REPLY_BYTES_MAX
+from consensus.codec import BATCH_COMMANDS_MAX
 from consensus.config import REPLICA_COUNT_MAX, Defect
 from consensus.runtime.certs import identity_in_file
 from consensus.runtime.config_fields import (
@@ -80,6 +81,9 @@ LIMIT_DEFAULTS = {
     "watch_bytes_max": 64 << 20,  # watches' queries while they wait (watch_budget.py)
 }
 LIMIT_MINIMUMS = {"frame_bytes_max": FETCH_REPLY_BYTES_MAX}
+# A C-instance with more commands decodes nowhere: not at the peers, not from the replica's
+# own log at its next start.
+LIMIT_MAXIMUMS = {"batch_commands_max": BATCH_COMMANDS_MAX}
 
 
 class NodeConfigError(ConfigError):
@@ -211,5 +215,8 @@ def _limits(value: Any) -> dict[str, int]:
         if number < LIMIT_MINIMUMS.get(key, 1):
             raise NodeConfigError(f"limits.{key}: {number} is below its floor of "
                                   f"{LIMIT_MINIMUMS[key]}")
+        if number > LIMIT_MAXIMUMS.get(key, number):
+            raise NodeConfigError(f"limits.{key}: {number} is above its ceiling of "
+                                  f"{LIMIT_MAXIMUMS[key]}")
         limits[key] = number
     return limits
