@@ -27,6 +27,7 @@ from cellar.exception_groups import run_unwrapped
 from cellar.gc_tuning import quiet_garbage_collector
 from cellar.kv.machine import KvMachine
 from consensus.runtime.accept import CannotListen
+from consensus.runtime.data_identity import DataIdentity
 from consensus.runtime.node import ReplicaNode
 from consensus.runtime.node_config import NodeConfigError, check_tls_files, load_node_config
 from consensus.runtime.storage import DurableLog
@@ -64,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"cellar replica: {error}", file=sys.stderr)
         return EXIT_CONFIG
     try:
-        log = DurableLog.open(config.data_dir, create=args.init, synced=config.sync)
+        log = DurableLog.open(config.data_dir, create=args.init, synced=config.sync,
+                              identity=DataIdentity(config.replica_id, len(config.peers)))
     except StorageError as error:
         print(f"cellar replica: {error}", file=sys.stderr)
         return error.exit_code

@@ -63,6 +63,7 @@ from consensus.codec import decode_record, encode_record
 from consensus.errors import InvalidMessage
 from consensus.record_log import PROMISE_RECORDS, compact_records
 from consensus.records import Record, SnapshotRecord
+from consensus.runtime.data_identity import DataIdentity, claim
 from consensus.runtime.durable_file import fsync_directory, write_all, write_file_durably
 from consensus.runtime.storage_errors import (
     DataDirectoryMissing,
@@ -178,7 +179,8 @@ class DurableLog:
 
     @classmethod
     def open(cls, directory: pathlib.Path, *, create: bool,
-             compact_after_bytes: int = COMPACT_AFTER_BYTES, synced: bool = True) -> DurableLog:
+             compact_after_bytes: int = COMPACT_AFTER_BYTES, synced: bool = True,
+             identity: DataIdentity | None = None) -> DurableLog:
         """Lock `directory`, check and load its log (creating both when `create`).
 
         `create` makes a log only where there is no directory yet, or an empty one: a directory
@@ -187,13 +189,20 @@ class DurableLog:
 
         `synced=False` skips the fdatasync of appended records (compaction still syncs): writes
         reach the page cache only, so a power failure can lose acknowledged commands. It exists
-        to compare with stores that do not sync; never run a real cluster that way."""
+        to compare with stores that do not sync; never run a real cluster that way.
+
+        `identity`: the replica the directory must belong to (`data_identity.py`; a replica
+        always gives it, and only tests of the log itself leave it out)."""
         assert compact_after_bytes > 0
         directory = pathlib.Path(directory)
         may_create = _prepare_directory(directory, create=create)  # before the lock file
         lock = DirectoryLock.acquire(directory)
         try:
+            if identity is not None and not may_create:
+                claim(directory, identity)  # before the log: a stranger's is left untouched
             records, size, key, recovery = _load(directory, may_create=may_create)
+            if identity is not None and may_create:
+                claim(directory, identity)
             fd = _open_for_append(directory / LOG_NAME)
         except BaseException:
             lock.release()
@@ -344,9 +353,11 @@ def _prepare_directory(directory: pathlib.Path, *, create: bool) -> bool:
                                               "Fix: point the replica at a directory.")
     if not create:
         raise DataDirectoryMissing.no_directory(directory)
+    missing = [directory, *[parent for parent in directory.parents if not parent.exists()]]
     try:
-        directory.mkdir(parents=True)
-        fsync_directory(directory.parent)
+        for made in reversed(missing):  # each new directory's entry durable in its parent
+            made.mkdir()
+            fsync_directory(made.parent)
     except OSError as error:
         raise StorageFailed(directory, "creating the data directory", error) from error
     return True

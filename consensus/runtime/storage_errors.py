@@ -9,6 +9,7 @@ command line uses for it (`error.exit_code`, one distinct code per kind, after s
 - `LogCorrupt` (65): damage a crash cannot explain: a bad header, a bad checksum with valid
   records after it, a length beyond the cap, a checksummed record that does not decode;
 - `LogVersionUnsupported` (76): an intact header of a format version this build cannot read;
+- `DataDirectoryMismatch` (78): the directory is another replica's (`data_identity.py`);
 - `StorageFailed` (74): a write, fsync or rename failed (disk full, EIO): the replica must stop.
 
 None of them is a bug (those are `AssertionError`s); none is raised after data was changed to
@@ -27,6 +28,7 @@ EXIT_DATA_DIRECTORY_MISSING = 66
 EXIT_STORAGE_FAILED = 74
 EXIT_DATA_DIRECTORY_LOCKED = 75
 EXIT_LOG_VERSION_UNSUPPORTED = 76
+EXIT_DATA_DIRECTORY_MISMATCH = 78  # EX_CONFIG: the configuration names another replica
 
 _DELETING_IS_DANGEROUS = (
     "Do not simply delete the directory: the log holds this replica's promises (views, "
@@ -126,6 +128,22 @@ class LogVersionUnsupported(StorageError):
                                "Fix: run the Cellar release that wrote it (or a newer one that "
                                f"reads it). {_DELETING_IS_DANGEROUS}")
         self.found = found
+
+
+class DataDirectoryMismatch(StorageError):
+    """The data directory names another replica as its owner; nothing was changed."""
+
+    exit_code = EXIT_DATA_DIRECTORY_MISMATCH
+
+    def __init__(self, path: pathlib.Path, *, found: str, configured: str) -> None:
+        super().__init__(path, f"{path}: this data directory is {found}'s, but the "
+                               f"configuration is {configured}'s. Cellar refused to open it "
+                               "and changed nothing: a replica answering with another's log "
+                               "could let two values be chosen for one instance. Fix: point "
+                               "data_dir at this replica's own directory (or start the "
+                               f"replica it belongs to there). {_DELETING_IS_DANGEROUS}")
+        self.found = found
+        self.configured = configured
 
 
 class StorageFailed(StorageError):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import pathlib
+import shutil
 import socket
 import subprocess
 import sys
@@ -22,7 +23,8 @@ from cellar import agent_cli, replica_cli
 from cellar.cli import main
 from cellar.daemon_process import EXIT_CONFIG, EXIT_UNAVAILABLE
 from cellar.local_cluster import HOST, AgentProcess, Layout, ReplicaProcess
-from consensus.runtime.storage import LOG_NAME
+from consensus.runtime.data_identity import IDENTITY_NAME, DataIdentity
+from consensus.runtime.storage import LOG_NAME, DurableLog
 from consensus.runtime.storage_errors import (
     EXIT_DATA_DIRECTORY_MISSING,
     EXIT_STORAGE_FAILED,
@@ -180,3 +182,18 @@ def test_an_agent_whose_key_does_not_match_its_certificate_is_refused_with_its_n
     key.write_bytes((layout.certs / "node-node-01.key").read_bytes())
     assert main(["agent", "--config", str(agent.config_path)]) == EXIT_CONFIG
     assert capsys.readouterr().err.startswith(f"cellar agent: {key} does not match")
+
+
+def test_another_replicas_data_directory_is_refused_with_the_config_status(
+        tmp_path: pathlib.Path, quiet_cli: None, capsys: pytest.CaptureFixture[str]) -> None:
+    """Replica 1's directory copied to where replica 0's configuration points (a disk moved to
+    the wrong machine): refused before anything runs, one line naming both."""
+    layout = Layout(tmp_path / "cluster", 3, insecure=True, loop="asyncio")
+    layout.write()
+    DurableLog.open(layout.data_dir(1), create=True, identity=DataIdentity(1, 3)).close()
+    shutil.copytree(layout.data_dir(1), layout.data_dir(0))
+    assert main(["replica", "--config", str(layout.config_path(0))]) == EXIT_CONFIG
+    error = capsys.readouterr().err
+    assert error.startswith(f"cellar replica: {layout.data_dir(0) / IDENTITY_NAME}: this data "
+                            "directory is replica 1 of 3's, but the configuration is replica "
+                            "0 of 3's.")

@@ -1,0 +1,88 @@
+"""Whose data directory this is: the replica id and group size, kept in a file beside the log.
+
+The log's records do not say whose they are. A data directory mounted or copied under the
+wrong replica (replica 2's disk under replica 1's configuration) would open as that replica's
+own: it would answer for promises and acceptances another replica made, and two values could
+be chosen for one instance. So the directory names its owner in `identity.json`, written
+durably the first time a build that knows the file opens the log (a new replica's, or one
+written by an earlier build, which is taken to be the configured replica's), and checked at
+every later open: another owner refuses the start with nothing changed (exit 78, a
+configuration mistake). The lock is held meanwhile (`DurableLog.open` claims it).
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from dataclasses import dataclass
+
+from consensus.runtime.durable_file import replace_file
+from consensus.runtime.storage_errors import (
+    DataDirectoryMismatch,
+    LogCorrupt,
+    StorageFailed,
+)
+
+IDENTITY_NAME = "identity.json"
+IDENTITY_BYTES_MAX = 4096  # the file is some 40 bytes; anything longer is not ours
+
+
+@dataclass(frozen=True, slots=True)
+class DataIdentity:
+    """The replica a data directory belongs to."""
+
+    replica_id: int
+    replica_count: int
+
+    def __str__(self) -> str:
+        return f"replica {self.replica_id} of {self.replica_count}"
+
+    def encode(self) -> bytes:
+        return (json.dumps({"replica_id": self.replica_id,
+                            "replica_count": self.replica_count}) + "\n").encode()
+
+
+def claim(directory: pathlib.Path, identity: DataIdentity) -> None:
+    """Check that `directory` is `identity`'s, writing the file where it has none yet; raises
+    DataDirectoryMismatch for another owner, LogCorrupt for a file that is not an identity."""
+    path = directory / IDENTITY_NAME
+    found = _read(path)
+    if found is None:
+        try:
+            replace_file(path, identity.encode())
+        except OSError as error:
+            raise StorageFailed(path, "writing the data directory's identity", error) from error
+    elif found != identity:
+        raise DataDirectoryMismatch(path, found=str(found), configured=str(identity))
+
+
+def _read(path: pathlib.Path) -> DataIdentity | None:
+    try:
+        with path.open("rb") as file:
+            data = file.read(IDENTITY_BYTES_MAX + 1)
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        raise StorageFailed(path, "reading the data directory's identity", error) from error
+    identity = _decode(data)
+    if identity is None:
+        raise LogCorrupt(path, 0, "not a data directory identity (a JSON object with the "
+                                  "integers replica_id and replica_count)")
+    return identity
+
+
+def _decode(data: bytes) -> DataIdentity | None:
+    if len(data) > IDENTITY_BYTES_MAX:
+        return None
+    try:
+        raw = json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(raw, dict) or sorted(raw) != ["replica_count", "replica_id"]:
+        return None
+    replica_id, replica_count = raw["replica_id"], raw["replica_count"]
+    if type(replica_id) is not int or type(replica_count) is not int:
+        return None
+    if not 0 <= replica_id < replica_count:
+        return None
+    return DataIdentity(replica_id, replica_count)
