@@ -24,7 +24,12 @@ ANSWERS_QUEUED_BYTES_MAX of them wait unwritten, the server takes no new request
 client whose answers stay over that bound with no write going through for ANSWERS_STALL_S (it
 stopped reading) is dropped and counted, so a thousand large answers do not stay in the
 replica's memory for as long as it idles. A burst over the bound that a reader drains is only
-paused, never dropped. An answer that cannot be written (the client hung up) ends the
+paused, never dropped. The bound is checked between requests, while the answers come later: a
+client that sends a thousand requests in one burst has them all taken before the first is
+answered. So no connection holds more than ANSWERS_HELD_FACTOR times the bound: an answer past
+that is replaced by a short error (OVERLOADED for a query, UNKNOWN for a command's reply, which
+a retry under the same session gets again), counted in `server.answers_shed`.
+An answer that cannot be written (the client hung up) ends the
 connection at once: with every permit taken the reader waits for one and would never see the
 end of the stream, holding the listener's place for good.
 
@@ -77,6 +82,7 @@ WAIT_MS_MIN = 100  # the least a command or read is waited for (module docstring
 # window (statemachine/sessions.py, checked in tests), or a late copy could still open it.
 SENT_MS_SLACK_MS = 60_000
 ANSWERS_QUEUED_BYTES_MAX = 64 << 20  # per connection; past it no request is taken (docstring)
+ANSWERS_HELD_FACTOR = 4  # times ANSWERS_QUEUED_BYTES_MAX: answers past it are shed (docstring)
 ANSWERS_STALL_S = 30.0  # over that bound with no write for this long: the client is dropped
 
 
@@ -247,6 +253,12 @@ class _Answers:
         outbox = self.outbox
         if outbox.broken:  # the client is gone (put would raise)
             return
+        if outbox.queued_bytes + len(frame) > ANSWERS_HELD_FACTOR * ANSWERS_QUEUED_BYTES_MAX:
+            self._metrics.count("server.answers_shed")
+            code = Code.UNKNOWN if what == _REPLY else Code.OVERLOADED
+            frame = encode_response(Response(request_id, code, message=(
+                f"{what}: not sent, the answers this connection has not read hold "
+                f"{outbox.queued_bytes} bytes")[:RESPONSE_MESSAGE_LENGTH_MAX]))
         try:
             outbox.put(frame)  # it checks the cap
             return
