@@ -6,10 +6,11 @@ object) and optionally writes the HTML report. Each format has its customary ini
 (nil for Jepsen etcd logs, 0 for Knossos histories, "" for Porcupine's key-value logs);
 `--initial` overrides it, read as JSON (`0`, `null`, `"x"`) or else as a plain string.
 
-Exit status: 0 linearizable, 1 not linearizable, 2 unknown (the time budget ran out), 3 nothing
-was checked, or its report could not be written (a file that cannot be read, a model that does
-not fit the history or is not available, bad arguments, an `--html` path that cannot be
-written). A status 3 comes with one line on stderr, never a traceback.
+Exit status: 0 linearizable, 1 not linearizable, 2 unknown (the time budget, or the search's
+memory budget of 2 GiB, ran out), 3 nothing was checked, or its report could not be written (a
+file that cannot be read, a model that does not fit the history or is not available, bad
+arguments, an `--html` path that cannot be written). A status 3 comes with one line on stderr,
+never a traceback.
 """
 
 from __future__ import annotations

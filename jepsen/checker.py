@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from jepsen.diagnosis import diagnose
 from jepsen.history import EventType, History, Operation
 from jepsen.models import Model, Part
-from jepsen.search import Item, Search
+from jepsen.search import CACHE_BYTES_MAX, Item, Search
 from jepsen.verdict import CheckResult, PartitionResult, Verdict
 
 SLICE_STEPS_FIRST = 1_024
@@ -73,11 +73,20 @@ class _Budget:
     deadline: float | None
     steps_left: int | None
     clock: Callable[[], float]
+    cache_bytes_max: int
+    cache_bytes: int = 0  # what the searches' memoisation holds, at most
+    out_of_memory: bool = False
 
-    def slice(self, wanted: int) -> int:
-        """Steps the next slice may take; 0 when a budget is spent."""
+    def slice(self, wanted: int, entry_bytes: int) -> int:
+        """Steps the next slice of a search whose cache entries take up to `entry_bytes` may
+        take; 0 when a budget is spent."""
         if self.deadline is not None and self.clock() >= self.deadline:
             return 0
+        room = (self.cache_bytes_max - self.cache_bytes) // entry_bytes
+        if room <= 0:
+            self.out_of_memory = True
+            return 0
+        wanted = min(wanted, room)
         if self.steps_left is None:
             return wanted
         return min(wanted, self.steps_left)
@@ -96,13 +105,14 @@ def _schedule(searches: Sequence[Search], budget: _Budget) -> tuple[Verdict, int
     while pending:
         still_pending = []
         for index in pending:
-            allowed = budget.slice(slice_steps)
+            search = searches[index]
+            allowed = budget.slice(slice_steps, search.entry_bytes)
             if allowed <= 0:
                 return Verdict.UNKNOWN, None
-            search = searches[index]
-            before = search.steps
+            before, cached_before = search.steps, search.cache_bytes
             verdict = search.run(allowed)
             budget.spend(search.steps - before)
+            budget.cache_bytes += search.cache_bytes - cached_before
             if verdict is Verdict.NOT_LINEARIZABLE:
                 return verdict, index
             if verdict is None:
@@ -124,6 +134,9 @@ def _partition_result(prepared: PreparedPart, search: Search) -> PartitionResult
 def _unknown_reason(timeout_s: float | None, max_steps: int | None, budget: _Budget) -> str:
     if budget.steps_left is not None and budget.steps_left <= 0:
         return f"the step budget of {max_steps} steps ran out"
+    if budget.out_of_memory:
+        return (f"the memory budget of {budget.cache_bytes_max >> 20} MiB for the search's "
+                f"memoisation ran out")
     return f"the time budget of {timeout_s} s ran out"
 
 
@@ -138,17 +151,20 @@ def _explain_deadline(started: float, timeout_s: float | None, clock: Callable[[
 def check(model: Model, history: History, *, timeout_s: float | None = None,
           max_steps: int | None = None, explain: bool = True,
           explain_steps: int = EXPLAIN_STEPS,
-          clock: Callable[[], float] = time.monotonic) -> CheckResult:
+          clock: Callable[[], float] = time.monotonic,
+          cache_bytes_max: int = CACHE_BYTES_MAX) -> CheckResult:
     """Check `history` against `model`.
 
-    `timeout_s` and `max_steps` bound the search (None: no bound); when either runs out first
-    the verdict is `unknown`. `explain` narrows down a refutation, within `explain_steps` and
-    what is left of `timeout_s` (at least `EXPLAIN_S_MIN`).
+    `timeout_s` and `max_steps` bound the search (None: no bound), and `cache_bytes_max` its
+    memoisation's memory; when any runs out first the verdict is `unknown`. `explain` narrows
+    down a refutation, within `explain_steps` and what is left of `timeout_s` (at least
+    `EXPLAIN_S_MIN`).
     """
     started = clock()
     prepared = prepare(model, history)
     searches = [Search(part.items, part.part.model.initial_state()) for part in prepared]
-    budget = _Budget(None if timeout_s is None else started + timeout_s, max_steps, clock)
+    budget = _Budget(None if timeout_s is None else started + timeout_s, max_steps, clock,
+                     cache_bytes_max)
     verdict, refuting = _schedule(searches, budget)
     failure = None
     if refuting is not None and explain:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from jepsen.history import Operation
 from jepsen.models import Model, Stepper, as_unknown_outcome
-from jepsen.search import Item, Search
+from jepsen.search import CACHE_BYTES_MAX, Item, Search
 from jepsen.verdict import Failure, Step, Verdict
 
 TRIAL_STEPS_MIN = 20_000
@@ -86,7 +86,7 @@ class _Trials:
             self.exact = False
             return None
         search = Search(self.items(cut, relaxed, dropped), self.model.initial_state())
-        verdict = search.run(budget)
+        verdict = search.run(min(budget, CACHE_BYTES_MAX // search.entry_bytes))
         self.budget_steps -= search.steps
         if verdict is None:
             self.exact = False

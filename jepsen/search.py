@@ -61,12 +61,19 @@ def _time_order(items: Sequence[Item]) -> list[tuple[int, bool]]:
     return [(index, is_call) for _, _, _, index, is_call in keyed]
 
 
+CACHE_ENTRY_OVERHEAD_BYTES = 160
+# The memoisation's memory, summed over a check's parts (and for each trial of a diagnosis):
+# past it the verdict is unknown, said so, rather than the process killed for memory (which a
+# caller would read as a failed check).
+CACHE_BYTES_MAX = 2 << 30
+
+
 class Search:
     """A resumable WGL search with memoisation over one sequence of operations."""
 
     __slots__ = ("_bit_of", "_cache", "_entry", "_item_of", "_mask", "_next", "_optional",
                  "_previous", "_return_of", "_skippable", "_stack", "_state", "_step_of", "_tail",
-                 "items", "steps", "verdict")
+                 "entry_bytes", "items", "steps", "verdict")
 
     def __init__(self, items: Sequence[Item], initial_state: State) -> None:
         self.items = tuple(items)
@@ -97,6 +104,9 @@ class Search:
                 self._return_of[entry_of_call[index]] = entry
                 self._optional[entry] = self.items[index].ret is None
         self._cache: set[tuple[int, State]] = set()
+        # What one cached configuration may hold at most: its mask, as wide as the search, the
+        # tuple and the set's slot (the state is mostly shared with the stack's).
+        self.entry_bytes = CACHE_ENTRY_OVERHEAD_BYTES + size // 8
         self._stack: list[tuple[int, State, int]] = []
         self._entry = self._next[0]
         self._state = initial_state
@@ -170,6 +180,11 @@ class Search:
         self.steps += steps
         self.verdict = verdict
         return verdict
+
+    @property
+    def cache_bytes(self) -> int:
+        """A bound on the memory its memoisation holds (each step adds at most one entry)."""
+        return len(self._cache) * self.entry_bytes
 
     def _skip(self, entry: int, state: State, mask: int) -> int:
         """Take a skippable call as a no-op, if that configuration is new: pushes the choice

@@ -266,6 +266,22 @@ def test_the_time_budget_gives_unknown_never_a_guess() -> None:
     assert "time budget" in result.reason
 
 
+def test_the_memory_budget_gives_unknown_before_the_process_runs_out() -> None:
+    """The memoisation grows with every configuration tried, each as wide as the history: a
+    hard history would take the process's memory (and a kill reads as a failed check), so the
+    search stops within its memory budget and says why."""
+    recorder = HistoryRecorder()
+    hard_key(recorder, "hard", 16)
+    cache_bytes_max = 400_000
+    result = check(KvModel(0), recorder.history(), cache_bytes_max=cache_bytes_max)
+    assert result.verdict is Verdict.UNKNOWN
+    assert "memory budget" in result.reason
+    easy = HistoryRecorder()
+    stale_key(easy, "a", 10)  # refuted well within the same budget
+    assert check(KvModel(0), easy.history(), cache_bytes_max=cache_bytes_max).verdict \
+        is Verdict.NOT_LINEARIZABLE
+
+
 def test_a_model_without_a_partition_is_never_partitioned() -> None:
     recorder = HistoryRecorder()
     recorder.ok(recorder.invoke(0, "put", 1, key="a"), 1)
