@@ -1,7 +1,8 @@
 """The processes a command starts (replicas, agents, peers under benchmark): they end with it,
 and stopping them takes one grace period.
 
-- `bound_to_parent`: a child started with it gets SIGTERM when the command's process ends,
+- `bound_to_parent`: a child started with it gets SIGTERM (or SIGKILL, for a child that may
+  be SIGSTOPped) when the command's process ends,
   however it ends (Linux's PR_SET_PDEATHSIG). A `cellar dev` killed by SIGKILL (the OOM
   killer, a CI runner's timeout) or by a SIGHUP had left its replicas running for good,
   holding their ports, under a directory the next run deleted.
@@ -30,20 +31,24 @@ EXIT_PARENT_GONE = 70  # the parent ended before the child could bind its fate t
 # execve: both go back to their defaults first, as Popen's restore_signals leaves them.
 _TRAMPOLINE = (
     "import ctypes, os, signal, sys\n"
-    f"ctypes.CDLL(None, use_errno=True).prctl({PR_SET_PDEATHSIG}, signal.SIGTERM)\n"
+    f"ctypes.CDLL(None, use_errno=True).prctl({PR_SET_PDEATHSIG}, int(sys.argv[2]))\n"
     f"os.getppid() == int(sys.argv[1]) or os._exit({EXIT_PARENT_GONE})\n"
     "for number in (signal.SIGPIPE, signal.SIGXFSZ):\n"
     "    signal.signal(number, signal.SIG_DFL)\n"
-    "os.execvp(sys.argv[2], sys.argv[2:])\n")
+    "os.execvp(sys.argv[3], sys.argv[3:])\n")
 
 
-def bound_to_parent(command: Sequence[str]) -> list[str]:
-    """`command`, started so that it gets SIGTERM when this process ends (Linux): as it is
-    where that cannot be had (not Linux) or would misfire: the signal comes when the *thread*
-    that started the child ends, so only the main thread may bind a child."""
+def bound_to_parent(command: Sequence[str],
+                    death_signal: signal.Signals = signal.SIGTERM) -> list[str]:
+    """`command`, started so that it gets `death_signal` (SIGTERM) when this process ends
+    (Linux): as it is where that cannot be had (not Linux) or would misfire: the signal comes
+    when the *thread* that started the child ends, so only the main thread may bind a child.
+    A child that may be stopped (SIGSTOP, a live run's pause) needs SIGKILL: a stopped process
+    holds any other signal pending for as long as nobody continues it."""
     if sys.platform != "linux" or threading.current_thread() is not threading.main_thread():
         return list(command)
-    return [sys.executable, "-I", "-S", "-c", _TRAMPOLINE, str(os.getpid()), *command]
+    return [sys.executable, "-I", "-S", "-c", _TRAMPOLINE, str(os.getpid()),
+            str(int(death_signal)), *command]
 
 
 def stop_processes(processes: Sequence[subprocess.Popen[Any]], grace_s: float) -> None:

@@ -129,9 +129,11 @@ class Layout:
 class ReplicaProcess:
     """One `cellar replica` process; its output goes to a log file beside its data."""
 
-    def __init__(self, layout: Layout, replica: int) -> None:
+    def __init__(self, layout: Layout, replica: int,
+                 death_signal: signal.Signals = signal.SIGTERM) -> None:
         self.layout = layout
         self.replica = replica
+        self.death_signal = death_signal  # what it gets if this process dies first
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = layout.directory / f"replica-{replica}.log"
         self.started_before = False
@@ -145,7 +147,8 @@ class ReplicaProcess:
             command.append("--init")
         log = self.log_path.open("ab")
         environment = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        self.process = subprocess.Popen(bound_to_parent(command), stdout=log,  # noqa: S603
+        self.process = subprocess.Popen(bound_to_parent(command, self.death_signal),  # noqa: S603
+                                        stdout=log,
                                         stderr=subprocess.STDOUT, env=environment,
                                         cwd=self.layout.directory)
         log.close()
@@ -236,9 +239,10 @@ class AgentProcess:
 
 
 class ProcessCluster:
-    def __init__(self, layout: Layout) -> None:
+    def __init__(self, layout: Layout, death_signal: signal.Signals = signal.SIGTERM) -> None:
         self.layout = layout
-        self.processes = [ReplicaProcess(layout, replica) for replica in range(layout.replicas)]
+        self.processes = [ReplicaProcess(layout, replica, death_signal)
+                          for replica in range(layout.replicas)]
 
     def start(self) -> None:
         for process in self.processes:

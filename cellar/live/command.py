@@ -102,7 +102,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _report(result: LiveResult, directory: pathlib.Path) -> int:
     print(f"operations: {result.operations} ({result.ok_operations} ok); "
-          f"after the heal settled: {result.unsettled} did not succeed")
+          f"after the heal settled: {result.settled_ok} succeeded, {result.unsettled} did not")
+    if not result.settled_ok:
+        print("failure: no operation invoked after the heal settled succeeded")
     first, last = ("?" if view is None else view for view in result.views)
     print(f"views: {first} when the faults began, {last} at the end")
     print(f"verdict: {result.check.verdict.value} ({result.check.checked} operations "

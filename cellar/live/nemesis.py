@@ -24,6 +24,10 @@ from jepsen.sim.nemesis import Fault, NemesisEvent, disturbance
 from jepsen.sim.network import Disturbance
 
 FindSequencer = Callable[[], Awaitable[int | None]]
+# The faults whose links depend on which replica is the sequencer. Finding it asks every replica
+# (a second for each that does not answer), so no other fault waits for that.
+_BY_SEQUENCER = frozenset({Fault.ISOLATE_SEQUENCER, Fault.ISOLATE_SEQUENCER_HELD,
+                           Fault.MUTE_SEQUENCER, Fault.DEAF_TO_SEQUENCER})
 
 
 class LiveNemesis:
@@ -70,7 +74,7 @@ class LiveNemesis:
             self._paused[target] = self._paused.get(target, 0) + 1
             self._signal(target, signal.SIGSTOP)
             return lambda: self._end_pause(target)
-        sequencer = await self._find_sequencer()
+        sequencer = await self._find_sequencer() if event.fault in _BY_SEQUENCER else None
         self._network[number] = disturbance(
             event.fault, target, len(self._cluster.processes),
             sequencer=target if sequencer is None else sequencer, clog_us=self._clog_ms * 1000)

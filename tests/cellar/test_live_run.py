@@ -234,8 +234,9 @@ def test_a_run_with_failed_operations_after_the_heal_fails_even_if_the_checker_g
     history = HistoryRecorder().history()
     unknown = dataclasses.replace(check(KvModel(), history), verdict=Verdict.UNKNOWN)
     result = LiveResult(LiveOptions(), (), history, unknown, 10, 8, unsettled=2,
-                        views=(1, 1), exits=())
+                        views=(1, 1), exits=(), settled_ok=5)
     assert _report(result, tmp_path) == 1
     assert _report(dataclasses.replace(result, unsettled=0), tmp_path) == 2
     assert _report(dataclasses.replace(result, unsettled=0, exits=("replica 1 exited",)),
                    tmp_path) == 1
+    assert _report(dataclasses.replace(result, unsettled=0, settled_ok=0), tmp_path) == 1

@@ -150,8 +150,11 @@ def test_status_and_admin_against_a_live_cluster(tmp_path: pathlib.Path,
         capsys.readouterr()
         assert main(["admin", *connection, "stats"]) == 0
         assert json.loads(capsys.readouterr().out)["gpus"] == 32
-        assert main(["status", *connection, "--json"]) == 0
-        replicas = json.loads(capsys.readouterr().out)["replicas"]
+        for _ in range(10):  # a replica too busy to answer in time is listed as down
+            assert main(["status", *connection, "--json"]) == 0
+            replicas = json.loads(capsys.readouterr().out)["replicas"]
+            if all(replica["running"] for replica in replicas):
+                break
         assert sum(replica["is_sequencer"] for replica in replicas) == 1
         cluster.processes[1].kill()
         assert main(["status", *connection]) == 0
