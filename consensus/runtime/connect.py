@@ -11,6 +11,7 @@ import anyio
 
 from consensus.codec import MESSAGE_BYTES_MAX
 from consensus.runtime.framing import FramedConnection
+from consensus.runtime.socket_tuning import tune_socket
 from consensus.runtime.tls import IdentityRole, TlsConfig, check_security, tls_handshake
 
 CONNECT_TIMEOUT_S = 5.0
@@ -39,6 +40,7 @@ def connector(tls: TlsConfig | None, *, insecure: bool = False,
         host, port = split_endpoint(endpoint)
         with anyio.fail_after(CONNECT_TIMEOUT_S):
             stream: anyio.abc.ByteStream = await anyio.connect_tcp(host, port)
+        tune_socket(stream)  # a vanished replica fails the connection, not each deadline
         try:
             if context is not None:
                 stream = await secure(endpoint, stream, context, metrics)

@@ -68,6 +68,7 @@ from consensus.runtime.framing import (
     check_frame_bytes_max,
 )
 from consensus.runtime.handshake_guard import HandshakeGuard
+from consensus.runtime.socket_tuning import tune_socket
 from consensus.runtime.tls import (
     CLIENT_ROLES,
     CONNECTION_ERRORS,
@@ -173,6 +174,9 @@ class ClientListener:
 
     async def _serve(self, stream: anyio.abc.SocketStream) -> None:
         try:
+            # A client whose host vanished (no FIN ever comes) is noticed and its place
+            # freed; no user timeout: a client may stop reading (ANSWERS_STALL_S rules).
+            tune_socket(stream, user_timeout=False)
             # Full even for an administrator: no handshake (its CPU, its descriptor held for
             # seconds) for nothing.
             if self._clients >= self.connections_max + self.admin_connections_reserved:

@@ -40,13 +40,11 @@ taken unchecked. With TLS it must be the certificate's.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import json
 import logging
 import random
-import socket
 import ssl
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
@@ -83,6 +81,7 @@ from consensus.runtime.framing import (
     check_frame_bytes_max,
 )
 from consensus.runtime.handshake_guard import HandshakeGuard
+from consensus.runtime.socket_tuning import tune_socket
 from consensus.runtime.tls import (
     CONNECTION_ERRORS,
     HANDSHAKE_TIMEOUT_S,
@@ -103,9 +102,6 @@ HELLO_BYTES_MAX = 1024
 CONNECT_TIMEOUT_S = 5.0
 BACKOFF_INITIAL_S = 0.05
 BACKOFF_MAX_S = 2.0
-# Dead peers that send no FIN: notice within seconds, not TCP's quarter of an hour.
-KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, KEEPALIVE_PROBES = 5, 2, 3
-USER_TIMEOUT_MS = 15_000
 HANDSHAKES_MAX_DEFAULT = 64
 
 
@@ -152,7 +148,7 @@ class Hello:
             return None
         try:
             fields = json.loads(body)
-        except ValueError:  # not JSON, or not UTF-8
+        except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested past the stack
             return None
         if not isinstance(fields, dict) or \
                 set(fields) != {"replica_id", *_TIMING_FIELDS} or \
@@ -234,22 +230,6 @@ class _Link:
     connected: bool = False
     connections: int = 0
     inbound: anyio.CancelScope | None = None  # the receiving connection from this peer
-
-
-def tune_socket(stream: anyio.abc.ByteStream) -> None:
-    """Keepalive and a user timeout, where the platform has them."""
-    sock = stream.extra(anyio.abc.SocketAttribute.raw_socket, None)
-    if sock is None:
-        return
-    options = [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)]
-    for name, value in (("TCP_KEEPIDLE", KEEPALIVE_IDLE_S), ("TCP_KEEPINTVL",
-                        KEEPALIVE_INTERVAL_S), ("TCP_KEEPCNT", KEEPALIVE_PROBES),
-                        ("TCP_USER_TIMEOUT", USER_TIMEOUT_MS)):
-        if hasattr(socket, name):
-            options.append((socket.IPPROTO_TCP, getattr(socket, name), value))
-    for level, option, value in options:
-        with contextlib.suppress(OSError):  # a platform without the option
-            sock.setsockopt(level, option, value)
 
 
 class PeerMesh:

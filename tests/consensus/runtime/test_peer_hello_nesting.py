@@ -1,0 +1,71 @@
+"""A hello that is valid-looking but deeply nested JSON must be refused like any
+other bad hello, not crash the whole peer mesh (and with it the replica)."""
+
+from __future__ import annotations
+
+import pathlib
+
+import anyio
+import pytest
+
+from consensus.runtime.framing import IDENTITY_REFUSED, TIMING_REFUSED, encode_frames
+from consensus.runtime.peers import HELLO_BYTES_MAX, PEER_HELLO, Hello, LinkTiming
+from consensus.runtime.tls import Identity
+from tests.consensus.runtime.test_peers import (
+    TIME_LIMIT_S,
+    Inbox,
+    certificates,  # noqa: F401  (fixture)
+    client_context,
+    dial,
+    eventually,
+    free_ports,
+    intrude,
+    mesh_of,
+    start,
+)
+
+pytestmark = pytest.mark.anyio
+NESTED = PEER_HELLO + b"[" * (HELLO_BYTES_MAX - len(PEER_HELLO))
+
+
+def test_a_deeply_nested_hello_parses_as_none() -> None:
+    assert Hello.parse(NESTED) is None
+    assert Hello.parse(PEER_HELLO + b'{"a":' * 300) is None
+
+
+async def test_a_deeply_nested_hello_is_refused_and_the_mesh_keeps_serving() -> None:
+    ports = dict(enumerate(free_ports(2)))
+    inboxes = [Inbox(), Inbox()]
+    meshes = [mesh_of(None, replica, ports, inboxes[replica]) for replica in ports]
+    with anyio.fail_after(TIME_LIMIT_S):
+        async with anyio.create_task_group() as group:
+            for mesh in meshes:
+                await start(group, mesh)
+            await intrude(ports[0], None, encode_frames([NESTED]))
+            await eventually(lambda: meshes[0].metrics[IDENTITY_REFUSED] == 1)
+            assert meshes[1].send(0, b"still here")
+            await eventually(lambda: inboxes[0].frames == [(1, b"still here")])
+            for mesh in meshes:
+                await mesh.wait_connected()
+            group.cancel_scope.cancel()
+
+
+async def test_a_certified_peer_sending_a_nested_hello_is_refused(
+        certificates: pathlib.Path) -> None:  # noqa: F811
+    ports = dict(enumerate(free_ports(2)))
+    inbox = Inbox()
+    mesh = mesh_of(certificates, 0, ports, inbox)
+    replica_1 = client_context(certificates, Identity.replica(1))
+    with anyio.fail_after(TIME_LIMIT_S):
+        async with anyio.create_task_group() as group:
+            running = await start(group, mesh)
+            stream = await dial(ports[0], replica_1)
+            await stream.send(encode_frames([NESTED]))
+            await eventually(lambda: mesh.metrics[TIMING_REFUSED] == 1)
+            await stream.aclose()
+            good = await dial(ports[0], replica_1)
+            await good.send(encode_frames([Hello(1, LinkTiming()).encode(), b"ok"]))
+            await eventually(lambda: inbox.frames == [(1, b"ok")])
+            await good.aclose()
+            await running.stop()
+            group.cancel_scope.cancel()
