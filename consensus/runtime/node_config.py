@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from consensus.catchup import FETCH_REPLY_BYTES_MAX
-from consensus.codec import BATCH_COMMANDS_MAX
+from consensus.codec import BATCH_COMMANDS_MAX, MESSAGE_BYTES_MAX
 from consensus.config import REPLICA_COUNT_MAX, Defect
 from consensus.runtime.certs import identity_in_file
 from consensus.runtime.config_fields import (
@@ -82,8 +82,9 @@ LIMIT_DEFAULTS = {
 }
 LIMIT_MINIMUMS = {"frame_bytes_max": FETCH_REPLY_BYTES_MAX}
 # A C-instance with more commands decodes nowhere: not at the peers, not from the replica's
-# own log at its next start.
-LIMIT_MAXIMUMS = {"batch_commands_max": BATCH_COMMANDS_MAX}
+# own log at its next start. A frame larger than the codec's cap no client reads (it drops the
+# connection instead of getting TOO_LARGE).
+LIMIT_MAXIMUMS = {"batch_commands_max": BATCH_COMMANDS_MAX, "frame_bytes_max": MESSAGE_BYTES_MAX}
 
 
 class NodeConfigError(ConfigError):

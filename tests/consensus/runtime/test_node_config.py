@@ -91,6 +91,8 @@ def base() -> dict[str, Any]:
     (lambda raw: raw["limits"].update(speed=3), "limits.speed: unknown"),
     (lambda raw: raw["limits"].update(frame_bytes_max=65536),
      "limits.frame_bytes_max: 65536 is below its floor of 8388608"),
+    (lambda raw: raw["limits"].update(frame_bytes_max=(32 << 20) + 1),
+     "limits.frame_bytes_max: 33554433 is above its ceiling of 33554432"),
     (lambda raw: raw.update(tick_ms=0), r"tick_ms: 0 is outside"),
     (lambda raw: raw.update(idle_wake_ticks=0), r"idle_wake_ticks: 0 is outside"),
     (lambda raw: raw.update(idle_wake_ticks=101), r"idle_wake_ticks: 101 is outside"),
