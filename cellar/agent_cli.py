@@ -4,7 +4,8 @@ It reads the node's GPUs through NVML (or a fake backend, `backend = "fake:PROFI
 trials without a GPU), registers them with the store under the node's certificate, reports
 their health, and runs the jobs the store binds to them. Exit status: 0 after a clean stop
 (SIGTERM or SIGINT; the jobs keep running and the next start adopts them), 78 for a bad
-configuration file or a certificate that does not name this node.
+configuration file, a certificate that does not name this node or a state_dir that cannot be
+created, 69 when the metrics address cannot be listened on.
 """
 
 from __future__ import annotations
@@ -20,12 +21,14 @@ from agent.daemon import Agent
 from agent.gpu import GpuBackend
 from cellar.daemon_process import (
     EXIT_CONFIG,
+    EXIT_UNAVAILABLE,
     add_logging_arguments,
     loop_options,
     serve_until_signalled,
     start_logging,
 )
 from cellar.exception_groups import run_unwrapped
+from consensus.runtime.accept import CannotListen
 from consensus.runtime.certs import identity_in_file
 from consensus.runtime.client import CellarClient, ClientConfig
 from consensus.runtime.connect import connector
@@ -52,9 +55,19 @@ def run(args: argparse.Namespace) -> int:
     except (AgentConfigError, IdentityRefused, ValueError) as error:
         print(f"cellar agent: {error}", file=sys.stderr)
         return EXIT_CONFIG
+    try:
+        config.state_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        print(f"cellar agent: state_dir: cannot create {config.state_dir} ({error.strerror})",
+              file=sys.stderr)
+        return EXIT_CONFIG
     client = CellarClient(config.endpoints, connector(tls, insecure=config.insecure), CLIENT)
     backend, options = loop_options(config.loop)
-    run_unwrapped(_serve, config, gpus, client, backend=backend, backend_options=options)
+    try:
+        run_unwrapped(_serve, config, gpus, client, backend=backend, backend_options=options)
+    except CannotListen as error:  # the metrics address, as `cellar replica` says it
+        print(f"cellar agent: {error}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
     return 0
 
 

@@ -23,7 +23,7 @@ from types import FrameType
 
 # name -> (module that configures it, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "dev": ("cellar.dev.command", "a local 3-replica cluster with simulated nodes at work"),
+    "dev": ("cellar.dev.command", "a local cluster (3 or 5 replicas) with simulated nodes at work"),
     "agent": ("cellar.agent_cli", "the node agent daemon: GPU health and jobs for one node"),
     "demo": ("cellar.demo", "show the GPU-allocation state machine at work on a large cluster"),
     "bench": ("cellar.bench", "benchmarks that print figures (medians of several runs)"),

@@ -17,7 +17,7 @@ from consensus.runtime.arguments import seconds
 from consensus.runtime.client import DEADLINE_S_MAX, CellarClient, ClientConfig
 from consensus.runtime.config_fields import ConfigError
 from consensus.runtime.connect import connector, split_endpoint
-from consensus.runtime.node_config import load_node_config
+from consensus.runtime.node_config import load_peers
 from consensus.runtime.tls import Identity, IdentityRole, TlsConfig
 
 
@@ -64,8 +64,7 @@ def identity_argument(text: str) -> Identity:
 def endpoints_of(args: argparse.Namespace) -> list[str]:
     if args.endpoints:
         return list(args.endpoints)
-    config = load_node_config(args.config)
-    return [str(peer.client) for peer in config.peers]
+    return [str(peer.client) for peer in load_peers(args.config)]
 
 
 def client_from(args: argparse.Namespace) -> CellarClient:
@@ -80,7 +79,8 @@ def _client(args: argparse.Namespace) -> CellarClient:
     tls = None
     if not args.insecure:
         if args.certs is None:
-            raise SystemExit("--certs DIR is needed (or --insecure for a plain-TCP cluster)")
+            raise SystemExit(f"cellar {args.command}: --certs DIR is needed (or --insecure "
+                             f"for a plain-TCP cluster)")
         tls = TlsConfig.in_directory(args.certs, args.identity)
         for path in (tls.ca_file, tls.cert_file, tls.key_file):
             if not path.is_file():

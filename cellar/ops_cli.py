@@ -25,6 +25,7 @@ import anyio
 from cellar.connection import add_connection_arguments, client_from, endpoints_of
 from cellar.exception_groups import run_unwrapped
 from cellar.spec_file import SpecFileError, load_spec
+from consensus.runtime.arguments import at_least
 from consensus.runtime.client import (
     ClientError,
     Forbidden,
@@ -32,11 +33,13 @@ from consensus.runtime.client import (
     Rejected,
     ReplyTooLarge,
 )
-from statemachine.errors import Rejection
+from statemachine.errors import Code, Rejection
 from statemachine.result_codec import result_to_plain
+from statemachine.results import GroupPhase
 from statemachine.store import GpuStore
 
 EXIT_REJECTED, EXIT_UNREACHABLE, EXIT_OUTCOME_UNKNOWN, EXIT_FORBIDDEN, EXIT_REFUSED = 1, 2, 3, 4, 5
+VERSION_MAX = (1 << 63) - 1  # the state machine's integers are signed 64-bit
 ADMIN_EXIT_STATUSES = """exit status:
   0  done
   1  rejected by the state machine (nothing changed), or a bad configuration file
@@ -147,8 +150,8 @@ def configure_admin(parser: argparse.ArgumentParser) -> None:
         action = actions.add_parser(name, help=help_text, description=help_text)
         if name == "apply-config":
             action.add_argument("file", type=pathlib.Path)
-            action.add_argument("--expected-version", type=int, default=0,
-                                help="the configuration version this one replaces")
+            action.add_argument("--expected-version", type=at_least(0, most=VERSION_MAX),
+                                default=0, help="the configuration version this one replaces")
         if name in ("cordon", "uncordon", "drain", "mark-bad", "clear-bad", "node"):
             action.add_argument("node")
         if name in ("mark-bad", "clear-bad"):
@@ -157,7 +160,9 @@ def configure_admin(parser: argparse.ArgumentParser) -> None:
             action.add_argument("--reason", default="admin")
         if name == "gangs":
             action.add_argument("--vc", default="")
-            action.add_argument("--phase", default="")
+            action.add_argument("--phase", default="",
+                                choices=[phase.value for phase in GroupPhase],
+                                help="only gangs in this phase")
         if name == "gang":
             action.add_argument("group")
     parser.set_defaults(handler=run_admin)
@@ -172,6 +177,9 @@ def run_admin(args: argparse.Namespace) -> int:
     except ClientError as error:
         return _client_error(error, args.action)
     if isinstance(outcome, Rejection):
+        if outcome.code is Code.UNAUTHORIZED:  # ADMIN_EXIT_STATUSES: 4, not 1
+            print(f"cellar admin: forbidden: {outcome}", file=sys.stderr)
+            return EXIT_FORBIDDEN
         print(f"rejected: {outcome}")
         return EXIT_REJECTED
     plain = outcome if isinstance(outcome, dict) else result_to_plain(outcome)

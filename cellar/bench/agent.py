@@ -38,7 +38,7 @@ from cellar.bench.stats import Spread
 from cellar.dev.spec import dev_spec
 from cellar.exception_groups import run_unwrapped
 from cellar.local_cluster import AgentProcess, Layout, ProcessCluster
-from consensus.runtime.arguments import at_least, seconds
+from consensus.runtime.arguments import at_least, existing_directory, seconds
 from consensus.runtime.client import ClientConfig
 from consensus.runtime.config_fields import Address
 from consensus.runtime.tls import IdentityRole
@@ -63,7 +63,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="how long the agent's CPU is measured (default 30)")
     parser.add_argument("--runs", type=at_least(1), default=4,
                         help="faults injected per kind (default 4, at most 8)")
-    parser.add_argument("--dir", type=pathlib.Path, default=None,
+    parser.add_argument("--dir", type=existing_directory, default=None,
                         help="where the cluster's files go (default: a temporary directory)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(handler=run)

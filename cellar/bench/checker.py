@@ -14,12 +14,14 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
+import sys
 import time
 from dataclasses import dataclass
 
 from cellar.bench.stats import Spread
 from consensus.runtime.arguments import at_least
 from jepsen.checker import check
+from jepsen.errors import JepsenError
 from jepsen.formats import UNSET, load
 from jepsen.history import History
 from jepsen.models import KvModel, Model, RegisterModel, model_named
@@ -95,8 +97,15 @@ def measure(case: Case, runs: int) -> dict[str, object]:
             "operations_per_second": round(operations / spread.median) if spread.median else 0}
 
 
+EXIT_UNREADABLE = 3  # as `cellar check`: nothing was checked
+
+
 def run(args: argparse.Namespace) -> int:
-    rows = [measure(case, args.runs) for case in cases(args)]
+    try:
+        rows = [measure(case, args.runs) for case in cases(args)]
+    except (JepsenError, OSError) as error:  # a --files history unreadable, a model unknown
+        print(f"cellar bench checker: {error}", file=sys.stderr)
+        return EXIT_UNREADABLE
     total = sum(row["seconds"]["median"] for row in rows)  # type: ignore[index]
     if args.json:
         print(json.dumps({"benchmark": "checker", "runs": args.runs, "histories": rows,

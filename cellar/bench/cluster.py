@@ -39,7 +39,7 @@ from cellar.dev.spec import dev_spec, inventory, node_names
 from cellar.exception_groups import run_unwrapped
 from cellar.gc_tuning import quiet_garbage_collector
 from cellar.local_cluster import Layout, ProcessCluster
-from consensus.runtime.arguments import at_least, seconds
+from consensus.runtime.arguments import at_least, existing_directory, seconds
 from consensus.runtime.client import CellarClient, ClientConfig, ClientError
 from consensus.runtime.tls import IdentityRole
 from statemachine.errors import Rejection
@@ -64,7 +64,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--low-seconds", type=seconds(), default=3.0,
                         help="length of the low-load phase (default 3)")
     parser.add_argument("--no-failover", action="store_true", help="skip the kill phase")
-    parser.add_argument("--dir", type=pathlib.Path, default=None,
+    parser.add_argument("--dir", type=existing_directory, default=None,
                         help="where the clusters' files go (default: a temporary directory)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(handler=run)

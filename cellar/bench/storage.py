@@ -31,7 +31,7 @@ from cellar.bench.stats import Spread
 from consensus.codec import decode_record, encode_record
 from consensus.messages import Command
 from consensus.records import CAcceptRecord, CCommitRecord, OAcceptRecord, Record
-from consensus.runtime.arguments import at_least
+from consensus.runtime.arguments import at_least, existing_directory
 from consensus.runtime.storage import DurableLog
 
 BATCH_SIZES = (1, 16, 256)
@@ -49,7 +49,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="synced batches per run and batch size (default 100)")
     parser.add_argument("--records", type=at_least(1), default=100_000,
                         help="records in the log whose recovery is timed (default 100000)")
-    parser.add_argument("--dir", type=pathlib.Path, default=None,
+    parser.add_argument("--dir", type=existing_directory, default=None,
                         help="where to write (default: the system's temporary directory)")
     parser.set_defaults(handler=run)
 

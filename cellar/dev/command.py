@@ -53,7 +53,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="how long to run (default 60)")
     parser.add_argument("--nodes", type=_multiple_of_four, default=16,
                         help="simulated 8-GPU nodes (a multiple of 4)")
-    parser.add_argument("--replicas", type=int, default=3, choices=(3, 5))
+    parser.add_argument("--replicas", type=int, default=3, choices=(3, 5),
+                        help="replica processes (default 3)")
     parser.add_argument("--gangs", type=at_least(0), default=24,
                         help="gangs the scheduler keeps busy")
     parser.add_argument("--kill-sequencer", action="store_true",

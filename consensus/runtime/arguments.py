@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import argparse
 import math
+import pathlib
 import sys
 from collections.abc import Callable
 from typing import NoReturn
 
 
-def at_least(least: int) -> Callable[[str], int]:
-    """A whole number no smaller than `least`."""
+def at_least(least: int, *, most: int | None = None) -> Callable[[str], int]:
+    """A whole number no smaller than `least` (and no larger than `most`, if given)."""
 
     def parse(text: str) -> int:
         try:
@@ -26,9 +27,20 @@ def at_least(least: int) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
         if value < least:
             raise argparse.ArgumentTypeError(f"must be at least {least}, not {value}")
+        if most is not None and value > most:
+            raise argparse.ArgumentTypeError(f"must be at most {most}, not {value}")
         return value
 
     return parse
+
+
+def existing_directory(text: str) -> pathlib.Path:
+    """A directory that exists: one to make temporary files under (`--dir`), checked before a
+    benchmark starts rather than met as a traceback once it tries to write there."""
+    path = pathlib.Path(text)
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a directory")
+    return path
 
 
 def seconds(*, zero_ok: bool = False, most: float = math.inf) -> Callable[[str], float]:

@@ -194,6 +194,7 @@ def init_directory(directory: pathlib.Path, wanted: Sequence[Identity], *,
     directory.mkdir(parents=True, exist_ok=True)
     if (directory / CA_CERT_NAME).exists():
         raise FileExistsError(f"{directory / CA_CERT_NAME} exists")
+    _refuse_existing(directory, wanted)  # before the CA is written: a refusal changes nothing
     authority = CertificateAuthority.create()
     written = authority.save(directory)
     return written + issue_into(directory, authority, wanted, hosts=hosts, days=days)
@@ -203,16 +204,20 @@ def issue_into(directory: pathlib.Path, authority: CertificateAuthority,
                wanted: Sequence[Identity], *, hosts: Sequence[str] = SERVER_HOSTS_DEFAULT,
                days: int = LEAF_DAYS) -> list[pathlib.Path]:
     """Issue certificates for `wanted` with an existing CA; refuses to replace any file."""
-    for identity in wanted:
-        config = TlsConfig.in_directory(directory, identity)
-        for path in (config.cert_file, config.key_file):
-            if path.exists():
-                raise FileExistsError(f"{path} exists")
+    _refuse_existing(directory, wanted)
     written: list[pathlib.Path] = []
     for identity in wanted:
         config = write_identity(directory, authority, identity, hosts=hosts, days=days)
         written += [config.cert_file, config.key_file]
     return written
+
+
+def _refuse_existing(directory: pathlib.Path, wanted: Sequence[Identity]) -> None:
+    for identity in wanted:
+        config = TlsConfig.in_directory(directory, identity)
+        for path in (config.cert_file, config.key_file):
+            if path.exists():
+                raise FileExistsError(f"{path} exists")
 
 
 def identity_in_file(path: pathlib.Path) -> Identity:

@@ -17,6 +17,7 @@ from consensus.runtime.arguments import at_least
 
 EXIT_WRITTEN, EXIT_REFUSED = 0, 1
 REPLICAS_DEFAULT = 3
+DAYS_MAX = 3650  # the CA's own validity (certs.CA_DAYS): a certificate cannot outlive it
 ADMIN_DEFAULT = "admin"
 
 
@@ -48,8 +49,9 @@ def _add_identity_arguments(parser: argparse.ArgumentParser, *, replicas_default
     parser.add_argument("--host", action="append", default=[], metavar="NAME",
                         help="a DNS name or IP address replicas serve on (repeatable; "
                              "default localhost and 127.0.0.1)")
-    parser.add_argument("--days", type=at_least(1), default=365, metavar="DAYS",
-                        help="validity of the certificates issued (default 365)")
+    parser.add_argument("--days", type=at_least(1, most=DAYS_MAX), default=365, metavar="DAYS",
+                        help=f"validity of the certificates issued (default 365, at most "
+                             f"{DAYS_MAX})")
 
 
 def run_init(args: argparse.Namespace) -> int:

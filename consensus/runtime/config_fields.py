@@ -98,6 +98,7 @@ def tls_files(value: Any, base: pathlib.Path,
     if not isinstance(value, dict):
         raise error("tls: required unless insecure = true (a table with ca, cert, key); make "
                     "them with `cellar certs init`")
+    refuse_unknown(value, {"ca", "cert", "key"}, "tls.", error)  # a key written below [tls]
     files = {}
     for key in ("ca", "cert", "key"):
         name = value.get(key)

@@ -23,8 +23,10 @@ class ConnectRefused(OSError):
 
 def split_endpoint(endpoint: str) -> tuple[str, int]:
     host, _, port = endpoint.rpartition(":")
-    if not host or not port.isdigit():
-        raise ValueError(f"{endpoint!r} is not HOST:PORT")
+    # the same rule as a configuration file's addresses (config_fields.address): a port out
+    # of range passed here and ended in an OverflowError from deep in the connect
+    if not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
+        raise ValueError(f"{endpoint!r} is not HOST:PORT with a port in 1..65535")
     return host.strip("[]"), int(port)
 
 

@@ -65,7 +65,7 @@ from consensus.runtime.config_fields import (
 from consensus.runtime.tls import Identity, IdentityRefused, TlsConfig, TlsFileRefused
 
 __all__ = ["Address", "NodeConfig", "NodeConfigError", "PeerEntry", "TlsFiles",
-           "check_tls_files", "load_node_config", "parse_node_config"]
+           "check_tls_files", "load_node_config", "load_peers", "parse_node_config"]
 
 LOOPS = ("asyncio", "uvloop", "trio")
 MACHINES = ("gpu", "kv")
@@ -125,6 +125,13 @@ def load_node_config(path: pathlib.Path) -> NodeConfig:
     return parse_node_config(load_toml(path, NodeConfigError), base=path.parent)
 
 
+def load_peers(path: pathlib.Path) -> tuple[PeerEntry, ...]:
+    """The `[[peers]]` of a replica's file alone: what `cellar status --config` and `cellar
+    admin --config` need, run where the replica's own certificate and key are not (an
+    administrator's machine), which `load_node_config` requires to exist."""
+    return _peers(load_toml(path, NodeConfigError).get("peers"))
+
+
 def check_tls_files(config: NodeConfig) -> None:
     """Load the TLS files as the replica's listeners will; NodeConfigError naming the key and
     the file if one cannot serve (a key not matching its certificate, a file that is not a
@@ -161,6 +168,10 @@ def parse_node_config(raw: dict[str, Any], *, base: pathlib.Path) -> NodeConfig:
     tls = None if insecure else tls_files(raw.get("tls"), base, NodeConfigError)
     loop = choice(raw, "loop", LOOPS, default="uvloop", error=NodeConfigError)
     machine = choice(raw, "machine", MACHINES, default="gpu", error=NodeConfigError)
+    metrics = address(raw["metrics"], "metrics", NodeConfigError) if "metrics" in raw else None
+    if metrics is not None and metrics in {address for peer in peers
+                                           for address in (peer.peer, peer.client)}:
+        raise NodeConfigError(f"metrics: {metrics} is also a peer or client address")
     return NodeConfig(
         replica_id=replica_id, data_dir=base / text(raw, "data_dir", error=NodeConfigError),
         peers=peers, tls=tls, insecure=insecure,
@@ -168,8 +179,7 @@ def parse_node_config(raw: dict[str, Any], *, base: pathlib.Path) -> NodeConfig:
         idle_wake_ticks=integer(raw, "idle_wake_ticks", 1, 100, default=4,
                                 error=NodeConfigError), loop=loop,
         machine=machine, sync=flag(raw, "sync", default=True, error=NodeConfigError),
-        metrics=address(raw["metrics"], "metrics", NodeConfigError) if "metrics" in raw
-        else None,
+        metrics=metrics,
         limits=_limits(raw.get("limits", {})),
         defects=_defects(raw.get("defects", [])),
     )
@@ -190,11 +200,21 @@ def _peers(value: Any) -> tuple[PeerEntry, ...]:
         where = f"peers[{index}]"
         if not isinstance(item, dict):
             raise NodeConfigError(f"{where}: must be a table with id, peer and client")
+        # A top-level key written below the [[peers]] tables lands in the last one: refused
+        # by name rather than dropped without a word.
+        refuse_unknown(item, {"id", "peer", "client"}, f"{where}.", NodeConfigError)
         entries.append(PeerEntry(
             integer(item, "id", 0, REPLICA_COUNT_MAX - 1, where=f"{where}.",
                     error=NodeConfigError),
             address(item.get("peer"), f"{where}.peer", NodeConfigError),
             address(item.get("client"), f"{where}.client", NodeConfigError)))
+    seen: dict[Address, str] = {}
+    for index, entry in enumerate(entries):  # one listener each: a repeat cannot be served
+        for kind, where_to in (("peer", entry.peer), ("client", entry.client)):
+            key = f"peers[{index}].{kind}"
+            if where_to in seen:
+                raise NodeConfigError(f"{key}: {where_to} is also {seen[where_to]}")
+            seen[where_to] = key
     ids = sorted(entry.replica_id for entry in entries)
     if ids != list(range(len(entries))):
         raise NodeConfigError(f"peers: ids must be 0..{len(entries) - 1}, each once; got {ids}")

@@ -44,6 +44,8 @@ _FIXES = {
     errno.EACCES: "give this user write access to the data directory",
     errno.EPERM: "give this user write access to the data directory",
     errno.EROFS: "mount the data directory's filesystem read-write",
+    # data_dir under a file: a path to correct, not a disk to check
+    errno.ENOTDIR: "point data_dir at a path whose every parent is a directory",
 }
 
 

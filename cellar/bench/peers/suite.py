@@ -263,7 +263,12 @@ def run(args: argparse.Namespace) -> int:
     workload = workload_of(args)
     started = datetime.datetime.now().astimezone()
     work_dir = args.work_dir.expanduser()
-    work_dir.mkdir(parents=True, exist_ok=True)
+    out = args.out if args.out is not None else default_out(started)
+    try:  # before the rounds, not after them: an --out that cannot be written lost the run
+        work_dir.mkdir(parents=True, exist_ok=True)
+        _check_writable(out)
+    except OSError as error:
+        raise SystemExit(f"cellar bench peers: {error}") from None
     with install_policy(not args.no_install):
         prepared = [prepare(name, work_dir) for name in args.systems]
         for item in prepared:
@@ -278,8 +283,18 @@ def run(args: argparse.Namespace) -> int:
     results = Results(command_line(args), started.isoformat(timespec="seconds"),
                       machine_info(work_dir), _settings(args), tuple(args.clients),
                       tuple(_outcome(item, collected[item.name]) for item in prepared), wan)
-    return publish(results, args.out if args.out is not None else default_out(started),
-                   as_json=args.json)
+    return publish(results, out, as_json=args.json)
+
+
+def _check_writable(out: pathlib.Path) -> None:
+    """OSError unless `out` is a directory, or can be made as one, that this user may write."""
+    found = out
+    while not found.exists() and found != found.parent:
+        found = found.parent
+    if not found.is_dir():
+        raise NotADirectoryError(f"--out {out}: {found} is not a directory")
+    if not os.access(found, os.W_OK | os.X_OK):
+        raise PermissionError(f"--out {out}: {found} is not writable")
 
 
 def redraw(path: pathlib.Path, out: pathlib.Path, *, as_json: bool) -> int:
