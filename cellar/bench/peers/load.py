@@ -7,8 +7,12 @@ caller cycles over its own `KEYS_PER_CALLER` keys. A failed call is counted, nev
 phase reports how many calls completed per second over its actual length (the last calls end
 after the deadline), their p50 and p99, and the failures beside them.
 
-A call that takes longer than the timeout counts as a timeout, not a latency; calls still
-open `timeout_s` after the phase's deadline are cut off and count as timeouts too. That is one
+A call that takes longer than the timeout counts as a timeout, not a completed call; calls
+still open `timeout_s` after the phase's deadline are cut off and count as timeouts too. A
+timed-out call still ranks in the phase's percentiles, at the time it took (at least the
+timeout): a phase in which more than 1 % of the calls timed out reports a p99 of at least the
+timeout, never the p99 of the calls that happened to finish. (A call that failed with an error
+is counted beside the figures, not ranked: it has no latency to speak of.) That is one
 cancel scope per phase, not one per call: a scope per call was a quarter of this process's CPU
 at 256 callers, which every system's client shares with the load generator.
 """
@@ -58,30 +62,38 @@ class _Tally:
     """The running counts of one phase, shared by its callers (one event loop: no locks)."""
 
     latencies_s: list[float] = field(default_factory=list)
+    timed_out_s: list[float] = field(default_factory=list)  # how long each timed-out call took
     errors: int = 0
     timeouts: int = 0
     open_calls: int = 0  # calls started and not yet ended
     first_error: str | None = None
 
-    def failed(self, error: Exception) -> None:
+    def failed(self, error: Exception, took_s: float) -> None:
         if isinstance(error, TimeoutError):
             self.timeouts += 1
+            self.timed_out_s.append(took_s)
         else:
             self.errors += 1
         if self.first_error is None:
             self.first_error = f"{type(error).__name__}: {error}"
 
-    def result(self, callers: int, elapsed_s: float) -> PhaseResult:
-        ordered = sorted(self.latencies_s)
-        p50_ms = percentile(ordered, 0.5) * 1000 if ordered else None
-        p99_ms = percentile(ordered, 0.99) * 1000 if ordered else None
-        return PhaseResult(callers, elapsed_s, len(ordered), self.errors, self.timeouts,
+    def result(self, callers: int, elapsed_s: float, timeout_s: float) -> PhaseResult:
+        ops = len(self.latencies_s)
+        # Every timed-out call took at least the timeout (those cut off at the phase's end
+        # were open longer than that): it ranks there, not out of the distribution.
+        cut_off = self.timeouts - len(self.timed_out_s)
+        ordered = sorted([*self.latencies_s, *(max(took_s, timeout_s)
+                                               for took_s in self.timed_out_s),
+                          *([timeout_s] * cut_off)])
+        p50_ms = percentile(ordered, 0.5) * 1000 if ops else None
+        p99_ms = percentile(ordered, 0.99) * 1000 if ops else None
+        return PhaseResult(callers, elapsed_s, ops, self.errors, self.timeouts,
                            p50_ms, p99_ms, self.first_error)
 
 
-def key_for(caller: int, number: int) -> bytes:
-    """The `number`th key caller `caller` touches: its own `KEYS_PER_CALLER` keys in turn."""
-    return b"bench-%05d-%04d" % (caller, number % KEYS_PER_CALLER)
+def key_for(caller: int, number: int, keys: int = KEYS_PER_CALLER) -> bytes:
+    """The `number`th key caller `caller` touches: its own `keys` keys in turn."""
+    return b"bench-%05d-%04d" % (caller, number % keys)
 
 
 def random_value(size_bytes: int) -> bytes:
@@ -108,27 +120,30 @@ class _Phase:
     operation: Operation
     timeout_s: float
     tally: _Tally
+    keys: int  # keys per caller
 
 
 async def run_phase(clients: Sequence[KvClient], callers: int, seconds: float,
-                    operation: Operation, *, timeout_s: float) -> PhaseResult:
-    """`callers` callers repeating `operation` for `seconds`, caller i on clients[i % n]."""
+                    operation: Operation, *, timeout_s: float,
+                    keys: int = KEYS_PER_CALLER) -> PhaseResult:
+    """`callers` callers repeating `operation` for `seconds`, caller i on clients[i % n],
+    each over its own `keys` keys."""
     if not clients or callers < 1:
         raise ValueError("a phase needs at least one client and one caller")
     started = time.monotonic()
-    phase = _Phase(started + seconds, operation, timeout_s, _Tally())
+    phase = _Phase(started + seconds, operation, timeout_s, _Tally(), keys)
     with anyio.move_on_after(seconds + timeout_s):
         async with anyio.create_task_group() as tasks:
             for caller in range(callers):
                 tasks.start_soon(_caller, phase, clients[caller % len(clients)], caller)
     phase.tally.timeouts += phase.tally.open_calls  # cut off at the end
-    return phase.tally.result(callers, time.monotonic() - started)
+    return phase.tally.result(callers, time.monotonic() - started, timeout_s)
 
 
 async def _caller(phase: _Phase, client: KvClient, caller: int) -> None:
     number = 0
     while (began := time.monotonic()) < phase.deadline:
-        key = key_for(caller, number)
+        key = key_for(caller, number, phase.keys)
         number += 1
         # Not decremented in a `finally`: a call cut off at the phase's end stays counted open.
         phase.tally.open_calls += 1
@@ -136,12 +151,12 @@ async def _caller(phase: _Phase, client: KvClient, caller: int) -> None:
             await phase.operation(client, key)
         except Exception as error:  # counted; the phase goes on
             phase.tally.open_calls -= 1
-            phase.tally.failed(error)
+            phase.tally.failed(error, time.monotonic() - began)
             await anyio.sleep(ERROR_PAUSE_S)
             continue
         phase.tally.open_calls -= 1
         took_s = time.monotonic() - began
         if took_s > phase.timeout_s:
-            phase.tally.failed(TimeoutError(f"a call took {took_s:.3f} s"))
+            phase.tally.failed(TimeoutError(f"a call took {took_s:.3f} s"), took_s)
         else:
             phase.tally.latencies_s.append(took_s)

@@ -48,7 +48,13 @@ from cellar.bench.peers.report import (
     wan_lines,
 )
 from cellar.bench.peers.wan import wan_table
-from cellar.bench.peers.workload import SIZES_BYTES, RoundFailed, Workload, measure
+from cellar.bench.peers.workload import (
+    READ_KEYS_PER_CALLER,
+    SIZES_BYTES,
+    RoundFailed,
+    Workload,
+    measure,
+)
 from cellar.daemon_process import loop_options
 from cellar.exception_groups import run_unwrapped
 from cellar.gc_tuning import quiet_garbage_collector
@@ -373,7 +379,8 @@ def _settings(args: argparse.Namespace) -> dict[str, object]:
             "connections": args.connections, "seconds": args.seconds,
             "latency_seconds": args.latency_seconds, "warmup_seconds": args.warmup_seconds,
             "timeout_seconds": args.timeout_seconds, "value_sizes_bytes": list(SIZES_BYTES),
-            "keys_per_caller": KEYS_PER_CALLER, "failover": not args.no_failover,
+            "keys_per_caller": KEYS_PER_CALLER,
+            "read_keys_per_caller": READ_KEYS_PER_CALLER, "failover": not args.no_failover,
             "sim": not args.no_sim, "sim_seconds": args.sim_seconds,
             "work_dir": str(args.work_dir.expanduser()), "no_install": args.no_install}
 

@@ -4,6 +4,12 @@ On a fresh cluster: a warm-up; one caller putting 16-byte and 1 KB values back t
 latency figures); the concurrent-caller throughput points for both sizes; linearizable reads
 (one caller, then the highest caller count); then an optional extra step (Cellar's failover).
 A round is one flat `{figure name: value}` dict; the names carry their units.
+
+The reads read what every system holds alike: before them (unmeasured) each reading caller's
+`READ_KEYS_PER_CALLER` keys are written with a 1 KB value, and the gets cycle over those, so
+no system's gets read absent keys or 16-byte values because its own puts reached fewer keys.
+The warm-up's failures (a cluster still settling) are counted apart (`warmup_failures`), not
+in the round's `errors` / `timeouts`, which are the measured phases'.
 """
 
 from __future__ import annotations
@@ -11,11 +17,15 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+import anyio
+
 from cellar.bench.peers.kv import KvClient, KvCluster
 from cellar.bench.peers.load import (
+    KEYS_PER_CALLER,
     Operation,
     PhaseResult,
     get_operation,
+    key_for,
     put_operation,
     random_value,
     run_phase,
@@ -24,6 +34,9 @@ from cellar.bench.peers.load import (
 SIZES_BYTES = (16, 1024)
 SIZE_LABELS = {16: "16b", 1024: "1kb"}
 WARMUP_CALLERS_MAX = 16
+READ_KEYS_PER_CALLER = 8  # keys each reading caller cycles over, all written before the reads
+READ_VALUE_BYTES = 1024
+PRELOAD_ATTEMPTS = 5
 
 Extra = Callable[[KvCluster, Sequence[KvClient]], Awaitable[dict[str, float]]]
 
@@ -95,9 +108,9 @@ async def _phases(cluster: KvCluster, clients: Sequence[KvClient], workload: Wor
                   extra: Extra | None) -> dict[str, float]:
     counts = _Counts(clients, workload.timeout_s)
     values = {size: random_value(size) for size in SIZES_BYTES}
-    await counts.run("warm-up", min(WARMUP_CALLERS_MAX, max(workload.clients)),
-                     workload.warmup_seconds, put_operation(values[16]))
-    figures: dict[str, float] = {}
+    warmup = await counts.run("warm-up", min(WARMUP_CALLERS_MAX, max(workload.clients)),
+                              workload.warmup_seconds, put_operation(values[16]), counted=False)
+    figures: dict[str, float] = {"warmup_failures": float(warmup.errors + warmup.timeouts)}
     for size, value in values.items():
         prefix = single_name(put_label(size))
         figures |= figures_of(prefix, await counts.run(
@@ -107,12 +120,14 @@ async def _phases(cluster: KvCluster, clients: Sequence[KvClient], workload: Wor
             prefix = point_name(put_label(size), callers)
             figures |= figures_of(prefix, await counts.run(
                 prefix, callers, workload.seconds, put_operation(value)))
+    await preload(clients, workload.read_callers, values[READ_VALUE_BYTES], workload.timeout_s)
     prefix = single_name("get")
     figures |= figures_of(prefix, await counts.run(
-        prefix, 1, workload.latency_seconds, get_operation))
+        prefix, 1, workload.latency_seconds, get_operation, keys=READ_KEYS_PER_CALLER))
     prefix = point_name("get", workload.read_callers)
     figures |= figures_of(prefix, await counts.run(
-        prefix, workload.read_callers, workload.seconds, get_operation))
+        prefix, workload.read_callers, workload.seconds, get_operation,
+        keys=READ_KEYS_PER_CALLER))
     figures |= {"errors": float(counts.errors), "timeouts": float(counts.timeouts)}
     if extra is not None:
         figures |= await extra(cluster, clients)
@@ -129,13 +144,42 @@ class _Counts:
     errors: int = 0
     timeouts: int = 0
 
-    async def run(self, label: str, callers: int, seconds: float,
-                  operation: Operation) -> PhaseResult:
+    async def run(self, label: str, callers: int, seconds: float, operation: Operation, *,
+                  keys: int = KEYS_PER_CALLER, counted: bool = True) -> PhaseResult:
         phase = await run_phase(self.clients, callers, seconds, operation,
-                                timeout_s=self.timeout_s)
-        self.errors += phase.errors
-        self.timeouts += phase.timeouts
+                                timeout_s=self.timeout_s, keys=keys)
+        if counted:
+            self.errors += phase.errors
+            self.timeouts += phase.timeouts
         if phase.all_failed:
             raise RoundFailed(f"every call of the {label} phase failed ({phase.errors} errors, "
                               f"{phase.timeouts} timeouts; first: {phase.first_error})")
         return phase
+
+
+async def preload(clients: Sequence[KvClient], callers: int, value: bytes,
+                  timeout_s: float) -> None:
+    """Write `value` under each of the first `callers` callers' `READ_KEYS_PER_CALLER` read
+    keys (unmeasured), each put retried a few times; RoundFailed if one never succeeds."""
+    failures: list[str] = []
+
+    async def write(caller: int) -> None:
+        client = clients[caller % len(clients)]
+        for number in range(READ_KEYS_PER_CALLER):
+            key = key_for(caller, number, READ_KEYS_PER_CALLER)
+            for attempt in range(PRELOAD_ATTEMPTS):
+                try:
+                    with anyio.fail_after(timeout_s):
+                        await client.put(key, value)
+                    break
+                except Exception as error:  # retried, then reported
+                    if attempt == PRELOAD_ATTEMPTS - 1:
+                        failures.append(f"{key!r}: {type(error).__name__}: {error}")
+                        return
+
+    async with anyio.create_task_group() as tasks:
+        for caller in range(callers):
+            tasks.start_soon(write, caller)
+    if failures:
+        raise RoundFailed(f"could not write the keys the reads read ({len(failures)} callers "
+                          f"failed; first: {failures[0]})")
