@@ -73,6 +73,10 @@ class Pods:
         self.clock_s = clock_s
         self._saved_index = 0  # the cursor last written to `cursor_path`
         self._saved_at_s = float("-inf")
+        # Pods whose start is deferred or under way: a replayed START_POD (the registration's
+        # reconcile deferred it, then the effect came again) must not start it a second time,
+        # which the runner refuses and `start` would report as "could not start" (exit 127).
+        self._starting: set[str] = set()
 
     async def reconcile(self, registered: NodeRegistered, stops: anyio.abc.TaskGroup) -> None:
         """After registering: adopt what runs, report what was lost, start what never ran,
@@ -97,23 +101,38 @@ class Pods:
         """Start the pod now, or, while jobs still run on its GPUs (the store hands a gang's
         GPUs on as soon as it asks for their pods' kill), once they have ended, in `tasks`:
         nothing here waits for a stop."""
+        if binding.pod_uid in self._starting:
+            return  # a replayed START_POD: its start is deferred or under way already
         if self.runner.holders(binding.gpu_uuids):
             self.counts["starts_deferred"] += 1
+            self._starting.add(binding.pod_uid)
             tasks.start_soon(self._start_when_free, binding)
         else:
             await self.start(binding)
 
     async def _start_when_free(self, binding: Binding) -> None:
-        while holders := self.runner.holders(binding.gpu_uuids):
-            logger.info("pod %s waits for %s to leave its GPUs", binding.pod_uid,
-                        ", ".join(holders))
-            await anyio.sleep(GPU_WAIT_POLL_S)
-        if await self.link.standing(binding.group, binding.pod_uid) is Standing.BOUND:
-            await self.start(binding)  # else: released or evicting meanwhile
+        try:
+            while holders := self.runner.holders(binding.gpu_uuids):
+                logger.info("pod %s waits for %s to leave its GPUs", binding.pod_uid,
+                            ", ".join(holders))
+                await anyio.sleep(GPU_WAIT_POLL_S)
+            if await self.link.standing(binding.group, binding.pod_uid) is Standing.BOUND:
+                self._starting.discard(binding.pod_uid)  # `start` takes it (no await between)
+                await self.start(binding)  # else: released or evicting meanwhile
+        finally:
+            self._starting.discard(binding.pod_uid)
 
     async def start(self, binding: Binding) -> None:
-        if self.runner.runs(binding.pod_uid) or self.runner.exit_pending(binding.pod_uid):
-            return  # a replayed START_POD: it runs, or ran and its exit is on its way
+        uid = binding.pod_uid
+        if uid in self._starting or self.runner.runs(uid) or self.runner.exit_pending(uid):
+            return  # a replayed START_POD: it starts, runs, or ran and its exit is on its way
+        self._starting.add(uid)
+        try:
+            await self._start(binding)
+        finally:
+            self._starting.discard(uid)
+
+    async def _start(self, binding: Binding) -> None:
         outcome = await self.runner.start(binding)
         if isinstance(outcome, Started):
             self.counts["jobs_started"] += 1

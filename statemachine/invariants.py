@@ -62,6 +62,8 @@ def violations(state: State) -> list[str]:
     if [effect.index for effect in outbox.effects] != list(range(outbox.first_index,
                                                                  outbox.next_index)):
         found.append("outbox indices are not contiguous")
+    if outbox.packed_bytes != sum(len(data) for data in outbox.packed):
+        found.append("outbox byte count differs from its effects'")
     return found
 
 

@@ -56,9 +56,14 @@ SCHEDULE_ATTEMPTS_MAX = 1024  # the most pending gangs one scheduling pass may t
 DURATION_MS_MAX = 1 << 40  # about 35 years; bounds every duration and count in the policy
 
 OUTBOX_RETAINED_MAX = 65_536  # effects kept; older ones are dropped, oldest first
+# ... and their packed bytes: a START_POD carries its pod's argv (POD_COMMAND_BYTES_MAX) and
+# its GPUs' UUIDs, and OUTBOX_RETAINED_MAX of the largest would not fit a snapshot.
+OUTBOX_RETAINED_BYTES_MAX = 256 << 20
 # Packed effects one effects answer holds (always at least one): with each effect's keys and
 # the frame around it, well under the least frame cap a connection may have (8 MiB).
 EFFECTS_ANSWER_BYTES_MAX = 4 << 20
+# The same for a page of gangs (each names every chain it could use in its "why pending").
+GROUPS_ANSWER_BYTES_MAX = 4 << 20
 SESSIONS_MAX = 65_536
 # The shortest session lifetime a policy may set (the default's). A late copy of a command
 # whose session was forgotten is told by its stamp (statemachine/sessions.py), which needs the

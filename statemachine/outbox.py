@@ -5,9 +5,10 @@ carry out: start a pod on a node, kill a pod, and gang events a scheduler follow
 preempting, released, downgraded, failing hardware). Effects are numbered from 1 without gaps;
 each is idempotent by (kind, group, pod uid), so a new leader may resend them. A node agent asks
 for the effects after the last index it has seen, filtered to its node. Only the newest
-`OUTBOX_RETAINED_MAX` effects are kept, packed (see `effect_codec`), with the node of each
-beside it so the per-node index can be rebuilt on restore. A page of effects is bounded by
-count and by packed bytes, so that any page fits in a connection's frame.
+`OUTBOX_RETAINED_MAX` effects, and at most `OUTBOX_RETAINED_BYTES_MAX` bytes of them, are
+kept, packed (see `effect_codec`), with the node of each beside it so the per-node index can be
+rebuilt on restore. A page of effects is bounded by count and by packed bytes, so that any page
+fits in a connection's frame.
 """
 
 from __future__ import annotations
@@ -17,13 +18,17 @@ import bisect
 from statemachine.effect_codec import pack_effect, unpack_effect
 from statemachine.effects import Effect, EffectKind
 from statemachine.journal import Journal
-from statemachine.limits import EFFECT_REASON_LENGTH_MAX, OUTBOX_RETAINED_MAX
+from statemachine.limits import (
+    EFFECT_REASON_LENGTH_MAX,
+    OUTBOX_RETAINED_BYTES_MAX,
+    OUTBOX_RETAINED_MAX,
+)
 
 TRIM_CHUNK = 4096
 
 
 class Outbox:
-    __slots__ = ("_journal", "by_node", "first_index", "nodes", "packed")
+    __slots__ = ("_journal", "by_node", "first_index", "nodes", "packed", "packed_bytes")
 
     def __init__(self, journal: Journal) -> None:
         self._journal = journal
@@ -31,6 +36,7 @@ class Outbox:
         self.nodes: list[str] = []  # the node of each
         self.first_index = 1  # the index of packed[0]
         self.by_node: dict[str, list[int]] = {}  # node -> indices of its effects, ascending
+        self.packed_bytes = 0  # len(packed[i]) summed
 
     @property
     def next_index(self) -> int:
@@ -49,7 +55,8 @@ class Outbox:
                         command=command)
         self.load(node, pack_effect(effect))
         self._journal.record(self._unload)
-        if len(self.packed) > OUTBOX_RETAINED_MAX + TRIM_CHUNK:
+        if (len(self.packed) > OUTBOX_RETAINED_MAX + TRIM_CHUNK
+                or self.packed_bytes > OUTBOX_RETAINED_BYTES_MAX):
             self._trim()
 
     def load(self, node: str, data: bytes) -> None:
@@ -57,6 +64,7 @@ class Outbox:
         self.by_node.setdefault(node, []).append(self.next_index)
         self.packed.append(data)
         self.nodes.append(node)
+        self.packed_bytes += len(data)
 
     def since(self, after: int, node: str | None, limit: int,
               bytes_max: int | None = None) -> list[Effect]:
@@ -87,7 +95,7 @@ class Outbox:
         return [self.packed[index - self.first_index] for index in indices[start:start + limit]]
 
     def _unload(self) -> None:
-        self.packed.pop()
+        self.packed_bytes -= len(self.packed.pop())
         node = self.nodes.pop()
         indices = self.by_node[node]
         indices.pop()
@@ -95,12 +103,21 @@ class Outbox:
             del self.by_node[node]
 
     def _trim(self) -> None:
-        dropped = (self.packed[:TRIM_CHUNK], self.nodes[:TRIM_CHUNK])
+        """Drop TRIM_CHUNK effects, or more while the bytes kept are over an eighth below
+        OUTBOX_RETAINED_BYTES_MAX (so that a byte trim too is not made at every effect)."""
+        count = min(TRIM_CHUNK, len(self.packed) - 1)  # the newest effect always stays
+        kept = self.packed_bytes - sum(map(len, self.packed[:count]))
+        while count < len(self.packed) - 1 and \
+                kept > OUTBOX_RETAINED_BYTES_MAX - OUTBOX_RETAINED_BYTES_MAX // 8:
+            kept -= len(self.packed[count])
+            count += 1
+        dropped = (self.packed[:count], self.nodes[:count])
         self._drop(len(dropped[0]))
         self._journal.record(lambda: self._undrop(*dropped))
 
     def _drop(self, count: int) -> None:
         gone = sorted(set(self.nodes[:count]))
+        self.packed_bytes -= sum(map(len, self.packed[:count]))
         del self.packed[:count]
         del self.nodes[:count]
         self.first_index += count
@@ -113,6 +130,7 @@ class Outbox:
     def _undrop(self, packed: list[bytes], nodes: list[str]) -> None:
         self.packed[:0] = packed
         self.nodes[:0] = nodes
+        self.packed_bytes += sum(map(len, packed))
         self.first_index -= len(packed)
         for node in sorted(set(nodes)):
             restored = [self.first_index + position for position, name in enumerate(nodes)

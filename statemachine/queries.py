@@ -21,7 +21,7 @@ from typing import Any
 
 from statemachine.effect_codec import EFFECT_BYTES_MAX
 from statemachine.errors import Code, Rejection
-from statemachine.limits import EFFECTS_ANSWER_BYTES_MAX
+from statemachine.limits import EFFECTS_ANSWER_BYTES_MAX, GROUPS_ANSWER_BYTES_MAX
 from statemachine.nodes import NodeRecord
 from statemachine.result_codec import effect_to_plain, status_to_plain
 from statemachine.results import GroupPhase
@@ -85,7 +85,8 @@ def answer(state: State, query: Query) -> dict[str, Any] | Rejection:
         plain["doomed"] = _doomed_of(state, group.vc)
         return {"type": "group", **plain}
     if isinstance(query, GroupsQuery):
-        return {"type": "groups", "groups": _groups(state, query)}
+        groups, more = _groups(state, query)
+        return {"type": "groups", "groups": groups, "more": more}
     if isinstance(query, NodesQuery):
         names = [name for name in sorted(state.nodes) if name > query.after][:query.limit]
         return {"type": "nodes", "nodes": [_node_summary(state, state.nodes[name])
@@ -136,8 +137,11 @@ def stats(state: State) -> dict[str, Any]:
             "queue": len(state.queue), "outbox_next": state.outbox.next_index}
 
 
-def _groups(state: State, query: GroupsQuery) -> list[dict[str, Any]]:
-    found = []
+def _groups(state: State, query: GroupsQuery) -> tuple[list[dict[str, Any]], bool]:
+    """A page of gangs, at most `limit` of them and, past the first, about
+    GROUPS_ANSWER_BYTES_MAX bytes; and whether the page may have been cut short (`more`)."""
+    found: list[dict[str, Any]] = []
+    size_bytes = 0
     for name in sorted(state.groups):
         if name <= query.after:
             continue
@@ -145,13 +149,17 @@ def _groups(state: State, query: GroupsQuery) -> list[dict[str, Any]]:
         if (query.vc and group.vc != query.vc) or (query.phase and
                                                    group.phase.value != query.phase):
             continue
+        if len(found) >= query.limit:
+            return found, True
+        size_bytes += 160 + len(name) + len(group.vc) + len(group.why_pending) + len(
+            group.evicting)
+        if found and size_bytes > GROUPS_ANSWER_BYTES_MAX:
+            return found, True
         found.append({"group": name, "vc": group.vc, "phase": group.phase.value,
                       "priority": group.priority,
                       "effective_priority": group.effective_priority, "gpus": group.gpus,
                       "evicting": group.evicting, "why_pending": group.why_pending})
-        if len(found) >= query.limit:
-            break
-    return found
+    return found, False
 
 
 def _node_summary(state: State, record: NodeRecord) -> dict[str, Any]:

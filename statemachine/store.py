@@ -234,8 +234,9 @@ class GpuStore:
         return await self._every("nodes", "nodes", "node")
 
     async def _every(self, kind: str, key: str, name: str, **fields: Any) -> Answer:
-        """The `kind` query's list under `key`, page after page until a short one; each page
-        starts after the last item's `name`."""
+        """The `kind` query's list under `key`, page after page until one that says there is
+        no `more` (or, for an answer that does not say, a short one); each page starts after
+        the last item's `name`."""
         listed: list[dict[str, Any]] = []
         after = ""
         while True:
@@ -244,7 +245,8 @@ class GpuStore:
                 return answer
             page = answer[key]
             listed.extend(page)
-            if len(page) < QUERY_LIMIT_MAX:
+            if not page or not answer.get("more", len(page) >= QUERY_LIMIT_MAX):
+                answer.pop("more", None)
                 return {**answer, key: listed}
             after = page[-1][name]
 

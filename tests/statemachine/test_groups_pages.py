@@ -1,0 +1,108 @@
+"""A `groups` page (GpuStore.gangs, all_gangs) is bounded by bytes as well as by count (4096). It
+had been by count alone, and each gang's `why_pending` names every chain it could use: with 32
+chains (rack types) a page of 4096 pending gangs is some 9.8 MB, over a client connection's
+default frame cap (8 MiB, consensus/runtime/node_config.py), so the replica answers TOO_LARGE
+and `all_gangs`, which always asks for QUERY_LIMIT_MAX, can never list the gangs. The effects
+query cuts its pages by bytes and says `more`; the gangs listing must too, and `all_gangs` must
+follow `more` rather than take a short page for the last one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+from consensus.runtime.client import ReplyTooLarge
+from consensus.runtime.node_config import LIMIT_DEFAULTS
+from statemachine.apply import apply
+from statemachine.commands import ApplyConfig
+from statemachine.context import Context
+from statemachine.errors import Rejection
+from statemachine.limits import QUERY_LIMIT_MAX
+from statemachine.machine import Machine
+from statemachine.queries import GroupsQuery, answer
+from statemachine.query_codec import encode_answer
+from statemachine.spec import (
+    CellTypeSpec,
+    ClusterSpec,
+    GpuModelSpec,
+    PhysicalCellSpec,
+    PolicySpec,
+    QuotaSpec,
+    VirtualClusterSpec,
+)
+from statemachine.state import State
+from statemachine.store import GpuStore
+from tests.statemachine.builders import ADMIN, SCHEDULER, gang
+
+CHAINS = 32
+GANGS = QUERY_LIMIT_MAX + 100
+
+
+def many_chains_spec() -> ClusterSpec:
+    types, cells = [], []
+    for k in range(CHAINS):
+        model = f"GPU-MODEL-{k:02d}"
+        types.append(CellTypeSpec(name=f"{model}-NODE", child=model, child_count=8,
+                                  node_level=True))
+        types.append(CellTypeSpec(name=f"{model}-RACK-OF-EIGHT-NODES", child=f"{model}-NODE",
+                                  child_count=8))
+        cells.append(PhysicalCellSpec(cell_type=f"{model}-RACK-OF-EIGHT-NODES",
+                                      nodes=tuple(f"rack{k}-node{i}" for i in range(8))))
+    return ClusterSpec(
+        gpu_models=tuple(GpuModelSpec(name=f"GPU-MODEL-{k:02d}", memory_mib=81920)
+                         for k in range(CHAINS)),
+        cell_types=tuple(types), physical_cells=tuple(cells),
+        virtual_clusters=(VirtualClusterSpec(name="research", quota=(QuotaSpec(
+            chain="GPU-MODEL-00-RACK-OF-EIGHT-NODES", cell_type="GPU-MODEL-00-NODE",
+            count=1),)),),
+        policy=PolicySpec())
+
+
+def pending_gangs(state: State) -> None:
+    now = 1_000
+    apply(state, ApplyConfig(expected_version=0, spec=many_chains_spec()),
+          Context(principal=ADMIN, now_ms=now))
+    for index in range(GANGS):  # opportunistic, any model: no node is registered, all wait
+        now += 1
+        apply(state, gang(f"training-job-{index:06d}", "research", -1, (1, 8)),
+              Context(principal=SCHEDULER, now_ms=now))
+
+
+@pytest.fixture(scope="module")
+def machine() -> Machine:
+    machine = Machine()
+    pending_gangs(machine.state)
+    return machine
+
+
+def test_a_full_page_of_gangs_fits_a_client_frame(machine: Machine) -> None:
+    page = answer(machine.state, GroupsQuery(vc="", phase="", after="",
+                                             limit=QUERY_LIMIT_MAX))
+    assert not isinstance(page, Rejection) and page["groups"]
+    size = len(encode_answer(page))
+    assert size < LIMIT_DEFAULTS["frame_bytes_max"] - 4096, (
+        f"{len(page['groups'])} gangs: {size} bytes")
+
+
+class OneMachine:
+    """A CellarClient stand-in answering reads on one Machine, refusing an answer over the
+    default frame cap as the replica's server does (TOO_LARGE)."""
+
+    def __init__(self, machine: Machine) -> None:
+        self.machine = machine
+
+    async def read(self, query: bytes, **_: Any) -> bytes:
+        result = self.machine.query(query)
+        if len(result) > LIMIT_DEFAULTS["frame_bytes_max"] - 4096:
+            raise ReplyTooLarge(f"the query's answer, {len(result)} bytes")
+        return result
+
+
+@pytest.mark.anyio
+async def test_all_gangs_lists_every_gang(machine: Machine) -> None:
+    with anyio.fail_after(30):
+        listed = await GpuStore(OneMachine(machine)).all_gangs()  # type: ignore[arg-type]
+    assert not isinstance(listed, Rejection)
+    assert len(listed["groups"]) == GANGS
