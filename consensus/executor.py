@@ -31,7 +31,7 @@ class Stall:
 
 class Executor:
     __slots__ = ("_ctx", "_dedup_heaps", "_dedup_low", "_dedup_tags", "_deduplicating",
-                 "exec_counts", "exec_slot", "executed_tags", "stalled_since")
+                 "dropped_tags", "exec_counts", "exec_slot", "executed_tags", "stalled_since")
 
     def __init__(self, ctx: Context) -> None:
         self._ctx = ctx
@@ -43,6 +43,7 @@ class Executor:
         self._deduplicating = ctx.config.mode is Mode.MULTIPAXOS
         self.stalled_since = 0  # tick at which execution last advanced
         self.executed_tags: list[int] = []  # own tags executed in this step (for the leader)
+        self.dropped_tags: list[int] = []  # own tags dropped as repeats in this step (likewise)
 
     def run(self) -> None:
         """Execute every slot that can run now."""
@@ -77,6 +78,8 @@ class Executor:
             tags = self._dedup_tags[origin]
             if tag < self._dedup_low[origin] or tag in tags:
                 self._ctx.count("executor.duplicate_dropped")
+                if origin == self._ctx.id:
+                    self.dropped_tags.append(tag)
                 continue
             tags.add(tag)
             heapq.heappush(self._dedup_heaps[origin], tag)

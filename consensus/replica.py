@@ -283,6 +283,13 @@ class Replica:
         if self._executor.executed_tags:
             self._leader.on_executed_own(self._executor.executed_tags)
             self._executor.executed_tags = []
+        if self._executor.dropped_tags:
+            # Multi-Paxos: an own command still forwarded that every executor drops as a
+            # repeat (its tag fell below the dedup window while it waited: it never ran) is
+            # forwarded no more; it would be dropped again for ever. Its client's wait ends
+            # with the outcome unknown, and a retry in the same session runs it once.
+            self._leader.forget_forwarded(set(self._executor.dropped_tags).__contains__)
+            self._executor.dropped_tags = []
         self._leader.check_ready()
         self._reads.serve()
         self._learner.flush()
