@@ -19,6 +19,7 @@ from consensus.runtime.certs import CA_DAYS
 from consensus.runtime.node_config import NodeConfigError, parse_node_config
 from statemachine.errors import Code, Rejection
 from statemachine.result_codec import encode_result
+from tests.consensus.runtime.test_node_config import THREE_PEERS
 
 EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "cluster.toml"
 
@@ -93,19 +94,7 @@ BASE = """
 replica_id = 0
 data_dir = "data-0"
 insecure = true
-[[peers]]
-id = 0
-peer = "127.0.0.1:7000"
-client = "127.0.0.1:7100"
-[[peers]]
-id = 1
-peer = "127.0.0.1:7001"
-client = "127.0.0.1:7101"
-[[peers]]
-id = 2
-peer = "127.0.0.1:7002"
-client = "127.0.0.1:7102"
-"""
+""" + THREE_PEERS
 
 
 def test_a_key_written_after_the_peers_tables_is_refused_not_dropped() -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from consensus.config import ReplicaConfig
+from consensus.config import Defect, ReplicaConfig
 from consensus.messages import Message
 from consensus.prng import Prng
 from consensus.records import Record
@@ -19,8 +19,9 @@ PROCESS_STEPS_MAX = 50
 
 
 class Stepper:
-    def __init__(self, replica_count: int) -> None:
-        self.configs = {replica: ReplicaConfig(replica_id=replica, replica_count=replica_count)
+    def __init__(self, replica_count: int, defects: frozenset[Defect] = frozenset()) -> None:
+        self.configs = {replica: ReplicaConfig(replica_id=replica, replica_count=replica_count,
+                                               defects=defects)
                         for replica in range(replica_count)}
         self.replicas: dict[int, Replica | None] = {
             replica: Replica(config, Prng(replica)) for replica, config in self.configs.items()}

@@ -15,6 +15,7 @@ import anyio
 from cellar.bench.peers.kv import Durability
 from cellar.bench.peers.load import PhaseResult, put_operation, run_phase
 from cellar.bench.peers.workload import Workload, measure
+from tests.cellar.bench.test_bench_peers import FakeClient
 
 
 class EveryTenthSlow:
@@ -103,28 +104,17 @@ def test_gets_read_existing_values_of_one_size_whatever_the_write_speed() -> Non
     assert len(sizes) == 1, f"gets read values of sizes {sizes}"
 
 
-class FailsWhileSettling:
+class FailsWhileSettling(FakeClient):
     """Every call fails for the first `settle_s` after the cluster starts, then all succeed."""
 
     def __init__(self, started: float, settle_s: float) -> None:
+        super().__init__({}, delay_s=0.0005)
         self.started, self.settle_s = started, settle_s
-        self.store: dict[bytes, bytes] = {}
 
     async def _call(self) -> None:
-        await anyio.sleep(0.0005)
+        await super()._call()
         if anyio.current_time() - self.started < self.settle_s:
             raise ConnectionError("no leader yet")
-
-    async def put(self, key: bytes, value: bytes) -> None:
-        await self._call()
-        self.store[key] = value
-
-    async def get(self, key: bytes) -> bytes | None:
-        await self._call()
-        return self.store.get(key)
-
-    async def aclose(self) -> None:
-        pass
 
 
 class SettlingCluster:

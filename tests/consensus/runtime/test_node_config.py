@@ -12,12 +12,7 @@ from consensus.config import Defect
 from consensus.runtime.node import replica_config
 from consensus.runtime.node_config import NodeConfigError, load_node_config, parse_node_config
 
-GOOD = """
-replica_id = 1
-data_dir = "data/r1"
-insecure = true
-loop = "trio"
-metrics = "127.0.0.1:9401"
+THREE_PEERS = """
 [[peers]]
 id = 0
 peer = "127.0.0.1:7000"
@@ -30,6 +25,14 @@ client = "127.0.0.1:7101"
 id = 2
 peer = "127.0.0.1:7002"
 client = "127.0.0.1:7102"
+"""
+GOOD = """
+replica_id = 1
+data_dir = "data/r1"
+insecure = true
+loop = "trio"
+metrics = "127.0.0.1:9401"
+""" + THREE_PEERS + """
 [limits]
 inputs_max = 100
 """
