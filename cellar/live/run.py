@@ -12,7 +12,8 @@ Phases, on the loop's clock:
 
 The history is checked with the key-value model (every key starts absent). The run directory
 keeps the replicas' data and logs, `history.jsonl` (read by `cellar check`) and
-`report.html`.
+`report.html`. A run interrupted (Ctrl-C, an error) still leaves the history recorded so far,
+its open operations of unknown outcome, for `cellar check`.
 """
 
 from __future__ import annotations
@@ -123,6 +124,9 @@ async def run_live(options: LiveOptions, directory: pathlib.Path) -> LiveResult:
             await anyio.to_thread.run_sync(cluster.wait_ports)
             phases = await _run_phases(options, layout, cluster, relays, recorder)
             group.cancel_scope.cancel()
+    except BaseException:
+        _save_partial(recorder, directory)
+        raise
     finally:
         if cluster is not None:
             cluster.stop()
@@ -138,6 +142,14 @@ async def run_live(options: LiveOptions, directory: pathlib.Path) -> LiveResult:
     return LiveResult(options, phases.schedule, history, result, len(outcomes.types),
                       outcomes.count(EventType.OK), unsettled, phases.views, phases.exits,
                       outcomes.count(EventType.OK, invoked_after_s=settled_at))
+
+
+def _save_partial(recorder: HistoryRecorder, directory: pathlib.Path) -> None:
+    """What an interrupted run recorded, to `history.jsonl`; a failure to write it is not
+    allowed to hide the interruption."""
+    with contextlib.suppress(Exception):
+        path = directory / "history.jsonl"
+        save(recorder.history(source=str(path)), path)
 
 
 @dataclass(frozen=True, slots=True)

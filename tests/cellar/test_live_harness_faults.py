@@ -1,7 +1,7 @@
 """`cellar live` leaves nothing behind and judges liveness soundly: a harness killed (SIGKILL)
 while a replica is paused leaves no replica stopped for good; a cluster that never recovers
 after the heal is not called live; a fault that needs no sequencer is not held back looking
-for one."""
+for one; an interrupted run leaves the history it recorded."""
 
 from __future__ import annotations
 
@@ -17,10 +17,12 @@ from types import SimpleNamespace
 import anyio
 import pytest
 
+from cellar.live import run as live_run
 from cellar.live.nemesis import LiveNemesis
 from cellar.live.relays import Link, LinkRelays
 from cellar.live.run import LiveOptions, run_live
-from jepsen.history import HistoryRecorder
+from jepsen.formats import load
+from jepsen.history import EventType, HistoryRecorder
 from jepsen.sim.nemesis import Fault, NemesisEvent
 from tests.cellar.leftovers import kill_leftovers
 from tests.cellar.test_live_run import FakeReplica
@@ -125,3 +127,41 @@ def test_a_fault_that_needs_no_sequencer_is_not_held_back_by_looking_for_one() -
     started = anyio.run(play)
     assert len(applied) == 4
     assert applied[0] - started < 0.5 and applied[1] - started < 0.5
+
+
+class _NoCluster:
+    """Stands in for the replica processes: the run is interrupted before it needs any."""
+
+    def __init__(self, layout: object, death_signal: signal.Signals) -> None:
+        del layout, death_signal
+
+    def start(self) -> None: ...
+
+    def wait_ports(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_an_interrupted_run_leaves_the_history_it_recorded(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C (or an error) midway: the operations recorded so far are written for `cellar
+    check`, the one still open as of unknown outcome; the interruption goes on."""
+    async def interrupted(options: object, layout: object, cluster: object, relays: object,
+                          recorder: HistoryRecorder) -> None:
+        recorder.ok(recorder.invoke(0, "put", 1, key="k"), 1)
+        recorder.invoke(1, "put", 2, key="k")
+        raise RuntimeError("interrupted")
+
+    monkeypatch.setattr(live_run, "ProcessCluster", _NoCluster)
+    monkeypatch.setattr(live_run, "_run_phases", interrupted)
+    raised = False
+    try:
+        await run_live(LiveOptions(), tmp_path)
+    except* RuntimeError:  # out of the run's task group
+        raised = True
+    assert raised
+    history = load(tmp_path / "history.jsonl").history
+    assert [(operation.status, operation.input) for operation in history.operations] == \
+        [(EventType.OK, 1), (EventType.INFO, 2)]
