@@ -2,6 +2,8 @@
 
 `status` asks every replica for its role, view, sequencer, executed and committed slots, lag
 behind the furthest replica and connected peers; a replica that does not answer is shown down.
+It exits 0 when a majority of the replicas answered (the cluster can serve), 1 when some but
+fewer than a majority did, 2 when none did.
 `admin` issues the state machine's admin commands (apply a configuration, cordon, uncordon,
 drain, mark a node or GPU bad or clear it) and its queries (gangs, one gang with why it is
 pending, nodes, one node, the cluster view, stats). Its exit statuses (`ADMIN_EXIT_STATUSES`)
@@ -39,6 +41,7 @@ from statemachine.results import GroupPhase
 from statemachine.store import GpuStore
 
 EXIT_REJECTED, EXIT_UNREACHABLE, EXIT_OUTCOME_UNKNOWN, EXIT_FORBIDDEN, EXIT_REFUSED = 1, 2, 3, 4, 5
+EXIT_NO_MAJORITY = 1  # `status`: some replicas answered, fewer than a majority
 VERSION_MAX = (1 << 63) - 1  # the state machine's integers are signed 64-bit
 ADMIN_EXIT_STATUSES = """exit status:
   0  done
@@ -75,7 +78,10 @@ def run_status(args: argparse.Namespace) -> int:
     else:
         for line in status_table(statuses):
             print(line)
-    return 0 if any(status.get("running") for status in statuses) else EXIT_UNREACHABLE
+    running = sum(1 for status in statuses if status.get("running"))
+    if not running:
+        return EXIT_UNREACHABLE
+    return 0 if running > len(statuses) // 2 else EXIT_NO_MAJORITY
 
 
 async def _statuses(args: argparse.Namespace) -> list[dict[str, Any]]:

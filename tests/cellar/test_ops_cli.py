@@ -4,6 +4,7 @@ and the configuration file reader's errors."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import pathlib
@@ -91,6 +92,23 @@ def test_status_with_no_replica_answering_shows_it_down_and_exits_2(
         capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["status", *nothing_listening()]) == 2
     assert "down" in capsys.readouterr().out.splitlines()[1]
+
+
+@pytest.mark.parametrize(("answering", "status"), [(3, 0), (2, 0), (1, 1), (0, 2)])
+def test_status_exits_0_only_when_a_majority_answers(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], answering: int,
+        status: int) -> None:
+    """A script watching the cluster's health reads the status: 1 replica of 3 up cannot
+    serve (it exited 0 while any one answered)."""
+    async def statuses(args: argparse.Namespace) -> list[dict[str, object]]:
+        return [{"endpoint": f"127.0.0.1:{7100 + replica}", "running": replica < answering,
+                 "replica_id": replica, "is_sequencer": replica == 0, "view": 0,
+                 "status": "normal", "sequencer": 0, "executed_slots": 5, "commit_prefix": 5}
+                for replica in range(3)]
+
+    monkeypatch.setattr(ops_cli, "_statuses", statuses)
+    assert ops_cli.run_status(argparse.Namespace(json=True)) == status
+    assert len(json.loads(capsys.readouterr().out)["replicas"]) == 3
 
 
 def test_status_names_the_peers_a_replica_refuses_and_why() -> None:
