@@ -24,7 +24,6 @@ from anyio.abc import TaskStatus
 from agent.config import AgentConfig
 from agent.exporter import AgentView, render
 from agent.gpu import DeviceInfo, GpuBackend, NvmlUnavailable
-from agent.gpu_leftovers import GpuLeftovers
 from agent.health import HealthTracker
 from agent.inventory import fresh_boot_id, gpu_inventory, gpu_links
 from agent.jobs import JobRunner
@@ -64,11 +63,11 @@ class Agent:
         self.view.devices = devices
         tracker = self._tracker(devices)
         intervals = self.config.intervals
-        # One registry of ended jobs' processes left on GPUs: the runner's release checks
-        # fill it (through the monitor), the monitor's polls clear it.
+        # The monitor keeps the registry of ended jobs' processes left on GPUs: the runner's
+        # release checks fill it (`leftovers=monitor` below), the monitor's polls clear it.
         monitor = Monitor(self.backend, tracker, self.link, self.view,
                           poll_ms=intervals.poll_ms, event_wait_ms=intervals.event_wait_ms,
-                          retry_ms_max=intervals.retry_ms_max, leftovers=GpuLeftovers())
+                          retry_ms_max=intervals.retry_ms_max)
         await self._first_look(monitor)
         self.config.state_dir.mkdir(parents=True, exist_ok=True)
         async with JobRunner(self.config.state_dir, local_gpu_uuids=[d.uuid for d in devices],

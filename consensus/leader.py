@@ -189,8 +189,13 @@ class Leader:
         """Keep the reservation at least half a reservation past `index`."""
         reserved = self._ctx.config.reserved_indexes
         if index + reserved // 2 >= self.reserved_upto:
-            self.reserved_upto = index + reserved
-            self._ctx.persist(ReserveRecord(self.reserved_upto))
+            self.reserve_upto(index + reserved)
+
+    def reserve_upto(self, upto: int) -> None:
+        """Own indexes below `upto` may be in use from now on: on disk with this Ready's sync
+        (`reserved`, the DiskMark, follows it)."""
+        self.reserved_upto = upto
+        self._ctx.persist(ReserveRecord(upto))
 
     def _send_accept(self, peer: int, accept: CAccept) -> None:
         """A C-accept leaves once the reservation of its index (and the epoch of its tags) is

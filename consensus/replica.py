@@ -496,9 +496,7 @@ class Replica:
         Readys' worth beyond the last one on disk ever left. Reserve those, so the retake
         decides them (no-ops where nobody holds a value) before a new command takes one."""
         leader = self._leader
-        upto = leader.next_index + 2 * self._ctx.config.inflight_instances_max
-        leader.reserved_upto = upto  # on disk with this Ready's sync (its DiskMark follows)
-        self._ctx.persist(ReserveRecord(upto))
+        leader.reserve_upto(leader.next_index + 2 * self._ctx.config.inflight_instances_max)
         self._ctx.count("recovery.reserved_after_upgrade")
 
     def _replay(self, records: Iterable[Record]) -> None:

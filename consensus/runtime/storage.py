@@ -198,11 +198,9 @@ class DurableLog:
         may_create = _prepare_directory(directory, create=create)  # before the lock file
         lock = DirectoryLock.acquire(directory)
         try:
-            if identity is not None and not may_create:
+            if identity is not None:
                 claim(directory, identity)  # before the log: a stranger's is left untouched
             records, size, key, recovery = _load(directory, may_create=may_create)
-            if identity is not None and may_create:
-                claim(directory, identity)
             fd = _open_for_append(directory / LOG_NAME)
         except BaseException:
             lock.release()
