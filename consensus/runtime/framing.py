@@ -164,6 +164,16 @@ class FrameReader:
         # Each read yields at least one byte, so one frame never takes more reads than this.
         self._reads_per_frame_max = HEADER_BYTES + frame_bytes_max + 1
 
+    def widen(self, frame_bytes_max: int) -> None:
+        """Raise the cap, for a stream whose first frames were read under a smaller one (a
+        peer's hello is read under `HELLO_BYTES_MAX` until it has named a replica)."""
+        if frame_bytes_max < self.frame_bytes_max:
+            raise ValueError(f"a reader's cap only widens: {frame_bytes_max} is below "
+                             f"{self.frame_bytes_max}")
+        check_frame_bytes_max(frame_bytes_max)
+        self._decoder.frame_bytes_max = self.frame_bytes_max = frame_bytes_max
+        self._reads_per_frame_max = HEADER_BYTES + frame_bytes_max + 1
+
     async def receive(self) -> bytes:
         """The next frame; see `receive_batch` for what it raises."""
         if not self._pending:

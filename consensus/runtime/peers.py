@@ -500,8 +500,10 @@ class PeerMesh:
                           ) -> tuple[int, anyio.abc.ByteStream, FrameReader] | None:
         """The dialer's id, its stream and reader, once its hello names this replica's timing;
         None (counted, and logged when the reason is new) if not. `certified`: the replica
-        its certificate names (None without TLS: the hello's id is taken unchecked)."""
-        reader = FrameReader(stream, frame_bytes_max=self.frame_bytes_max)
+        its certificate names (None without TLS: the hello's id is taken unchecked). The
+        hello is read under its own cap, so a dialer that named no replica yet cannot make
+        this one buffer a whole frame's worth."""
+        reader = FrameReader(stream, frame_bytes_max=HELLO_BYTES_MAX)
         try:
             with anyio.fail_after(self.handshake_timeout_s):
                 hello = Hello.parse(await reader.receive())
@@ -524,6 +526,7 @@ class PeerMesh:
                          "the same tick_ms, lease_ticks and lease_drift_ticks")
             return None
         self.refused.pop(hello.replica_id, None)
+        reader.widen(self.frame_bytes_max)
         return hello.replica_id, stream, reader
 
     def _refuse(self, peer: int, reason: str) -> None:

@@ -1,5 +1,6 @@
-"""A hello that is valid-looking but deeply nested JSON must be refused like any
-other bad hello, not crash the whole peer mesh (and with it the replica)."""
+"""Bad hellos are refused, and cost the replica little: deeply nested JSON must not crash the
+whole peer mesh (and with it the replica), and a dialer that has named no replica yet cannot
+make it wait for, and buffer, a whole frame's worth of bytes."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pathlib
 import anyio
 import pytest
 
-from consensus.runtime.framing import IDENTITY_REFUSED, TIMING_REFUSED, encode_frames
+from consensus.runtime.framing import HEADER, IDENTITY_REFUSED, TIMING_REFUSED, encode_frames
 from consensus.runtime.peers import HELLO_BYTES_MAX, PEER_HELLO, Hello, LinkTiming
 from consensus.runtime.tls import Identity
 from tests.consensus.runtime.test_peers import (
@@ -67,5 +68,36 @@ async def test_a_certified_peer_sending_a_nested_hello_is_refused(
             await good.send(encode_frames([Hello(1, LinkTiming()).encode(), b"ok"]))
             await eventually(lambda: inbox.frames == [(1, b"ok")])
             await good.aclose()
+            await running.stop()
+            group.cancel_scope.cancel()
+
+
+async def test_a_hello_announced_past_its_cap_is_refused_without_waiting_for_it() -> None:
+    """The hello is read under HELLO_BYTES_MAX, not the peers' frame cap: a length above it
+    is refused at once (the replica had waited out the handshake for up to 32 MiB)."""
+    ports = dict(enumerate(free_ports(2)))
+    mesh = mesh_of(None, 0, ports, Inbox(), handshake_timeout_s=3600)
+    with anyio.fail_after(TIME_LIMIT_S):
+        async with anyio.create_task_group() as group:
+            running = await start(group, mesh)
+            await intrude(ports[0], None, HEADER.pack(HELLO_BYTES_MAX + 1) + PEER_HELLO)
+            await eventually(lambda: mesh.metrics[IDENTITY_REFUSED] == 1)
+            await running.stop()
+            group.cancel_scope.cancel()
+
+
+async def test_frames_past_the_hello_cap_pass_once_the_hello_named_a_peer() -> None:
+    """The cap widens to the mesh's after the hello, also for a frame sent in the same write."""
+    ports = dict(enumerate(free_ports(2)))
+    inbox = Inbox()
+    mesh = mesh_of(None, 0, ports, inbox)
+    large = b"x" * (HELLO_BYTES_MAX * 64)
+    with anyio.fail_after(TIME_LIMIT_S):
+        async with anyio.create_task_group() as group:
+            running = await start(group, mesh)
+            stream = await dial(ports[0], None)
+            await stream.send(encode_frames([Hello(1, LinkTiming()).encode(), b"small", large]))
+            await eventually(lambda: inbox.frames == [(1, b"small"), (1, large)])
+            await stream.aclose()
             await running.stop()
             group.cancel_scope.cancel()
