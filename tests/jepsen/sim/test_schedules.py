@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from jepsen.sim.nemesis import Fault, NemesisEvent
 from jepsen.sim.options import SimOptions
 from jepsen.sim.runner import run
+from jepsen.verdict import Verdict
 
 SAFETY_MS = 900
 FAULTS = [Fault.CLOG, Fault.PAUSE, Fault.ONE_WAY, Fault.ISOLATE, Fault.ISOLATE_SEQUENCER,
@@ -52,3 +53,4 @@ def test_drawn_schedules_stay_safe_and_live(
     result = run(options, schedule)
     assert result.ok, "\n".join([options.describe(), *map(str, schedule),
                                  *map(str, result.violations)])
+    assert result.linearizability is Verdict.LINEARIZABLE, options.describe()
