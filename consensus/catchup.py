@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from consensus.codec import ENVELOPE_BYTES_MAX
+from consensus.config import Mode
 from consensus.context import Context
 from consensus.executor import Executor
 from consensus.learner import Learner
@@ -362,14 +363,24 @@ class CatchUp:
         ctx = self._ctx
         tags = [command.tag for item in ctx.outbox.pending.executed
                 for command in item.commands if command.origin == ctx.id]
+        ran = self._ran_in(meta)
         for space, count in enumerate(meta.exec_counts):
             log = ctx.clog[space]
             for index in range(self._executor.exec_counts[space], count):
                 slot = log.get(index)
                 if slot is not None and slot.committed:  # else another value may have won
                     tags.extend(command.tag for command in slot.batch
-                                if command.origin == ctx.id)
+                                if command.origin == ctx.id and ran(command.tag))
         return tags
+
+    def _ran_in(self, meta: SnapshotMeta) -> Callable[[int], bool]:
+        """Whether an own command committed in `meta`'s prefix ran there. Multi-Paxos drops
+        repeats: a tag inside the snapshot's dedup window ran; one below it may have been
+        dropped without ever running (its Forward lost while later tags filled the window),
+        so its outcome stays unknown."""
+        if self._ctx.config.mode is not Mode.MULTIPAXOS:
+            return lambda tag: True
+        return set(meta.dedup_tags[self._ctx.id]).__contains__
 
     def compact(self, state: bytes) -> SnapshotRecord:
         """Fold the executed prefix into `state`, the state machine's snapshot at this point."""

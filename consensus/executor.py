@@ -93,8 +93,13 @@ class Executor:
         return tuple(kept) if len(kept) != len(batch) else batch
 
     def ran(self, origin: int, tag: int) -> bool:
-        """Whether (origin, tag) is known executed (Multi-Paxos: the dedup window)."""
-        return tag < self._dedup_low[origin] or tag in self._dedup_tags[origin]
+        """Whether (origin, tag) is known executed (Multi-Paxos: inside the dedup window)."""
+        return tag in self._dedup_tags[origin]
+
+    def repeat(self, origin: int, tag: int) -> bool:
+        """Whether (origin, tag) would be dropped as a repeat (Multi-Paxos): it ran, or its
+        tag is below the dedup window, where whether it ran is not known."""
+        return tag < self._dedup_low[origin] or self.ran(origin, tag)
 
     def runnable(self) -> bool:
         """Whether the next slot can execute now."""

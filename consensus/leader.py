@@ -406,9 +406,9 @@ class Leader:
         self._ctx.outbox.pending.readied.extend(
             tag for tag in message.tags if tag in self._forwarded)
 
-    def forget_forwarded(self, ran: Callable[[int], bool]) -> list[int]:
-        """A snapshot ran some forwarded commands: forget them; returns their tags."""
-        tags = [tag for tag in sorted(self._forwarded) if ran(tag)]
+    def forget_forwarded(self, repeat: Callable[[int], bool]) -> list[int]:
+        """Forget the forwarded commands every executor drops as repeats; returns their tags."""
+        tags = [tag for tag in sorted(self._forwarded) if repeat(tag)]
         for tag in tags:
             del self._forwarded[tag]
         return tags

@@ -425,11 +425,17 @@ class Replica:
         self._leader.forget_below(self._ctx.clog[self._ctx.id].base)
         self._leader.recount()
         if self.config.mode is Mode.MULTIPAXOS:
-            # Forwarded commands the snapshot ran: no slot here will report them executed,
-            # and forwarded again and again, each would be dropped as a repeat for ever.
-            me, covered = self._ctx.id, self._ctx.outbox.pending.covered
-            ran = self._leader.forget_forwarded(lambda tag: self._executor.ran(me, tag))
+            # Forwarded commands the snapshot drops as repeats: forwarded again and again,
+            # each would be dropped for ever. Those its dedup window holds ran (no slot here
+            # will report them executed); below the window a tag counts as run whether it ran
+            # or its Forward was lost: the outcome stays unknown, as `forget_below` leaves it.
+            me, executor = self._ctx.id, self._executor
+            covered = self._ctx.outbox.pending.covered
+            forgotten = self._leader.forget_forwarded(lambda tag: executor.repeat(me, tag))
+            ran = [tag for tag in forgotten if executor.ran(me, tag)]
             covered.extend(sorted(set(ran) - set(covered)))
+            if len(ran) < len(forgotten):
+                self._ctx.count("leader.outcome_unknown", len(forgotten) - len(ran))
 
     def _on_own_commit(self, slot: int) -> None:
         self._leader.on_own_o_committed(slot)
