@@ -4,11 +4,12 @@ It starts NVML (retrying with back-off while the driver is away: the GPU count i
 and nothing is registered rather than zero GPUs), registers the node's GPUs with a fresh
 incarnation (with those registered before and lost since, as `agent.registered_gpus` keeps
 them across restarts), heartbeats from then on (stopping jobs may take longer than a lease),
-reconciles the jobs the store expects with the ones running, and then runs until stopped: the
-health monitor (`agent.monitor`), the pods loop (`agent.pods`: effects in, starts, stops and
-exits out) and the metrics page. The store client follows failovers by itself; if the store says
-this incarnation is over (the node was registered again elsewhere or deregistered), the agent
-registers again and reconciles.
+reconciles the jobs the store expects with the ones running (which covers every effect before
+the registration: the effects cursor first skips those the store no longer keeps), and then
+runs until stopped: the health monitor (`agent.monitor`), the pods loop (`agent.pods`: effects
+in, starts, stops and exits out) and the metrics page. The store client follows failovers by
+itself; if the store says this incarnation is over (the node was registered again elsewhere or
+deregistered), the agent registers again and reconciles.
 """
 
 from __future__ import annotations
@@ -88,6 +89,7 @@ class Agent:
         """Register, reconcile and serve; again whenever the store ends the incarnation."""
         reconciled = False
         while True:
+            await pods.skip_covered_effects()
             registered = await self.link.register(fresh_boot_id(), read_gpus)
             self._registered_gpus.remember(self._offered)
             self.registrations += 1

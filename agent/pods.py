@@ -184,6 +184,18 @@ class Pods:
             finally:
                 self.runner.exit_reported(exited.pod_uid)
 
+    async def skip_covered_effects(self) -> None:
+        """Before registering: move the cursor past the effects the store no longer keeps
+        (or back to its outbox's end, when past it). The registration's reconcile covers
+        every effect before it, so the watch that follows must not be told of that gap (a
+        new agent, at cursor 0, on a trimmed outbox registered twice at once)."""
+        after = self._cursor()
+        resume_after = await self.link.effects_resume_after(after)
+        if resume_after != after:
+            logger.info("effects after %d are not kept: the registration covers them, the "
+                        "watch resumes after %d", after, resume_after)
+            self._remember(resume_after)
+
     async def follow_effects(self) -> None:
         """Forever: act on this node's effects, from where the last run stopped. When some
         were trimmed before this agent saw them (it was cut off for long), or its cursor is

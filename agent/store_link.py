@@ -94,6 +94,12 @@ class StoreLink:
             except ClientError as error:
                 delay_ms = await self._back_off("watching effects", error, delay_ms)
 
+    async def effects_resume_after(self, after: int) -> int:
+        """Where a watch of this node's effects from `after` would resume: `after`, or past
+        the effects the store no longer keeps (`GpuStore.effects_resume_after`)."""
+        return await self._until_answered("effects cursor", lambda: (
+            self.store.effects_resume_after(self.node, after)))
+
     async def register(self, boot_id: str, read_gpus: Callable[[], Awaitable[NodeGpus]]
                        ) -> NodeRegistered:
         """Register with a fresh incarnation and the GPUs `read_gpus` finds, read again for

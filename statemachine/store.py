@@ -220,6 +220,19 @@ class GpuStore:
                 if on_cursor is not None:
                     on_cursor(after)
 
+    async def effects_resume_after(self, node: str, after: int) -> int:
+        """Where a watch of `node`'s effects from `after` would resume, by a linearizable
+        read: `after` itself, or the `resume_after` of the EffectsTrimmed (CursorAhead) the
+        watch would raise. A node agent moves its cursor there before registering: the
+        registration that follows covers every effect before it."""
+        answer = await self._read_effects(encode_query("effects", after=after, node=node,
+                                                       limit=1))
+        try:
+            _check_cursor(answer, after)
+        except EffectsTrimmed as gap:
+            return gap.resume_after
+        return after
+
     async def _read_effects(self, query: bytes) -> dict[str, Any]:
         return _effects_answer(await self.client.read(query))
 

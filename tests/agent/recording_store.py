@@ -60,6 +60,9 @@ class RecordingStore:
     async def gang(self, group: str) -> Any:
         return self.gangs.get(group, Rejection(code=Code.UNKNOWN_GROUP, message=group))
 
+    async def effects_resume_after(self, node: str, after: int) -> int:
+        return after  # every effect is kept
+
     async def watch_effects(self, node: str, after: int = 0, *, wait_s: float = 5.0,
                             on_cursor: Callable[[int], None] | None = None
                             ) -> AsyncGenerator[dict[str, Any], None]:

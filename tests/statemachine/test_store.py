@@ -199,6 +199,22 @@ async def test_a_cursor_ahead_of_the_outbox_is_not_silently_waited_past() -> Non
     assert isinstance(ahead.value, EffectsTrimmed), "agents reconcile on it as on a trim"
 
 
+async def test_the_resume_point_before_a_registration_skips_only_what_a_watch_would(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where a watch from a cursor resumes, read without watching: the cursor itself while
+    the outbox holds every effect after it, the trim's or the outbox's end otherwise."""
+    monkeypatch.setattr(outbox_module, "OUTBOX_RETAINED_MAX", 8)
+    monkeypatch.setattr(outbox_module, "TRIM_CHUNK", 4)
+    machine = Machine()
+    start_effects(machine, "n1", 13)()  # over 8 + 4: the oldest are trimmed
+    box = machine.state.outbox
+    store = GpuStore(MachineClient(machine))  # type: ignore[arg-type]
+    assert box.first_index > 1, "the outbox was not trimmed"
+    assert await store.effects_resume_after("n0", 0) == box.first_index - 1
+    assert await store.effects_resume_after("n0", box.first_index) == box.first_index
+    assert await store.effects_resume_after("n0", 99) == box.next_index - 1
+
+
 async def test_a_lagging_replica_behind_the_cursor_is_checked_with_a_read_not_believed(
         ) -> None:
     """A replica's watch answers from a state older than the cursor (it lags): the
