@@ -3,13 +3,14 @@
 It starts NVML (retrying with back-off while the driver is away: the GPU count is then unknown,
 and nothing is registered rather than zero GPUs), registers the node's GPUs with a fresh
 incarnation (with those registered before and lost since, as `agent.registered_gpus` keeps
-them across restarts), heartbeats from then on (stopping jobs may take longer than a lease),
-reconciles the jobs the store expects with the ones running (which covers every effect before
-the registration: the effects cursor first skips those the store no longer keeps), and then
-runs until stopped: the health monitor (`agent.monitor`), the pods loop (`agent.pods`: effects
-in, starts, stops and exits out) and the metrics page. The store client follows failovers by
-itself; if the store says this incarnation is over (the node was registered again elsewhere or
-deregistered), the agent registers again and reconciles.
+them across restarts), reports their health at once (a GPU lost while the agent was away is
+failed before the next poll), heartbeats from then on (stopping jobs may take longer than a
+lease), reconciles the jobs the store expects with the ones running (which covers every effect
+before the registration: the effects cursor first skips those the store no longer keeps), and
+then runs until stopped: the health monitor (`agent.monitor`), the pods loop (`agent.pods`:
+effects in, starts, stops and exits out) and the metrics page. The store client follows
+failovers by itself; if the store says this incarnation is over (the node was registered again
+elsewhere or deregistered), the agent registers again and reconciles.
 """
 
 from __future__ import annotations
@@ -82,11 +83,15 @@ class Agent:
                 tasks.start_soon(monitor.poll_forever)
                 tasks.start_soon(monitor.events_forever)
                 tasks.start_soon(pods.report_exits)
-                await self._serve_incarnations(pods, read_gpus, task_status)
+                await self._serve_incarnations(pods, monitor, read_gpus, task_status)
 
-    async def _serve_incarnations(self, pods: Pods, read_gpus: Callable[[], Awaitable[NodeGpus]],
+    async def _serve_incarnations(self, pods: Pods, monitor: Monitor,
+                                  read_gpus: Callable[[], Awaitable[NodeGpus]],
                                   task_status: TaskStatus[None]) -> None:
-        """Register, reconcile and serve; again whenever the store ends the incarnation."""
+        """Register, report every GPU's health, reconcile and serve; again whenever the store
+        ends the incarnation. The report comes first: the store keeps a GPU's last health
+        across registrations, and one lost while the agent was away (or whose report went out
+        before the store took the registration) would stay placeable until the next poll."""
         reconciled = False
         while True:
             await pods.skip_covered_effects()
@@ -98,6 +103,7 @@ class Agent:
             try:
                 async with anyio.create_task_group() as tasks:
                     tasks.start_soon(self._heartbeats)  # the lease is renewed while reconciling
+                    await monitor.report(full=True)
                     await pods.reconcile(registered, tasks)
                     if not reconciled:
                         reconciled = True

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pathlib
 import sys
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 import anyio
@@ -15,12 +16,15 @@ from agent import store_link
 from agent.daemon import Agent
 from agent.fake_backend import FakeGpuBackend
 from agent.inventory import gpu_inventory
+from agent.nvml_backend import NvmlBackend
 from consensus.envelope import Principal, Role
 from statemachine.commands import HealthStatus
 from statemachine.errors import Rejection
 from statemachine.results import GroupPhase, GroupStatus
+from statemachine.store import GpuStore
 from tests.agent.agent_support import (
     ADMIN,
+    FAST,
     SCHEDULER,
     agent_config,
     configured_cluster,
@@ -29,6 +33,7 @@ from tests.agent.agent_support import (
     running_agent,
     store,
 )
+from tests.agent.fake_pynvml import FakePynvml
 
 pytestmark = pytest.mark.anyio
 GPU = 3  # the GPU the scenarios hit
@@ -256,3 +261,57 @@ async def test_an_nvml_error_in_the_middle_of_a_poll_is_reported_and_survived(
                     await anyio.sleep(0.01)
             gpus.set(uuid, "temperature_c", 45)
             await _until_status(admin, uuid, "pass")
+
+
+
+class _SlowToRegister:
+    """The node's store, answering the registration only once the agent's first health report
+    was left out for want of one (a store slow to commit, or failing over): from then on, the
+    agent's next poll is `poll_ms` away."""
+
+    def __init__(self, store: GpuStore) -> None:
+        self.store = store
+        self.agent: Agent | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    async def register_node(self, *args: Any) -> Any:
+        while self.agent is None or self.agent.link.reports_unregistered == 0:
+            await anyio.sleep(0.01)
+        return await self.store.register_node(*args)
+
+
+async def test_a_gpu_lost_while_the_agent_was_away_is_failed_at_once_after_registering(
+        tmp_path: pathlib.Path) -> None:
+    """GPU 3 falls off the bus while the agent is away (a node reboot where it does not come
+    back): the store still has it passing. The restarted agent registers it, as last seen,
+    and the registration places a waiting gang on the node, GPU 3 included. The store must
+    hear at once that GPU 3 failed, not at the next poll (`poll_ms` later, here far longer
+    than the test waits), so the gang is told of the failure as for any failed GPU and no
+    new placement takes GPU 3. Through NvmlBackend over the fake NVML."""
+    nvml = FakePynvml.from_profile("a100-8", seed=1)
+    lost = nvml.uuids()[GPU]
+    config = agent_config("n0", tmp_path, intervals=replace(FAST, poll_ms=60_000))
+    with anyio.fail_after(40):
+        async with configured_cluster() as cluster, store(cluster, ADMIN) as admin, \
+                store(cluster, SCHEDULER) as scheduler:
+            async with running_agent(cluster, "n0", NvmlBackend(nvml),  # type: ignore[arg-type]
+                                     tmp_path):
+                await _until_status(admin, lost, "pass")
+            nvml.lose(lost)
+            assert not isinstance(await admin.deregister("n0"), Rejection)
+            waiting = await scheduler.submit_gang("whole", "a", 5, [(1, 8)])
+            assert isinstance(waiting, GroupStatus) and waiting.phase is GroupPhase.PENDING
+            async with store(cluster, Principal(Role.NODE, "n0")) as node_store, \
+                    anyio.create_task_group() as tasks:
+                slow = _SlowToRegister(node_store)
+                slow.agent = Agent(config, NvmlBackend(nvml), slow)  # type: ignore[arg-type]
+                await tasks.start(slow.agent.run)
+                with anyio.fail_after(5):
+                    view = await _until_status(admin, lost, "fail")
+                assert view["placeable"] is False, view
+                gang: Any = await admin.gang("whole")
+                assert gang["phase"] == "allocated", gang
+                assert any(lost in failure for failure in gang["failures"]), gang
+                tasks.cancel_scope.cancel()
