@@ -64,6 +64,12 @@ OUTBOX_RETAINED_BYTES_MAX = 256 << 20
 EFFECTS_ANSWER_BYTES_MAX = 4 << 20
 # The same for a page of gangs (each names every chain it could use in its "why pending").
 GROUPS_ANSWER_BYTES_MAX = 4 << 20
+# A gang's failure lines one gang status holds (the `group` answer, SubmitGroup's reply): one a
+# GPU under it, up to GPUS_PER_GANG_MAX of "uuid: why", some 11.7 MB at the longest in 4-byte
+# characters. With the rest of the status (its pods' nodes, uids and exit reasons: some 2.2 MB
+# at most) it stays under 4 MiB as the other answers do; ordinary lines all fit (8192 of a
+# 40-character UUID and a 60-character reason take some 0.9 MiB).
+GROUP_FAILURES_BYTES_MAX = 1 << 20
 SESSIONS_MAX = 65_536
 # The shortest session lifetime a policy may set (the default's). A late copy of a command
 # whose session was forgotten is told by its stamp (statemachine/sessions.py), which needs the

@@ -1,6 +1,7 @@
 """Read-only queries: what clients, agents and operators ask without going through the log.
 
 - `GroupQuery`: one gang's status with its "why pending", plus doomed cells of its tenant;
+  its failure lines up to a bound on bytes, and `failures_omitted`, how many more there are;
 - `GroupsQuery`: gangs by id, optionally one tenant or one phase, paged;
 - `NodesQuery` / `NodeQuery`: nodes paged, or one node with every GPU's inventory, health and
   holder;
@@ -151,8 +152,8 @@ def _groups(state: State, query: GroupsQuery) -> tuple[list[dict[str, Any]], boo
             continue
         if len(found) >= query.limit:
             return found, True
-        size_bytes += 160 + len(name) + len(group.vc) + len(group.why_pending) + len(
-            group.evicting)
+        size_bytes += 160 + sum(len(text.encode()) for text in (
+            name, group.vc, group.why_pending, group.evicting))  # bytes: names need not be ASCII
         if found and size_bytes > GROUPS_ANSWER_BYTES_MAX:
             return found, True
         found.append({"group": name, "vc": group.vc, "phase": group.phase.value,

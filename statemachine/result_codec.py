@@ -74,7 +74,8 @@ def status_to_plain(status: GroupStatus) -> dict[str, Any]:
                       "phase": pod.phase.value, "exit_code": pod.exit_code,
                       "exit_reason": pod.exit_reason} for pod in status.pods],
             "victims": list(status.victims), "evicting": status.evicting,
-            "why_pending": status.why_pending, "failures": list(status.failures)}
+            "why_pending": status.why_pending, "failures": list(status.failures),
+            "failures_omitted": status.failures_omitted}
 
 
 def effect_to_plain(effect: Effect) -> dict[str, Any]:
@@ -124,7 +125,8 @@ def decode_result(data: bytes) -> Result:
 # reply's own size (REPLY_BYTES_MAX bounds everything already): the encoder's limits belong to
 # the replica's version, which a client need not share.
 _FIELDS = {"group_status": ("group", "vc", "phase", "priority", "effective_priority", "chain",
-                            "pods", "victims", "evicting", "why_pending", "failures"),
+                            "pods", "victims", "evicting", "why_pending", "failures",
+                            "failures_omitted"),
            "config_applied": ("version", "downgraded", "requeued"),
            "node_registered": ("node", "incarnation", "pods"),
            "pod_bound": ("group", "member", "index", "pod_uid", "node", "gpu_uuids", "env"),
@@ -153,7 +155,8 @@ def _group_status(record: Record) -> GroupStatus:
             exit_reason=_text(pod, "exit_reason"))
             for pod in record.records("pods", _POD_VIEW_FIELDS, length_max=_ITEMS_MAX)),
         victims=_texts(record, "victims"), evicting=_text(record, "evicting"),
-        why_pending=_text(record, "why_pending"), failures=_texts(record, "failures"))
+        why_pending=_text(record, "why_pending"), failures=_texts(record, "failures"),
+        failures_omitted=record.integer("failures_omitted"))
 
 
 def _text(record: Record, name: str) -> str:

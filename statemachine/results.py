@@ -50,7 +50,8 @@ class GroupStatus:
     victims: tuple[str, ...]
     evicting: str  # why the gang is being made to leave ("" when it is not)
     why_pending: str
-    failures: tuple[str, ...]  # "uuid: reason", sorted
+    failures: tuple[str, ...]  # "uuid: reason", sorted; the first, up to a bound on bytes
+    failures_omitted: int = 0  # the lines after those, left out
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

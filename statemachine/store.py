@@ -143,7 +143,9 @@ class GpuStore:
         return await self.command(ReleaseGroup(group=group, reason=reason))
 
     async def gang(self, group: str) -> Answer:
-        """A gang's phase, placement and, while it waits, why it is pending."""
+        """A gang's phase, placement and, while it waits, why it is pending; its failures,
+        the first of them up to about 1 MiB (GROUP_FAILURES_BYTES_MAX) and
+        `failures_omitted`, the count of those left out."""
         return await self.query("group", group=group)
 
     async def gangs(self, *, vc: str = "", phase: str = "", after: str = "",

@@ -7,8 +7,11 @@ it is the same bytes on every replica.
 from __future__ import annotations
 
 from statemachine.groups import Group
+from statemachine.limits import GROUP_FAILURES_BYTES_MAX
 from statemachine.results import GroupStatus, PodView
 from statemachine.state import Configured, State
+
+_STR_HEADER_BYTES = 3  # msgpack's before a string of up to 64 KiB
 
 
 def group_status(state: State, group: Group) -> GroupStatus:
@@ -21,16 +24,29 @@ def group_status(state: State, group: Group) -> GroupStatus:
                             pod_uid=pod.pod_uid, phase=pod.phase, exit_code=pod.exit_code,
                             exit_reason=pod.exit_reason))
     chain = topology.chains[group.chain].name if topology is not None and group.chain >= 0 else ""
+    failures, omitted = _within_bytes(failure_lines(group))
     return GroupStatus(group=group.group, vc=group.vc, phase=group.phase,
                        priority=group.priority, effective_priority=group.effective_priority,
                        chain=chain, pods=tuple(pods), victims=group.victims,
                        evicting=group.evicting, why_pending=group.why_pending,
-                       failures=failure_lines(group))
+                       failures=failures, failures_omitted=omitted)
 
 
 def failure_lines(group: Group) -> tuple[str, ...]:
     """A gang's failures as GroupStatus shows them: "uuid: reason", sorted."""
     return tuple(sorted(f"{gpu}: {why}" for gpu, why in group.failures))
+
+
+def _within_bytes(lines: tuple[str, ...]) -> tuple[tuple[str, ...], int]:
+    """The first of `lines` that fit GROUP_FAILURES_BYTES_MAX, packed, and how many did not
+    (a gang's lines could outgrow a client's frame: GPUS_PER_GANG_MAX of them, each up to a
+    UUID and a reason of 4-byte characters)."""
+    size_bytes = 0
+    for count, line in enumerate(lines):
+        size_bytes += len(line.encode()) + _STR_HEADER_BYTES
+        if size_bytes > GROUP_FAILURES_BYTES_MAX:
+            return lines[:count], len(lines) - count
+    return lines, 0
 
 
 def healthy_obtainable(config: Configured, chain_index: int) -> list[int]:

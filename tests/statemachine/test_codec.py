@@ -236,7 +236,7 @@ def test_the_spec_keeps_its_tenants_in_order() -> None:
     {"ok": True, "type": "node_registered", "node": "n0", "incarnation": 1, "pods": [7]},
     {"ok": True, "type": "group_status", "group": "g", "vc": "a", "phase": "nope",
      "priority": 0, "effective_priority": 0, "chain": "", "pods": [], "victims": [],
-     "evicting": "", "why_pending": "", "failures": []},
+     "evicting": "", "why_pending": "", "failures": [], "failures_omitted": 0},
     {"ok": True, "type": "no_such_result"},
     {"ok": True, "type": ["not", "a", "name"]},
 ], ids=["downgraded_none", "env_none", "env_pair_short", "pods_int", "phase_unknown",

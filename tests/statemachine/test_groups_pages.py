@@ -37,13 +37,14 @@ from statemachine.store import GpuStore
 from tests.statemachine.builders import ADMIN, SCHEDULER, gang
 
 CHAINS = 32
+WIDE_PREFIX = "\U0001d53e" * 60  # MATHEMATICAL DOUBLE-STRUCK CAPITAL G, 4 bytes in UTF-8
 GANGS = QUERY_LIMIT_MAX + 100
 
 
-def many_chains_spec() -> ClusterSpec:
+def many_chains_spec(prefix: str = "GPU-MODEL") -> ClusterSpec:
     types, cells = [], []
     for k in range(CHAINS):
-        model = f"GPU-MODEL-{k:02d}"
+        model = f"{prefix}-{k:02d}"
         types.append(CellTypeSpec(name=f"{model}-NODE", child=model, child_count=8,
                                   node_level=True))
         types.append(CellTypeSpec(name=f"{model}-RACK-OF-EIGHT-NODES", child=f"{model}-NODE",
@@ -51,18 +52,18 @@ def many_chains_spec() -> ClusterSpec:
         cells.append(PhysicalCellSpec(cell_type=f"{model}-RACK-OF-EIGHT-NODES",
                                       nodes=tuple(f"rack{k}-node{i}" for i in range(8))))
     return ClusterSpec(
-        gpu_models=tuple(GpuModelSpec(name=f"GPU-MODEL-{k:02d}", memory_mib=81920)
+        gpu_models=tuple(GpuModelSpec(name=f"{prefix}-{k:02d}", memory_mib=81920)
                          for k in range(CHAINS)),
         cell_types=tuple(types), physical_cells=tuple(cells),
         virtual_clusters=(VirtualClusterSpec(name="research", quota=(QuotaSpec(
-            chain="GPU-MODEL-00-RACK-OF-EIGHT-NODES", cell_type="GPU-MODEL-00-NODE",
+            chain=f"{prefix}-00-RACK-OF-EIGHT-NODES", cell_type=f"{prefix}-00-NODE",
             count=1),)),),
         policy=PolicySpec())
 
 
-def pending_gangs(state: State) -> None:
+def pending_gangs(state: State, prefix: str = "GPU-MODEL") -> None:
     now = 1_000
-    apply(state, ApplyConfig(expected_version=0, spec=many_chains_spec()),
+    apply(state, ApplyConfig(expected_version=0, spec=many_chains_spec(prefix)),
           Context(principal=ADMIN, now_ms=now))
     for index in range(GANGS):  # opportunistic, any model: no node is registered, all wait
         now += 1
@@ -77,7 +78,25 @@ def machine() -> Machine:
     return machine
 
 
+@pytest.fixture(scope="module")
+def machine_of_wide_names() -> Machine:
+    """Chains named in 4-byte characters: a page's bytes are up to 4 times its characters."""
+    machine = Machine()
+    pending_gangs(machine.state, WIDE_PREFIX)
+    return machine
+
+
 def test_a_full_page_of_gangs_fits_a_client_frame(machine: Machine) -> None:
+    assert_page_fits(machine)
+
+
+def test_a_full_page_of_gangs_named_in_wide_characters_fits_a_client_frame(
+        machine_of_wide_names: Machine) -> None:
+    """The page's size is reckoned in bytes, not characters (it had counted characters)."""
+    assert_page_fits(machine_of_wide_names)
+
+
+def assert_page_fits(machine: Machine) -> None:
     page = answer(machine.state, GroupsQuery(vc="", phase="", after="",
                                              limit=QUERY_LIMIT_MAX))
     assert not isinstance(page, Rejection) and page["groups"]
