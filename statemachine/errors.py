@@ -45,6 +45,7 @@ class Code(enum.StrEnum):
     POD_MISMATCH = "pod_mismatch"
     SESSION_TOO_OLD = "session_too_old"  # stamped too long ago to open a session (sessions.py)
     SESSIONS_FULL = "sessions_full"  # no room for a new session until one expires
+    SESSION_EXPIRED = "session_expired"  # run before, its cached reply dropped (sessions.py)
     GROUPS_FULL = "groups_full"  # GROUPS_MAX gangs held: release some before submitting more
 
 

@@ -79,6 +79,10 @@ SESSIONS_MAX = 65_536
 # step) before new sessions stamped by the others are refused as too old.
 SESSION_TTL_MS_MIN = 600_000
 SESSIONS_PER_PRINCIPAL_MAX = SESSIONS_MAX // 8  # no one client's sessions fill the table
+# The replies the sessions cache, together: one can be large (a node's registration lists its
+# pods with their argv), and SESSIONS_MAX of the largest would not fit a snapshot. Past it the
+# replies of the sessions that expire first are dropped (statemachine/sessions.py).
+SESSION_REPLIES_BYTES_MAX = 256 << 20
 QUERY_LIMIT_MAX = 4096  # items one query may return
 GROUPS_MAX = 16_384  # gangs held at once, pending ones included (each of PODS_PER_GANG_MAX pods)
 

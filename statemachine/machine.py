@@ -111,6 +111,11 @@ def _session_refusal(verdict: str, sequence: int) -> Rejection:
     if verdict == "reused":
         return Rejection(code=Code.SEQUENCE_REUSED, message=(
             f"sequence {sequence} was applied to another command: not applied"))
+    if verdict == "expired":
+        return Rejection(code=Code.SESSION_EXPIRED, message=(
+            f"sequence {sequence} was already run, but its reply is no longer kept (the "
+            "session table's replies were over their bound in bytes): not run again, its "
+            "outcome unknown"))
     if verdict == "too_old":
         return Rejection(code=Code.SESSION_TOO_OLD, message=(
             "the command was stamped too long ago to open a session (it may repeat one "

@@ -36,6 +36,14 @@ A full table refuses every client's new sessions, so no one principal may hold m
 `SESSIONS_PER_PRINCIPAL_MAX` of them: one node agent opening session after session (each
 command with a new session id, valid or not) took the whole table, and then locked every
 other client, the administrators included, out of new sessions for as long as it went on.
+
+The cached replies are bounded by their bytes too (`SESSION_REPLIES_BYTES_MAX`): one can be
+large, and a table full of them would not fit a snapshot (the log would never be compacted
+again). Past the bound, replies are dropped, those of the sessions that expire first first
+(ties by key: an order the snapshot holds, so every replica drops the same), down to seven
+eighths of it, so the sort is rare. The session itself stays, its sequence, checksum and
+expiry with it, so nothing above changes: a retry of its last sequence is told "expired"
+(SESSION_EXPIRED: it ran, its reply is gone, so its outcome is unknown), never run again.
 """
 
 from __future__ import annotations
@@ -45,12 +53,18 @@ from collections import Counter
 from dataclasses import dataclass
 
 from consensus.envelope import Principal
-from statemachine.limits import SESSION_TTL_MS_MIN, SESSIONS_MAX, SESSIONS_PER_PRINCIPAL_MAX
+from statemachine.limits import (
+    SESSION_REPLIES_BYTES_MAX,
+    SESSION_TTL_MS_MIN,
+    SESSIONS_MAX,
+    SESSIONS_PER_PRINCIPAL_MAX,
+)
 
 STAMP_WINDOW_MS = SESSION_TTL_MS_MIN // 2  # the oldest stamp that may open a session (docstring)
 
 
 NO_CHECKSUM = -1  # a session restored from a snapshot of an earlier build: unknown
+DROPPED = b""  # a reply dropped for the bound on bytes (no reply encodes to nothing)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -75,16 +89,18 @@ def _owner(key: str) -> str:
 
 
 class Sessions:
-    __slots__ = ("_held", "table")
+    __slots__ = ("_held", "reply_bytes", "table")
 
     def __init__(self) -> None:
         self.table: dict[str, Session] = {}
         self._held: Counter[str] = Counter()  # sessions per principal, derived from the table
+        self.reply_bytes = 0  # of the replies cached in the table, derived from it
 
     def lookup(self, key: str, sequence: int, stamp_ms: int, now_ms: int, checksum: int
                ) -> tuple[str, bytes]:
         """("new", b"") to apply; ("retry", reply) to answer from cache; ("stale", b""),
-        ("reused", b""), ("too_old", b"") or ("full", b"") to refuse (module docstring)."""
+        ("reused", b""), ("expired", b""), ("too_old", b"") or ("full", b"") to refuse
+        (module docstring)."""
         session = self.table.get(key)
         if session is not None:
             if sequence > session.last_sequence:
@@ -92,6 +108,8 @@ class Sessions:
             if sequence == session.last_sequence:
                 if session.checksum not in (checksum, NO_CHECKSUM):
                     return "reused", b""
+                if session.reply == DROPPED:
+                    return "expired", b""
                 return "retry", session.reply
             return "stale", b""
         if stamp_ms < now_ms - STAMP_WINDOW_MS:
@@ -113,23 +131,42 @@ class Sessions:
             assert not self._full(_owner(key)), "lookup said the table had room"
             self.load(key, Session(last_sequence=sequence, reply=reply, expires_ms=expires_ms,
                                    checksum=checksum))
-            return
-        assert sequence > session.last_sequence
-        session.last_sequence = sequence
-        session.reply = reply
-        session.expires_ms = expires_ms
-        session.checksum = checksum
+        else:
+            assert sequence > session.last_sequence
+            self.reply_bytes += len(reply) - len(session.reply)
+            session.last_sequence = sequence
+            session.reply = reply
+            session.expires_ms = expires_ms
+            session.checksum = checksum
+        if self.reply_bytes > SESSION_REPLIES_BYTES_MAX:
+            self._drop_replies(SESSION_REPLIES_BYTES_MAX - SESSION_REPLIES_BYTES_MAX // 8)
 
     def load(self, key: str, session: Session) -> None:
         """Put `session` under `key` (from `record`, or from a snapshot being restored)."""
-        if key not in self.table:
+        old = self.table.get(key)
+        if old is None:
             self._held[_owner(key)] += 1
+        else:
+            self.reply_bytes -= len(old.reply)
         self.table[key] = session
+        self.reply_bytes += len(session.reply)
+
+    def _drop_replies(self, target_bytes: int) -> None:
+        """Drop cached replies, the sessions that expire first first (ties by key), until
+        those left hold at most `target_bytes` (module docstring)."""
+        holding = sorted((session.expires_ms, key) for key, session in self.table.items()
+                         if session.reply != DROPPED)
+        for _, key in holding:
+            if self.reply_bytes <= target_bytes:
+                return
+            session = self.table[key]
+            self.reply_bytes -= len(session.reply)
+            session.reply = DROPPED
 
     def expire(self, now_ms: int) -> int:
         gone = sorted(name for name, session in self.table.items() if session.expires_ms < now_ms)
         for name in gone:
-            del self.table[name]
+            self.reply_bytes -= len(self.table.pop(name).reply)
             owner = _owner(name)
             self._held[owner] -= 1
             if not self._held[owner]:

@@ -5,7 +5,8 @@ Every command goes through the client library (exactly-once sessions, retries ac
 `OutcomeUnknown` when the outcome cannot be known) and comes back as the state machine's typed
 `Result` or `Rejection`: rejections are values here as they are in the state machine, except
 a session's refusal (SESSIONS_FULL, SESSION_TOO_OLD) of a command sent more than once, which is
-`OutcomeUnknown`: another copy may still be applied. Queries are linearizable reads;
+`OutcomeUnknown`: another copy may still be applied; and SESSION_EXPIRED (a copy ran, its reply
+was dropped), which is `OutcomeUnknown` too. Queries are linearizable reads;
 `watch_effects` follows a node's numbered effects (pods to start and kill) from an index,
 resuming from wherever it stopped after a reconnect. `SyncStore` wraps it all for scripts.
 """
@@ -82,8 +83,9 @@ class CursorAhead(EffectsTrimmed):
 
 
 # The session's refusals, which it does not remember (statemachine/sessions.py): after a retry
-# the client raises OutcomeUnknown for them, as a copy sent earlier may still be applied.
-_SESSION_REFUSALS = (Code.SESSION_TOO_OLD, Code.SESSIONS_FULL)
+# the client raises OutcomeUnknown for them, as a copy sent earlier may still be applied. And
+# SESSION_EXPIRED: a copy ran, and its reply (a result or a rejection) is gone.
+_SESSION_REFUSALS = (Code.SESSION_TOO_OLD, Code.SESSIONS_FULL, Code.SESSION_EXPIRED)
 
 
 def _not_applied(reply: bytes) -> str | None:

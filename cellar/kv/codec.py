@@ -55,6 +55,7 @@ class Code(enum.IntEnum):
     SESSIONS_FULL = 4  # no room for a new session until one expires
     STORE_FULL = 5  # the put would go past DATA_BYTES_MAX or KEYS_MAX
     SEQUENCE_REUSED = 6  # the session's last sequence, applied to another command
+    SESSION_EXPIRED = 7  # the session's last sequence, run before; its cached reply dropped
 
 
 _CODE_OF = {code.value: code for code in Code}

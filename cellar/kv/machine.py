@@ -28,7 +28,8 @@ from statemachine.sessions import Session, Sessions, command_checksum, session_k
 
 SESSION_TTL_MS = 10 * 60 * 1000
 _REFUSALS = {"stale": Code.STALE_SEQUENCE, "too_old": Code.SESSION_TOO_OLD,
-             "full": Code.SESSIONS_FULL, "reused": Code.SEQUENCE_REUSED}
+             "full": Code.SESSIONS_FULL, "reused": Code.SEQUENCE_REUSED,
+             "expired": Code.SESSION_EXPIRED}
 
 
 class KvMachine:

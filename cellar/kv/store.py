@@ -1,7 +1,8 @@
 """The key-value store's client API: typed put and get over a `CellarClient`.
 
 A put refused by its session (SESSIONS_FULL, SESSION_TOO_OLD) after the client sent it more
-than once raises OutcomeUnknown: another copy may still be applied."""
+than once raises OutcomeUnknown: another copy may still be applied; so does SESSION_EXPIRED (a
+copy ran, and its reply is gone)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ class KvRefused(ClientError):
 
 
 # The session's refusals, which it does not remember (statemachine/sessions.py): after a retry
-# the client raises OutcomeUnknown for them, as a copy sent earlier may still be applied.
-_SESSION_REFUSALS = (Code.SESSION_TOO_OLD, Code.SESSIONS_FULL)
+# the client raises OutcomeUnknown for them, as a copy sent earlier may still be applied. And
+# SESSION_EXPIRED: a copy ran, and its reply is gone.
+_SESSION_REFUSALS = (Code.SESSION_TOO_OLD, Code.SESSIONS_FULL, Code.SESSION_EXPIRED)
 
 
 def _not_applied(reply: bytes) -> str | None:

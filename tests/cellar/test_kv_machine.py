@@ -25,6 +25,7 @@ from cellar.kv.codec import (
 from cellar.kv.machine import SESSION_TTL_MS, KvMachine
 from consensus.codec import encode_envelope, pack
 from consensus.envelope import Envelope, Principal, Role
+from statemachine import sessions
 from statemachine.limits import SESSIONS_PER_PRINCIPAL_MAX
 from tests.decoding import one_field_changed, outcome
 
@@ -228,3 +229,20 @@ def test_a_snapshot_of_an_earlier_build_without_checksums_still_loads() -> None:
     assert decode_reply(restored.apply(envelope("s", 1, encode_put(b"k", b"b")))) == (
         Code.OK, None)
     assert get(restored, b"k") == b"a"
+
+
+def test_a_put_whose_reply_was_dropped_is_not_run_again(monkeypatch: pytest.MonkeyPatch
+                                                        ) -> None:
+    """Past the bound on the sessions' cached replies, the reply of the session due to expire
+    first is dropped; a retry of its put is told SESSION_EXPIRED, not run again (which would
+    undo a later put of the same key)."""
+    monkeypatch.setattr(sessions, "SESSION_REPLIES_BYTES_MAX", 3 * len(OK_REPLY))
+    machine = KvMachine()
+    first = envelope("s0", 1, encode_put(b"k", b"a"), now_ms=1_000)
+    machine.apply(first)
+    for index in range(1, 4):
+        machine.apply(envelope(f"s{index}", 1, encode_put(b"k", b"b"), now_ms=1_000 + index))
+    assert decode_reply(machine.apply(first)) == (Code.SESSION_EXPIRED, None)
+    assert get(machine, b"k") == b"b"
+    assert decode_reply(machine.apply(envelope("s3", 1, encode_put(b"k", b"b")))) == (Code.OK,
+                                                                                      None)

@@ -14,7 +14,8 @@ from tests.consensus.runtime.fake_replicas import RETRYING_CONFIG, silent_then_a
 pytestmark = pytest.mark.anyio
 
 
-@pytest.mark.parametrize("code", [Code.SESSIONS_FULL, Code.SESSION_TOO_OLD])
+@pytest.mark.parametrize("code", [Code.SESSIONS_FULL, Code.SESSION_TOO_OLD,
+                                  Code.SESSION_EXPIRED])
 async def test_a_put_its_session_refused_after_a_retry_is_an_unknown_outcome(code: Code
                                                                             ) -> None:
     """Sent to "a", unanswered, then to "b", which refused it: the copy at "a" may still be
