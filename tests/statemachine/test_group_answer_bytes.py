@@ -15,8 +15,6 @@ from typing import Any
 import anyio
 import pytest
 
-from consensus.runtime.client import ReplyTooLarge
-from consensus.runtime.node_config import LIMIT_DEFAULTS
 from statemachine import limits
 from statemachine.apply import apply
 from statemachine.commands import (
@@ -48,13 +46,13 @@ from statemachine.state import State
 from statemachine.store import GpuStore
 from statemachine.views import failure_lines
 from tests.statemachine.builders import ADMIN, SCHEDULER, gang, node_principal
+from tests.statemachine.one_machine import ANSWER_BYTES_MAX, OneMachine
 
 GPUS_PER_NODE = 8
 NODES_PER_RACK = 64
 NODES = limits.PODS_PER_GANG_MAX  # one 8-GPU pod on each: a gang of GPUS_PER_GANG_MAX GPUs
 WIDE = "\U0001d4d0"  # MATHEMATICAL BOLD SCRIPT CAPITAL A: one character, four UTF-8 bytes
 REASON = WIDE * limits.REASON_LENGTH_MAX
-FRAME_BYTES_MAX = LIMIT_DEFAULTS["frame_bytes_max"] - 4096  # room for the response's frame
 
 
 def large_spec() -> ClusterSpec:
@@ -119,7 +117,7 @@ def test_a_gang_with_every_gpu_failed_fits_a_client_frame(machine: Machine) -> N
     status = answer(machine.state, GroupQuery(group="training"))
     assert not isinstance(status, Rejection)
     size = len(encode_answer(status))
-    assert size < FRAME_BYTES_MAX, f"{len(status['failures'])} failure lines: {size} bytes"
+    assert size < ANSWER_BYTES_MAX, f"{len(status['failures'])} failure lines: {size} bytes"
     assert len(status["pods"]) == NODES, "every pod is listed, whatever is cut"
     lines = failure_lines(machine.state.groups["training"])
     assert status["failures"] == list(lines[:len(status["failures"])]), "the first, in order"
@@ -134,21 +132,7 @@ def test_resubmitting_the_gang_answers_within_a_reply(machine: Machine) -> None:
         members=group.members, lazy_preemption=group.lazy_preemption),
         Context(principal=SCHEDULER, now_ms=machine.state.now_ms + 1))
     assert isinstance(result, GroupStatus)
-    assert len(encode_result(result)) < FRAME_BYTES_MAX
-
-
-class OneMachine:
-    """A CellarClient stand-in answering reads on one Machine, refusing an answer over the
-    default frame cap as the replica's server does (TOO_LARGE)."""
-
-    def __init__(self, machine: Machine) -> None:
-        self.machine = machine
-
-    async def read(self, query: bytes, **_: Any) -> bytes:
-        result = self.machine.query(query)
-        if len(result) > FRAME_BYTES_MAX:
-            raise ReplyTooLarge(f"the query's answer, {len(result)} bytes")
-        return result
+    assert len(encode_result(result)) < ANSWER_BYTES_MAX
 
 
 @pytest.mark.anyio

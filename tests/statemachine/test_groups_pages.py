@@ -8,13 +8,9 @@ follow `more` rather than take a short page for the last one."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import anyio
 import pytest
 
-from consensus.runtime.client import ReplyTooLarge
-from consensus.runtime.node_config import LIMIT_DEFAULTS
 from statemachine.apply import apply
 from statemachine.commands import ApplyConfig
 from statemachine.context import Context
@@ -35,6 +31,7 @@ from statemachine.spec import (
 from statemachine.state import State
 from statemachine.store import GpuStore
 from tests.statemachine.builders import ADMIN, SCHEDULER, gang
+from tests.statemachine.one_machine import ANSWER_BYTES_MAX, OneMachine
 
 CHAINS = 32
 WIDE_PREFIX = "\U0001d53e" * 60  # MATHEMATICAL DOUBLE-STRUCK CAPITAL G, 4 bytes in UTF-8
@@ -101,22 +98,8 @@ def assert_page_fits(machine: Machine) -> None:
                                              limit=QUERY_LIMIT_MAX))
     assert not isinstance(page, Rejection) and page["groups"]
     size = len(encode_answer(page))
-    assert size < LIMIT_DEFAULTS["frame_bytes_max"] - 4096, (
+    assert size < ANSWER_BYTES_MAX, (
         f"{len(page['groups'])} gangs: {size} bytes")
-
-
-class OneMachine:
-    """A CellarClient stand-in answering reads on one Machine, refusing an answer over the
-    default frame cap as the replica's server does (TOO_LARGE)."""
-
-    def __init__(self, machine: Machine) -> None:
-        self.machine = machine
-
-    async def read(self, query: bytes, **_: Any) -> bytes:
-        result = self.machine.query(query)
-        if len(result) > LIMIT_DEFAULTS["frame_bytes_max"] - 4096:
-            raise ReplyTooLarge(f"the query's answer, {len(result)} bytes")
-        return result
 
 
 @pytest.mark.anyio
