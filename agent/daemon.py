@@ -2,15 +2,16 @@
 
 It starts NVML (retrying with back-off while the driver is away: the GPU count is then unknown,
 and nothing is registered rather than zero GPUs), registers the node's GPUs with a fresh
-incarnation (with those registered before and lost since, as `agent.registered_gpus` keeps
-them across restarts), reports their health at once (a GPU lost while the agent was away is
-failed before the next poll), heartbeats from then on (stopping jobs may take longer than a
-lease), reconciles the jobs the store expects with the ones running (which covers every effect
-before the registration: the effects cursor first skips those the store no longer keeps), and
-then runs until stopped: the health monitor (`agent.monitor`), the pods loop (`agent.pods`:
-effects in, starts, stops and exits out) and the metrics page. The store client follows
-failovers by itself; if the store says this incarnation is over (the node was registered again
-elsewhere or deregistered), the agent registers again and reconciles.
+incarnation (with those registered before and lost since, as `agent.registered_gpus` keeps them
+across restarts, or as the store has them if that record is lost), reports their health at once
+(a GPU lost while the agent was away is failed before the next poll), heartbeats from then on
+(stopping jobs may take longer than a lease), reconciles the jobs the store expects with the
+ones running (which covers every effect before the registration: the effects cursor first skips
+those the store no longer keeps), and then runs until stopped: the health monitor
+(`agent.monitor`), the pods loop (`agent.pods`: effects in, starts, stops and exits out) and the
+metrics page. The store client follows failovers by itself; if the store says this incarnation
+is over (the node was registered again elsewhere or deregistered), the agent registers again and
+reconciles.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from agent.config import AgentConfig
 from agent.exporter import AgentView, render
 from agent.gpu import DeviceInfo, GpuBackend, NvmlUnavailable
 from agent.health import HealthTracker
-from agent.inventory import fresh_boot_id, gpu_inventory, gpu_links
+from agent.inventory import fresh_boot_id, gpu_inventory, gpu_links, registered_devices
 from agent.jobs import JobRunner
 from agent.monitor import Monitor, monotonic_ms
 from agent.pods import Pods
@@ -77,16 +78,19 @@ class Agent:
                              leftovers=monitor) as runner:
             pods = Pods(self.link, runner, self.config.state_dir)
             read_gpus = functools.partial(self._read_gpus, tracker, runner)
+            amend_gpus = functools.partial(self._take_stores_gpus, tracker)
             async with anyio.create_task_group() as tasks:
                 if self.config.metrics is not None:
                     self.metrics_port = await tasks.start(self._serve_metrics, pods, runner)
                 tasks.start_soon(monitor.poll_forever)
                 tasks.start_soon(monitor.events_forever)
                 tasks.start_soon(pods.report_exits)
-                await self._serve_incarnations(pods, monitor, read_gpus, task_status)
+                await self._serve_incarnations(pods, monitor, read_gpus, amend_gpus,
+                                               task_status)
 
     async def _serve_incarnations(self, pods: Pods, monitor: Monitor,
                                   read_gpus: Callable[[], Awaitable[NodeGpus]],
+                                  amend_gpus: Callable[[], Awaitable[bool]],
                                   task_status: TaskStatus[None]) -> None:
         """Register, report every GPU's health, reconcile and serve; again whenever the store
         ends the incarnation. The report comes first: the store keeps a GPU's last health
@@ -95,7 +99,7 @@ class Agent:
         reconciled = False
         while True:
             await pods.skip_covered_effects()
-            registered = await self.link.register(fresh_boot_id(), read_gpus)
+            registered = await self.link.register(fresh_boot_id(), read_gpus, amend_gpus)
             self._registered_gpus.remember(self._offered)
             self.registrations += 1
             logger.info("registered %s: incarnation %d, %d pods expected", self.config.node,
@@ -138,6 +142,27 @@ class Agent:
         self._offered = self._registered_gpus.to_register(devices)
         return (gpu_inventory(self._offered, self.config.models),
                 await self._links(self._offered))
+
+    async def _take_stores_gpus(self, tracker: HealthTracker) -> bool:
+        """The store refused the GPUs as not matching the node: when this agent's record of
+        those it registered before is lost (a wiped state directory, a corrupt file) and one
+        is off the bus, NVML lists too few. Take the store's record of the node's GPUs for
+        ours; each one NVML does not list is registered still, failed (`_read_gpus`). True if
+        that changed the record."""
+        stored = await self.link.registered_inventory()
+        listed = self.view.devices
+        if not self._registered_gpus.adopt(registered_devices(stored, listed,
+                                                              self.config.models)):
+            return False
+        missing = self._registered_gpus.lost(listed)
+        logger.warning("the GPUs registered before are missing from %s or out of date: "
+                       "registering those NVML lists with the %d the store has of %s, those "
+                       "NVML does not list held failed: %s", self._registered_gpus.path,
+                       len(stored), self.config.node,
+                       ", ".join(f"GPU {device.index} ({device.uuid})" for device in missing)
+                       or "none")
+        tracker.observe_missing(missing, monotonic_ms())
+        return True
 
     def _tracker(self, devices: tuple[DeviceInfo, ...]) -> HealthTracker:
         """A tracker of the GPUs NVML lists and of those registered before but not listed

@@ -46,6 +46,7 @@ RESET_COUNTERS: Final = ("ecc_volatile_corrected", "ecc_volatile_uncorrected", "
 LOST_CODES: Final = frozenset({NvmlCode.GPU_IS_LOST, NvmlCode.RESET_REQUIRED,
                                NvmlCode.GPU_NOT_FOUND, NvmlCode.NOT_FOUND})
 CODE_NAMES: Final = {int(member): member.name.lower() for member in NvmlCode}
+MISSING: Final = "missing from NVML's device list"  # the reason a GPU not listed fails
 NO_SAMPLE: Final[Key] = (Watch.DEVICE, "no_sample")
 GONE: Final[Key] = (Watch.DEVICE, "gpu_gone")
 NVML_UNAVAILABLE: Final[Key] = (Watch.DRIVER, "nvml_unavailable")
@@ -105,8 +106,15 @@ class HealthTracker:
             else:
                 self._add(present[uuid], now_ms)
         for uuid in sorted(set(self._gpus) - set(present)):
-            self._lose(self._gpus[uuid], NvmlCode.GPU_NOT_FOUND,
-                       "missing from NVML's device list", now_ms)
+            self._lose(self._gpus[uuid], NvmlCode.GPU_NOT_FOUND, MISSING, now_ms)
+
+    def observe_missing(self, devices: tuple[DeviceInfo, ...], now_ms: int) -> None:
+        """GPUs the node registered that NVML does not list: tracked if they were not, and
+        failed as lost."""
+        for device in sorted(devices, key=lambda device: device.uuid):
+            if device.uuid not in self._gpus:
+                self._add(device, now_ms)
+            self._lose(self._gpus[device.uuid], NvmlCode.GPU_NOT_FOUND, MISSING, now_ms)
 
     def observe_sample(self, sample: DeviceSample, now_ms: int,
                        judged_elsewhere: tuple[Check, ...] = ()) -> None:

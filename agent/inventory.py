@@ -17,6 +17,8 @@ from agent.gpu import DeviceInfo, Topology
 from statemachine.commands import GpuInventory, GpuLink
 
 MIB = 1 << 20
+UNKNOWN_MINOR = -1  # the /dev/nvidia<minor> of a GPU known only from the store's record
+UNKNOWN_CAPABILITY = (0, 0)
 KERNEL_BOOT_ID = pathlib.Path("/proc/sys/kernel/random/boot_id")
 
 
@@ -28,6 +30,22 @@ def gpu_inventory(devices: tuple[DeviceInfo, ...],
                               memory_mib=device.memory_bytes // MIB,
                               numa_node=device.numa_node, mig_enabled=device.mig_enabled)
                  for device in sorted(devices, key=lambda device: device.index))
+
+
+def registered_devices(gpus: tuple[GpuInventory, ...], listed: tuple[DeviceInfo, ...],
+                       models: tuple[tuple[str, str], ...]) -> tuple[DeviceInfo, ...]:
+    """The store's record of this node's GPUs as devices (`gpu_inventory` backwards): each is
+    named as a GPU NVML lists of the same model is (for `gpu_inventory` to map back), and
+    what the store does not keep is unknown."""
+    names: dict[str, str] = {}
+    for device in sorted(listed, key=lambda device: device.index):
+        names.setdefault(cluster_model(device.model, models), device.model)
+    return tuple(DeviceInfo(uuid=gpu.uuid, index=gpu.index, minor=UNKNOWN_MINOR,
+                            pci_bus_id=gpu.pci_bus_id, model=names.get(gpu.model, gpu.model),
+                            serial="", memory_bytes=gpu.memory_mib * MIB,
+                            compute_capability=UNKNOWN_CAPABILITY, numa_node=gpu.numa_node,
+                            mig_enabled=gpu.mig_enabled, mig_pending=False)
+                 for gpu in gpus)
 
 
 def gpu_links(devices: tuple[DeviceInfo, ...], topology: Topology) -> tuple[GpuLink, ...]:

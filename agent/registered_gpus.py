@@ -13,6 +13,8 @@ the node removes the file.
 The file `registered-gpus.json` is replaced atomically after each registration. It is bounded
 (`FILE_BYTES_MAX`, `GPUS_PER_NODE_MAX` GPUs) and checked when read: one that is unreadable or
 not valid is logged and ignored, and the node registers what NVML lists, as at its first start.
+Should the store refuse that as not matching (a GPU off the bus meanwhile: too few), the agent
+takes the store's record of its node instead (`adopt`), which the file mirrored.
 """
 
 from __future__ import annotations
@@ -59,6 +61,19 @@ class RegisteredGpus:
         present = {device.uuid for device in listed}
         return tuple(device for uuid, device in sorted(self.by_uuid.items())
                      if uuid not in present)
+
+    def adopt(self, registered: Iterable[DeviceInfo]) -> bool:
+        """The store refused the inventory as not matching: take its record of this node's
+        GPUs (`registered`, the last registration it took, which the file mirrors unless it
+        was lost, corrupt or not written) for the one kept here (what this one knows of a GPU
+        is kept, at the store's index), to join with what NVML lists at the next try. False
+        if the store has none, or the same."""
+        by_uuid = {device.uuid: replace(self.by_uuid.get(device.uuid, device), index=device.index)
+                   for device in registered}
+        if not by_uuid or by_uuid == self.by_uuid:
+            return False
+        self.by_uuid = by_uuid
+        return True
 
     def remember(self, registered: Iterable[DeviceInfo]) -> None:
         """The store accepted `registered`: kept in memory, and on disk (`save`)."""

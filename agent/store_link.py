@@ -100,11 +100,13 @@ class StoreLink:
         return await self._until_answered("effects cursor", lambda: (
             self.store.effects_resume_after(self.node, after)))
 
-    async def register(self, boot_id: str, read_gpus: Callable[[], Awaitable[NodeGpus]]
-                       ) -> NodeRegistered:
+    async def register(self, boot_id: str, read_gpus: Callable[[], Awaitable[NodeGpus]],
+                       amend: Callable[[], Awaitable[bool]] | None = None) -> NodeRegistered:
         """Register with a fresh incarnation and the GPUs `read_gpus` finds, read again for
         each try; a refusal (this node is not in the cluster's configuration, or its GPUs do
-        not match it, as when one did not answer NVML) is logged and tried again later."""
+        not match it, as when one did not answer NVML) is logged and tried again later. The
+        GPUs refused as not matching are first offered to `amend`: if it changed what
+        `read_gpus` will find, the registration is tried again at once."""
         while True:
             gpus, links = await read_gpus()
             result = await self._until_answered("register", functools.partial(
@@ -114,7 +116,23 @@ class StoreLink:
                 self.registered_gpus = frozenset(gpu.uuid for gpu in gpus)
                 return result
             logger.error("the store refused to register %s: %s", self.node, result)
+            if (isinstance(result, Rejection) and result.code is Code.INVENTORY_MISMATCH
+                    and amend is not None and await amend()):
+                continue
             await anyio.sleep(REGISTER_REFUSED_RETRY_MS / 1000)
+
+    async def registered_inventory(self) -> tuple[GpuInventory, ...]:
+        """The GPUs of this node's last registration the store took (kept through a
+        deregistration); none if it knows of none."""
+        answer: Any = await self._until_answered("node query", lambda: (
+            self.store.node(self.node)))
+        if isinstance(answer, Rejection):
+            return ()
+        return tuple(GpuInventory(uuid=gpu["uuid"], index=gpu["index"],
+                                  pci_bus_id=gpu["pci_bus_id"], model=gpu["model"],
+                                  memory_mib=gpu["memory_mib"], numa_node=gpu["numa_node"],
+                                  mig_enabled=gpu["mig_enabled"])
+                     for gpu in answer.get("gpus", []))
 
     async def heartbeat(self) -> Result | Rejection:
         return await self._until_answered("heartbeat", lambda: self.store.heartbeat(

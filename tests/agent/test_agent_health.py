@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 import pytest
 
-from agent import store_link
+from agent import registered_gpus, store_link
 from agent.daemon import Agent
 from agent.fake_backend import FakeGpuBackend
 from agent.inventory import gpu_inventory
@@ -219,6 +219,42 @@ async def test_an_agent_restarted_while_a_gpu_is_off_the_bus_registers_again(
                     return True if view and view.status is HealthStatus.FAIL else None
 
                 await eventually(held_failed, what="the restarted agent holds GPU 3 failed")
+                tasks.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("record", [b"", b"{torn"], ids=["wiped", "corrupt"])
+async def test_a_gpu_off_the_bus_is_registered_still_when_the_local_record_is_lost(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+        record: bytes) -> None:
+    """GPU 3 falls off the bus while the agent is away, and the agent's record of the GPUs it
+    registered is gone with it (a re-imaged disk, a wiped state directory) or corrupt: NVML
+    lists 7 of the node's 8 GPUs, which the store refuses. The agent takes the missing GPU
+    from the store's record of its node, registers it still, failed, and writes the record
+    again; the log says so."""
+    monkeypatch.setattr(store_link, "REGISTER_REFUSED_RETRY_MS", 100)
+    gpus = FakeGpuBackend.from_profile("a100-8", seed=1)
+    lost = gpus.uuids()[GPU]
+    with anyio.fail_after(60):
+        async with configured_cluster() as cluster, store(cluster, ADMIN) as admin:
+            async with running_agent(cluster, "n0", gpus, tmp_path):
+                await _until_status(admin, lost, "pass")
+            gpus.lose(lost)
+            (tmp_path / registered_gpus.FILE_NAME).unlink()
+            if record:
+                (tmp_path / registered_gpus.FILE_NAME).write_bytes(record)
+            async with store(cluster, Principal(Role.NODE, "n0")) as node_store, \
+                    anyio.create_task_group() as tasks:
+                agent = Agent(agent_config("n0", tmp_path), gpus, node_store)
+                tasks.start_soon(agent.run)
+                await eventually(lambda: _registered(agent, 1), timeout_s=8,
+                                 what="the restarted agent registered")
+                await eventually(_node_up(admin, "n0"), timeout_s=8, what="n0 up again")
+                view = await _until_status(admin, lost, "fail")
+                assert view["placeable"] is False, view
+                assert agent.view.health[lost].status is HealthStatus.FAIL
+                kept = registered_gpus.RegisteredGpus(tmp_path).by_uuid
+                assert sorted(kept) == sorted(gpus.uuids()) and kept[lost].index == GPU
+                assert f"GPU {GPU} ({lost})" in caplog.text, caplog.text
                 tasks.cancel_scope.cancel()
 
 

@@ -7,10 +7,12 @@ import errno
 import json
 import logging
 import pathlib
+from dataclasses import replace
 
 import pytest
 
 from agent.gpu import DeviceInfo
+from agent.inventory import gpu_inventory, registered_devices
 from agent.registered_gpus import FILE_BYTES_MAX, FILE_NAME, RegisteredGpus, encode
 from consensus.runtime.durable_file import replace_file
 
@@ -53,6 +55,29 @@ def test_a_new_gpu_takes_the_index_of_a_lost_one(tmp_path: pathlib.Path) -> None
     assert placed(gpus.to_register((device("a", 0), device("b", 1), device("c", 2),
                                     device("d", 1)))) == [("a", 0), ("b", 1), ("c", 2),
                                                           ("d", 3)]
+
+
+def test_the_stores_record_stands_in_for_a_lost_file(tmp_path: pathlib.Path) -> None:
+    """No file, and NVML numbers the GPUs anew with b off the bus: the store's record of the
+    node puts each GPU back at its registered index, b included, once."""
+    stored = (device("a", 0), device("b", 1), device("c", 2))
+    listed = (device("a", 0), replace(device("c", 2), index=1))
+    gpus = RegisteredGpus(tmp_path)
+    assert placed(gpus.to_register(listed)) == [("a", 0), ("c", 1)]
+    assert gpus.adopt(stored)
+    assert placed(gpus.to_register(listed)) == [("a", 0), ("b", 1), ("c", 2)]
+    assert placed(gpus.lost(listed)) == [("b", 1)]
+    assert not gpus.adopt(stored)
+    assert not gpus.adopt(())
+
+
+def test_the_stores_record_is_registered_back_as_it_was(tmp_path: pathlib.Path) -> None:
+    """A GPU known only from the store's record is registered with the store's model name, as
+    the cluster configuration maps NVML's."""
+    models = (("NVIDIA A100-SXM4-80GB", "A100-80G"),)
+    stored = gpu_inventory((device("a", 0), device("b", 1)), models)
+    assert gpu_inventory(registered_devices(stored, (device("a", 0),), models),
+                         models) == stored
 
 
 def test_the_registered_gpus_are_read_back_by_a_restarted_agent(
