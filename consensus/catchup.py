@@ -32,8 +32,8 @@ import hashlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from consensus.codec import ENVELOPE_BYTES_MAX
-from consensus.config import Mode
+from consensus.codec import ENVELOPE_BYTES_MAX, RECORD_BYTES_MAX
+from consensus.config import Mode, ReplicaConfig
 from consensus.context import Context
 from consensus.executor import Executor
 from consensus.learner import Learner
@@ -87,6 +87,17 @@ def fetched_bytes_max(batch: Batch) -> int:
     """The most bytes an instance holding `batch` adds to an encoded FetchReply."""
     return ENTRY_OVERHEAD_BYTES + sum(len(command.payload) + COMMAND_OVERHEAD_BYTES
                                       for command in batch)
+
+
+def snapshot_state_bytes_max(config: ReplicaConfig) -> int:
+    """The most state bytes a snapshot may hold: within `snapshot_bytes_max`, and small enough
+    that its record (the state with its metadata at its largest) fits RECORD_BYTES_MAX. In
+    Multi-Paxos mode the metadata holds every origin's dedup window, megabytes of tags."""
+    count = config.replica_count
+    tags = config.dedup_window_per_origin if config.mode is Mode.MULTIPAXOS else 0
+    meta = (16 * _HEADER_BYTES_MAX + _INT_BYTES_MAX
+            + count * (4 * _INT_BYTES_MAX + _HEADER_BYTES_MAX + tags * _INT_BYTES_MAX))
+    return min(config.snapshot_bytes_max, RECORD_BYTES_MAX - meta)
 
 
 TRANSFER_PATIENCE_REPAIRS = 4  # repair periods without a chunk before a transfer is given up
@@ -244,6 +255,11 @@ class CatchUp:
         self._forget_idle_transfers()
         served = self._serving.get(request.sender)
         offset = request.snapshot_offset
+        if served is None and self.snapshot is not None and \
+                self.snapshot.meta.slot == request.snapshot_slot:
+            # The latest, asked for from where a transfer stopped that this replica forgot (it
+            # restarted, or the transfer idled): resumed, not started over.
+            served = _Served(self.snapshot, self._latest_digest(), ctx.now)
         if served is None or served.record.meta.slot != request.snapshot_slot or \
                 not 0 < offset < len(served.record.state):
             if self.snapshot is None:
@@ -252,10 +268,10 @@ class CatchUp:
         record, window = served.record, ctx.config.snapshot_window_bytes
         state, end = record.state, min(len(record.state), (offset // window + 1) * window)
         served.at = ctx.now
-        if end < len(state):  # kept until its last window leaves, or it idles
-            self._serving[request.sender] = served
-        else:
-            self._serving.pop(request.sender, None)
+        # Kept until it idles, its last window included: a chunk of the last window may be
+        # lost too, and the laggard then asks again from where it stopped (forgotten, it would
+        # be sent the latest snapshot from its first byte, and start over).
+        self._serving[request.sender] = served
         ctx.count("catchup.snapshot_sent")
         chunk = ctx.config.snapshot_chunk_bytes
         for start in range(offset, max(end, 1), chunk):
@@ -292,14 +308,17 @@ class CatchUp:
         ctx = self._ctx
         if message.meta.slot <= self._executor.exec_slot:
             return
-        if message.total_bytes > ctx.config.snapshot_bytes_max or \
+        if message.total_bytes > snapshot_state_bytes_max(ctx.config) or \
                 len(message.state_digest) != STATE_DIGEST_BYTES:
             ctx.count("dropped.snapshot_chunk_invalid")
             return
         transfer = _Transfer(message.sender, message.meta, message.total_bytes,
                              message.state_digest)
         if transfer != self._receiving or message.offset != len(self._received):
-            if message.offset != 0 or not self._may_start(transfer):
+            # A copy of bytes held (a duplicate, a late answer to an earlier fetch) is no
+            # reason to start over: the rest is asked for from where the transfer stopped.
+            if message.offset != 0 or transfer == self._receiving or \
+                    not self._may_start(transfer):
                 return
             self._receiving, self._received = transfer, bytearray()
         self._received_at = ctx.now
@@ -394,4 +413,5 @@ class CatchUp:
             ctx.clog[space].truncate(count)
         self._learner.forget_slots_below(meta.slot)
         self.snapshot, self._digest = record, None  # no older state is kept alive by it
+        self._forget_idle_transfers()  # nor by a transfer that finished or stopped asking
         return record

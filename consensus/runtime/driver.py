@@ -56,6 +56,7 @@ import anyio
 import anyio.lowlevel
 import anyio.to_thread
 
+from consensus.catchup import snapshot_state_bytes_max
 from consensus.codec import (
     ENVELOPE_BYTES_MAX,
     MESSAGE_BYTES_MAX,
@@ -541,7 +542,7 @@ class Driver:
                 self.replica.may_compact:
             state = self._machine.snapshot()
             self._last_snapshot = executed  # too large: tried again a period later
-            limit = min(SNAPSHOT_STATE_BYTES_MAX, self.replica.config.snapshot_bytes_max)
+            limit = min(SNAPSHOT_STATE_BYTES_MAX, snapshot_state_bytes_max(self.replica.config))
             if len(state) > limit:  # peers would refuse it too; the log goes on growing
                 self.metrics.count("driver.snapshots_too_large")
                 logger.error("replica %d: a snapshot of %d bytes is more than %d; the log is "
