@@ -4,7 +4,10 @@ environment, and the checks and environment the runner derives from it.
 The store's env may already carry `CUDA_VISIBLE_DEVICES`; the runner sets it again from
 `gpu_uuids` so that it is never unset (unset means every GPU on the node, reference/nvml.md
 section 3.2) and never disagrees with the GPUs the store granted. `CUDA_DEVICE_ORDER=PCI_BUS_ID`
-makes any index the job uses match NVML's order.
+makes any index the job uses match NVML's order. `CELLAR_POD_UID` marks the job's processes
+(their children inherit it): for a job found dead after an agent restart, the runner stops
+only processes that carry the mark, so a stranger that reused the job's first pid as its group
+or session id is never taken for a leftover of the job (`procfs.job_members`).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from agent.job_limits import JobLimits
 
 VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 DEVICE_ORDER = "CUDA_DEVICE_ORDER"
+POD_UID_MARK = "CELLAR_POD_UID"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -33,6 +37,7 @@ def job_environment(binding: Binding, inherited: Mapping[str, str]) -> dict[str,
     env.update(binding.env)
     env[VISIBLE_DEVICES] = ",".join(binding.gpu_uuids)  # "" for no GPUs: never unset
     env[DEVICE_ORDER] = "PCI_BUS_ID"
+    env[POD_UID_MARK] = binding.pod_uid
     return env
 
 

@@ -14,18 +14,21 @@ import os
 import signal
 
 from agent import procfs
+from agent.binding import POD_UID_MARK
 from agent.job_state import JobRecord
 
 
-def members(record: JobRecord) -> dict[int, int]:
-    """The job's running processes now, pid to start ticks."""
-    found = procfs.job_members(record.pid, record.start_ticks, record.pgid)
+def members(record: JobRecord, *, marked_only: bool = False) -> dict[int, int]:
+    """The job's running processes now, pid to start ticks; `marked_only`: once its first
+    process is gone, only those started with the job's mark (see `procfs.job_members`)."""
+    found = _found(record, marked_only)
     return {pid: stat.start_ticks for pid, stat in found.items()}
 
 
-def signal_job(record: JobRecord, sig: signal.Signals) -> dict[int, int]:
+def signal_job(record: JobRecord, sig: signal.Signals, *, marked_only: bool = False
+               ) -> dict[int, int]:
     """Send `sig` to every running process of the job; return those it was sent to."""
-    found = procfs.job_members(record.pid, record.start_ticks, record.pgid)
+    found = _found(record, marked_only)
     if not found:
         return {}
     if any(stat.pgid == record.pgid for stat in found.values()):
@@ -36,3 +39,8 @@ def signal_job(record: JobRecord, sig: signal.Signals) -> dict[int, int]:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(stat.pid, sig)
     return {pid: stat.start_ticks for pid, stat in found.items()}
+
+
+def _found(record: JobRecord, marked_only: bool) -> dict[int, procfs.ProcStat]:
+    mark = (POD_UID_MARK, record.binding.pod_uid) if marked_only else None
+    return procfs.job_members(record.pid, record.start_ticks, record.pgid, mark=mark)

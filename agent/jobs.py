@@ -32,6 +32,7 @@ from the constructor). Disk writes run in worker threads, under one lock.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import pathlib
@@ -113,6 +114,9 @@ class JobRunner:
         # Jobs that ended, whose exit is on its way to the store: neither running nor lost,
         # and never to start again (the store still has them bound until it hears).
         self._unreported: set[str] = set()
+        # Killed before their start: never to start (as many as the ledger keeps, the
+        # oldest forgotten first; dict order is insertion order).
+        self._forbidden: dict[str, None] = {}
         self._exits_in, self.exits = anyio.create_memory_object_stream[Exited](
             self.limits.jobs_max)
         self._tasks: TaskGroup | None = None
@@ -183,6 +187,22 @@ class JobRunner:
                                           f"{error}")
             return await self._launch(binding)
 
+    async def forbid_start(self, pod_uid: str) -> bool:
+        """Make sure this pod uid never starts under this runner: True when it had not
+        started (nor will now: a start waiting for the lock is refused), False when it had.
+        A killed pod's deferred start must not launch it after its kill found nothing."""
+        async with self._locked():
+            if self.started_before(pod_uid):
+                return False
+            self._forbidden[pod_uid] = None
+            if len(self._forbidden) > self.limits.started_remembered_max:
+                del self._forbidden[next(iter(self._forbidden))]
+            return True
+
+    def start_forbidden(self, pod_uid: str) -> bool:
+        """Whether `forbid_start` refused this pod uid's start."""
+        return pod_uid in self._forbidden
+
     def _refusal(self, binding: Binding) -> str | None:
         reason = refusal(binding, self._local, self.limits)
         if reason is not None:
@@ -190,6 +210,8 @@ class JobRunner:
         uid = binding.pod_uid
         if uid in self._jobs or uid in self._ledger:
             return "already started on this node: a pod uid is started at most once"
+        if uid in self._forbidden:
+            return "killed before its start"
         if len(self._jobs) >= self.limits.jobs_max:
             return f"this node already runs {self.limits.jobs_max} jobs (jobs_max)"
         return None
@@ -221,6 +243,7 @@ class JobRunner:
 
     def _spawn(self, binding: Binding) -> JobRecord:
         path = log_path(self._logs, binding.pod_uid)
+        self._logs.mkdir(exist_ok=True)  # an operator may have cleared the logs away
         log_fd = open_log(path)
         try:
             pid = spawn(binding.command, job_environment(binding, self._env), log_fd)
@@ -324,38 +347,45 @@ class JobRunner:
                            gpu_release=check.release, lingering_pids=check.lingering_pids,
                            detail=check.detail)
 
-    async def _end_group(self, record: JobRecord, seen: dict[int, int], grace_s: float
-                         ) -> Termination:
-        """SIGTERM every process of the job, SIGKILL those left after `grace_s`, and wait
-        until none runs; `seen` collects every process met on the way."""
+    async def _end_group(self, record: JobRecord, seen: dict[int, int], grace_s: float, *,
+                         marked_only: bool = False) -> Termination:
+        """SIGTERM (and SIGCONT) every process of the job, SIGKILL those left after
+        `grace_s`, and wait until none runs; `seen` collects every process met on the way.
+        `marked_only`: see `_end_leftovers`."""
         steps = ((signal.SIGTERM, grace_s, Termination.STOPPED),
                  (signal.SIGKILL, self.limits.kill_wait_s, Termination.KILLED))
         for sig, wait_s, termination in steps:
-            seen.update(job_group.signal_job(record, sig))
-            if await self._wait_gone(record, seen, wait_s):
+            seen.update(job_group.signal_job(record, sig, marked_only=marked_only))
+            if sig is signal.SIGTERM:  # a stopped process would hold it pending, not end
+                seen.update(job_group.signal_job(record, signal.SIGCONT,
+                                                 marked_only=marked_only))
+            if await self._wait_gone(record, seen, wait_s, marked_only=marked_only):
                 return termination
         return Termination.UNKILLABLE
 
-    async def _wait_gone(self, record: JobRecord, seen: dict[int, int], timeout_s: float
-                         ) -> bool:
+    async def _wait_gone(self, record: JobRecord, seen: dict[int, int], timeout_s: float, *,
+                         marked_only: bool = False) -> bool:
         """Wait until no process of the job runs (zombies have ended), up to `timeout_s`."""
         with anyio.move_on_after(timeout_s):
-            while members := job_group.members(record):
+            while members := job_group.members(record, marked_only=marked_only):
                 seen.update(members)
                 await anyio.sleep(self.limits.group_poll_s)
             return True
         return False
 
-    async def _end_leftovers(self, record: JobRecord, seen: dict[int, int] | None = None
-                             ) -> None:
+    async def _end_leftovers(self, record: JobRecord, seen: dict[int, int] | None = None, *,
+                             marked_only: bool = False) -> None:
         """A job ends with its first process, as a container does: processes it left running
         are stopped too (with the grace period), so that an exit frees the job's GPUs; `seen`
-        collects them."""
-        left = job_group.members(record)
+        collects them. `marked_only` for a job found dead after a restart: its first pid may
+        have been reused since by a stranger's group or session, so only processes carrying
+        the job's mark are its own."""
+        left = job_group.members(record, marked_only=marked_only)
         if left:
             logger.warning("%s ended, leaving pids %s running: stopping them",
                            record.binding.pod_uid, sorted(left))
-            await self._end_group(record, {} if seen is None else seen, self.limits.grace_s)
+            await self._end_group(record, {} if seen is None else seen, self.limits.grace_s,
+                                  marked_only=marked_only)
 
     async def reconcile(self, expected: Sequence[Binding]) -> ReconcileReport:
         """Match the store's bindings for this node against the ledger and the live processes;
@@ -368,7 +398,8 @@ class JobRunner:
             dead = await self._adopt_records()
         async with anyio.create_task_group() as tasks:
             for record in dead.values():
-                tasks.start_soon(self._end_leftovers, record)
+                tasks.start_soon(functools.partial(self._end_leftovers, record,
+                                                   marked_only=True))
         running = {uid: job.record.binding for uid, job in self._jobs.items()}
         gone = {uid: binding for uid, binding in wanted.items()
                 if uid not in running and uid not in self._unreported}  # its exit is on its way

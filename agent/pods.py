@@ -140,6 +140,9 @@ class Pods:
                         outcome.pid, ",".join(binding.gpu_uuids) or "no GPU")
             await self._acknowledge(binding)
             return
+        if self.runner.start_forbidden(binding.pod_uid):  # its exit is reported killed
+            logger.info("pod %s was killed before its start: not started", binding.pod_uid)
+            return
         self.counts["jobs_not_started"] += 1
         logger.error("pod %s could not start: %s", binding.pod_uid, outcome.reason)
         await self._report_exit(Exited(pod_uid=binding.pod_uid, group=binding.group,
@@ -233,8 +236,9 @@ class Pods:
         """Stop the pod; one never started here, that the store still has here, is reported
         killed before its start (its gang may be waiting for that exit to leave)."""
         outcome = await self.stop(pod_uid)
-        if outcome.termination is not Termination.NOT_RUNNING or self.runner.started_before(
-                pod_uid):
+        if outcome.termination is not Termination.NOT_RUNNING:
+            return  # its exit is reported by whoever saw it end
+        if not await self.runner.forbid_start(pod_uid):  # a deferred start's too
             return  # its exit is, or was, reported by whoever saw it end
         if await self.link.standing(group, pod_uid) is not Standing.GONE:
             await self._killed_before_start(group, pod_uid)

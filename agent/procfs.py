@@ -73,7 +73,19 @@ def all_stats(proc: pathlib.Path = PROC) -> Iterator[ProcStat]:
             yield stat
 
 
-def job_members(leader: int, leader_ticks: int, pgid: int) -> dict[int, ProcStat]:
+def environ_has(pid: int, name: str, value: str, proc: pathlib.Path = PROC) -> bool:
+    """Whether the process started with `name=value` in its environment (False when it
+    cannot be read: gone, or another user's)."""
+    entry = f"{name}={value}".encode("utf-8", "surrogateescape")
+    try:
+        environ = (proc / str(pid) / "environ").read_bytes()
+    except OSError:
+        return False
+    return entry in environ.split(b"\0")
+
+
+def job_members(leader: int, leader_ticks: int, pgid: int,
+                mark: tuple[str, str] | None = None) -> dict[int, ProcStat]:
     """The running processes of a job, by pid: its process group, its session (the
     job was started as a session leader, so its session id is the leader's pid), and every
     descendant of those that moved to a group or session of its own while its parent lived.
@@ -81,7 +93,12 @@ def job_members(leader: int, leader_ticks: int, pgid: int) -> dict[int, ProcStat
     The kernel does not reuse a pid while a group or session of that id has members, so group
     and session ids name the job until all of it is gone; a process holding the leader's pid
     with another start time shows that this happened, and then nothing is the job's. A process
-    that double-forks out of the session escapes this: only a cgroup would hold it."""
+    that double-forks out of the session escapes this: only a cgroup would hold it.
+
+    Once the leader is gone, its pid may have been reused (the agent was down, the node
+    rebooted) by a process that left a group or session of that id to a stranger; with `mark`
+    (an environment variable the job was started with), only processes that carry it count
+    then, and their descendants."""
     stats = list(all_stats())
     leader_stat = next((stat for stat in stats if stat.pid == leader), None)
     if leader_stat is not None and leader_stat.start_ticks != leader_ticks:
@@ -90,6 +107,8 @@ def job_members(leader: int, leader_ticks: int, pgid: int) -> dict[int, ProcStat
     members = {stat.pid: stat for stat in running
                if (stat.pgid == pgid or leader in (stat.sid, stat.pid))
                and stat.start_ticks >= leader_ticks}
+    if leader_stat is None and mark is not None:
+        members = {pid: stat for pid, stat in members.items() if environ_has(pid, *mark)}
     _add_descendants(members, running)
     return dict(sorted(members.items()))
 

@@ -48,7 +48,7 @@ def test_the_environment_names_the_gpus_whatever_the_store_said() -> None:
                               env=(("CUDA_VISIBLE_DEVICES", "all"), ("X", "1"))),
                           {"PATH": "/bin", "X": "0"})
     assert env == {"PATH": "/bin", "X": "1", "CUDA_VISIBLE_DEVICES": "GPU-b,GPU-a",
-                   "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+                   "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CELLAR_POD_UID": "p"}
     assert job_environment(job(gpu_uuids=()), {})["CUDA_VISIBLE_DEVICES"] == ""
 
 
