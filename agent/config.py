@@ -23,6 +23,7 @@
     jobs_max = 256
     grace_ms = 10000                 # SIGTERM, then SIGKILL after this
     gpu_release_timeout_ms = 30000   # wait for NVML to show the job's processes gone
+    log_bytes_max = 16777216         # a running job's log past this is cut, its tail kept
 
     [models]                         # NVML model name -> the model name the cluster uses
     "NVIDIA H100 80GB HBM3" = "H100"
@@ -41,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.health_policy import HealthPolicy, PolicyError
-from agent.job_limits import JobLimits
+from agent.job_limits import MIB, JobLimits
 from consensus.runtime.config_fields import (
     Address,
     ConfigError,
@@ -58,6 +59,8 @@ from consensus.runtime.config_fields import (
 
 LOOPS = ("asyncio", "uvloop", "trio")
 MS_MAX = 3_600_000
+# One job's log: at least the tail a cut keeps (JobLimits.log_tail_bytes), at most 1 TiB.
+LOG_BYTES_RANGE = (MIB, 1024 * 1024 * MIB)
 KEYS = {"node", "store", "state_dir", "metrics", "loop", "backend", "insecure", "tls",
         "intervals", "jobs", "models", "health"}
 
@@ -145,8 +148,8 @@ def _intervals(raw: dict[str, Any]) -> Intervals:
 
 
 def _jobs(raw: dict[str, Any]) -> JobLimits:
-    refuse_unknown(raw, {"jobs_max", "grace_ms", "gpu_release_timeout_ms"}, "jobs.",
-                   AgentConfigError)
+    refuse_unknown(raw, {"jobs_max", "grace_ms", "gpu_release_timeout_ms", "log_bytes_max"},
+                   "jobs.", AgentConfigError)
     defaults = JobLimits()
 
     def seconds(key: str, default_s: float) -> float:
@@ -155,7 +158,10 @@ def _jobs(raw: dict[str, Any]) -> JobLimits:
 
     jobs_max = integer(raw, "jobs_max", 1, 65_536, where="jobs.", default=defaults.jobs_max,
                        error=AgentConfigError)
+    log_bytes_max = integer(raw, "log_bytes_max", *LOG_BYTES_RANGE, where="jobs.",
+                            default=defaults.log_bytes_max, error=AgentConfigError)
     return JobLimits(jobs_max=jobs_max, logs_kept_max=max(defaults.logs_kept_max, jobs_max),
+                     log_bytes_max=log_bytes_max,
                      grace_s=seconds("grace_ms", defaults.grace_s),
                      gpu_release_timeout_s=seconds("gpu_release_timeout_ms",
                                                    defaults.gpu_release_timeout_s)).validate()

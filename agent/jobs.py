@@ -27,7 +27,11 @@ ledger (`agent.started_ledger`) remembers it before the launch. A job's record
 
 Failures that concern one job are outcome values (`StartRefused`, `StartFailed`, a
 `StopOutcome` that needs attention); only a damaged state directory raises (`JobStateCorrupt`,
-from the constructor). Disk writes run in worker threads, under one lock.
+from the constructor). Disk writes run in worker threads, under one lock, and so does the
+check of the running jobs' logs every `log_poll_s`: one past `log_bytes_max` is cut, keeping
+its tail (`agent.job_logs`). A stop's /proc scans run in worker threads too: on a node with
+thousands of processes one takes tens of milliseconds, which the event loop (the agent's
+heartbeats) must not wait for.
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ from agent import job_group, procfs
 from agent.binding import Binding, job_environment, refusal
 from agent.gpu_release import GpuProcesses, ReleaseCheck, wait_released
 from agent.job_limits import JobLimits
-from agent.job_logs import LOGS_NAME, log_path, open_log, prune_logs
+from agent.job_logs import LOGS_NAME, cap_log, log_path, open_log, prune_logs
 from agent.job_outcomes import (
     EXIT_CODE_UNKNOWN,
     REASON_ADOPTED_EXIT,
@@ -127,6 +131,7 @@ class JobRunner:
         self._lock = anyio.Lock()
         self._tasks = anyio.create_task_group()
         await self._tasks.__aenter__()
+        self._tasks.start_soon(self._cap_logs_forever)
         return self
 
     async def __aexit__(self, kind: type[BaseException] | None, error: BaseException | None,
@@ -256,7 +261,7 @@ class JobRunner:
 
     async def _abandon(self, record: JobRecord) -> None:
         """Kill a job whose record could not be written: no restarted agent could find it."""
-        job_group.signal_job(record, signal.SIGKILL)
+        await _signal_job(record, signal.SIGKILL)
         with anyio.move_on_after(self.limits.kill_wait_s):
             await wait_child(record.pid, self.limits.exit_poll_s)
 
@@ -286,6 +291,7 @@ class JobRunner:
                            check.release.value, check.detail, check.lingering_pids)
         await self._tell_leftovers(binding.pod_uid, check, seen)
         async with self._locked():  # no reconcile between the two: it would call the job lost
+            await anyio.to_thread.run_sync(self._cap_logs, (record.log_path,))
             try:
                 await anyio.to_thread.run_sync(self._records.forget, binding.pod_uid)
             except OSError:
@@ -300,6 +306,26 @@ class JobRunner:
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
             self._unreported.discard(binding.pod_uid)
             logger.warning("nobody reads exits any more: %s", exited)
+
+    async def _cap_logs_forever(self) -> None:
+        """Every `log_poll_s`, cut the running jobs' logs that passed `log_bytes_max`."""
+        while True:
+            await anyio.sleep(self.limits.log_poll_s)
+            async with self._locked():
+                paths = tuple(job.record.log_path for job in self._jobs.values())
+                await anyio.to_thread.run_sync(self._cap_logs, paths)
+
+    def _cap_logs(self, paths: Iterable[str]) -> None:
+        for path in paths:
+            try:
+                cut = cap_log(pathlib.Path(path), self.limits.log_bytes_max,
+                              self.limits.log_tail_bytes)
+            except OSError:
+                logger.exception("cannot cut the job log %s", path)
+                continue
+            if cut:
+                logger.warning("job log %s passed %d bytes: cut, its last %d bytes kept",
+                               path, self.limits.log_bytes_max, self.limits.log_tail_bytes)
 
     async def _tell_leftovers(self, pod_uid: str, check: ReleaseCheck,
                               seen: Mapping[int, int]) -> None:
@@ -355,10 +381,9 @@ class JobRunner:
         steps = ((signal.SIGTERM, grace_s, Termination.STOPPED),
                  (signal.SIGKILL, self.limits.kill_wait_s, Termination.KILLED))
         for sig, wait_s, termination in steps:
-            seen.update(job_group.signal_job(record, sig, marked_only=marked_only))
+            seen.update(await _signal_job(record, sig, marked_only=marked_only))
             if sig is signal.SIGTERM:  # a stopped process would hold it pending, not end
-                seen.update(job_group.signal_job(record, signal.SIGCONT,
-                                                 marked_only=marked_only))
+                seen.update(await _signal_job(record, signal.SIGCONT, marked_only=marked_only))
             if await self._wait_gone(record, seen, wait_s, marked_only=marked_only):
                 return termination
         return Termination.UNKILLABLE
@@ -367,7 +392,7 @@ class JobRunner:
                          marked_only: bool = False) -> bool:
         """Wait until no process of the job runs (zombies have ended), up to `timeout_s`."""
         with anyio.move_on_after(timeout_s):
-            while members := job_group.members(record, marked_only=marked_only):
+            while members := await _members(record, marked_only=marked_only):
                 seen.update(members)
                 await anyio.sleep(self.limits.group_poll_s)
             return True
@@ -380,7 +405,7 @@ class JobRunner:
         collects them. `marked_only` for a job found dead after a restart: its first pid may
         have been reused since by a stranger's group or session, so only processes carrying
         the job's mark are its own."""
-        left = job_group.members(record, marked_only=marked_only)
+        left = await _members(record, marked_only=marked_only)
         if left:
             logger.warning("%s ended, leaving pids %s running: stopping them",
                            record.binding.pod_uid, sorted(left))
@@ -434,6 +459,19 @@ class JobRunner:
     def _locked(self) -> anyio.Lock:
         assert self._lock is not None, "use the runner inside `async with`"
         return self._lock
+
+
+async def _members(record: JobRecord, *, marked_only: bool) -> dict[int, int]:
+    """`job_group.members`, whose /proc scan runs in a worker thread."""
+    return await anyio.to_thread.run_sync(
+        functools.partial(job_group.members, record, marked_only=marked_only))
+
+
+async def _signal_job(record: JobRecord, sig: signal.Signals, *, marked_only: bool = False
+                      ) -> dict[int, int]:
+    """`job_group.signal_job`, whose /proc scan runs in a worker thread."""
+    return await anyio.to_thread.run_sync(
+        functools.partial(job_group.signal_job, record, sig, marked_only=marked_only))
 
 
 def _by_uid(bindings: Iterable[Binding]) -> tuple[Binding, ...]:

@@ -33,6 +33,7 @@ key = "certs/node-gpu-7.key"
 poll_ms = 1000
 [jobs]
 grace_ms = 500
+log_bytes_max = 8388608
 [models]
 "NVIDIA H100 80GB HBM3" = "H100-SXM"
 [health]
@@ -44,6 +45,7 @@ application_xids = [13, 31]
     assert config.tls is not None and config.tls.cert == certs / "node-gpu-7.pem"
     assert (config.intervals.poll_ms, config.intervals.heartbeat_ms) == (1000, 2000)
     assert config.jobs.grace_s == 0.5 and config.backend == "fake:h100-8"
+    assert config.jobs.log_bytes_max == 8 * 1024 * 1024
     assert config.health.application_xids == frozenset({13, 31})
     assert cluster_model("NVIDIA H100 80GB HBM3", config.models) == "H100-SXM"
 
@@ -61,6 +63,7 @@ application_xids = [13, 31]
         ({"intervals": {"poll_s": 1}}, r"intervals\.poll_s: unknown key"),
         ({"jobs": {"grace_ms": "10s"}}, r"jobs\.grace_ms: required, an integer"),
         ({"jobs": {"grace_s": 10}}, r"jobs\.grace_s: unknown key"),
+        ({"jobs": {"log_bytes_max": 1024}}, r"jobs\.log_bytes_max: 1024 is outside"),
         ({"health": {"fail_xids": "79"}}, r"health\.fail_xids: "),
         ({"health": {"colour": 1}}, r"health\.colour: "),
         ({"models": {"X": 3}}, r"models\.'X': must name a GPU model"),

@@ -1,13 +1,16 @@
 """The job runner's launch and stop against hazards of a real node: descriptors the agent holds,
-a dead job's pid reused by a stranger, a job stopped by SIGSTOP, an operator clearing the logs."""
+a dead job's pid reused by a stranger, a job stopped by SIGSTOP, an operator clearing the logs,
+a node with so many processes that a /proc scan takes a while."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import pathlib
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 
 import anyio
@@ -134,3 +137,38 @@ async def test_a_start_survives_an_operator_clearing_the_logs_directory(rig) -> 
         assert isinstance(outcome, Started), outcome
         rig.reaper.add(outcome)
         assert (await next_exit(jobs)).exit_code == 0
+
+
+SLOW_SCAN_S = 0.5  # a /proc scan on a crowded node, made long to leave wide margins
+TICK_S = 0.01
+
+
+async def test_a_stop_s_proc_scans_leave_the_event_loop_free(rig, monkeypatch) -> None:
+    """A stop reads all of /proc every `group_poll_s` until the job's processes are gone: on
+    a node with thousands of processes each scan takes tens of milliseconds, and run on the
+    event loop a few stops at once would starve the agent's heartbeats."""
+    real_scan = procfs.all_stats
+
+    def slow_scan(proc: pathlib.Path = procfs.PROC) -> Iterator[procfs.ProcStat]:
+        time.sleep(SLOW_SCAN_S)
+        return real_scan(proc)
+
+    async with rig.runner() as jobs:
+        started = await rig.start(jobs, binding("p1"))
+        await wait_for_output(started, "ready")
+        monkeypatch.setattr(procfs, "all_stats", slow_scan)
+        ticks = [time.monotonic()]
+
+        async def tick() -> None:
+            while True:
+                await anyio.sleep(TICK_S)
+                ticks.append(time.monotonic())
+
+        async with anyio.create_task_group() as ticker:
+            ticker.start_soon(tick)
+            outcome = await jobs.stop("p1", grace_s=WAIT_S)
+            ticks.append(time.monotonic())
+            ticker.cancel_scope.cancel()
+        assert outcome.termination is Termination.STOPPED
+        stall_s = max(later - earlier for earlier, later in itertools.pairwise(ticks))
+        assert stall_s < SLOW_SCAN_S / 2, f"the loop stalled {stall_s:.2f} s in a scan"
