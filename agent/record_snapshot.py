@@ -18,9 +18,10 @@ EXIT_NVML_UNAVAILABLE = 3
 
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
-    if len(arguments) != 1:
+    # an option is no file name: `--help` once went to NVML, and on a GPU machine into "--help"
+    if len(arguments) != 1 or arguments[0].startswith("-"):
         sys.stderr.write("usage: python -m agent.record_snapshot OUT.json\n")
-        return EXIT_USAGE
+        return 0 if arguments in (["-h"], ["--help"]) else EXIT_USAGE
     backend = NvmlBackend()
     try:
         backend.start()

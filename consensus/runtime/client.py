@@ -48,6 +48,7 @@ from consensus.runtime.client_codec import (
     encode_propose,
     encode_request,
 )
+from consensus.runtime.connect import ConnectRefused
 from consensus.runtime.deadlines import Deadlines, Waiter, loop_clock
 from consensus.runtime.framing import TransportError
 from consensus.runtime.outbox import Outbox
@@ -132,13 +133,35 @@ def _encode_status(request_id: int) -> bytes:
     return encode_request(Status(request_id))
 
 
-def _no_result(handed_over: bool, deadline_s: float, session: str, sequence: int
-               ) -> ClientError:
+def _no_result(handed_over: bool, deadline_s: float, session: str, sequence: int,
+               unreached: _NotSent | None = None) -> ClientError:
     """The error for a command whose deadline passed without a result."""
     if handed_over:
         return OutcomeUnknown(f"no result within {deadline_s:.1f} s; the command (session "
                               f"{session}, sequence {sequence}) may still be applied")
-    return Unavailable(f"no replica took the command within {deadline_s:.1f} s")
+    return Unavailable(f"no replica took the command within {deadline_s:.1f} s"
+                       f"{_last_failure(unreached)}")
+
+
+def _last_failure(unreached: _NotSent | None) -> str:
+    """Why the last connection failed, for an Unavailable: a TLS handshake refused (another
+    cluster's CA, an expired certificate) is not a replica down, and should not read as one."""
+    if unreached is None:
+        return ""
+    cause = unreached.__cause__
+    why = "timed out" if isinstance(cause, TimeoutError) else str(cause) or type(cause).__name__
+    return f" (connecting: {why})"
+
+
+def _unreached(earlier: _NotSent | None, error: _NotSent) -> _NotSent:
+    """The failure worth telling: a replica that refused this client's certificate (or showed
+    one not of the cluster) over one down, and that over a dial the deadline cut short."""
+    def rank(failure: _NotSent) -> int:
+        cause = failure.__cause__
+        return 2 if isinstance(cause, ConnectRefused) else 0 if isinstance(
+            cause, TimeoutError) else 1
+
+    return error if earlier is None or rank(error) >= rank(earlier) else earlier
 
 
 def _refused_after_retry(why: str, session: str, sequence: int) -> ClientError:
@@ -389,12 +412,14 @@ class CellarClient:
                                   sent_ms=sent_ms)
 
         handed_over = False  # whether a try may have reached a replica
+        unreached: _NotSent | None = None  # the last try that could not connect
         try:  # not contextlib.suppress: that costs 0.6 us, and this runs once per command
             while True:
                 for endpoint in self._rotation(now):
                     try:
                         response = self._judged(await self._attempt(endpoint, encode, deadline))
-                    except _NotSent:
+                    except _NotSent as error:
+                        unreached = _unreached(unreached, error)
                         continue
                     if response is None:
                         handed_over = True
@@ -410,7 +435,7 @@ class CellarClient:
                     await self._pause(deadline)
                 await self._pause(deadline)
         except _Expired:  # _attempt raises it once the deadline passed
-            raise _no_result(handed_over, deadline_s, name, sequence) from None
+            raise _no_result(handed_over, deadline_s, name, sequence, unreached) from None
         finally:
             self._sessions.give_back(session)
 
@@ -499,13 +524,15 @@ class CellarClient:
         """The first OK response to a query, trying the replicas in turn with a pause after
         each round (a restart or a failover may leave none up for a moment) until `deadline`
         (anyio's clock): a refusal is raised, and Unavailable once the deadline passed."""
+        unreached: _NotSent | None = None  # the last try that could not connect
         try:  # not contextlib.suppress, as in propose
             while True:
                 for endpoint in self._rotation(self._now()):
                     try:
                         response = self._judged(await self._attempt(endpoint, encode, deadline,
                                                                      held_s))
-                    except _NotSent:
+                    except _NotSent as error:
+                        unreached = _unreached(unreached, error)
                         continue
                     if response is not None and response.code is Code.OK:
                         return response
@@ -514,10 +541,17 @@ class CellarClient:
                 await self._pause(deadline)
         except _Expired:
             pass
-        raise Unavailable(f"no replica answered the {what} in time")
+        raise Unavailable(f"no replica answered the {what} in time{_last_failure(unreached)}")
 
     async def status(self, endpoint: str) -> dict[str, Any]:
-        response = await self._try(endpoint, _encode_status)
+        deadline = self._now() + self.config.deadline_s
+        try:
+            response = self._judged(await self._attempt(endpoint, _encode_status, deadline))
+        except _NotSent as error:  # say why (a TLS handshake refused), not only "did not answer"
+            why = str(error.__cause__).removeprefix(f"{endpoint}: ") or "no connection"
+            raise Unavailable(f"{endpoint} could not be reached: {why}") from error
+        except _Expired:
+            response = None
         if response is not None and (refusal := _refusal(response)) is not None:
             raise refusal
         if response is None or response.code is not Code.OK:
