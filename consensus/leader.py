@@ -87,7 +87,9 @@ class Leader:
         self._inflight: dict[int, Inflight] = {}
         self._unready: dict[int, Batch] = {}  # own instances not yet ready, by index
         self._forwarded: dict[int, Command] = {}  # Multi-Paxos: sent to the sequencer
-        self._forwarded_at = 0
+        # When each of those was last sent, oldest first: each goes again on its own clock (one
+        # clock for all, restarted by every Forward, held a lost one back while others went).
+        self._forwarded_at: dict[int, int] = {}
         self._order_asked_at = 0
         self._own_committed = 0  # O-instances for this replica known committed
         self._surplus_upto = -1  # surplus own slots to fill once the retake is done
@@ -248,8 +250,9 @@ class Leader:
         for command in commands:
             if command.origin == ctx.id:
                 self._forwarded[command.tag] = command
+                self._forwarded_at.pop(command.tag, None)  # moved to the end: the newest
+                self._forwarded_at[command.tag] = ctx.now
         if commands:
-            self._forwarded_at = ctx.now
             self._send_forward(commands)
 
     def _send_forward(self, commands: Batch) -> None:
@@ -410,12 +413,13 @@ class Leader:
         """Forget the forwarded commands every executor drops as repeats; returns their tags."""
         tags = [tag for tag in sorted(self._forwarded) if repeat(tag)]
         for tag in tags:
-            del self._forwarded[tag]
+            del self._forwarded[tag], self._forwarded_at[tag]
         return tags
 
     def on_executed_own(self, tags: list[int]) -> None:
         for tag in tags:
             self._forwarded.pop(tag, None)
+            self._forwarded_at.pop(tag, None)
 
     # --- resends, view changes, taking the space back -------------------------------------------
 
@@ -430,8 +434,9 @@ class Leader:
                 self._resend(index, inflight)
         if self._unready and ctx.now - self._order_asked_at >= resend_ticks:
             self._ask_for_order_again(lagging=True)
-        if self._forwarded and ctx.now - self._forwarded_at >= resend_ticks * 4:
-            self._forward_again()
+        oldest = next(iter(self._forwarded_at.values()), ctx.now)
+        if ctx.now - oldest >= resend_ticks * 4:
+            self._forward_again(waited_ticks=resend_ticks * 4)
 
     def _resend(self, index: int, inflight: Inflight) -> None:
         ctx = self._ctx
@@ -462,15 +467,22 @@ class Leader:
                     ctx.send(peer, request)
             self.on_order_lagging()
 
-    def _forward_again(self) -> None:
+    def _forward_again(self, waited_ticks: int = 0) -> None:
+        """Forward again the own commands last sent at least `waited_ticks` ago (all of them
+        by default: a new view's sequencer may never have heard of them)."""
         ctx = self._ctx
         if ctx.config.mode is not Mode.MULTIPAXOS or ctx.is_sequencer:
             self._pending.extendleft(reversed([self._forwarded[tag]
                                                for tag in sorted(self._forwarded)]))
             self._forwarded.clear()
+            self._forwarded_at.clear()
             return
-        self._forwarded_at = ctx.now
-        self._send_forward(tuple(self._forwarded[tag] for tag in sorted(self._forwarded)))
+        due = sorted(tag for tag, at in self._forwarded_at.items()
+                     if ctx.now - at >= waited_ticks)
+        for tag in due:
+            del self._forwarded_at[tag]
+            self._forwarded_at[tag] = ctx.now
+        self._send_forward(tuple(self._forwarded[tag] for tag in due))
 
     def on_view_started(self) -> None:
         """A new view serves: resend what is unfinished under it (paper §3.3)."""

@@ -126,3 +126,31 @@ def test_a_queue_is_forwarded_in_messages_of_a_batch_each() -> None:
                 if isinstance(message, Forward)]
     assert [[len(command.payload) for command in batch] for batch in forwards] == [
         [30, 30, 30], [30, 30, 30], [150], [1, 1, 1, 1], [1]]
+
+
+def test_a_lost_forward_goes_again_while_newer_commands_keep_being_forwarded() -> None:
+    """Replica 1's Forward of x is lost (as one is when it reaches a sequencer still
+    establishing its view); 1's clients keep proposing, one command every 10 ticks. Each
+    Forward had restarted the one clock of every command forwarded: x went again only once 1
+    stopped forwarding for 4 resend periods, and its client gave up first (swarm seed 10 of
+    the simulator, Multi-Paxos: 3 s). Now each command waits 4 resend periods at most, and
+    the others, answered in time, go once."""
+    cluster = _multipaxos(3)
+    assert cluster.node(0).inspect.is_sequencer
+    cluster.node(1).propose(b"x")
+    cluster.process(1)
+    assert cluster.drop(lambda s, t, m: s == 1 and isinstance(m, Forward))
+    forwarded: list[str] = []
+    resend_ticks = cluster.configs[1].resend_ticks
+    for tick in range(6 * resend_ticks):
+        if tick % 10 == 0:
+            cluster.node(1).propose(b"w%d" % tick)
+        cluster.tick()
+        cluster.process_all()
+        forwarded.extend(command.payload.decode() for s, _, m in cluster.queue
+                         if s == 1 and isinstance(m, Forward) for command in m.commands)
+        cluster.deliver()
+        cluster.process_all()
+    ran = [batch for _, batch in cluster.executed[2]]
+    assert any("x" in batch for batch in ran), ran
+    assert sorted(forwarded) == sorted(set(forwarded)), forwarded
