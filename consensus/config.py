@@ -17,6 +17,11 @@ from consensus.quorum import majority
 # Ballots pack (round, replica) into one int: round * BALLOT_REPLICAS + replica.
 BALLOT_REPLICAS = 16
 REPLICA_COUNT_MAX = 15
+SNAPSHOT_CHUNK_BYTES = 1 << 19  # snapshot bytes in one chunk message
+# Snapshot bytes sent for one fetch. A peer link queues at most 64 MiB and drops the rest, so a
+# snapshot sent whole in one burst never arrives past that: it goes a window at a time, the
+# receiver asking for the next one where it stopped (consensus/catchup.py).
+SNAPSHOT_WINDOW_BYTES = 8 << 20
 
 
 class ConfigError(ConsensusError):
@@ -60,11 +65,8 @@ class ReplicaConfig:
     fetch_instances_max: int = 256  # C-instances in one catch-up reply
     reads_pending_max: int = 100_000
     dedup_window_per_origin: int = 65_536  # executed command tags remembered per origin
-    snapshot_chunk_bytes: int = 1 << 19
-    # Snapshot bytes sent for one fetch. A peer link queues at most 64 MiB and drops the rest,
-    # so a snapshot sent whole in one burst never arrives past that: it goes a window at a time,
-    # the receiver asking for the next one where it stopped (consensus/catchup.py).
-    snapshot_window_bytes: int = 8 << 20
+    snapshot_chunk_bytes: int = SNAPSHOT_CHUNK_BYTES
+    snapshot_window_bytes: int = SNAPSHOT_WINDOW_BYTES
     snapshot_bytes_max: int = 1 << 30  # a peer's snapshot larger than this is refused
     lead_lag_slots_max: int = 16  # further behind the committed prefix, proposals wait
 

@@ -135,6 +135,8 @@ def _summary(result: SimResult) -> dict[str, object]:
             "executed_slots": result.executed_slots, "views": result.views,
             "linearizability": result.linearizability.value,
             "trace_digest": result.trace_digest,
+            "peer_snapshots": len(result.peer_snapshot_bytes),
+            "chunked_snapshots": result.chunked_snapshots,
             "violations": [str(violation) for violation in result.violations]}
 
 
@@ -143,6 +145,9 @@ def _print_result(result: SimResult, elapsed: float, args: argparse.Namespace,
     print(f"{'ok' if result.ok else 'VIOLATION'}: {result.operations} operations, "
           f"{result.executed_slots} slots, view {result.views}, history "
           f"{result.linearizability.value}, trace {result.trace_digest} ({elapsed:.1f} s)")
+    if result.peer_snapshot_bytes:
+        print(f"snapshots installed from peers: {len(result.peer_snapshot_bytes)}, "
+              f"{result.chunked_snapshots} of them in more than one chunk")
     for violation in result.violations:
         print(f"  {violation}")
     if not result.ok:
@@ -177,6 +182,7 @@ def run_sweep(args: argparse.Namespace) -> int:
     seeds: range = args.seeds
     failed: list[int] = []
     unsettled: list[int] = []  # passed, but the history's check ran out of steps
+    chunked: list[int] = []  # installed a snapshot sent in more than one chunk
     violations = 0
     started = time.perf_counter()
     for seed in seeds:
@@ -186,6 +192,8 @@ def run_sweep(args: argparse.Namespace) -> int:
             result = run(options)
             found = [str(violation) for violation in result.violations]
             verdict = result.linearizability
+            if result.chunked_snapshots:
+                chunked.append(seed)
         except AssertionError as error:
             found = [f"assertion: {error}"]
         except Exception as error:  # a crash of the core is a bug found, as an assert is
@@ -204,8 +212,11 @@ def run_sweep(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"replicas": args.replicas, "mode": args.mode, "seeds": len(seeds),
                           "violations": violations, "failed_seeds": failed,
-                          "unchecked_seeds": unsettled, "elapsed_s": round(elapsed, 1)}))
+                          "unchecked_seeds": unsettled, "chunked_snapshot_seeds": chunked,
+                          "elapsed_s": round(elapsed, 1)}))
     else:
+        print(f"{len(chunked)} seeds installed a snapshot sent in chunks"
+              f"{': ' if chunked else ''}{' '.join(map(str, chunked))}")
         print(f"{len(seeds)} seeds, {len(failed)} failed{': ' if failed else ''}"
               f"{' '.join(map(str, failed))}"
               f"{f', {len(unsettled)} with the history unchecked: ' if unsettled else ''}"

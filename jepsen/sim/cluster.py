@@ -121,6 +121,7 @@ class Cluster:
         self.invoked_at: dict[int, int] = {}
         # Per link, when the frames a held cut kept arrive: later frames arrive after them.
         self._reconnected_at: dict[tuple[int, int], int] = {}
+        self.peer_snapshot_bytes: list[int] = []  # each snapshot installed from a peer, its size
 
     def _tick_period(self, replica: int, options: SimOptions) -> int:
         drift = self._prng.fork(100 + replica).int_inclusive(-options.drift_ppm,
@@ -306,10 +307,13 @@ class Cluster:
         replica = node.replica
         assert replica is not None
         self.send(node, ready.messages_after_persist)
-        if ready.snapshot_to_install is not None:
-            node.sm.restore(ready.snapshot_to_install.state)
-            node.last_snapshot = ready.snapshot_to_install.meta.slot
-            self.monitor.installed(node.id, ready.snapshot_to_install.meta)
+        install = ready.snapshot_to_install
+        if install is not None:
+            if install.meta.slot > node.last_snapshot:  # not the one it restarted from
+                self.peer_snapshot_bytes.append(len(install.state))
+            node.sm.restore(install.state)
+            node.last_snapshot = install.meta.slot
+            self.monitor.installed(node.id, install.meta)
         self._apply(node, ready)
         executed = replica.executed_slots  # before advance, which may execute more
         if executed - node.last_snapshot >= self.options.snapshot_every_slots and \

@@ -1,8 +1,10 @@
 """What one simulator run does: the group, the workload, the fault mix, the phases' lengths.
 
 `swarm(seed)` draws the fault mix from the seed (swarm testing: each seed enables its own
-subset of faults at its own rates), so a sweep over seeds covers many combinations; `describe`
-prints every option, so a run can be reproduced from its printout alone.
+subset of faults at its own rates), so a sweep over seeds covers many combinations. One seed in
+three also sends snapshots in chunks of a few bytes, so that catch-up transfers span many
+chunks and windows. `describe` prints every option, so a run can be reproduced from its
+printout alone.
 """
 
 from __future__ import annotations
@@ -10,8 +12,16 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from consensus.config import Defect, Mode
+from consensus.config import SNAPSHOT_CHUNK_BYTES, SNAPSHOT_WINDOW_BYTES, Defect, Mode
 from consensus.prng import Prng
+
+# One seed in this many sends snapshots in chunks of a few bytes (the store's snapshots hold a
+# few hundred bytes: with the replicas' default sizes every transfer is one chunk).
+SMALL_CHUNKS_ONE_IN = 3
+SMALL_CHUNK_BYTES = (8, 64)
+SMALL_WINDOW_CHUNKS = (2, 8)  # a window is this many chunks, give or take part of one
+# Compaction with small chunks: often enough that a replica left behind installs a snapshot.
+SMALL_CHUNKS_SNAPSHOT_EVERY_SLOTS = (10, 20, 40)
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +50,8 @@ class SimOptions:
     long_fault_every_ms: int = 0  # one replica cut off or down for long (`nemesis._LONG`)
     long_fault_ms: int = 1200  # each lasts from half this to this
     snapshot_every_slots: int = 200
+    snapshot_chunk_bytes: int = SNAPSHOT_CHUNK_BYTES  # each replica's ReplicaConfig's
+    snapshot_window_bytes: int = SNAPSHOT_WINDOW_BYTES
     client_timeout_ms: int = 1500
     think_us: int = 2000
     read_ppm: int = 400_000
@@ -72,7 +84,7 @@ def swarm(seed: int, base: SimOptions | None = None) -> SimOptions:
     # a seed stays what it was.
     long_prng = Prng(seed ^ 0x10C6F4)
     long_every_ms = long_prng.int_inclusive(300, 700) if long_prng.chance_ppm(500_000) else 0
-    return dataclasses.replace(
+    drawn = dataclasses.replace(
         options, seed=seed,
         # Client i talks to replica i % n: every replica leads commands of its own (with 4
         # clients, replica 4 of 5 had led none, and no leader-side race reached it).
@@ -92,4 +104,21 @@ def swarm(seed: int, base: SimOptions | None = None) -> SimOptions:
         thrifty=prng.chance_ppm(750_000),
         long_fault_every_ms=long_every_ms,
         long_fault_ms=long_prng.int_inclusive(800, 1500),
+    )
+    # Small snapshot chunks came later still: a stream of their own too.
+    return _small_chunks(Prng(seed ^ 0xC4C7A5), drawn)
+
+
+def _small_chunks(prng: Prng, options: SimOptions) -> SimOptions:
+    """For one seed in `SMALL_CHUNKS_ONE_IN`, snapshots sent in chunks and windows of a few
+    bytes and taken often: transfers then span many chunks and windows, and chunks are lost,
+    duplicated, late, or outlive the snapshot their sender compacted past."""
+    if prng.int_inclusive(1, SMALL_CHUNKS_ONE_IN) != 1:
+        return options
+    chunk = prng.int_inclusive(*SMALL_CHUNK_BYTES)
+    low, high = SMALL_WINDOW_CHUNKS
+    return dataclasses.replace(
+        options, snapshot_chunk_bytes=chunk,
+        snapshot_window_bytes=prng.int_inclusive(low * chunk, high * chunk),
+        snapshot_every_slots=prng.choice(SMALL_CHUNKS_SNAPSHOT_EVERY_SLOTS),
     )

@@ -51,10 +51,17 @@ class SimResult:
     executed_slots: int
     views: int
     ready_latency_ms: tuple[float, ...]  # median per replica
+    peer_snapshot_bytes: tuple[int, ...]  # the size of each snapshot installed from a peer
 
     @property
     def ok(self) -> bool:
         return not self.violations
+
+    @property
+    def chunked_snapshots(self) -> int:
+        """Snapshots installed from a peer that came in more than one chunk."""
+        return sum(1 for size in self.peer_snapshot_bytes
+                   if size > self.options.snapshot_chunk_bytes)
 
 
 def replica_configs(options: SimOptions, latency_us: list[list[int]],
@@ -67,7 +74,9 @@ def replica_configs(options: SimOptions, latency_us: list[list[int]],
             replica_id=replica, replica_count=options.replica_count, mode=options.mode,
             peer_order=tuple(peers), thrifty=options.thrifty,
             batch_commands_max=options.batch_commands_max, defects=options.defects,
-            **overrides,  # type: ignore[arg-type]
+            **{"snapshot_chunk_bytes": options.snapshot_chunk_bytes,
+               "snapshot_window_bytes": options.snapshot_window_bytes,
+               **overrides},  # type: ignore[arg-type]
         ).validate())
     return configs
 
@@ -219,7 +228,7 @@ def _result(cluster: Cluster, schedule: tuple[NemesisEvent, ...],
         operations=len(cluster.completed_after),
         executed_slots=max((replica.executed_slots for replica in replicas), default=0),
         views=max((replica.inspect.view for replica in replicas), default=0),
-        ready_latency_ms=latencies,
+        ready_latency_ms=latencies, peer_snapshot_bytes=tuple(cluster.peer_snapshot_bytes),
     )
 
 

@@ -190,6 +190,41 @@ def test_a_replica_behind_the_truncation_point_catches_up_from_a_snapshot() -> N
     assert restarted.executed_slots == cluster.nodes[0].replica.executed_slots  # type: ignore[union-attr]
 
 
+def test_a_laggard_installs_a_snapshot_sent_in_many_chunks_and_windows() -> None:
+    """Chunks of 16 bytes, windows of 40 (two and a half chunks: a window's last chunk is
+    cut short): the restarted replica asks window after window, and its peers compact every 20
+    slots meanwhile."""
+    options = SimOptions(seed=2, snapshot_every_slots=20, snapshot_chunk_bytes=16,
+                         snapshot_window_bytes=40, **SHORT)  # type: ignore[arg-type]
+    result = run(options, (NemesisEvent(50, Fault.CRASH, 2, 900),))
+    assert_passed(result)
+    assert result.chunked_snapshots >= 1
+    assert max(result.peer_snapshot_bytes) > 2 * options.snapshot_window_bytes
+
+
+def test_swarm_sends_snapshots_in_small_chunks_on_a_third_of_seeds() -> None:
+    """Chunks of 8 to 64 bytes, windows of 2 to 8 chunks, compaction every 40 slots at most;
+    `describe` names them, so the printout of a failing seed reproduces it."""
+    drawn = [swarm(seed) for seed in range(300)]
+    small = [options for options in drawn
+             if options.snapshot_chunk_bytes != SimOptions(seed=0).snapshot_chunk_bytes]
+    assert 70 <= len(small) <= 130
+    for options in small:
+        chunk = options.snapshot_chunk_bytes
+        assert 8 <= chunk <= 64
+        assert 2 * chunk <= options.snapshot_window_bytes <= 8 * chunk
+        assert options.snapshot_every_slots <= 40
+        assert f"snapshot_chunk_bytes={chunk} " in options.describe()
+
+
+@pytest.mark.parametrize(("seed", "replicas"), [(10, 3), (13, 5)])  # chunks lost, duplicated
+def test_swarm_seeds_with_small_chunks_install_snapshots_in_chunks(seed: int,
+                                                                   replicas: int) -> None:
+    result = run(swarm(seed, SimOptions(seed=seed, replica_count=replicas)))
+    assert_passed(result)
+    assert result.chunked_snapshots >= 1
+
+
 @pytest.mark.parametrize(("replicas", "expected"), [
     (3, {"CA": 20, "OR": 20, "OH": 52}),
     (5, {"CA": 52, "OR": 68, "OH": 68, "IRE": 139, "SEL": 146}),
