@@ -117,14 +117,22 @@ class _Transfer:
 
 
 class _Served:
-    """A snapshot a laggard's transfer started on, its digest, and when it last asked."""
+    """A snapshot a laggard's transfer started on, its digest, when it last asked, and the end
+    of the window last sent and when (-1: none yet)."""
 
-    __slots__ = ("at", "digest", "record")
+    __slots__ = ("at", "digest", "record", "sent_at", "window_end")
 
     def __init__(self, record: SnapshotRecord, digest: bytes, at: int) -> None:
         self.record = record
         self.digest = digest
         self.at = at
+        self.window_end = self.sent_at = -1
+
+    def sent_lately(self, window_end: int, now: int, repair_ticks: int) -> bool:
+        """Whether this window went less than a repair period ago: a fetch for it then is a
+        copy (fetches queued on a link that was down arrive together), not a loss (the
+        laggard asks again only a repair period after its last fetch)."""
+        return window_end == self.window_end and now - self.sent_at < repair_ticks
 
 
 class CatchUp:
@@ -264,10 +272,18 @@ class CatchUp:
                 not 0 < offset < len(served.record.state):
             if self.snapshot is None:
                 return
-            served, offset = _Served(self.snapshot, self._latest_digest(), 0), 0
+            earlier = self._serving.get(request.sender)
+            served = earlier if earlier is not None and earlier.record is self.snapshot else \
+                _Served(self.snapshot, self._latest_digest(), 0)
+            offset = 0
         record, window = served.record, ctx.config.snapshot_window_bytes
         state, end = record.state, min(len(record.state), (offset // window + 1) * window)
         served.at = ctx.now
+        if self._serving.get(request.sender) is served and \
+                served.sent_lately(end, ctx.now, ctx.config.repair_ticks):
+            ctx.count("catchup.snapshot_fetch_repeated")
+            return
+        served.window_end, served.sent_at = end, ctx.now
         # Kept until it idles, its last window included: a chunk of the last window may be
         # lost too, and the laggard then asks again from where it stopped (forgotten, it would
         # be sent the latest snapshot from its first byte, and start over).

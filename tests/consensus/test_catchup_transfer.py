@@ -3,9 +3,16 @@ late copy of its first chunk without starting over."""
 
 from __future__ import annotations
 
-from consensus.messages import SnapshotChunk
+from consensus.messages import FetchRequest, SnapshotChunk
+from consensus.prng import Prng
+from consensus.records import SnapshotRecord
 from consensus.replica import Replica
-from tests.consensus.test_replica import _transfer_windowed_snapshot
+from tests.consensus.test_replica import (
+    SNAPSHOT_META,
+    WINDOWED_STATE,
+    _transfer_windowed_snapshot,
+    _windowed,
+)
 
 
 def test_a_chunk_lost_in_the_last_window_does_not_restart_the_transfer() -> None:
@@ -74,3 +81,32 @@ def test_a_sender_that_forgot_the_transfer_resumes_it_from_where_it_stopped() ->
     _transfer_windowed_snapshot(delivered=delivered)
     assert starts[:3] == [0, 8, 16], starts
     assert 0 not in starts[1:], starts
+
+
+def test_copies_of_a_fetch_arriving_together_get_one_window() -> None:
+    """A laggard asks every repair period; on a link that was down its fetches queue and then
+    arrive together. Each had been answered with a whole window (8 MiB each in a replica's
+    defaults: a dozen of them overflow the peer link's 64 MiB queue). One window goes per
+    repair period; a fetch a repair period later (a chunk was lost) is answered again."""
+    server = Replica.restore(_windowed(0), Prng(0), [SnapshotRecord(SNAPSHOT_META,
+                                                                    WINDOWED_STATE)])
+    server.ready()
+    server.advance()
+
+    def chunks_sent(*fetches: FetchRequest) -> list[int]:
+        for fetch in fetches:
+            server.step(fetch)
+        ready = server.ready()
+        server.advance()
+        return [message.offset for _, message in ready.messages
+                if isinstance(message, SnapshotChunk)]
+
+    fresh = FetchRequest(2, 0, 0, (0, 0, 0))
+    assert chunks_sent(*[fresh] * 5) == [0, 4]
+    resumed = FetchRequest(2, 0, 0, (0, 0, 0), SNAPSHOT_META.slot, 8)
+    assert chunks_sent(*[resumed] * 5) == [8, 12]
+    for _ in range(server.config.repair_ticks):
+        server.tick()
+    assert chunks_sent(resumed) == [8, 12]
+    counters = dict(server.status().counters)
+    assert counters["catchup.snapshot_fetch_repeated"] == 8
