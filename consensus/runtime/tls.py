@@ -269,10 +269,13 @@ def remote_host(stream: anyio.abc.ByteStream) -> str | None:
 
 
 def remote_address(stream: anyio.abc.ByteStream) -> str:
-    """The peer's address for a log line; a socket already reset has none to give."""
+    """The peer's address for a log line; a socket already reset has none to give (anyio
+    then leaves the attribute out, or an older one raises)."""
     try:
         address = stream.extra(anyio.abc.SocketAttribute.remote_address, None)
     except OSError:
+        address = None
+    if address is None:
         return "a closed connection"
     if isinstance(address, tuple):
         return f"{address[0]}:{address[1]}"
