@@ -431,11 +431,16 @@ class Driver:
     # --- one Ready ----------------------------------------------------------------------------
 
     async def _handle(self, ready: Ready) -> None:
-        # Executed commands and reads are chosen whatever this replica persists, so their
-        # results leave first: the client's answer is then not queued behind the peers'.
-        waiting = len(self._proposals) + len(self._reads)
-        self._install_and_apply(ready)
-        answered = len(self._proposals) + len(self._reads) < waiting  # each answer pops its own
+        # Executed commands and reads are chosen whatever this replica persists, so when a
+        # caller here awaits one, the results leave first: the client's answer is then not
+        # queued behind the peers'. When none does (a replica executing its peers' commands),
+        # its acknowledgements leave first, and the apply runs while they travel.
+        awaited = self._awaited_here(ready)
+        answered = False
+        if awaited:
+            waiting = len(self._proposals) + len(self._reads)
+            self._install_and_apply(ready)
+            answered = len(self._proposals) + len(self._reads) < waiting  # each pops its own
         self._send_messages(ready.messages)
         if ready.records:
             started = self._clock()
@@ -445,8 +450,19 @@ class Driver:
             if ready.must_sync:
                 self.metrics.count("storage.syncs")
         self._send_messages(ready.messages_after_persist)
+        if not awaited:
+            self._install_and_apply(ready)
         self._maybe_compact()  # before advance, which may execute what is not applied yet
         self.replica.advance()
+
+    def _awaited_here(self, ready: Ready) -> bool:
+        """Whether applying `ready` answers someone here: an own command, a read, or a
+        snapshot (which may cover own commands in flight)."""
+        if ready.snapshot_to_install is not None or ready.covered or ready.reads or \
+                ready.reads_refused:
+            return True
+        me = self.replica.config.replica_id
+        return any(command.origin == me for item in ready.executed for command in item.commands)
 
     async def _persist_records(self, ready: Ready, answered: bool) -> None:
         """Append and sync `ready.records`: in the worker thread under load or when the sync

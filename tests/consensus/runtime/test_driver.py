@@ -19,6 +19,7 @@ from consensus.config import ReplicaConfig
 from consensus.envelope import Envelope, Principal, Role
 from consensus.messages import (
     NO_INDEX,
+    Command,
     Heartbeat,
     LeaseGrant,
     Message,
@@ -27,7 +28,7 @@ from consensus.messages import (
     SnapshotMeta,
 )
 from consensus.prng import Prng
-from consensus.ready import Ready
+from consensus.ready import Executed, Ready
 from consensus.records import SnapshotRecord, ViewRecord
 from consensus.replica import Replica
 from consensus.runtime import driver as driver_module
@@ -335,6 +336,41 @@ async def test_a_sync_yields_to_the_writers_only_when_something_may_leave(
     await driver._handle(Ready(messages=messages if sending else [],
                                records=[ViewRecord(view=1)], must_sync=True))
     assert events == (["yield", "sync"] if sending else ["sync"])
+
+
+@pytest.mark.parametrize("origin", [0, 1])
+async def test_answers_here_go_before_the_sync_and_peers_commands_apply_after_it(
+        origin: int) -> None:
+    """A Ready that answers a client here applies first (its answer is not queued behind the
+    sync); one that only executes peers' commands sends its acknowledgements after the sync
+    first and applies while they travel (an acceptor's apply had delayed every ack)."""
+    events: list[str] = []
+
+    class Store(MemoryStore):
+        def sync(self) -> None:
+            events.append("sync")
+
+    class Machine(SessionKv):
+        def apply(self, payload: bytes) -> bytes:
+            events.append("apply")
+            return super().apply(payload)
+
+    def send(target: int, frame: bytes) -> bool:
+        events.append("send")
+        return True
+
+    replica = Replica(ReplicaConfig(replica_id=0, replica_count=3), Prng(0))
+    driver = Driver(replica, Store(), Machine(), send, Metrics())
+    command = Command(origin, 5, encode_envelope(Envelope(
+        principal=SCHEDULER, session="s", sequence=1, now_ms=1, body=encode_put("k", 1))))
+    if origin == 0:
+        driver._proposals[5] = _Callback(lambda reply, error: events.append("answer"), 0.0, 60.0)
+    await driver._handle(Ready(
+        records=[ViewRecord(view=1)], must_sync=True, executed=[Executed(0, 1, 0, (command,))],
+        messages_after_persist=[(1, Heartbeat(sender=0, view=0, commit_prefix=0,
+                                              lease_round=1))]))
+    assert events == (["apply", "answer", "sync", "send"] if origin == 0 else
+                      ["sync", "send", "apply"])
 
 
 async def test_a_sync_that_compacts_the_log_runs_off_the_event_loop_even_for_one_input() -> None:
