@@ -5,8 +5,10 @@ nodes carried over where their shape is unchanged, and every gang re-attached in
 order (HiveD's work-preserving reconfiguration, reference/hived.md 1.12): allocated gangs keep
 their GPUs (found again by node and GPU index) and, if guaranteed, have their tenant's cells
 bound again around them; a gang that no longer fits its tenant is downgraded to opportunistic
-and listed in the reply. Preempting gangs go back to the queue. A configuration that would
-remove or reshape a node under a live gang is refused (CONFIG_CONFLICT): drain it first.
+and listed in the reply. Preempting gangs go back to the queue (listed too). Each list names
+its first gangs, by id, up to CONFIG_NAMES_BYTES_MAX, and counts those left out. A
+configuration that would remove or reshape a node under a live gang is refused
+(CONFIG_CONFLICT): drain it first.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from statemachine.results import ConfigApplied, GroupPhase
 from statemachine.scheduler import schedule
 from statemachine.state import Configured, State, derive_uuid_owner, leaf_usable
 from statemachine.topology import Topology
+from statemachine.views import names_within_bytes
 
 
 def apply_config(state: State, command: ApplyConfig) -> ConfigApplied:
@@ -55,8 +58,11 @@ def apply_config(state: State, command: ApplyConfig) -> ConfigApplied:
             requeued.append(group.group)
     state.bump_capacity()
     schedule(state)
-    return ConfigApplied(version=config.version, downgraded=tuple(sorted(downgraded)),
-                         requeued=tuple(sorted(requeued)))
+    downgraded_named, downgraded_omitted = names_within_bytes(tuple(sorted(downgraded)))
+    requeued_named, requeued_omitted = names_within_bytes(tuple(sorted(requeued)))
+    return ConfigApplied(version=config.version, downgraded=downgraded_named,
+                         requeued=requeued_named, downgraded_omitted=downgraded_omitted,
+                         requeued_omitted=requeued_omitted)
 
 
 def _check_conflicts(state: State, old: Topology, new: Topology) -> None:

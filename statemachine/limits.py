@@ -70,6 +70,17 @@ GROUPS_ANSWER_BYTES_MAX = 4 << 20
 # at most) it stays under 4 MiB as the other answers do; ordinary lines all fit (8192 of a
 # 40-character UUID and a 60-character reason take some 0.9 MiB).
 GROUP_FAILURES_BYTES_MAX = 1 << 20
+# The tenant entries one `cluster` answer holds (one per tenant and chain with a quota, each
+# naming both): 256 tenants x 64 quota entries of a 1 MiB configuration with short chain and
+# type names make some 9.7 MB of them, as 4-byte characters. The rest of the answer (per chain
+# and level its type's name: some 2.6 MB at most, 242 chains of 16 levels) and these stay under
+# a client's least frame cap (8 MiB); an ordinary cluster's entries all fit.
+CLUSTER_VCS_BYTES_MAX = 4 << 20
+# The gang ids an ApplyConfig reply names in each of its lists (downgraded, requeued): up to
+# GROUPS_MAX of NAME_LENGTH_MAX 4-byte characters, 16,384 x 515 = 8.4 MB packed, over a
+# client's 8 MiB frame; two lists of 2 MiB stay well under it. Ordinary ids all fit (16,384 of
+# 64 characters take some 1.1 MB).
+CONFIG_NAMES_BYTES_MAX = 2 << 20
 SESSIONS_MAX = 65_536
 # The shortest session lifetime a policy may set (the default's). A late copy of a command
 # whose session was forgotten is told by its stamp (statemachine/sessions.py), which needs the

@@ -6,7 +6,8 @@
 - `NodesQuery` / `NodeQuery`: nodes paged, or one node with every GPU's inventory, health and
   holder;
 - `ClusterQuery`: per chain and level the free cells and healthy obtainable ones; per tenant
-  and chain the quota, bound, unbound and doomed cells and the GPUs in use;
+  and chain the quota, bound, unbound and doomed cells and the GPUs in use, those entries up
+  to a bound on bytes, and `vcs_omitted`, how many more there are;
 - `EffectsQuery`: outbox effects after an index, optionally for one node, with a limit (and
   a bound on bytes, so the answer fits a frame); `more` says the page was cut short;
 - `StatsQuery`: counts for dashboards and the demo.
@@ -20,9 +21,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from consensus.codec import pack
 from statemachine.effect_codec import EFFECT_BYTES_MAX
 from statemachine.errors import Code, Rejection
-from statemachine.limits import EFFECTS_ANSWER_BYTES_MAX, GROUPS_ANSWER_BYTES_MAX
+from statemachine.limits import (
+    CLUSTER_VCS_BYTES_MAX,
+    EFFECTS_ANSWER_BYTES_MAX,
+    GROUPS_ANSWER_BYTES_MAX,
+)
 from statemachine.nodes import NodeRecord
 from statemachine.result_codec import effect_to_plain, status_to_plain
 from statemachine.results import GroupPhase
@@ -207,9 +213,13 @@ def _doomed_of(state: State, vc: str) -> dict[str, dict[str, int]]:
 
 
 def _cluster(state: State) -> dict[str, Any]:
+    """Every chain's levels; per tenant (by name) and chain (in order) with a quota, an entry,
+    the first of them up to CLUSTER_VCS_BYTES_MAX packed (always one), and `vcs_omitted`, how
+    many entries after those were left out (a tenant's name is repeated in each of its
+    entries, so they could outgrow a client's frame)."""
     config = state.config
     if config is None:
-        return {"version": 0, "chains": [], "vcs": []}
+        return {"version": 0, "chains": [], "vcs": [], "vcs_omitted": 0}
     topology, buddy, cells = config.topology, config.buddy, config.cells
     chains = []
     for chain in topology.chains:
@@ -225,19 +235,28 @@ def _cluster(state: State) -> dict[str, Any]:
                         "healthy_obtainable": healthy[level],
                         "unbound_guaranteed": buddy.demand[chain.index][level]}
                        for level in range(chain.top_level, 0, -1)]})
-    vcs = []
+    vcs: list[dict[str, Any]] = []
+    size_bytes = omitted = 0
     for vc in topology.vc_names:
         for chain in topology.chains:
             quota = topology.quota[vc][chain.index]
             if not any(quota):
                 continue
+            if omitted:
+                omitted += 1
+                continue
             bound = buddy.bound_cells[vc][chain.index]
             dooms = doomed(config, vc, chain.index)
-            vcs.append({"vc": vc, "chain": chain.name, "levels": [
+            entry: dict[str, Any] = {"vc": vc, "chain": chain.name, "levels": [
                 {"cell_type": chain.type_names[level], "quota": quota[level],
                  "bound": sum(1 for cell in bound if topology.level[cell] == level),
                  "unbound": buddy.unbound[vc][chain.index][level], "doomed": dooms[level]}
                 for level in range(chain.top_level, 0, -1) if quota[level]],
                 "used_gpus": sum(topology.size_of(cell) - cells.free[cell] - cells.bad[cell]
-                                 for cell in bound)})
-    return {"version": config.version, "chains": chains, "vcs": vcs}
+                                 for cell in bound)}
+            size_bytes += len(pack(entry))
+            if vcs and size_bytes > CLUSTER_VCS_BYTES_MAX:
+                omitted = 1
+                continue
+            vcs.append(entry)
+    return {"version": config.version, "chains": chains, "vcs": vcs, "vcs_omitted": omitted}

@@ -43,7 +43,9 @@ def result_to_plain(result: Result) -> dict[str, Any]:
         body: dict[str, Any] = {"type": "group_status", **status_to_plain(result)}
     elif isinstance(result, ConfigApplied):
         body = {"type": "config_applied", "version": result.version,
-                "downgraded": list(result.downgraded), "requeued": list(result.requeued)}
+                "downgraded": list(result.downgraded), "requeued": list(result.requeued),
+                "downgraded_omitted": result.downgraded_omitted,
+                "requeued_omitted": result.requeued_omitted}
     elif isinstance(result, NodeRegistered):
         body = {"type": "node_registered", "node": result.node,
                 "incarnation": result.incarnation,
@@ -104,7 +106,9 @@ def decode_result(data: bytes) -> Result:
     if kind == "config_applied":
         return ConfigApplied(version=record.integer("version"),
                              downgraded=_texts(record, "downgraded"),
-                             requeued=_texts(record, "requeued"))
+                             requeued=_texts(record, "requeued"),
+                             downgraded_omitted=record.integer("downgraded_omitted"),
+                             requeued_omitted=record.integer("requeued_omitted"))
     if kind == "node_registered":
         return NodeRegistered(
             node=_text(record, "node"), incarnation=record.integer("incarnation"),
@@ -127,7 +131,8 @@ def decode_result(data: bytes) -> Result:
 _FIELDS = {"group_status": ("group", "vc", "phase", "priority", "effective_priority", "chain",
                             "pods", "victims", "evicting", "why_pending", "failures",
                             "failures_omitted"),
-           "config_applied": ("version", "downgraded", "requeued"),
+           "config_applied": ("version", "downgraded", "requeued", "downgraded_omitted",
+                              "requeued_omitted"),
            "node_registered": ("node", "incarnation", "pods"),
            "pod_bound": ("group", "member", "index", "pod_uid", "node", "gpu_uuids", "env"),
            "done": ("note",)}

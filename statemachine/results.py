@@ -57,8 +57,12 @@ class GroupStatus:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ConfigApplied:
     version: int
-    downgraded: tuple[str, ...]  # gangs that no longer fit their tenant and now run opportunistic
-    requeued: tuple[str, ...]  # preempting gangs sent back to the queue
+    # gangs that no longer fit their tenant and now run opportunistic; the first, by id, up
+    # to a bound on bytes (limits.CONFIG_NAMES_BYTES_MAX)
+    downgraded: tuple[str, ...]
+    requeued: tuple[str, ...]  # preempting gangs sent back to the queue; the same
+    downgraded_omitted: int = 0  # the gangs after those, left out
+    requeued_omitted: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -160,6 +160,9 @@ class GpuStore:
         return await self._every("groups", "groups", "group", vc=vc, phase=phase)
 
     async def cluster(self) -> Answer:
+        """Free and bound cells per chain and level; per tenant and chain with a quota, its
+        cells, the first of those entries up to about 4 MiB (CLUSTER_VCS_BYTES_MAX) and
+        `vcs_omitted`, the count of those left out."""
         return await self.query("cluster")
 
     async def stats(self) -> Answer:
@@ -271,6 +274,10 @@ class GpuStore:
 
     async def apply_config(self, expected_version: int, spec: ClusterSpec
                            ) -> Result | Rejection:
+        """Replace the configuration; ConfigApplied names the gangs it downgraded and the
+        preempting ones it requeued, the first of each by id up to about 2 MiB
+        (CONFIG_NAMES_BYTES_MAX), with `downgraded_omitted` / `requeued_omitted` counting the
+        rest."""
         return await self.command(ApplyConfig(expected_version=expected_version, spec=spec))
 
     async def mark_bad(self, node: str, gpu: str = "", reason: str = "admin"
