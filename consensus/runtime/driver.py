@@ -111,6 +111,11 @@ class Overloaded(ConsensusError):
     proposed, so retrying is safe."""
 
 
+class QueryFailed(ConsensusError):
+    """The state machine raised on a query (a bug of the machine's, or state it cannot
+    render): that query is answered with the error, and the replica serves on."""
+
+
 @dataclass(frozen=True, slots=True)
 class DriverConfig:
     tick_ms: int = 10
@@ -289,7 +294,7 @@ class Driver:
             with anyio.move_on_after(wait_s):
                 while self._machine_slots <= after_slot:
                     await self._applied.wait()
-            return self._machine.query(query), self._machine_slots
+            return self._query(query), self._machine_slots
         finally:
             self._watches.release(owner, size)
 
@@ -545,12 +550,29 @@ class Driver:
         for read_id in ready.reads:
             read = self._reads.pop(read_id, None)  # None: its callback expired
             if read is not None:
-                read[1].resolve(self._machine.query(read[0]))
+                try:
+                    result = self._query(read[0])
+                except QueryFailed as error:
+                    read[1].fail(error)
+                else:
+                    read[1].resolve(result)
         for read_id in ready.reads_refused:
             read = self._reads.pop(read_id, None)
             if read is not None:
                 read[1].fail(Overloaded("too many reads pending"))
         self.metrics.count("driver.readied", len(ready.readied))
+
+    def _query(self, query: bytes) -> bytes:
+        """The machine's answer to `query`; QueryFailed (logged, counted) if it raises, which
+        would otherwise end this driver's loop, and the replica, for one client's read."""
+        try:
+            return self._machine.query(query)
+        except Exception as error:
+            self.metrics.count("driver.queries_failed")
+            logger.exception("replica %d: the state machine raised on a query of %d bytes",
+                             self.replica.config.replica_id, len(query))
+            raise QueryFailed(f"the state machine could not answer the query: "
+                              f"{type(error).__name__}: {error}") from error
 
     def _maybe_compact(self) -> None:
         executed = self.replica.executed_slots

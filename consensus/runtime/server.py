@@ -67,7 +67,7 @@ from consensus.runtime.client_codec import (
     request_id_of,
 )
 from consensus.runtime.deadlines import Doorbell
-from consensus.runtime.driver import Done, Driver, Overloaded
+from consensus.runtime.driver import Done, Driver, Overloaded, QueryFailed
 from consensus.runtime.framing import TransportError
 from consensus.runtime.metrics import Metrics
 from consensus.runtime.outbox import Outbox
@@ -182,6 +182,9 @@ class ClientServer:
             except Overloaded as error:  # past the watches' budget or the principal's share
                 answers.error(request_id, Code.OVERLOADED, str(error))
                 return
+            except QueryFailed as error:
+                answers.error(request_id, Code.BAD_REQUEST, str(error))
+                return
             answers.put(request_id, encode_response(Response(request_id, Code.OK, result, slot)),
                         _ANSWER)
         else:
@@ -239,6 +242,8 @@ class _Answers:
                 self.put(request_id, encode_ok(request_id, reply), what)
             elif isinstance(error, Overloaded):
                 self.error(request_id, Code.OVERLOADED, str(error))
+            elif isinstance(error, QueryFailed):
+                self.error(request_id, Code.BAD_REQUEST, str(error))
             else:  # OutcomeUnknown: timed out, or the replica stopped
                 self.error(request_id, Code.UNKNOWN, str(error))
         return done
