@@ -9,15 +9,11 @@ lost their guarantee. The reply now keeps the names up to a byte budget and coun
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import pytest
 
 from statemachine import limits
-from statemachine.apply import apply
 from statemachine.commands import ApplyConfig, GpuInventory, RegisterNode
-from statemachine.context import Context
-from statemachine.errors import Rejection
 from statemachine.result_codec import decode_result, encode_result
 from statemachine.results import ConfigApplied, GroupPhase, GroupStatus, NodeRegistered
 from statemachine.spec import (
@@ -30,7 +26,7 @@ from statemachine.spec import (
     VirtualClusterSpec,
 )
 from statemachine.state import State
-from tests.statemachine.builders import ADMIN, SCHEDULER, gang, node_principal
+from tests.statemachine.builders import ADMIN, SCHEDULER, Driver, gang, node_principal
 from tests.statemachine.one_machine import ANSWER_BYTES_MAX
 
 GANGS = limits.GROUPS_MAX  # one GPU each
@@ -60,14 +56,7 @@ def spec(quota: int) -> ClusterSpec:
 @pytest.fixture(scope="module")
 def applied() -> tuple[State, ConfigApplied]:
     state = State()
-    now = 1_000
-
-    def run(command: Any, principal: Any) -> Any:
-        nonlocal now
-        now += 1
-        result = apply(state, command, Context(principal=principal, now_ms=now))
-        assert not isinstance(result, Rejection), result
-        return result
+    run = Driver(state, checked=False).ok
 
     started = time.monotonic()
     run(ApplyConfig(expected_version=0, spec=spec(NODES)), ADMIN)  # node cells: few to scan

@@ -9,12 +9,8 @@ as long as it is retained. (Even without an argv the UUIDs alone make 74 KB.)"""
 
 from __future__ import annotations
 
-from typing import Any
-
 from statemachine import limits
-from statemachine.apply import apply
 from statemachine.commands import ApplyConfig, BindPod, GpuInventory, RegisterNode
-from statemachine.context import Context
 from statemachine.errors import Rejection
 from statemachine.machine import Machine
 from statemachine.queries import EffectsQuery, answer
@@ -29,7 +25,7 @@ from statemachine.spec import (
     QuotaSpec,
     VirtualClusterSpec,
 )
-from tests.statemachine.builders import ADMIN, SCHEDULER, gang, node_principal
+from tests.statemachine.builders import ADMIN, SCHEDULER, Driver, gang, node_principal
 from tests.statemachine.one_machine import ANSWER_BYTES_MAX
 
 GPUS = limits.GPUS_PER_NODE_MAX
@@ -54,14 +50,7 @@ def spec() -> ClusterSpec:
 def test_a_wide_pods_start_effect_can_be_read() -> None:
     machine = Machine()
     state = machine.state
-    now = 1_000
-
-    def run(command: Any, principal: Any) -> Any:
-        nonlocal now
-        now += 1
-        result = apply(state, command, Context(principal=principal, now_ms=now))
-        assert not isinstance(result, Rejection), result
-        return result
+    run = Driver(state, checked=False).ok
 
     run(ApplyConfig(expected_version=0, spec=spec()), ADMIN)
     run(RegisterNode(node="n0", boot_id="boot-1", gpus=tuple(

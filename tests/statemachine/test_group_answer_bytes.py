@@ -10,8 +10,6 @@ up to a byte budget and says how many it left out."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import anyio
 import pytest
 
@@ -45,7 +43,7 @@ from statemachine.spec import (
 from statemachine.state import State
 from statemachine.store import GpuStore
 from statemachine.views import failure_lines
-from tests.statemachine.builders import ADMIN, SCHEDULER, gang, node_principal
+from tests.statemachine.builders import ADMIN, SCHEDULER, Driver, gang, node_principal
 from tests.statemachine.one_machine import ANSWER_BYTES_MAX, OneMachine
 
 GPUS_PER_NODE = 8
@@ -78,14 +76,7 @@ def uuid(node: str, index: int) -> str:
 
 def failed_gang(state: State) -> None:
     """A gang of 1024 pods x 8 GPUs, every GPU under it failed with the longest reason."""
-    now = 1_000
-
-    def run(command: Any, principal: Any) -> Any:
-        nonlocal now
-        now += 1
-        result = apply(state, command, Context(principal=principal, now_ms=now))
-        assert not isinstance(result, Rejection), result
-        return result
+    run = Driver(state, checked=False).ok
 
     run(ApplyConfig(expected_version=0, spec=large_spec()), ADMIN)
     incarnations = {}
