@@ -10,7 +10,10 @@ opportunistic instead (they keep running) and placing the gang without preemptio
 fails the downgrade is rolled back and the victims are preempted normally. Opportunistic gangs
 never preempt.
 
-The pass walks the queue in order and tries at most `schedule_attempts_max` gangs. After most
+The pass walks the queue in order and tries at most `schedule_attempts_max` gangs, and stops
+early once its attempts would look at more than `SCHEDULE_LOOKS_MAX` cells (a guaranteed gang's
+searches each look at all its tenant's bound cells): the gang it stops at says so in its "why
+pending", and it and those after it are tried at the next pass. After most
 commands it only looks for free GPUs, skipping gangs whose last attempt saw the current capacity
 epoch (nothing was freed since, so the answer would be the same); on Tick it also preempts,
 skipping gangs whose last such attempt saw the current change epoch (nothing freed and nobody
@@ -24,7 +27,7 @@ from __future__ import annotations
 from statemachine.fit import FreeView, PreemptView
 from statemachine.groups import Group
 from statemachine.lifecycle import allocate, downgrade, start_preemption
-from statemachine.limits import OPPORTUNISTIC_PRIORITY
+from statemachine.limits import FIT_SCAN_MAX, OPPORTUNISTIC_PRIORITY, SCHEDULE_LOOKS_MAX
 from statemachine.results import GroupPhase
 from statemachine.search import Plan, Request, plan_guaranteed, plan_opportunistic
 from statemachine.state import Configured, State
@@ -147,7 +150,9 @@ def schedule(state: State, *, preempt: bool = False) -> None:
     preempt."""
     if state.config is None:
         return
+    config = state.configured()
     budget = state.policy.schedule_attempts_max
+    looks = 0
     for key in list(state.queue.keys):
         if budget <= 0:
             break
@@ -159,8 +164,34 @@ def schedule(state: State, *, preempt: bool = False) -> None:
             continue
         if not full and group.attempt_epoch == state.capacity_epoch:
             continue
+        cost = attempt_looks(config, group, preempt=full)
+        if looks and looks + cost > SCHEDULE_LOOKS_MAX:
+            state.set(group, "why_pending", (
+                f"not tried yet: the scheduling pass had looked at {looks} cells, and trying it "
+                f"looks at {cost} (at most {SCHEDULE_LOOKS_MAX} a pass); tried at the next pass"))
+            break
+        looks += cost
         budget -= 1
         try_place(state, group, preempt=full)
+
+
+def attempt_looks(config: Configured, group: Group, *, preempt: bool) -> int:
+    """The cells one attempt looks at, about: per eligible chain, each search of a guaranteed
+    gang looks at its tenant's bound cells there, and with preemption it runs one per
+    preemption priority and explains a failure from them too; an opportunistic gang's search
+    looks at up to FIT_SCAN_MAX cells a level, and spreading several pods, at the chain's
+    nodes (its explanation reads counters only)."""
+    cells = 0
+    for chain in eligible_chains(config, group):
+        if group.guaranteed:
+            cells += len(config.buddy.bound_cells[group.vc][chain.index])
+        else:
+            nodes = chain.level_count[chain.node_level]
+            cells += nodes if len(group.pods) > 1 else min(nodes, FIT_SCAN_MAX)
+    searches = 1
+    if preempt and group.guaranteed:
+        searches += len({OPPORTUNISTIC_PRIORITY + 1, group.priority}) + 1
+    return searches * max(cells, 1)
 
 
 def explain(config: Configured, group: Group) -> str:

@@ -42,6 +42,33 @@ class Plan:
     cancelled: list[str] = field(default_factory=list)  # preemptors whose GPUs it takes, sorted
 
 
+@dataclass(slots=True)
+class Planned:
+    """The cells a plan will bind, in order, and each of them with its ancestors: whether a
+    candidate overlaps one is a few set lookups (one per level), not a walk of the list."""
+    cells: list[int] = field(default_factory=list)
+    chosen: set[int] = field(default_factory=set)
+    covered: set[int] = field(default_factory=set)  # the chosen cells and their ancestors
+
+    def add(self, topology: Topology, cell: int) -> None:
+        self.cells.append(cell)
+        self.chosen.add(cell)
+        while cell >= 0 and cell not in self.covered:
+            self.covered.add(cell)
+            cell = topology.parent[cell]
+
+    def overlaps(self, topology: Topology, cell: int) -> bool:
+        """Whether `cell` is a planned cell, holds one, or lies inside one."""
+        if cell in self.covered:
+            return True
+        cell = topology.parent[cell]
+        while cell >= 0:
+            if cell in self.chosen:
+                return True
+            cell = topology.parent[cell]
+        return False
+
+
 @dataclass(frozen=True, slots=True)
 class Request:
     vc: str
@@ -79,7 +106,7 @@ def _one_cell(topology: Topology, buddy: Buddy, view: FreeView, chain: Chain,
             if pods is not None:
                 return Plan(chain=chain.index, pods=pods)
         if unbound[level] > 0:
-            for cell in _binding_candidates(buddy, view, chain, level, need=need, planned=[],
+            for cell in _binding_candidates(buddy, view, chain, level, need=need, planned=Planned(),
                                             largest=max(request.pods)):
                 pods = fit_in_cell(topology, view, cell, request.pods)
                 if pods is not None:
@@ -96,7 +123,7 @@ def _rank_bound(view: FreeView, cells: Iterable[int], need: int) -> list[int]:
 
 
 def _binding_candidates(buddy: Buddy, view: FreeView, chain: Chain, level: int, *, need: int,
-                        planned: list[int], largest: int = 1) -> Iterator[int]:
+                        planned: Planned, largest: int = 1) -> Iterator[int]:
     """Cells buddy allocation may bind at `level` with `need` GPUs available (and a node with
     `largest` of them), keeping safety with the bindings already `planned`: healthy cells
     first, then those fewest GPUs of are held (in an unbound cell, by opportunistic gangs), or
@@ -112,12 +139,12 @@ def _binding_candidates(buddy: Buddy, view: FreeView, chain: Chain, level: int, 
     else:
         roomy = iter(sorted(roomy, key=lambda cell: view.binding_rank(cell, size_of(cell))))
     for cell in roomy:
-        if buddy.feasible_after(chain.index, [*planned, cell]):
+        if buddy.feasible_after(chain.index, [*planned.cells, cell]):
             yield cell
 
 
 def _roomy_cells(buddy: Buddy, view: FreeView, chain: Chain, level: int, *, need: int,
-                 planned: list[int], largest: int = 1) -> Iterator[int]:
+                 planned: Planned, largest: int = 1) -> Iterator[int]:
     """The first BUDDY_CANDIDATES_MAX bindable cells at `level`, in buddy order among the
     first BUDDY_SCAN_MAX, with `need` GPUs available, a node with `largest` of them (room in
     total is not room for the largest pod: cells that could never hold it had taken every
@@ -127,7 +154,7 @@ def _roomy_cells(buddy: Buddy, view: FreeView, chain: Chain, level: int, *, need
     for cell in islice(buddy.candidates(chain.index, level), BUDDY_SCAN_MAX):
         if view.unbound_count(cell) < need:
             continue
-        if any(_nested(topology, cell, other) for other in planned):
+        if planned.overlaps(topology, cell):
             continue
         if topology.level[cell] > chain.node_level and not any(
                 view.unbound_count(node) >= largest
@@ -139,14 +166,6 @@ def _roomy_cells(buddy: Buddy, view: FreeView, chain: Chain, level: int, *, need
             return
 
 
-def _nested(topology: Topology, first: int, second: int) -> bool:
-    """Whether one of the two cells contains the other (or they are the same)."""
-    if topology.level[first] < topology.level[second]:
-        first, second = second, first
-    leaves = topology.leaves(first)
-    return topology.first_leaf[second] in leaves
-
-
 def _spread(topology: Topology, buddy: Buddy, view: FreeView, chain: Chain,
             request: Request) -> Plan | None:
     """Pod by pod, largest first: into a bound (or newly bound) cell with the fewest GPUs
@@ -156,7 +175,7 @@ def _spread(topology: Topology, buddy: Buddy, view: FreeView, chain: Chain,
     level = topology.level
     ranked = sorted((level[cell], view.count(cell), cell)
                     for cell in buddy.bound_cells[request.vc][chain.index])
-    planned: list[int] = []
+    planned = Planned()
     unbound = list(buddy.unbound[request.vc][chain.index])
     placed: list[list[int]] = [[] for _ in request.pods]
     order = sorted(range(len(request.pods)), key=lambda index: (-request.pods[index], index))
@@ -175,7 +194,7 @@ def _spread(topology: Topology, buddy: Buddy, view: FreeView, chain: Chain,
             del ranked[entry]
             bisect.insort(ranked, (level[cell], view.count(cell), cell))
         placed[position] = leaves
-    return Plan(chain=chain.index, pods=placed, bindings=planned)
+    return Plan(chain=chain.index, pods=placed, bindings=planned.cells)
 
 
 def _into_ranked(topology: Topology, view: FreeView, ranked: list[tuple[int, int, int]],
@@ -194,7 +213,7 @@ def _into_ranked(topology: Topology, view: FreeView, ranked: list[tuple[int, int
 
 
 def _into_new(buddy: Buddy, view: FreeView, chain: Chain, *, need: int, unbound: list[int],
-              planned: list[int]) -> tuple[int, list[int] | None]:
+              planned: Planned) -> tuple[int, list[int] | None]:
     topology = buddy.topology
     for level in range(1, chain.top_level + 1):
         if unbound[level] <= 0 or chain.size[level] < need:
@@ -203,7 +222,7 @@ def _into_new(buddy: Buddy, view: FreeView, chain: Chain, *, need: int, unbound:
                                         planned=planned, largest=need):
             pods = fit_in_cell(topology, view, cell, (need,))
             if pods is not None:
-                planned.append(cell)
+                planned.add(topology, cell)
                 unbound[level] -= 1
                 return cell, pods[0]
     return -1, None
