@@ -68,14 +68,21 @@ class Buddy:
     def bindable(self, cell: int) -> bool:
         return self.bound_root[cell] < 0 and self.free_ancestor(cell) >= 0
 
-    def candidates(self, chain: int, level: int) -> Iterator[int]:
+    def candidates(self, chain: int, level: int, start: int = 0) -> Iterator[int]:
         """Bindable cells at `level`, in buddy order: cells already free at that level first,
-        then those made by splitting the lowest free level above, each level by id."""
-        lists = self.free_lists[chain]
-        yield from lists[level]
-        for above in range(level + 1, len(lists)):
-            for cell in lists[above]:
-                yield from self.topology.descendants_at(cell, level)
+        then those made by splitting the lowest free level above, each level by id. From the
+        `start`th on, the ones before it skipped by arithmetic, not walked."""
+        lists, size = self.free_lists[chain], self.topology.chains[chain].size
+        for above in range(level, len(lists)):
+            cells, inside = lists[above], size[above] // size[level]  # level cells in each
+            first, start = divmod(start, inside)
+            if first >= len(cells):
+                start += (first - len(cells)) * inside
+                continue
+            yield from self.topology.descendants_at(cells[first], level)[start:]
+            for position in range(first + 1, len(cells)):
+                yield from self.topology.descendants_at(cells[position], level)
+            start = 0
 
     def vc_of_leaf(self, leaf: int) -> str:
         root = self.bound_root[leaf]
@@ -86,28 +93,10 @@ class Buddy:
     def feasible_after(self, chain: int, bindings: Sequence[int]) -> bool:
         """Whether the safety condition still holds once `bindings` (cells of `chain`, each
         bindable, pairwise disjoint) are bound."""
-        counts, demand = self._counts_after(chain, bindings)
-        return feasible(self.topology.chains[chain].fanout, counts, demand)
-
-    def _counts_after(self, chain: int, bindings: Sequence[int]) -> tuple[list[int], list[int]]:
-        topology = self.topology
-        counts = [len(cells) for cells in self.free_lists[chain]]
-        demand = list(self.demand[chain])
-        overlay: dict[int, bool] = {}
+        after = CountsAfter(self, chain)
         for cell in bindings:
-            demand[topology.level[cell]] -= 1
-            path = [cell]
-            while not overlay.get(path[-1], self.in_free[path[-1]]):
-                path.append(topology.parent[path[-1]])
-                assert path[-1] >= 0, "binding outside any free cell"
-            overlay[path[-1]] = False
-            counts[topology.level[path[-1]]] -= 1
-            for position in range(len(path) - 1, 0, -1):
-                for child in topology.children(path[position]):
-                    if child != path[position - 1]:
-                        overlay[child] = True
-                        counts[topology.level[child]] += 1
-        return counts, demand
+            after.add(cell)
+        return after.feasible()
 
     # Journaled mutations.
 
@@ -177,6 +166,61 @@ class Buddy:
         self.in_free[cell] = False
         cells = self.free_lists[self.topology.chain_of[cell]][self.topology.level[cell]]
         del cells[bisect.bisect_left(cells, cell)]
+
+
+class CountsAfter:
+    """A chain's free-list counts per level and its unbound demand once some cells are bound
+    (a plan's bindings, not made yet), kept up to date as each is added: whether one more
+    binding keeps safety is a walk of its ancestors (O(levels)), not a replay of every binding
+    added before it (a gang spread over 1,024 new bindings replayed half a million)."""
+    __slots__ = ("_buddy", "_chain", "_free", "counts", "demand")
+
+    def __init__(self, buddy: Buddy, chain: int) -> None:
+        self._buddy = buddy
+        self._chain = chain
+        self._free: dict[int, bool] = {}  # cells whose in_free the added bindings changed
+        self.counts = [len(cells) for cells in buddy.free_lists[chain]]
+        self.demand = list(buddy.demand[chain])
+
+    def add(self, cell: int) -> None:
+        """Bind `cell` (bindable, apart from the cells added): its free ancestor leaves the
+        free lists, split down to it (the other children of each cell on the way enter)."""
+        path = self._path(cell)
+        self._count(path, self.counts, self.demand)
+        self._free[path[-1]] = False
+        for position in range(len(path) - 1, 0, -1):
+            for child in self._buddy.topology.children(path[position]):
+                if child != path[position - 1]:
+                    self._free[child] = True
+
+    def feasible(self) -> bool:
+        return feasible(self._buddy.topology.chains[self._chain].fanout, self.counts,
+                        self.demand)
+
+    def feasible_with(self, cell: int) -> bool:
+        """Whether safety still holds once `cell` is bound too; changes nothing."""
+        counts, demand = list(self.counts), list(self.demand)
+        self._count(self._path(cell), counts, demand)
+        return feasible(self._buddy.topology.chains[self._chain].fanout, counts, demand)
+
+    def _path(self, cell: int) -> list[int]:
+        """`cell` and its ancestors, up to the first free one once the added cells are bound."""
+        in_free, parent = self._buddy.in_free, self._buddy.topology.parent
+        path = [cell]
+        while not self._free.get(path[-1], in_free[path[-1]]):
+            path.append(parent[path[-1]])
+            assert path[-1] >= 0, "binding outside any free cell"
+        return path
+
+    def _count(self, path: list[int], counts: list[int], demand: list[int]) -> None:
+        """Binding `path[0]` takes its level's demand down by one, and the free cell at the
+        top of `path` out of the counts; the other children of each cell on `path` come in."""
+        topology = self._buddy.topology
+        level = topology.level
+        demand[level[path[0]]] -= 1
+        counts[level[path[-1]]] -= 1
+        for position in range(len(path) - 1, 0, -1):
+            counts[level[path[position - 1]]] += len(topology.children(path[position])) - 1
 
 
 def feasible(fanout: Sequence[int], counts: Sequence[int], demand: Sequence[int]) -> bool:

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 
-from statemachine.buddy import Buddy
+from statemachine.buddy import Buddy, CountsAfter
 from statemachine.cells import Cells
 from statemachine.fit import FreeView, fit_in_cell, fit_on_roots
 from statemachine.limits import (
@@ -42,17 +42,26 @@ class Plan:
     cancelled: list[str] = field(default_factory=list)  # preemptors whose GPUs it takes, sorted
 
 
-@dataclass(slots=True)
 class Planned:
-    """The cells a plan will bind, in order, and each of them with its ancestors: whether a
-    candidate overlaps one is a few set lookups (one per level), not a walk of the list."""
-    cells: list[int] = field(default_factory=list)
-    chosen: set[int] = field(default_factory=set)
-    covered: set[int] = field(default_factory=set)  # the chosen cells and their ancestors
+    """The cells a plan will bind on one chain, in order, with what checking one more needs,
+    kept up to date as each is added: the cells and their ancestors (whether a candidate
+    overlaps one is a few set lookups, one per level, not a walk of the list), the free-list
+    counts once they are bound (whether one more keeps safety is a walk of its ancestors, not
+    a replay of them all), and per level how many of the first buddy candidates overlap them
+    (a scan for the next starts past those, as the buddy is not changed while a plan is made)."""
+    __slots__ = ("after", "cells", "chosen", "covered", "passed")
+
+    def __init__(self, buddy: Buddy, chain: int) -> None:
+        self.cells: list[int] = []
+        self.chosen: set[int] = set()
+        self.covered: set[int] = set()  # the chosen cells and their ancestors
+        self.after = CountsAfter(buddy, chain)
+        self.passed: dict[int, int] = {}  # level: leading candidates there that overlap
 
     def add(self, topology: Topology, cell: int) -> None:
         self.cells.append(cell)
         self.chosen.add(cell)
+        self.after.add(cell)
         while cell >= 0 and cell not in self.covered:
             self.covered.add(cell)
             cell = topology.parent[cell]
@@ -106,7 +115,8 @@ def _one_cell(topology: Topology, buddy: Buddy, view: FreeView, chain: Chain,
             if pods is not None:
                 return Plan(chain=chain.index, pods=pods)
         if unbound[level] > 0:
-            for cell in _binding_candidates(buddy, view, chain, level, need=need, planned=Planned(),
+            for cell in _binding_candidates(buddy, view, chain, level, need=need,
+                                            planned=Planned(buddy, chain.index),
                                             largest=max(request.pods)):
                 pods = fit_in_cell(topology, view, cell, request.pods)
                 if pods is not None:
@@ -139,7 +149,7 @@ def _binding_candidates(buddy: Buddy, view: FreeView, chain: Chain, level: int, 
     else:
         roomy = iter(sorted(roomy, key=lambda cell: view.binding_rank(cell, size_of(cell))))
     for cell in roomy:
-        if buddy.feasible_after(chain.index, [*planned.cells, cell]):
+        if planned.after.feasible_with(cell):
             yield cell
 
 
@@ -148,10 +158,17 @@ def _roomy_cells(buddy: Buddy, view: FreeView, chain: Chain, level: int, *, need
     """The first BUDDY_CANDIDATES_MAX bindable cells at `level`, in buddy order among the
     first BUDDY_SCAN_MAX, with `need` GPUs available, a node with `largest` of them (room in
     total is not room for the largest pod: cells that could never hold it had taken every
-    place, and a free cell past them was never tried), and apart from the `planned` ones."""
+    place, and a free cell past them was never tried), and apart from the `planned` ones.
+    The scan starts past the leading candidates known to overlap a planned cell (they still
+    count among the BUDDY_SCAN_MAX): a spread does not walk its own bindings again per pod."""
     topology = buddy.topology
     found = 0
-    for cell in islice(buddy.candidates(chain.index, level), BUDDY_SCAN_MAX):
+    start = planned.passed.get(level, 0)
+    cells = islice(buddy.candidates(chain.index, level, start), BUDDY_SCAN_MAX - start)
+    for position, cell in enumerate(cells, start):
+        if position == planned.passed.get(level, 0) and planned.overlaps(topology, cell):
+            planned.passed[level] = position + 1  # overlaps for good: the next scan starts past
+            continue
         if view.unbound_count(cell) < need:
             continue
         if planned.overlaps(topology, cell):
@@ -175,7 +192,7 @@ def _spread(topology: Topology, buddy: Buddy, view: FreeView, chain: Chain,
     level = topology.level
     ranked = sorted((level[cell], view.count(cell), cell)
                     for cell in buddy.bound_cells[request.vc][chain.index])
-    planned = Planned()
+    planned = Planned(buddy, chain.index)
     unbound = list(buddy.unbound[request.vc][chain.index])
     placed: list[list[int]] = [[] for _ in request.pods]
     order = sorted(range(len(request.pods)), key=lambda index: (-request.pods[index], index))
@@ -199,16 +216,17 @@ def _spread(topology: Topology, buddy: Buddy, view: FreeView, chain: Chain,
 
 def _into_ranked(topology: Topology, view: FreeView, ranked: list[tuple[int, int, int]],
                  need: int) -> tuple[int, list[int] | None]:
-    """The first ranked cell, level by level, with `need` GPUs available that fits the pod."""
-    levels = sorted({entry[0] for entry in ranked})
-    for level in levels:
-        start = bisect.bisect_left(ranked, (level, need, -1))
-        for entry in ranked[start:]:
-            if entry[0] != level:
-                break
-            pods = fit_in_cell(topology, view, entry[2], (need,))
+    """The first ranked cell, level by level, with `need` GPUs available that fits the pod.
+    Each level's span is found by bisection, not by a walk of the list."""
+    position = 0
+    while position < len(ranked):
+        level = ranked[position][0]
+        end = bisect.bisect_left(ranked, (level + 1, -1, -1), position)
+        for entry in range(bisect.bisect_left(ranked, (level, need, -1), position, end), end):
+            pods = fit_in_cell(topology, view, ranked[entry][2], (need,))
             if pods is not None:
-                return entry[2], pods[0]
+                return ranked[entry][2], pods[0]
+        position = end
     return -1, None
 
 
