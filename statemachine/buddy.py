@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterator, Sequence
+from itertools import islice
 
 from statemachine.journal import Journal
 from statemachine.topology import Topology
@@ -73,15 +74,21 @@ class Buddy:
         then those made by splitting the lowest free level above, each level by id. From the
         `start`th on, the ones before it skipped by arithmetic, not walked."""
         lists, size = self.free_lists[chain], self.topology.chains[chain].size
-        for above in range(level, len(lists)):
+        descendants_at = self.topology.descendants_at
+        if start < len(lists[level]):  # the common case, and the cheapest: no split
+            yield from islice(lists[level], start, None) if start else lists[level]
+            start = 0
+        else:
+            start -= len(lists[level])
+        for above in range(level + 1, len(lists)):
             cells, inside = lists[above], size[above] // size[level]  # level cells in each
             first, start = divmod(start, inside)
             if first >= len(cells):
                 start += (first - len(cells)) * inside
                 continue
-            yield from self.topology.descendants_at(cells[first], level)[start:]
+            yield from descendants_at(cells[first], level)[start:]
             for position in range(first + 1, len(cells)):
-                yield from self.topology.descendants_at(cells[position], level)
+                yield from descendants_at(cells[position], level)
             start = 0
 
     def vc_of_leaf(self, leaf: int) -> str:

@@ -166,12 +166,11 @@ def _roomy_cells(buddy: Buddy, view: FreeView, chain: Chain, level: int, *, need
     start = planned.passed.get(level, 0)
     cells = islice(buddy.candidates(chain.index, level, start), BUDDY_SCAN_MAX - start)
     for position, cell in enumerate(cells, start):
-        if position == planned.passed.get(level, 0) and planned.overlaps(topology, cell):
-            planned.passed[level] = position + 1  # overlaps for good: the next scan starts past
+        if planned.cells and planned.overlaps(topology, cell):  # none planned: the usual case
+            if position == planned.passed.get(level, 0):
+                planned.passed[level] = position + 1  # overlaps for good: the next scan skips it
             continue
         if view.unbound_count(cell) < need:
-            continue
-        if planned.overlaps(topology, cell):
             continue
         if topology.level[cell] > chain.node_level and not any(
                 view.unbound_count(node) >= largest
