@@ -108,6 +108,13 @@ class HealthTracker:
         for uuid in sorted(set(self._gpus) - set(present)):
             self._lose(self._gpus[uuid], NvmlCode.GPU_NOT_FOUND, MISSING, now_ms)
 
+    def observe_properties(self, devices: tuple[DeviceInfo, ...]) -> None:
+        """New properties (MIG mode) of GPUs already tracked; others are ignored."""
+        for device in devices:
+            gpu = self._gpus.get(device.uuid)
+            if gpu is not None:
+                gpu.info = device
+
     def observe_missing(self, devices: tuple[DeviceInfo, ...], now_ms: int) -> None:
         """GPUs the node registered that NVML does not list: tracked if they were not, and
         failed as lost."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 
 import anyio
 
@@ -80,6 +81,7 @@ class Monitor:
         self.polls += 1
         try:
             await self.sample_all()
+            await self._refresh_mig_modes()
             self.view.nvml_up, self.view.last_collect_s = True, time.time()
         except NvmlUnavailable as error:
             self._count("nvml_unavailable")
@@ -102,6 +104,26 @@ class Monitor:
             leftovers = await self._judge_leftovers(device.uuid)
             self.tracker.observe_sample(sample, self.clock_ms(), leftovers)
             self._forget_if_closed(device.uuid, leftovers)
+
+    async def _refresh_mig_modes(self) -> None:
+        """MIG mode (current and pending) is a property of the device list, which is read again
+        only at registration: read it each poll, so a mode change made on a running node
+        (pending != current: FAIL until the reset) is seen, and the MIG rules (NVLinks read
+        down) follow the mode in force. Only known GPUs are updated; the device list itself
+        changes at registration."""
+        listed = {device.uuid: device
+                  for device in await anyio.to_thread.run_sync(self.backend.devices)}
+        changed = False
+        devices = []
+        for known in self.view.devices:
+            now = listed.get(known.uuid)
+            updated = known if now is None else replace(
+                known, mig_enabled=now.mig_enabled, mig_pending=now.mig_pending)
+            changed = changed or updated != known
+            devices.append(updated)
+        if changed:
+            self.view.devices = tuple(devices)
+            self.tracker.observe_properties(self.view.devices)
 
     async def _judge_leftovers(self, uuid: str) -> tuple[Check, ...]:
         """The check of an ended job's processes left on the GPU, if it has a record; none

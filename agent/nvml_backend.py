@@ -143,6 +143,7 @@ class NvmlBackend:
         self._uuid_by_address: dict[int, str] = {}
         self._links: dict[str, tuple[int, ...]] = {}
         self._event_set: Any = None
+        self._watched: set[str] = set()  # GPUs registered in the event set (or that cannot be)
 
     # Lifecycle.
 
@@ -154,6 +155,7 @@ class NvmlBackend:
                 return
             self._calls.forget_missing()
             self._handles, self._uuid_by_address, self._links = {}, {}, {}
+            self._watched = set()
             self._node(("nvmlInit",))
             self._started = True
             self._stopping.clear()
@@ -174,6 +176,7 @@ class NvmlBackend:
             self._started = False
             event_set, self._event_set = self._event_set, None
             self._handles, self._uuid_by_address, self._links = {}, {}, {}
+            self._watched = set()
             if event_set is not None:
                 with contextlib.suppress(NvmlCallError):
                     self._calls.call(("nvmlEventSetFree",), event_set)
@@ -193,7 +196,12 @@ class NvmlBackend:
     def devices(self) -> tuple[DeviceInfo, ...]:
         self._require_started()
         found = []
-        for index, uuid, handle in self._enumerate():
+        listed = self._enumerate()
+        with self._lock:
+            event_set = self._event_set
+        if event_set is not None:  # a GPU that answers only now is watched from now on
+            self._register_gpus(event_set, listed)
+        for index, uuid, handle in listed:
             try:
                 found.append(self._device_info(index, uuid, handle))
             except (GpuGone, _Unidentified) as error:
@@ -433,7 +441,17 @@ class NvmlBackend:
         except NvmlCallError as error:
             _raise_if_nvml_is_gone(error)
             return None
-        for _, _, handle in found:
+        self._register_gpus(event_set, found)
+        return event_set
+
+    def _register_gpus(self, event_set: Any, found: list[tuple[int, str, Any]]) -> None:
+        """Register the GPUs of `found` not registered yet; one whose registration failed
+        for another reason than lacking events (or the privileges for them) is tried again at
+        the next `devices()`."""
+        for _, uuid, handle in found:
+            with self._lock:
+                if uuid in self._watched:
+                    continue
             try:
                 supported = int(self._calls.call(("nvmlDeviceGetSupportedEventTypes",), handle))
                 if supported & abi.HEALTH_EVENTS:
@@ -441,7 +459,11 @@ class NvmlBackend:
                                      supported & abi.HEALTH_EVENTS, event_set)
             except NvmlCallError as error:
                 _raise_if_nvml_is_gone(error)
-        return event_set
+                if (classify(error.code) is not ErrorClass.CAPABILITY_ABSENT
+                        and error.code != NvmlCode.NO_PERMISSION):
+                    continue  # transient, or the GPU is gone: again once it answers
+            with self._lock:
+                self._watched.add(uuid)
 
     def _wait_once(self, timeout_ms: int) -> Any:
         """One NVML wait: the event data, or None when it ended with Timeout."""
