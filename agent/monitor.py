@@ -113,16 +113,11 @@ class Monitor:
         changes at registration."""
         listed = {device.uuid: device
                   for device in await anyio.to_thread.run_sync(self.backend.devices)}
-        changed = False
-        devices = []
-        for known in self.view.devices:
-            now = listed.get(known.uuid)
-            updated = known if now is None else replace(
-                known, mig_enabled=now.mig_enabled, mig_pending=now.mig_pending)
-            changed = changed or updated != known
-            devices.append(updated)
-        if changed:
-            self.view.devices = tuple(devices)
+        devices = tuple(known if (now := listed.get(known.uuid)) is None else replace(
+                            known, mig_enabled=now.mig_enabled, mig_pending=now.mig_pending)
+                        for known in self.view.devices)
+        if devices != self.view.devices:
+            self.view.devices = devices
             self.tracker.observe_properties(self.view.devices)
 
     async def _judge_leftovers(self, uuid: str) -> tuple[Check, ...]:

@@ -117,15 +117,14 @@ class Pods:
                             ", ".join(holders))
                 await anyio.sleep(GPU_WAIT_POLL_S)
             if await self.link.standing(binding.group, binding.pod_uid) is Standing.BOUND:
-                self._starting.discard(binding.pod_uid)  # `start` takes it (no await between)
-                await self.start(binding)  # else: released or evicting meanwhile
+                await self._start(binding)  # else: released or evicting meanwhile
         finally:
             self._starting.discard(binding.pod_uid)
 
     async def start(self, binding: Binding) -> None:
         uid = binding.pod_uid
-        if uid in self._starting or self.runner.runs(uid) or self.runner.exit_pending(uid):
-            return  # a replayed START_POD: it starts, runs, or ran and its exit is on its way
+        if uid in self._starting:
+            return  # a replayed START_POD: its start is under way
         self._starting.add(uid)
         try:
             await self._start(binding)
@@ -133,6 +132,9 @@ class Pods:
             self._starting.discard(uid)
 
     async def _start(self, binding: Binding) -> None:
+        """Start the pod, its uid held in `_starting` by the caller."""
+        if self.runner.runs(binding.pod_uid) or self.runner.exit_pending(binding.pod_uid):
+            return  # a replayed START_POD: it runs, or ran and its exit is on its way
         outcome = await self.runner.start(binding)
         if isinstance(outcome, Started):
             self.counts["jobs_started"] += 1

@@ -261,7 +261,7 @@ class CatchUp:
         it stopped, while this replica still serves it; else of the latest, from the start."""
         ctx = self._ctx
         self._forget_idle_transfers()
-        served = self._serving.get(request.sender)
+        served = earlier = self._serving.get(request.sender)
         offset = request.snapshot_offset
         if served is None and self.snapshot is not None and \
                 self.snapshot.meta.slot == request.snapshot_slot:
@@ -272,15 +272,13 @@ class CatchUp:
                 not 0 < offset < len(served.record.state):
             if self.snapshot is None:
                 return
-            earlier = self._serving.get(request.sender)
             served = earlier if earlier is not None and earlier.record is self.snapshot else \
                 _Served(self.snapshot, self._latest_digest(), 0)
             offset = 0
         record, window = served.record, ctx.config.snapshot_window_bytes
         state, end = record.state, min(len(record.state), (offset // window + 1) * window)
         served.at = ctx.now
-        if self._serving.get(request.sender) is served and \
-                served.sent_lately(end, ctx.now, ctx.config.repair_ticks):
+        if served is earlier and served.sent_lately(end, ctx.now, ctx.config.repair_ticks):
             ctx.count("catchup.snapshot_fetch_repeated")
             return
         served.window_end, served.sent_at = end, ctx.now

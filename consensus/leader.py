@@ -68,7 +68,7 @@ class Inflight:
 
 
 class Leader:
-    __slots__ = ("_counter", "_created_at", "_ctx", "_forwarded", "_forwarded_at",
+    __slots__ = ("_counter", "_created_at", "_ctx", "_forwarded",
                  "_inflight", "_order_asked_at", "_own_committed", "_pending", "_prefix",
                  "_sequencer", "_surplus_upto", "_unready", "ballot", "lagging", "next_index",
                  "on_lost_index", "on_order_lagging", "on_ordered", "on_replicated",
@@ -86,10 +86,10 @@ class Leader:
         self._pending: deque[Command] = deque()
         self._inflight: dict[int, Inflight] = {}
         self._unready: dict[int, Batch] = {}  # own instances not yet ready, by index
-        self._forwarded: dict[int, Command] = {}  # Multi-Paxos: sent to the sequencer
-        # When each of those was last sent, oldest first: each goes again on its own clock (one
-        # clock for all, restarted by every Forward, held a lost one back while others went).
-        self._forwarded_at: dict[int, int] = {}
+        # Multi-Paxos: own commands sent to the sequencer, by tag, with when each was last
+        # sent, oldest first: each goes again on its own clock (one clock for all, restarted
+        # by every Forward, held a lost one back while others went).
+        self._forwarded: dict[int, tuple[Command, int]] = {}
         self._order_asked_at = 0
         self._own_committed = 0  # O-instances for this replica known committed
         self._surplus_upto = -1  # surplus own slots to fill once the retake is done
@@ -249,9 +249,8 @@ class Leader:
         self._pending.clear()
         for command in commands:
             if command.origin == ctx.id:
-                self._forwarded[command.tag] = command
-                self._forwarded_at.pop(command.tag, None)  # moved to the end: the newest
-                self._forwarded_at[command.tag] = ctx.now
+                self._forwarded.pop(command.tag, None)  # moved to the end: the newest
+                self._forwarded[command.tag] = (command, ctx.now)
         if commands:
             self._send_forward(commands)
 
@@ -413,13 +412,12 @@ class Leader:
         """Forget the forwarded commands every executor drops as repeats; returns their tags."""
         tags = [tag for tag in sorted(self._forwarded) if repeat(tag)]
         for tag in tags:
-            del self._forwarded[tag], self._forwarded_at[tag]
+            del self._forwarded[tag]
         return tags
 
     def on_executed_own(self, tags: list[int]) -> None:
         for tag in tags:
             self._forwarded.pop(tag, None)
-            self._forwarded_at.pop(tag, None)
 
     # --- resends, view changes, taking the space back -------------------------------------------
 
@@ -434,8 +432,8 @@ class Leader:
                 self._resend(index, inflight)
         if self._unready and ctx.now - self._order_asked_at >= resend_ticks:
             self._ask_for_order_again(lagging=True)
-        oldest = next(iter(self._forwarded_at.values()), ctx.now)
-        if ctx.now - oldest >= resend_ticks * 4:
+        if self._forwarded and \
+                ctx.now - next(iter(self._forwarded.values()))[1] >= resend_ticks * 4:
             self._forward_again(waited_ticks=resend_ticks * 4)
 
     def _resend(self, index: int, inflight: Inflight) -> None:
@@ -472,17 +470,16 @@ class Leader:
         by default: a new view's sequencer may never have heard of them)."""
         ctx = self._ctx
         if ctx.config.mode is not Mode.MULTIPAXOS or ctx.is_sequencer:
-            self._pending.extendleft(reversed([self._forwarded[tag]
+            self._pending.extendleft(reversed([self._forwarded[tag][0]
                                                for tag in sorted(self._forwarded)]))
             self._forwarded.clear()
-            self._forwarded_at.clear()
             return
-        due = sorted(tag for tag, at in self._forwarded_at.items()
+        due = sorted(tag for tag, (_, at) in self._forwarded.items()
                      if ctx.now - at >= waited_ticks)
-        for tag in due:
-            del self._forwarded_at[tag]
-            self._forwarded_at[tag] = ctx.now
-        self._send_forward(tuple(self._forwarded[tag] for tag in due))
+        commands = tuple(self._forwarded.pop(tag)[0] for tag in due)
+        for command in commands:  # moved to the end: the newest
+            self._forwarded[command.tag] = (command, ctx.now)
+        self._send_forward(commands)
 
     def on_view_started(self) -> None:
         """A new view serves: resend what is unfinished under it (paper §3.3)."""

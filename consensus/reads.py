@@ -71,6 +71,10 @@ class Reads:
             if self._sequencer.lease_valid():
                 self._granted(read_id, self._sequencer.next_slot)
             return
+        self._request(read_id)
+
+    def _request(self, read_id: int) -> None:
+        ctx = self._ctx
         ctx.send(ctx.sequencer, ReadIndexRequest(ctx.id, ctx.view, read_id, ctx.epoch),
                  after_persist=not ctx.epoch_durable)
 
@@ -116,8 +120,7 @@ class Reads:
                 self._ask(read_id)
         for read_id in self._stranded():
             self._granted_at[read_id] = (ctx.now, self._granted_at[read_id][1])
-            ctx.send(ctx.sequencer, ReadIndexRequest(ctx.id, ctx.view, read_id, ctx.epoch),
-                     after_persist=not ctx.epoch_durable)
+            self._request(read_id)
 
     def _stranded(self) -> list[int]:
         """Reads granted in an earlier view, `resend_ticks` or more ago (module docstring)."""

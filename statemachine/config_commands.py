@@ -20,14 +20,14 @@ from statemachine.effects import EffectKind
 from statemachine.errors import Code, refuse
 from statemachine.groups import Group
 from statemachine.lifecycle import release
-from statemachine.limits import OPPORTUNISTIC_PRIORITY
+from statemachine.limits import CONFIG_NAMES_BYTES_MAX, OPPORTUNISTIC_PRIORITY
 from statemachine.node_commands import carry_over
 from statemachine.nodes import NodeRecord
 from statemachine.results import ConfigApplied, GroupPhase
 from statemachine.scheduler import schedule
 from statemachine.state import Configured, State, derive_uuid_owner, leaf_usable
 from statemachine.topology import Topology
-from statemachine.views import names_within_bytes
+from statemachine.views import within_bytes
 
 
 def apply_config(state: State, command: ApplyConfig) -> ConfigApplied:
@@ -58,8 +58,10 @@ def apply_config(state: State, command: ApplyConfig) -> ConfigApplied:
             requeued.append(group.group)
     state.bump_capacity()
     schedule(state)
-    downgraded_named, downgraded_omitted = names_within_bytes(tuple(sorted(downgraded)))
-    requeued_named, requeued_omitted = names_within_bytes(tuple(sorted(requeued)))
+    downgraded_named, downgraded_omitted = within_bytes(tuple(sorted(downgraded)),
+                                                        CONFIG_NAMES_BYTES_MAX)
+    requeued_named, requeued_omitted = within_bytes(tuple(sorted(requeued)),
+                                                    CONFIG_NAMES_BYTES_MAX)
     return ConfigApplied(version=config.version, downgraded=downgraded_named,
                          requeued=requeued_named, downgraded_omitted=downgraded_omitted,
                          requeued_omitted=requeued_omitted)

@@ -7,7 +7,7 @@ it is the same bytes on every replica.
 from __future__ import annotations
 
 from statemachine.groups import Group
-from statemachine.limits import CONFIG_NAMES_BYTES_MAX, GROUP_FAILURES_BYTES_MAX
+from statemachine.limits import GROUP_FAILURES_BYTES_MAX
 from statemachine.results import GroupStatus, PodView
 from statemachine.state import Configured, State
 
@@ -24,7 +24,7 @@ def group_status(state: State, group: Group) -> GroupStatus:
                             pod_uid=pod.pod_uid, phase=pod.phase, exit_code=pod.exit_code,
                             exit_reason=pod.exit_reason))
     chain = topology.chains[group.chain].name if topology is not None and group.chain >= 0 else ""
-    failures, omitted = _within_bytes(failure_lines(group), GROUP_FAILURES_BYTES_MAX)
+    failures, omitted = within_bytes(failure_lines(group), GROUP_FAILURES_BYTES_MAX)
     return GroupStatus(group=group.group, vc=group.vc, phase=group.phase,
                        priority=group.priority, effective_priority=group.effective_priority,
                        chain=chain, pods=tuple(pods), victims=group.victims,
@@ -37,7 +37,7 @@ def failure_lines(group: Group) -> tuple[str, ...]:
     return tuple(sorted(f"{gpu}: {why}" for gpu, why in group.failures))
 
 
-def _within_bytes(lines: tuple[str, ...], bytes_max: int) -> tuple[tuple[str, ...], int]:
+def within_bytes(lines: tuple[str, ...], bytes_max: int) -> tuple[tuple[str, ...], int]:
     """The first of `lines` that fit `bytes_max`, packed, and how many did not (a gang's
     failure lines could outgrow a client's frame: GPUS_PER_GANG_MAX of them, each up to a UUID
     and a reason of 4-byte characters; so could a reconfiguration's gang ids)."""
@@ -47,12 +47,6 @@ def _within_bytes(lines: tuple[str, ...], bytes_max: int) -> tuple[tuple[str, ..
         if size_bytes > bytes_max:
             return lines[:count], len(lines) - count
     return lines, 0
-
-
-def names_within_bytes(names: tuple[str, ...]) -> tuple[tuple[str, ...], int]:
-    """The first of `names` (gang ids) that fit CONFIG_NAMES_BYTES_MAX, packed, and how many
-    did not."""
-    return _within_bytes(names, CONFIG_NAMES_BYTES_MAX)
 
 
 def healthy_obtainable(config: Configured, chain_index: int) -> list[int]:

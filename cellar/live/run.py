@@ -131,8 +131,7 @@ async def run_live(options: LiveOptions, directory: pathlib.Path) -> LiveResult:
         if cluster is not None:
             cluster.stop()
         await relays.aclose()
-    history = recorder.history(source=str(directory / "history.jsonl"))
-    save(history, directory / "history.jsonl")
+    history = _save_history(recorder, directory)
     result = check(KvModel(), history, timeout_s=options.check_timeout_s)
     (directory / "report.html").write_text(html_report(history, result), encoding="utf-8")
     outcomes = phases.workload.outcomes
@@ -148,8 +147,15 @@ def _save_partial(recorder: HistoryRecorder, directory: pathlib.Path) -> None:
     """What an interrupted run recorded, to `history.jsonl`; a failure to write it is not
     allowed to hide the interruption."""
     with contextlib.suppress(Exception):
-        path = directory / "history.jsonl"
-        save(recorder.history(source=str(path)), path)
+        _save_history(recorder, directory)
+
+
+def _save_history(recorder: HistoryRecorder, directory: pathlib.Path) -> History:
+    """The history recorded so far, written to `history.jsonl`."""
+    path = directory / "history.jsonl"
+    history = recorder.history(source=str(path))
+    save(history, path)
+    return history
 
 
 @dataclass(frozen=True, slots=True)

@@ -463,8 +463,11 @@ class Driver:
     def _awaited_here(self, ready: Ready) -> bool:
         """Whether applying `ready` answers someone here: an own command, a read, or a
         snapshot (which may cover own commands in flight)."""
-        if ready.snapshot_to_install is not None or ready.covered or ready.reads or \
-                ready.reads_refused:
+        if ready.snapshot_to_install is not None or ready.reads or ready.reads_refused:
+            return True
+        if not (self._proposals or self._budget):  # no own command waits, nor holds bytes
+            return False
+        if ready.covered:
             return True
         me = self.replica.config.replica_id
         return any(command.origin == me for item in ready.executed for command in item.commands)

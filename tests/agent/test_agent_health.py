@@ -3,9 +3,10 @@ ends in the right health state in the store and the right effect on placements."
 
 from __future__ import annotations
 
+import contextlib
 import pathlib
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
@@ -205,13 +206,7 @@ async def test_an_agent_restarted_while_a_gpu_is_off_the_bus_registers_again(
             async with running_agent(cluster, "n0", gpus, tmp_path):
                 gpus.lose(lost)
                 await _until_status(admin, lost, "fail")
-            async with store(cluster, Principal(Role.NODE, "n0")) as node_store, \
-                    anyio.create_task_group() as tasks:
-                agent = Agent(agent_config("n0", tmp_path), gpus, node_store)
-                tasks.start_soon(agent.run)
-                await eventually(lambda: _registered(agent, 1), timeout_s=8,
-                                 what="the restarted agent registered")
-                await eventually(_node_up(admin, "n0"), timeout_s=8, what="n0 up again")
+            async with restarted_agent(cluster, admin, gpus, tmp_path) as agent:
                 await _until_status(admin, lost, "fail")
 
                 async def held_failed() -> bool | None:
@@ -219,7 +214,6 @@ async def test_an_agent_restarted_while_a_gpu_is_off_the_bus_registers_again(
                     return True if view and view.status is HealthStatus.FAIL else None
 
                 await eventually(held_failed, what="the restarted agent holds GPU 3 failed")
-                tasks.cancel_scope.cancel()
 
 
 @pytest.mark.parametrize("record", [b"", b"{torn"], ids=["wiped", "corrupt"])
@@ -242,20 +236,29 @@ async def test_a_gpu_off_the_bus_is_registered_still_when_the_local_record_is_lo
             (tmp_path / registered_gpus.FILE_NAME).unlink()
             if record:
                 (tmp_path / registered_gpus.FILE_NAME).write_bytes(record)
-            async with store(cluster, Principal(Role.NODE, "n0")) as node_store, \
-                    anyio.create_task_group() as tasks:
-                agent = Agent(agent_config("n0", tmp_path), gpus, node_store)
-                tasks.start_soon(agent.run)
-                await eventually(lambda: _registered(agent, 1), timeout_s=8,
-                                 what="the restarted agent registered")
-                await eventually(_node_up(admin, "n0"), timeout_s=8, what="n0 up again")
+            async with restarted_agent(cluster, admin, gpus, tmp_path) as agent:
                 view = await _until_status(admin, lost, "fail")
                 assert view["placeable"] is False, view
                 assert agent.view.health[lost].status is HealthStatus.FAIL
                 kept = registered_gpus.RegisteredGpus(tmp_path).by_uuid
                 assert sorted(kept) == sorted(gpus.uuids()) and kept[lost].index == GPU
                 assert f"GPU {GPU} ({lost})" in caplog.text, caplog.text
-                tasks.cancel_scope.cancel()
+
+
+@contextlib.asynccontextmanager
+async def restarted_agent(cluster: Any, admin: Any, gpus: FakeGpuBackend, state_dir: pathlib.Path
+                          ) -> AsyncIterator[Agent]:
+    """Node n0's agent started again on `state_dir`, once it registered and n0 is up; stopped
+    at the exit."""
+    async with store(cluster, Principal(Role.NODE, "n0")) as node_store, \
+            anyio.create_task_group() as tasks:
+        agent = Agent(agent_config("n0", state_dir), gpus, node_store)
+        tasks.start_soon(agent.run)
+        await eventually(lambda: _registered(agent, 1), timeout_s=8,
+                         what="the restarted agent registered")
+        await eventually(_node_up(admin, "n0"), timeout_s=8, what="n0 up again")
+        yield agent
+        tasks.cancel_scope.cancel()
 
 
 async def _registered(agent: Agent, times: int) -> bool | None:
