@@ -42,7 +42,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.health_policy import HealthPolicy, PolicyError
-from agent.job_limits import MIB, JobLimits
+from agent.job_limits import JobLimits
+from agent.units import MIB
 from consensus.runtime.config_fields import (
     Address,
     ConfigError,

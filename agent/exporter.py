@@ -20,11 +20,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from agent.gpu import DeviceInfo, DeviceSample, Reading, value_of
+from agent.units import MIB
 from statemachine.commands import HealthStatus
 
 HEALTH_VALUE = {HealthStatus.PASS: 0, HealthStatus.WARN: 10, HealthStatus.FAIL: 20,
                 HealthStatus.UNKNOWN: -1}
-MIB = 1 << 20
 
 # (name, kind, help, reading -> exported value or None)
 Telemetry = tuple[str, str, str, Callable[[DeviceSample], float | None]]

@@ -36,8 +36,8 @@ from agent.gpu import (
     Topology,
 )
 from agent.gpu_snapshot import DeviceSnapshot, NodeSnapshot
+from agent.units import MIB
 
-MIB: Final = 1 << 20
 DRIVER: Final = DriverInfo("550.90.07", "12.550.90.07", 12040)
 DATACENTER_EVENTS: Final = (
     abi.EVENT_SINGLE_BIT_ECC | abi.EVENT_DOUBLE_BIT_ECC | abi.EVENT_PSTATE | abi.EVENT_XID

@@ -14,9 +14,9 @@ import secrets
 
 from agent.config import cluster_model
 from agent.gpu import DeviceInfo, Topology
+from agent.units import MIB
 from statemachine.commands import GpuInventory, GpuLink
 
-MIB = 1 << 20
 UNKNOWN_MINOR = -1  # the /dev/nvidia<minor> of a GPU known only from the store's record
 UNKNOWN_CAPABILITY = (0, 0)
 KERNEL_BOOT_ID = pathlib.Path("/proc/sys/kernel/random/boot_id")

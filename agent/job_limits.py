@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from agent.units import MIB
+
 # Linux refuses a single argument or environment string over 32 pages (MAX_ARG_STRLEN).
 LINUX_ARG_BYTES_MAX = 128 * 1024
-MIB = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

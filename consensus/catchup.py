@@ -122,11 +122,10 @@ class _Served:
 
     __slots__ = ("at", "digest", "record", "sent_at", "window_end")
 
-    def __init__(self, record: SnapshotRecord, digest: bytes, at: int) -> None:
+    def __init__(self, record: SnapshotRecord, digest: bytes) -> None:
         self.record = record
         self.digest = digest
-        self.at = at
-        self.window_end = self.sent_at = -1
+        self.at = self.window_end = self.sent_at = -1
 
     def sent_lately(self, window_end: int, now: int, repair_ticks: int) -> bool:
         """Whether this window went less than a repair period ago: a fetch for it then is a
@@ -267,13 +266,13 @@ class CatchUp:
                 self.snapshot.meta.slot == request.snapshot_slot:
             # The latest, asked for from where a transfer stopped that this replica forgot (it
             # restarted, or the transfer idled): resumed, not started over.
-            served = _Served(self.snapshot, self._latest_digest(), ctx.now)
+            served = _Served(self.snapshot, self._latest_digest())
         if served is None or served.record.meta.slot != request.snapshot_slot or \
                 not 0 < offset < len(served.record.state):
             if self.snapshot is None:
                 return
             served = earlier if earlier is not None and earlier.record is self.snapshot else \
-                _Served(self.snapshot, self._latest_digest(), 0)
+                _Served(self.snapshot, self._latest_digest())
             offset = 0
         record, window = served.record, ctx.config.snapshot_window_bytes
         state, end = record.state, min(len(record.state), (offset // window + 1) * window)

@@ -377,12 +377,10 @@ class CellarClient:
             self._route.forget()
 
     async def _ask_status(self, endpoint: str) -> dict[str, Any] | None:
-        response = await self._try(endpoint, _encode_status)
-        if response is None or response.code is not Code.OK:
-            return None
+        """`endpoint`'s status, or None whatever kept it from answering."""
         try:
-            return decode_status(response.payload)
-        except InvalidMessage:
+            return await self.status(endpoint)
+        except (ClientError, InvalidMessage):
             return None
 
     # --- commands --------------------------------------------------------------------------
@@ -487,14 +485,6 @@ class CellarClient:
         if response is None or response.code in _MOVE_ON:
             self._move_on()
         return response
-
-    async def _try(self, endpoint: str, encode: Encode, held_s: float = 0.0
-                   ) -> Response | None:
-        deadline = self._now() + self.config.deadline_s + held_s
-        try:
-            return self._judged(await self._attempt(endpoint, encode, deadline, held_s))
-        except (_NotSent, _Expired):
-            return None
 
     async def read(self, query: bytes, *, deadline_s: float | None = None) -> bytes:
         """A linearizable read of `query`."""
