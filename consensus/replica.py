@@ -118,6 +118,11 @@ class Inspection:
         self._executor = executor
 
     @property
+    def now(self) -> int:
+        """The replica's clock, in ticks."""
+        return self._ctx.now
+
+    @property
     def view(self) -> int:
         return self._ctx.view
 
@@ -260,6 +265,15 @@ class Replica:
 
     def cancel_read(self, read_id: int) -> None:
         self._reads.cancel(read_id)
+
+    def pass_ticks(self, ticks: int) -> None:
+        """Time passed in which this replica ran nothing (its machine suspended, its process
+        stopped): the clock moves on by `ticks` at once. Every timer here compares tick stamps,
+        so the ticks then replayed with `tick` do the round of work the missed ones would each
+        have repeated (heartbeats, resends, timeouts) once."""
+        if ticks < 0:
+            raise ValueError(f"ticks passed must be at least 0, got {ticks}")
+        self._ctx.now += ticks
 
     def tick(self) -> None:
         ctx = self._ctx

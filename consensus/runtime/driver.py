@@ -3,7 +3,8 @@
 Peer frames, client proposals and reads reach it through one bounded `Inbox`; time reaches it
 as ticks counted from a monotonic clock that also counts a suspended machine's sleep
 (`TICK_CLOCK`): the task sleeps until an input comes or the next tick is due, and after a pause
-it catches up on every missed tick before it handles anything else, and again before each
+it catches up on every missed tick before it handles anything else (the last
+`TICKS_REPLAYED_MAX` replayed one by one, any earlier passed over at once), and again before each
 input of a batch, so a lease is never granted or judged on stale time (a follower's promise
 and a sequencer's read index are judged at inputs; the core grants nothing of the kind on a
 tick, as a replayed tick's `now` is in the past). Any input wakes it at once; with none, it
@@ -84,6 +85,10 @@ from consensus.state_machine import StateMachine
 TICK_CLOCK: Callable[[], float] = (
     functools.partial(time.clock_gettime, time.CLOCK_BOOTTIME)
     if hasattr(time, "CLOCK_BOOTTIME") else time.monotonic)
+# Missed ticks replayed one by one at most (10 s at 10 ms a tick); earlier ones pass at once
+# (`Replica.pass_ticks`): a day's suspend would otherwise replay 8.6 million ticks, seconds of
+# work on the loop and a heartbeat queued for every tenth of them.
+TICKS_REPLAYED_MAX = 1000
 PROPOSAL_BYTES_MAX = 256 << 20
 # A snapshot's state must fit one log record with its metadata: a larger one could not be
 # written, and the replica would stop at every start, at the same slot as its peers.
@@ -363,6 +368,10 @@ class Driver:
 
     def _catch_up_ticks(self) -> None:
         due = int((self._clock() - self._origin) * 1000 // self.config.tick_ms)
+        if due - self._ticks_done > TICKS_REPLAYED_MAX:
+            self.metrics.count("driver.ticks_passed", due - TICKS_REPLAYED_MAX - self._ticks_done)
+            self.replica.pass_ticks(due - TICKS_REPLAYED_MAX - self._ticks_done)
+            self._ticks_done = due - TICKS_REPLAYED_MAX
         while self._ticks_done < due:
             self._ticks_done += 1
             self.replica.tick()

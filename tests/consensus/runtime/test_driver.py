@@ -36,6 +36,7 @@ from consensus.runtime.client import CellarClient, ClientConfig, OutcomeUnknown
 from consensus.runtime.client_codec import Propose, encode_request
 from consensus.runtime.driver import (
     TICK_CLOCK,
+    TICKS_REPLAYED_MAX,
     Driver,
     DriverConfig,
     _Callback,
@@ -591,6 +592,45 @@ def test_peer_frames_waiting_for_the_driver_are_bounded_in_bytes() -> None:
     queued = driver.config.inputs_bytes_max // len(frame)
     assert len(driver._inbox) == queued == 32
     assert driver.metrics.counter("driver.frames_dropped_queue_full") == 1024 - queued
+
+
+async def test_a_long_suspend_replays_a_bounded_number_of_ticks() -> None:
+    """A sequencer resumed after 1,000 s (100,000 ticks of 10 ms) replays the last
+    TICKS_REPLAYED_MAX of them; the clock passes over the rest at once. Replayed one by one, a
+    day's suspend took seconds of the loop and queued a heartbeat for every tenth tick."""
+    now = [0.0]
+    config = ReplicaConfig(replica_id=0, replica_count=3)
+    replica = Replica(config, Prng(0))
+    sent: list[bytes] = []
+
+    def send(target: int, frame: bytes) -> bool:
+        sent.append(frame)
+        return True
+
+    driver = Driver(replica, MemoryStore(), SessionKv(), send, Metrics(),
+                    config=DriverConfig(tick_ms=10), clock=lambda: now[0])
+    replayed = [0]
+    tick = replica.tick
+
+    def counted_tick() -> None:
+        replayed[0] += 1
+        tick()
+
+    replica.tick = counted_tick  # type: ignore[method-assign]
+    async with anyio.create_task_group() as tasks:
+        await tasks.start(driver.run)
+        now[0] = 0.02
+        await anyio.sleep(0.1)
+        assert replica.inspect.is_sequencer and driver._ticks_done == 2
+        replayed[0], heartbeats_before = 0, len(sent)
+        now[0] = 1000.02  # suspended for 1,000 s
+        await anyio.sleep(0.2)
+        tasks.cancel_scope.cancel()
+    assert driver._ticks_done == 100_002 and replica.inspect.now == 100_002
+    assert replayed[0] == TICKS_REPLAYED_MAX
+    assert driver.metrics.counter("driver.ticks_passed") == 100_000 - TICKS_REPLAYED_MAX
+    heartbeat_rounds = TICKS_REPLAYED_MAX // config.heartbeat_ticks
+    assert len(sent) - heartbeats_before <= 2 * (heartbeat_rounds + 1)
 
 
 @pytest.mark.skipif(not hasattr(time, "CLOCK_BOOTTIME"), reason="CLOCK_BOOTTIME is Linux's")
