@@ -12,7 +12,10 @@ resolves one sample's Readings into `Values`:
 - a signal that failed `failed_reads_to_unknown` polls in a row opens an UNKNOWN incident on its
   watch ("<signal>_unreadable"), which closes at the next read that does not fail;
 - an essential signal (the policy lists them) that is unsupported opens an UNKNOWN incident
-  ("<signal>_unsupported"): that watch is blind on this GPU.
+  ("<signal>_unsupported"): that watch is blind on this GPU;
+- any read of the sample, tracked or not, that failed with a corrupted InfoROM (NVML 14) opens
+  a WARN incident ("device/inforom_corrupted", INVESTIGATE) at once: reference/nvml.md §4.1
+  has the GPU warn on it, never fail and never wait it out as a blind spot.
 
 Only the signals some rule reads are tracked (`SIGNAL_WATCHES`, and the NVLink counters of links
 0..NVLINK_LINKS_MAX-1); the others (clocks, memory use, power limit) do not bear on health.
@@ -21,11 +24,11 @@ Only the signals some rule reads are tracked (`SIGNAL_WATCHES`, and the NVLink c
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Final
 
-from agent.gpu import DeviceSample, Failed, Reading, Unsupported
-from agent.health_model import Check, Watch, capped, clean
+from agent.gpu import DeviceSample, Failed, NvmlCode, Reading, Unsupported
+from agent.health_model import Action, Check, Watch, capped, clean
 from statemachine.commands import HealthStatus
 
 SIGNAL_WATCHES: Final[Mapping[str, Watch]] = {
@@ -57,6 +60,8 @@ SIGNAL_WATCHES: Final[Mapping[str, Watch]] = {
 NVLINK_COUNTERS: Final = ("replay_errors", "recovery_errors", "crc_flit_errors",
                           "crc_data_errors")
 NVLINK_LINKS_MAX: Final = 64  # NVML has 36 (NVML_NVLINK_MAX_LINKS); other numbers are ignored
+NOT_READINGS: Final = frozenset({"uuid", "fabric", "nvlinks"})  # DeviceSample fields
+INFOROM_CORRUPTED: Final = "inforom_corrupted"  # its code on the DEVICE watch
 
 
 def link_signal(link: int, counter: str) -> str:
@@ -75,6 +80,28 @@ def readings_of(sample: DeviceSample) -> dict[str, Reading]:
             for counter in NVLINK_COUNTERS:
                 readings[link_signal(link.link, counter)] = getattr(link, counter)
     return readings
+
+
+def all_readings(sample: DeviceSample) -> Iterator[tuple[str, Reading]]:
+    """Every reading of a sample, tracked or not, by signal name in field order."""
+    for field in fields(sample):
+        if field.name not in NOT_READINGS:
+            yield field.name, getattr(sample, field.name)
+    for link in sample.nvlinks:
+        for counter in NVLINK_COUNTERS:
+            yield link_signal(link.link, counter), getattr(link, counter)
+
+
+def inforom_check(sample: DeviceSample) -> Check:
+    """WARN while any read of the sample failed with a corrupted InfoROM; clean otherwise."""
+    failed = [name for name, reading in all_readings(sample)
+              if isinstance(reading, Failed) and reading.code == NvmlCode.CORRUPTED_INFOROM]
+    if not failed:
+        return clean(Watch.DEVICE, INFOROM_CORRUPTED)
+    message = (f"the InfoROM is corrupted (NVML {NvmlCode.CORRUPTED_INFOROM:d}): "
+               f"{', '.join(failed)} cannot be read")
+    return Check(Watch.DEVICE, INFOROM_CORRUPTED, HealthStatus.WARN, capped(message),
+                 Action.INVESTIGATE)
 
 
 def links_up_of(sample: DeviceSample) -> dict[int, bool]:
@@ -142,6 +169,7 @@ class SignalMemory:
                 fresh[name] = reading
                 self._last_good[name] = (reading, now_ms)
         checks.extend(_essential_checks(essential, fresh, unsupported))
+        checks.append(inforom_check(sample))
         values = Values(at_ms=now_ms, fresh=fresh, unsupported=frozenset(unsupported),
                         before=before, links_up=links_up_of(sample))
         return values, checks

@@ -12,7 +12,10 @@ exception classes (`REAL_PYNVML` hands them out). Everything NVML-shaped stops h
 - handles stay inside: the agent names GPUs by UUID, and an event's handle is resolved back to a
   UUID by its address (which works for a GPU that just fell off the bus) or by asking NVML;
 - events: one event set, each GPU registered for the health events it supports; a wait that
-  NVML ends with Timeout (also early, on a signal) goes on until the caller's full timeout.
+  NVML ends with Timeout (also early, on a signal) goes on until the caller's full timeout. A
+  set whose waits keep failing otherwise is made again (the old one freed, every GPU registered
+  anew) after EVENT_SET_REBUILD_FAILURES failures in a row, that run doubling after each
+  rebuild up to EVENT_SET_REBUILD_FAILURES_MAX: events are not lost for ever to one bad set.
 
 A GPU that cannot be identified right now (its handle or UUID fails) is left out of
 `devices()` and `topology()`; `sample(uuid)` on one already known raises `GpuGone`. `stop()`
@@ -63,6 +66,10 @@ COMPUTE_PROCESSES: Final = ("nvmlDeviceGetComputeRunningProcesses",
                             "nvmlDeviceGetComputeRunningProcesses_v2")
 GRAPHICS_PROCESSES: Final = ("nvmlDeviceGetGraphicsRunningProcesses",
                              "nvmlDeviceGetGraphicsRunningProcesses_v2")
+# Failed waits (not Timeout) in a row before the event set is made again; the run doubles after
+# each rebuild that did not help, up to the max, and is back to the first after a good wait.
+EVENT_SET_REBUILD_FAILURES: Final = 3
+EVENT_SET_REBUILD_FAILURES_MAX: Final = 96
 
 
 def decode_text(raw: object) -> str:
@@ -144,6 +151,10 @@ class NvmlBackend:
         self._links: dict[str, tuple[int, ...]] = {}
         self._event_set: Any = None
         self._watched: set[str] = set()  # GPUs registered in the event set (or that cannot be)
+        # Guarded by _event_lock: failed waits in a row, and the run that rebuilds the set.
+        self._wait_failures = 0
+        self._rebuild_after = EVENT_SET_REBUILD_FAILURES
+        self.event_set_rebuilds = 0  # since construction, for logs and tests
 
     # Lifecycle.
 
@@ -156,6 +167,7 @@ class NvmlBackend:
             self._calls.forget_missing()
             self._handles, self._uuid_by_address, self._links = {}, {}, {}
             self._watched = set()
+            self._wait_ok()
             self._node(("nvmlInit",))
             self._started = True
             self._stopping.clear()
@@ -463,7 +475,8 @@ class NvmlBackend:
                         and error.code != NvmlCode.NO_PERMISSION):
                     continue  # transient, or the GPU is gone: again once it answers
             with self._lock:
-                self._watched.add(uuid)
+                if self._event_set is None or self._event_set is event_set:  # not replaced
+                    self._watched.add(uuid)  # by a rebuild (None: start() is making it)
 
     def _wait_once(self, timeout_ms: int) -> Any:
         """One NVML wait: the event data, or None when it ended with Timeout."""
@@ -474,14 +487,53 @@ class NvmlBackend:
                 event_set = self._event_set
             if event_set is not None:
                 try:
-                    return self._calls.call(("nvmlEventSetWait",), event_set, timeout_ms)
+                    data = self._calls.call(("nvmlEventSetWait",), event_set, timeout_ms)
                 except NvmlCallError as error:
                     if error.code == NvmlCode.TIMEOUT:
+                        self._wait_ok()
                         return None
+                    self._wait_failed(error)
                     _raise_if_node_fault(error)
                     raise EventWaitFailed(error.code, error.message) from error
+                self._wait_ok()
+                return data
         self._stopping.wait(timeout_ms / 1000)
         return None
+
+    def _wait_ok(self) -> None:
+        """A wait ended with an event or Timeout: the set serves, failures start over."""
+        self._wait_failures, self._rebuild_after = 0, EVENT_SET_REBUILD_FAILURES
+
+    def _wait_failed(self, error: NvmlCallError) -> None:
+        """One more failed wait in a row (`_event_lock` held): at the end of the run, the
+        event set is made again and the next run is twice as long (up to the max)."""
+        self._wait_failures += 1
+        if self._wait_failures < self._rebuild_after:
+            return
+        self.event_set_rebuilds += 1
+        logger.warning("%d event waits failed in a row, the last with %s: making the event set "
+                       "again (rebuild %d)", self._wait_failures, error, self.event_set_rebuilds)
+        self._wait_failures = 0
+        self._rebuild_after = min(self._rebuild_after * 2, EVENT_SET_REBUILD_FAILURES_MAX)
+        self._rebuild_event_set()
+
+    def _rebuild_event_set(self) -> None:
+        """A new event set in place of the current one (`_event_lock` held), every answering
+        GPU registered in it, the old one freed; the old one stays when no new one can be made.
+        Raises NvmlUnavailable when NVML itself is gone (the poll loop starts it again)."""
+        found = self._enumerate()
+        try:
+            event_set = self._calls.call(("nvmlEventSetCreate",))
+        except NvmlCallError as error:
+            _raise_if_nvml_is_gone(error)
+            logger.warning("cannot make a new event set (%s): waiting on the old one", error)
+            return
+        with self._lock:
+            old, self._event_set = self._event_set, event_set
+            self._watched = set()
+        with contextlib.suppress(NvmlCallError):
+            self._calls.call(("nvmlEventSetFree",), old)
+        self._register_gpus(event_set, found)
 
     def _event(self, data: Any) -> GpuEvent:
         payload = int(data.eventData)

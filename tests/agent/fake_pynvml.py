@@ -15,7 +15,8 @@ What makes it a faithful stand-in, not a mock:
 
 Knobs, for the adapter's details: `remove_function` (the driver lacks it: FunctionNotFound),
 `drop_from_binding` (an old nvidia-ml-py lacks it), `fail_call`, `fail_field`, `set_reading`,
-`strings_as_bytes`, `spurious_timeouts`, `fail_next_wait`, `set_processes` and more; `calls`
+`strings_as_bytes`, `spurious_timeouts`, `fail_next_wait`, `break_event_sets`, `set_processes`
+and more; `calls`
 records every function called.
 """
 
@@ -104,6 +105,7 @@ class FakeEventSet:
     registered: dict[int, int] = field(default_factory=dict)  # handle address -> event bits
     queue: collections.deque[Any] = field(default_factory=collections.deque)
     freed: bool = False
+    broken: int | None = None  # every wait on it fails with this code
 
 
 class FakePynvml:
@@ -235,6 +237,13 @@ class FakePynvml:
 
     def fail_next_wait(self, code: int) -> None:
         self._wait_failures.append(code)
+
+    def break_event_sets(self, code: int) -> None:
+        """Every wait on the event sets made so far fails with `code`, however often it is
+        tried; a set made later works."""
+        with self._changed:
+            for event_set in self.event_sets:
+                event_set.broken = code
 
     def _named(self, uuid: str) -> FakeDevice:
         for device in self.devices:
@@ -615,6 +624,8 @@ class FakePynvml:
         with self._changed:
             if self._wait_failures:
                 raise real.NVMLError(self._wait_failures.pop(0))
+            if event_set.broken is not None:
+                raise real.NVMLError(event_set.broken)
             if self._spurious_timeouts > 0:
                 self._spurious_timeouts -= 1
                 raise real.NVMLError_Timeout()

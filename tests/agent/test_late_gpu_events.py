@@ -1,5 +1,6 @@
-"""A GPU that did not answer at start and answers later is registered for events: it had not
-been, so its XIDs (79, 48, ...) were never seen while it reported PASS.
+"""XIDs the agent had never seen: those of a GPU that did not answer at start and answers later
+(it was never registered for events, and reported PASS), and those posted after event waits
+kept failing (the agent waited on the same broken event set for ever).
 
 agent/daemon.py `_read_gpus` says a GPU that "did not answer at first (NotReady, a reset under
 way) counts once it does"; NvmlBackend registers events only in start() (`_register_events` over
@@ -8,10 +9,24 @@ the GPUs found then). reference/nvml.md §1.2: register each GPU's supported hea
 
 from __future__ import annotations
 
+from typing import Final
+
+import anyio
+import pytest
+
 from agent import nvml_abi as abi
+from agent.exporter import AgentView
 from agent.gpu import EventKind, NvmlCode
+from agent.health import HealthTracker
+from agent.health_model import Watch
+from agent.health_policy import HealthPolicy
+from agent.monitor import Monitor
 from agent.nvml_backend import NvmlBackend
+from agent.store_link import StoreLink
 from tests.agent.fake_pynvml import FakePynvml
+from tests.agent.recording_store import RecordingStore
+
+XID_SEEN_WITHIN_S: Final = 5.0
 
 
 def test_a_gpu_that_answers_after_start_gets_its_events_registered() -> None:
@@ -30,3 +45,34 @@ def test_a_gpu_that_answers_after_start_gets_its_events_registered() -> None:
     backend.stop()
     assert event is not None, "XID 48 on a GPU the agent lists was never delivered"
     assert (event.uuid, event.kind, event.xid) == (late, EventKind.XID, 48)
+
+
+@pytest.mark.anyio
+async def test_an_xid_after_event_waits_kept_failing_reaches_the_tracker() -> None:
+    """reference/nvml.md §1.2: a wait error other than Timeout every time (a set NVML no longer
+    serves) left the event loop waiting on that set for ever, the GPUs UNKNOWN on the events
+    watch and every later XID lost. The backend makes the set again after a few failures."""
+    nvml = FakePynvml.from_profile("a100-8", seed=1)
+    uuid = nvml.uuids()[3]
+    backend = NvmlBackend(nvml)
+    backend.start()
+    devices = backend.devices()
+    link = StoreLink(RecordingStore("n0"), "n0", retry_ms_max=200)  # type: ignore[arg-type]
+    view = AgentView(node="n0")
+    view.devices = devices
+    monitor = Monitor(backend, HealthTracker(HealthPolicy(), devices, now_ms=0), link, view,
+                      poll_ms=10, event_wait_ms=10, retry_ms_max=100)
+    nvml.break_event_sets(NvmlCode.UNKNOWN)
+    seen = False
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(monitor.events_forever)
+        with anyio.move_on_after(XID_SEEN_WITHIN_S):
+            while not seen:
+                nvml.inject_xid(uuid, abi.XID_DOUBLE_BIT_ECC)  # NVML replays none: post again
+                await anyio.sleep(0.02)
+                seen = monitor.tracker.is_open(uuid, (Watch.XID, "xid_48"))
+        tasks.cancel_scope.cancel()
+    backend.stop()
+    assert view.counters.get("event_wait_failures", 0) >= 1
+    assert seen, "XID 48 posted after the event waits kept failing was never seen"
+    assert backend.event_set_rebuilds >= 1

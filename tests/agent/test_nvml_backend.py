@@ -27,12 +27,18 @@ from agent.gpu import (
     NvmlUnavailable,
     ReadFailed,
 )
-from agent.nvml_backend import NvmlBackend, decode_text, normalise_bus_id
+from agent.nvml_backend import (
+    EVENT_SET_REBUILD_FAILURES,
+    NvmlBackend,
+    decode_text,
+    normalise_bus_id,
+)
 from agent.nvml_sample import _field_value
 from tests.agent.fake_pynvml import FakePynvml
 
 WAIT_MS = 50
 EVENT_WAIT_MS = 10_000
+WAITS_FAILED_MAX = 12  # failed waits in a row a test sits through before giving up
 
 
 class Rig:
@@ -442,6 +448,39 @@ def test_a_wait_that_finds_nvml_gone_raises_nvml_unavailable(rig: Rig) -> None:
     rig.nvml.fail_next_wait(NvmlCode.DRIVER_NOT_LOADED)
     with pytest.raises(NvmlUnavailable):
         rig.backend.wait_event(WAIT_MS)
+
+
+@pytest.mark.parametrize("code", [NvmlCode.UNKNOWN, NvmlCode.UNINITIALIZED])
+def test_an_event_set_whose_waits_keep_failing_is_made_again(rig: Rig, code: int) -> None:
+    """§1.2: a wait failing with anything but Timeout, every time, had the agent wait on the
+    same event set for ever, and an XID posted later was never seen. The set is made again
+    (the old one freed, every GPU registered anew) after a few failures in a row."""
+    rig.start()
+    rig.nvml.break_event_sets(code)
+    failed = 0
+    event = None
+    while event is None and failed < WAITS_FAILED_MAX:
+        try:
+            event = rig.backend.wait_event(WAIT_MS)
+        except (EventWaitFailed, NvmlUnavailable):
+            failed += 1
+            rig.nvml.inject_xid(rig.uuids[3], abi.XID_DOUBLE_BIT_ECC)
+    assert event == GpuEvent(rig.uuids[3], EventKind.XID, 48, 48)
+    assert failed == EVENT_SET_REBUILD_FAILURES
+    first, second = rig.nvml.event_sets
+    assert first.freed and not second.freed
+    assert second.registered == first.registered != {}
+
+
+def test_event_set_rebuilds_back_off_while_waits_keep_failing(rig: Rig) -> None:
+    rig.start()
+    rig.nvml.fail_call("nvmlEventSetWait", NvmlCode.UNKNOWN)  # on every set, every time
+    for _ in range(EVENT_SET_REBUILD_FAILURES * 7):  # 3, then 6 and 12 more
+        with pytest.raises(EventWaitFailed):
+            rig.backend.wait_event(WAIT_MS)
+    assert rig.count("nvmlEventSetCreate") == 1 + 3
+    assert rig.backend.event_set_rebuilds == 3
+    assert sum(not event_set.freed for event_set in rig.nvml.event_sets) == 1
 
 
 def test_an_event_from_a_lost_gpu_still_names_it(rig: Rig) -> None:
