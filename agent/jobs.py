@@ -156,6 +156,11 @@ class JobRunner:
         """Whether this runner watches a job of this pod uid now."""
         return pod_uid in self._jobs
 
+    def group_of(self, pod_uid: str) -> str | None:
+        """The gang of the job this runner watches under this pod uid now, or None."""
+        job = self._jobs.get(pod_uid)
+        return None if job is None else job.record.binding.group
+
     def exit_pending(self, pod_uid: str) -> bool:
         """Whether this pod's job ended here and its exit is not reported yet."""
         return pod_uid in self._unreported

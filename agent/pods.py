@@ -133,7 +133,9 @@ class Pods:
 
     async def _start(self, binding: Binding) -> None:
         """Start the pod, its uid held in `_starting` by the caller."""
-        if self.runner.runs(binding.pod_uid) or self.runner.exit_pending(binding.pod_uid):
+        if self.runner.group_of(binding.pod_uid) not in (None, binding.group):
+            pass  # another gang's job holds this uid: the runner refuses it, reported below
+        elif self.runner.runs(binding.pod_uid) or self.runner.exit_pending(binding.pod_uid):
             return  # a replayed START_POD: it runs, or ran and its exit is on its way
         outcome = await self.runner.start(binding)
         if isinstance(outcome, Started):
@@ -237,6 +239,12 @@ class Pods:
     async def _kill(self, group: str, pod_uid: str) -> None:
         """Stop the pod; one never started here, that the store still has here, is reported
         killed before its start (its gang may be waiting for that exit to leave)."""
+        if self.runner.group_of(pod_uid) not in (None, group):
+            # Another gang's job holds this uid here (uids are unique only within a gang):
+            # this gang's pod never ran here, and that job is not this kill's to stop.
+            if await self.link.standing(group, pod_uid) is not Standing.GONE:
+                await self._killed_before_start(group, pod_uid)
+            return
         outcome = await self.stop(pod_uid)
         if outcome.termination is not Termination.NOT_RUNNING:
             return  # its exit is reported by whoever saw it end
