@@ -3,15 +3,15 @@
 It starts NVML (retrying with back-off while the driver is away: the GPU count is then unknown,
 and nothing is registered rather than zero GPUs), registers the node's GPUs with a fresh
 incarnation (with those registered before and lost since, as `agent.registered_gpus` keeps them
-across restarts, or as the store has them if that record is lost), reports their health at once
-(a GPU lost while the agent was away is failed before the next poll), heartbeats from then on
-(stopping jobs may take longer than a lease), reconciles the jobs the store expects with the
-ones running (which covers every effect before the registration: the effects cursor first skips
-those the store no longer keeps), and then runs until stopped: the health monitor
-(`agent.monitor`), the pods loop (`agent.pods`: effects in, starts, stops and exits out) and the
-metrics page. The store client follows failovers by itself; if the store says this incarnation
-is over (the node was registered again elsewhere or deregistered), the agent registers again and
-reconciles.
+across restarts, or as the store has them if that record is lost) and with their health as read
+then (a GPU lost while the agent was away is failed before the registration places anything on
+it), reports what changed since at once, heartbeats from then on (stopping jobs may take longer
+than a lease), reconciles the jobs the store expects with the ones running (which covers every
+effect before the registration: the effects cursor first skips those the store no longer
+keeps), and then runs until stopped: the health monitor (`agent.monitor`), the pods loop
+(`agent.pods`: effects in, starts, stops and exits out) and the metrics page. The store client
+follows failovers by itself; if the store says this incarnation is over (the node was
+registered again elsewhere or deregistered), the agent registers again and reconciles.
 """
 
 from __future__ import annotations
@@ -92,14 +92,16 @@ class Agent:
                                   read_gpus: Callable[[], Awaitable[NodeGpus]],
                                   amend_gpus: Callable[[], Awaitable[bool]],
                                   task_status: TaskStatus[None]) -> None:
-        """Register, report every GPU's health, reconcile and serve; again whenever the store
-        ends the incarnation. The report comes first: the store keeps a GPU's last health
-        across registrations, and one lost while the agent was away (or whose report went out
-        before the store took the registration) would stay placeable until the next poll."""
+        """Register with every GPU's health, report what changed since, reconcile and serve;
+        again whenever the store ends the incarnation. The health goes with the registration:
+        the store keeps a GPU's last health across registrations, and one lost while the agent
+        was away would stay placeable until the next poll, and could be placed by the
+        registration's own scheduling pass."""
         reconciled = False
         while True:
             await pods.skip_covered_effects()
-            registered = await self.link.register(fresh_boot_id(), read_gpus, amend_gpus)
+            registered = await self.link.register(fresh_boot_id(), read_gpus, amend_gpus,
+                                                  monitor.reading)
             self._registered_gpus.remember(self._offered)
             self.registrations += 1
             logger.info("registered %s: incarnation %d, %d pods expected", self.config.node,
@@ -107,7 +109,7 @@ class Agent:
             try:
                 async with anyio.create_task_group() as tasks:
                     tasks.start_soon(self._heartbeats)  # the lease is renewed while reconciling
-                    await monitor.report(full=True)
+                    await monitor.after_registering()
                     await pods.reconcile(registered, tasks)
                     if not reconciled:
                         reconciled = True

@@ -8,7 +8,9 @@ started again with back-off. The event loop waits for XID and ECC events `event_
 time. Changed verdicts are reported as soon as they are seen; the full set is sent again with
 every poll while a GPU is not healthy (the store's recovery hysteresis counts passes) and
 every `FULL_REPORT_EVERY_POLLS` polls otherwise, so a lost report is repaired, and at every
-poll after the store refused one until a full report taken since is accepted.
+poll after the store refused one until a full report taken since is accepted. A registration
+carries a full reading in place of a full report (`reading`, `after_registering`): the store
+applies it before the registration places anything.
 
 The job runner tells the monitor of an ended job whose processes NVML still lists on its GPUs
 after the release timeout (`job_lingers`, before the exit is reported): the GPUs fail at once
@@ -40,7 +42,7 @@ from agent.gpu_leftovers import LEFTOVERS, GpuLeftovers
 from agent.health import HealthTracker
 from agent.health_model import SEVERITY, Check, Verdict
 from agent.store_link import StoreLink
-from statemachine.commands import HealthStatus
+from statemachine.commands import HealthReport, HealthStatus
 from statemachine.errors import Rejection
 
 logger = logging.getLogger("cellar.agent.monitor")
@@ -69,6 +71,8 @@ class Monitor:
         self._restart_delay_ms = poll_ms
         self._refusals = 0  # health reports the store refused: the changes they took are lost
         self._refusals_repaired = 0  # of those, the ones a full report accepted since covers
+        self._unheard = 0  # reports whose changes no store took (refused, or nothing registered)
+        self._at_reading = (0, 0)  # (_refusals, _unheard) when the last `reading` was taken
 
     # --- polling ------------------------------------------------------------------------------
 
@@ -218,16 +222,7 @@ class Monitor:
     async def report(self, *, full: bool = False) -> None:
         """Send the changed verdicts (or all of them) to the store; note job faults."""
         refusals_before = self._refusals
-        changed = self.tracker.take_changes()
-        verdicts = self.tracker.verdicts() if full else changed
-        self.view.health = {verdict.uuid: health_view(verdict)
-                            for verdict in self.tracker.verdicts()}
-        for fault in self.tracker.take_job_faults():
-            self._count("job_faults")
-            logger.warning("job fault on %s: %s", fault.uuid, fault.label)
-        for verdict in changed:
-            logger.info("GPU %s is %s%s", verdict.uuid, verdict.status.value,
-                        f": {verdict.reason}" if verdict.reason else "")
+        verdicts = self._take(full=full)
         if verdicts:
             self._count("health_reports")
             answer = await self.link.report_health([verdict.report() for verdict in verdicts])
@@ -240,6 +235,38 @@ class Monitor:
                 self._refusals += 1
             elif full and answer is not None:
                 self._refusals_repaired = max(self._refusals_repaired, refusals_before)
+            if isinstance(answer, Rejection) or answer is None:
+                self._unheard += 1
+
+    def reading(self) -> list[HealthReport]:
+        """Every GPU's verdict now, for a registration to carry in place of a full report
+        (the store applies it before the registration's scheduling pass, so a GPU lost while
+        the agent was away is never placed); `after_registering` once the store took it."""
+        self._at_reading = (self._refusals, self._unheard)
+        return [verdict.report() for verdict in self._take(full=True)]
+
+    async def after_registering(self) -> None:
+        """The store took a registration carrying the last `reading`: a full report
+        accepted. What changed since goes now, every verdict if a report taken since went
+        unheard (refused, or left out as the node was not registered yet)."""
+        refusals, unheard = self._at_reading
+        self._count("health_reports")
+        self._refusals_repaired = max(self._refusals_repaired, refusals)
+        await self.report(full=self._unheard > unheard)
+
+    def _take(self, *, full: bool) -> tuple[Verdict, ...]:
+        """The verdicts to send, the changed ones (taken) or all; the view and the log follow
+        them, and job faults are noted."""
+        changed = self.tracker.take_changes()
+        self.view.health = {verdict.uuid: health_view(verdict)
+                            for verdict in self.tracker.verdicts()}
+        for fault in self.tracker.take_job_faults():
+            self._count("job_faults")
+            logger.warning("job fault on %s: %s", fault.uuid, fault.label)
+        for verdict in changed:
+            logger.info("GPU %s is %s%s", verdict.uuid, verdict.status.value,
+                        f": {verdict.reason}" if verdict.reason else "")
+        return self.tracker.verdicts() if full else changed
 
     def _count(self, name: str) -> None:
         self.view.counters[name] = self.view.counters.get(name, 0) + 1

@@ -101,16 +101,22 @@ class StoreLink:
             self.store.effects_resume_after(self.node, after)))
 
     async def register(self, boot_id: str, read_gpus: Callable[[], Awaitable[NodeGpus]],
-                       amend: Callable[[], Awaitable[bool]] | None = None) -> NodeRegistered:
+                       amend: Callable[[], Awaitable[bool]] | None = None,
+                       read_health: Callable[[], Sequence[HealthReport]] | None = None
+                       ) -> NodeRegistered:
         """Register with a fresh incarnation and the GPUs `read_gpus` finds, read again for
-        each try; a refusal (this node is not in the cluster's configuration, or its GPUs do
-        not match it, as when one did not answer NVML) is logged and tried again later. The
-        GPUs refused as not matching are first offered to `amend`: if it changed what
-        `read_gpus` will find, the registration is tried again at once."""
+        each try, with their health as `read_health` reads it then (the store applies it before
+        placing anything on them); a refusal (this node is not in the cluster's
+        configuration, or its GPUs do not match it, as when one did not answer NVML) is logged
+        and tried again later. The GPUs refused as not matching are first offered to `amend`:
+        if it changed what `read_gpus` will find, the registration is tried again at once."""
         while True:
             gpus, links = await read_gpus()
+            uuids = {gpu.uuid for gpu in gpus}
+            health = [report for report in (read_health() if read_health else ())
+                      if report.uuid in uuids]
             result = await self._until_answered("register", functools.partial(
-                self.store.register_node, self.node, boot_id, gpus, links))
+                self.store.register_node, self.node, boot_id, gpus, links, health))
             if isinstance(result, NodeRegistered):
                 self.incarnation = result.incarnation
                 self.registered_gpus = frozenset(gpu.uuid for gpu in gpus)

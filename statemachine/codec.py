@@ -70,6 +70,7 @@ _NODE_FIELDS = ("node", "incarnation")
 INVENTORY_FIELDS = ("uuid", "index", "pci_bus_id", "model", "memory_mib", "numa_node",
                     "mig_enabled")
 LINK_FIELDS = ("a", "b", "level", "nvlinks")
+REPORT_FIELDS = ("uuid", "status", "reason")
 
 
 def _inventory(record: Record) -> GpuInventory:
@@ -97,9 +98,29 @@ def _register(record: Record) -> RegisterNode:
     gpus = record.records("gpus", INVENTORY_FIELDS, length_max=limits.GPUS_PER_NODE_MAX)
     links = record.records("links", LINK_FIELDS, length_max=limits.GPU_LINKS_MAX) \
         if record.has("links") else []
+    health = record.records("health", REPORT_FIELDS, length_max=limits.HEALTH_REPORTS_MAX) \
+        if record.has("health") else []
     return RegisterNode(node=record.text("node"), boot_id=record.text("boot_id"),
                         gpus=tuple(_inventory(gpu) for gpu in gpus),
-                        links=tuple(_link(link) for link in links))
+                        links=tuple(_link(link) for link in links),
+                        health=tuple(_report(report) for report in health))
+
+
+def _encode_reports(reports: tuple[HealthReport, ...]) -> list[dict[str, Any]]:
+    return [{"uuid": report.uuid, "status": report.status.value, "reason": report.reason}
+            for report in reports]
+
+
+def _encode_register(command: RegisterNode) -> dict[str, Any]:
+    body: dict[str, Any] = {"node": command.node, "boot_id": command.boot_id, "gpus": [
+        {"uuid": gpu.uuid, "index": gpu.index, "pci_bus_id": gpu.pci_bus_id,
+         "model": gpu.model, "memory_mib": gpu.memory_mib, "numa_node": gpu.numa_node,
+         "mig_enabled": gpu.mig_enabled} for gpu in command.gpus],
+        "links": [{"a": link.a, "b": link.b, "level": link.level, "nvlinks": link.nvlinks}
+                  for link in command.links]}
+    if command.health:  # optional: a registration without it encodes as before it existed
+        body["health"] = _encode_reports(command.health)
+    return body
 
 
 def _report(record: Record) -> HealthReport:
@@ -110,8 +131,7 @@ def _report(record: Record) -> HealthReport:
 
 
 def _health(record: Record) -> ReportHealth:
-    reports = record.records("reports", ("uuid", "status", "reason"),
-                             length_max=limits.HEALTH_REPORTS_MAX)
+    reports = record.records("reports", REPORT_FIELDS, length_max=limits.HEALTH_REPORTS_MAX)
     return ReportHealth(node=record.text("node"), incarnation=record.integer("incarnation"),
                         reports=tuple(_report(report) for report in reports))
 
@@ -176,14 +196,7 @@ def _pod_exit(record: Record) -> ReportPodExit:
 COMMANDS: dict[str, tuple[tuple[str, ...], Callable[[Record], Any], Callable[[Any],
                                                                              dict[str, Any]]]] = {
     "apply_config": (("expected_version", "spec"), _apply_config, _encode_apply_config),
-    "register_node": (
-        ("node", "boot_id", "gpus", "links"), _register,
-        lambda command: {"node": command.node, "boot_id": command.boot_id, "gpus": [
-            {"uuid": gpu.uuid, "index": gpu.index, "pci_bus_id": gpu.pci_bus_id,
-             "model": gpu.model, "memory_mib": gpu.memory_mib, "numa_node": gpu.numa_node,
-             "mig_enabled": gpu.mig_enabled} for gpu in command.gpus],
-            "links": [{"a": link.a, "b": link.b, "level": link.level, "nvlinks": link.nvlinks}
-                      for link in command.links]}),
+    "register_node": (("node", "boot_id", "gpus", "links", "health"), _register, _encode_register),
     "heartbeat": (
         _NODE_FIELDS,
         lambda record: Heartbeat(node=record.text("node"),
@@ -191,9 +204,8 @@ COMMANDS: dict[str, tuple[tuple[str, ...], Callable[[Record], Any], Callable[[An
         lambda command: {"node": command.node, "incarnation": command.incarnation}),
     "report_health": (
         (*_NODE_FIELDS, "reports"), _health,
-        lambda command: {"node": command.node, "incarnation": command.incarnation, "reports": [
-            {"uuid": report.uuid, "status": report.status.value, "reason": report.reason}
-            for report in command.reports]}),
+        lambda command: {"node": command.node, "incarnation": command.incarnation,
+                         "reports": _encode_reports(command.reports)}),
     "ack_pod_started": (
         (*_NODE_FIELDS, "group", "pod_uid", "gpu_uuids"),
         lambda record: AckPodStarted(

@@ -79,6 +79,9 @@ class RegisterNode:
     boot_id: str
     gpus: tuple[GpuInventory, ...]
     links: tuple[GpuLink, ...] = ()  # the measured topology, for operators to see
+    # The agent's reading of these GPUs now, applied as a health report before the
+    # registration's scheduling pass (a GPU lost while the agent was away is never placed).
+    health: tuple[HealthReport, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -14,6 +14,10 @@ gang would wait for that pod for ever; the reply marks such a pod evicting, so t
 that never ran it reports it exited rather than starting it. Health changes refresh the GPUs'
 usability; GPUs that fail under gangs are reported on those gangs (and the gangs released where
 their tenant's policy says so).
+
+A registration carries the agent's health reading of the GPUs it registers and applies it as a
+health report would, before its scheduling pass: the store keeps a GPU's health across
+registrations, and a GPU lost while the agent was away still passed in that pass.
 """
 
 from __future__ import annotations
@@ -61,6 +65,7 @@ def register_node(state: State, command: RegisterNode) -> NodeRegistered:
     record = state.node(command.node)
     gpus = _check_inventory(state, record, command.gpus)
     links = _check_links(record, command.links, len(gpus))
+    _check_health(record, command.health, gpus)
     if not (record.registered and record.boot_id == command.boot_id and record.gpus == gpus):
         _record_boot(state, record, command.boot_id, gpus)
     if record.links != links:
@@ -68,8 +73,8 @@ def register_node(state: State, command: RegisterNode) -> NodeRegistered:
     state.set(record, "lease_expires_ms", state.now_ms + config.spec.policy.lease_ms)
     if record.liveness is not Liveness.UP:
         state.set(record, "liveness", Liveness.UP)
-    refresh_usable(state, record)
-    schedule(state)
+    failed, _ = _apply_reports(state, record, command.health)
+    _health_changed(state, record, failed)
     for group, _, pod in _pods_on(state, record):
         if group.evicting and pod.phase in LIVE_PHASES:  # its kill may have gone unseen
             kill_pod(state, group, pod, group.evicting)
@@ -119,6 +124,15 @@ def _check_links(record: NodeRecord, links: tuple[GpuLink, ...],
         raise refuse(Code.INVENTORY_MISMATCH, f"node {record.node}: a pair of GPUs is "
                                               "linked twice")
     return ordered
+
+
+def _check_health(record: NodeRecord, reports: tuple[HealthReport, ...],
+                  gpus: tuple[GpuInventory, ...]) -> None:
+    registered = {gpu.uuid for gpu in gpus}
+    for report in reports:
+        if report.uuid not in registered:
+            raise refuse(Code.UNKNOWN_GPU,
+                         f"node {record.node} registers no GPU {report.uuid}")
 
 
 def _record_boot(state: State, record: NodeRecord, boot_id: str,
@@ -179,18 +193,27 @@ def heartbeat(state: State, command: Heartbeat) -> Done:
 
 def report_health(state: State, command: ReportHealth) -> Done:
     record = _fenced(state, command.node, command.incarnation)
-    indices = [record.gpu_by_uuid(report.uuid) for report in command.reports]
-    for report, index in zip(command.reports, indices, strict=True):
-        if index < 0:
+    for report in command.reports:
+        if record.gpu_by_uuid(report.uuid) < 0:
             raise refuse(Code.UNKNOWN_GPU, f"node {record.node} has no GPU {report.uuid}")
+    failed, recovered = _apply_reports(state, record, command.reports)
+    return _after_health_change(state, record, failed,
+                                f"{len(failed)} failed, {recovered} recovered")
+
+
+def _apply_reports(state: State, record: NodeRecord,
+                   reports: tuple[HealthReport, ...]) -> tuple[list[int], int]:
+    """Fold reports on the node's GPUs (each one known) into their health, in order: the
+    indices of the GPUs that just failed, and how many just recovered."""
     failed, recovered = [], 0
-    for report, index in zip(command.reports, indices, strict=True):
+    for report in reports:
+        index = record.gpu_by_uuid(report.uuid)
+        assert index >= 0, f"node {record.node} has no GPU {report.uuid}"
         change = _apply_report(state, record.health[index], report)
         if change < 0:
             failed.append(index)
         recovered += change > 0
-    return _after_health_change(state, record, failed,
-                                f"{len(failed)} failed, {recovered} recovered")
+    return failed, recovered
 
 
 def _apply_report(state: State, health: GpuHealth, report: HealthReport) -> int:
@@ -215,12 +238,18 @@ def _apply_report(state: State, health: GpuHealth, report: HealthReport) -> int:
 
 def _after_health_change(state: State, record: NodeRecord, failing: list[int],
                          note: str) -> Done:
+    _health_changed(state, record, failing)
+    return Done(note=note)
+
+
+def _health_changed(state: State, record: NodeRecord, failing: list[int]) -> None:
+    """Refresh the node's usability, report its `failing` GPUs on the gangs they are under,
+    then schedule."""
     refresh_usable(state, record)
     if failing:
         topology = state.configured().topology
         hardware_failed(state, [topology.leaf_of(record.index, index) for index in failing])
     schedule(state)
-    return Done(note=note)
 
 
 def _find_pod(state: State, record: NodeRecord, group_id: str,

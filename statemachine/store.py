@@ -171,9 +171,12 @@ class GpuStore:
     # --- node agents (a node agent's certificate names its node) -------------------------------
 
     async def register_node(self, node: str, boot_id: str, gpus: Sequence[GpuInventory],
-                            links: Sequence[GpuLink] = ()) -> Result | Rejection:
+                            links: Sequence[GpuLink] = (),
+                            health: Sequence[HealthReport] = ()) -> Result | Rejection:
+        """Register with the GPUs' health as the agent reads it now (applied before the
+        registration places anything on them)."""
         return await self.command(RegisterNode(node=node, boot_id=boot_id, gpus=tuple(gpus),
-                                               links=tuple(links)))
+                                               links=tuple(links), health=tuple(health)))
 
     async def heartbeat(self, node: str, incarnation: int) -> Result | Rejection:
         return await self.command(Heartbeat(node=node, incarnation=incarnation))

@@ -34,8 +34,9 @@ class RecordingStore:
         """When each call named `name` was made (time.monotonic), oldest first."""
         return [at for at, call, _ in self.calls if call == name]
 
-    async def register_node(self, node: str, boot_id: str, gpus: Any, links: Any = ()) -> Any:
-        self._log("register", node, gpus)
+    async def register_node(self, node: str, boot_id: str, gpus: Any, links: Any = (),
+                            health: Any = ()) -> Any:
+        self._log("register", node, gpus, health)
         self.incarnation += 1
         return NodeRegistered(node=node, incarnation=self.incarnation, pods=self.pods)
 

@@ -321,14 +321,15 @@ class _SlowToRegister:
         return await self.store.register_node(*args)
 
 
-async def test_a_gpu_lost_while_the_agent_was_away_is_failed_at_once_after_registering(
+async def test_a_gpu_lost_while_the_agent_was_away_is_failed_by_its_registration(
         tmp_path: pathlib.Path) -> None:
     """GPU 3 falls off the bus while the agent is away (a node reboot where it does not come
     back): the store still has it passing. The restarted agent registers it, as last seen,
-    and the registration places a waiting gang on the node, GPU 3 included. The store must
-    hear at once that GPU 3 failed, not at the next poll (`poll_ms` later, here far longer
-    than the test waits), so the gang is told of the failure as for any failed GPU and no
-    new placement takes GPU 3. Through NvmlBackend over the fake NVML."""
+    and the registration's scheduling pass would place a waiting whole-node gang on GPU 3:
+    a health report, even one sent right after, came too late and only failed the gang. The
+    registration carries GPU 3's failure, so the gang waits and is never told of one; nor
+    does the store wait for the next poll (`poll_ms` later, here far longer than the test
+    waits) to hold GPU 3 failed. Through NvmlBackend over the fake NVML."""
     nvml = FakePynvml.from_profile("a100-8", seed=1)
     lost = nvml.uuids()[GPU]
     config = agent_config("n0", tmp_path, intervals=replace(FAST, poll_ms=60_000))
@@ -351,6 +352,5 @@ async def test_a_gpu_lost_while_the_agent_was_away_is_failed_at_once_after_regis
                     view = await _until_status(admin, lost, "fail")
                 assert view["placeable"] is False, view
                 gang: Any = await admin.gang("whole")
-                assert gang["phase"] == "allocated", gang
-                assert any(lost in failure for failure in gang["failures"]), gang
+                assert (gang["phase"], gang["failures"]) == ("pending", []), gang
                 tasks.cancel_scope.cancel()

@@ -60,6 +60,44 @@ async def test_health_reports_name_only_the_gpus_this_incarnation_registered() -
     assert link.reports_unregistered == 2  # the one before registering, and GPU-new
 
 
+async def test_a_registration_carries_the_health_of_the_gpus_it_registers() -> None:
+    """The store applies it before the registration places anything, so a GPU lost while the
+    agent was away is never placed; a GPU the registration does not name is left out, or the
+    store would refuse the registration."""
+    store = RecordingStore("n0")
+    link = StoreLink(store, "n0", retry_ms_max=200)  # type: ignore[arg-type]
+
+    async def read_gpus() -> tuple[list[GpuInventory], list[object]]:
+        return [gpu("GPU-a", 0), gpu("GPU-b", 1)], []
+
+    reading = [report("GPU-a", HealthStatus.FAIL), report("GPU-new", HealthStatus.UNKNOWN),
+               report("GPU-b", HealthStatus.PASS)]
+    await link.register("boot", read_gpus, read_health=lambda: reading)  # type: ignore[arg-type]
+    (sent,) = [args for _, name, args in store.calls if name == "register"]
+    assert sent[2] == [reading[0], reading[2]]
+
+
+async def test_a_registration_stands_for_a_full_report() -> None:
+    """Its reading is not sent again (a pass would count twice toward a failed GPU's
+    recovery); a report that went unheard since the reading was taken is, whole, at once."""
+    backend = FakeGpuBackend.from_profile("a100-8", seed=1)
+    backend.start()
+    monitor, store, _ = await _watched(backend, backend.devices())
+    await monitor.poll_once()
+    assert [report.status for report in monitor.reading()] == [HealthStatus.PASS] * 8
+    store.calls.clear()
+    await monitor.after_registering()
+    assert not [call for call in store.calls if call[1] == "health"]
+    monitor.reading()
+    monitor.tracker.observe_unavailable("driver reloading", 0)
+    store.health_reply = Rejection(code=Code.STALE_INCARNATION, message="registering again")
+    await monitor.report()  # the event loop's, under the incarnation ending
+    store.health_reply = Done(note="ok")
+    store.calls.clear()
+    await monitor.after_registering()
+    assert [report.status for report in _health_sent(store)] == [HealthStatus.UNKNOWN] * 8
+
+
 async def _watched(backend: FakeGpuBackend, registered: tuple[DeviceInfo, ...]
                    ) -> tuple[Monitor, RecordingStore, list[int]]:
     """A monitor of `backend`'s GPUs, reporting through a link that registered `registered`

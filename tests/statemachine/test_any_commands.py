@@ -98,18 +98,25 @@ specs = st.builds(
     policy=st.just(PolicySpec()))
 
 
+def health_reports(gpu_uuids: st.SearchStrategy[str]
+                   ) -> st.SearchStrategy[tuple[HealthReport, ...]]:
+    return st.lists(st.builds(HealthReport, uuid=gpu_uuids,
+                              status=st.sampled_from(list(HealthStatus)),
+                              reason=st.just("r")), max_size=3).map(tuple)
+
+
 def node_commands(node: str) -> st.SearchStrategy[Command]:
     return st.one_of(
         st.builds(RegisterNode, node=st.just(node), boot_id=st.sampled_from(["b", "c"]),
                   gpus=gpus_of(node),
                   links=st.lists(st.builds(GpuLink, a=st.integers(0, 8), b=st.integers(0, 8),
                                            level=st.integers(0, 3),
-                                           nvlinks=st.integers(0, 2)), max_size=3).map(tuple)),
+                                           nvlinks=st.integers(0, 2)), max_size=3).map(tuple),
+                  health=health_reports(st.sampled_from(  # mostly its own, one not
+                      [f"GPU-{node}-{index}" for index in (0, 1, 2, 7)] + ["GPU-x"]))),
         st.builds(Heartbeat, node=st.just(node), incarnation=incarnations),
         st.builds(ReportHealth, node=st.just(node), incarnation=incarnations,
-                  reports=st.lists(st.builds(HealthReport, uuid=uuids,
-                                             status=st.sampled_from(list(HealthStatus)),
-                                             reason=st.just("r")), max_size=3).map(tuple)),
+                  reports=health_reports(uuids)),
         st.builds(AckPodStarted, node=st.just(node), incarnation=incarnations, group=groups,
                   pod_uid=pod_uids, gpu_uuids=st.lists(uuids, max_size=3).map(tuple)),
         st.builds(ReportPodExit, node=st.just(node), incarnation=incarnations, group=groups,

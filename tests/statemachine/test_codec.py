@@ -61,6 +61,9 @@ EXAMPLES: list[Command] = [
     RegisterNode(node="n0", boot_id="boot", gpus=tuple(
         replace(gpu, numa_node=1, mig_enabled=True) for gpu in inventory("n0")),
         links=(GpuLink(a=0, b=1, level=0, nvlinks=12),)),
+    RegisterNode(node="n0", boot_id="boot", gpus=inventory("n0"), health=(
+        HealthReport(uuid="GPU-n0-3", status=HealthStatus.FAIL, reason="missing"),
+        HealthReport(uuid="GPU-n0-0", status=HealthStatus.PASS, reason=""))),
     Heartbeat(node="n0", incarnation=2),
     ReportHealth(node="n0", incarnation=2, reports=(
         HealthReport(uuid="GPU-1", status=HealthStatus.FAIL, reason="xid 79"),
@@ -126,6 +129,12 @@ SUBMIT = {"type": "submit_group", "group": "g", "vc": "a", "priority": 0,
         (body(type="report_health", node="n", incarnation=1, reports=[
             {"uuid": "u", "status": "sick", "reason": ""}]), Code.MALFORMED,
          "report_health.reports[0].status: 'sick' is not one of pass, warn, fail, unknown"),
+        (body(type="register_node", node="n", boot_id="b", gpus=[], health=[
+            {"uuid": "u", "status": "fail", "reason": ""}] * 65), Code.MALFORMED,
+         "register_node.health: 65 items, more than 64"),
+        (body(type="register_node", node="n", boot_id="b", gpus=[], health=[
+            {"uuid": "u", "status": "fail"}]), Code.MALFORMED,
+         "register_node.health[0].reason: missing"),
         (body(type="mark_bad", node="n", gpu="", reason="r" * 257), Code.MALFORMED,
          "mark_bad.reason: 257 characters, more than 256"),
         (body(type="cordon", node="n", pad="x" * limits.COMMAND_BYTES_MAX), Code.TOO_LARGE,
@@ -187,7 +196,7 @@ def test_random_bytes_only_ever_give_a_decode_error(data: bytes) -> None:
                                      "reports", "reason", "gpu", "force", "priority", "vc",
                                      "pod_uid", "member", "boot_id", "expected_version",
                                      "gpu_model", "lazy_preemption", "exit_code",
-                                     "gpu_uuids", "command"]),
+                                     "gpu_uuids", "command", "links", "health"]),
                     msgpack_values, max_size=8))
 def test_random_fields_only_ever_give_a_decode_error(kind: str, fields: dict[str, Any]) -> None:
     try:
@@ -285,3 +294,10 @@ def test_inputs_near_a_reply_only_ever_give_a_decode_error(data: bytes) -> None:
 def test_inputs_near_an_answer_only_ever_give_its_refusals(data: bytes) -> None:
     """decode_answer refuses with DecodeError, or ValueError for a map without `ok`."""
     raises_only(decode_answer, data, DecodeError, ValueError)
+
+
+def test_a_registration_without_health_encodes_as_before() -> None:
+    """The health field is optional: left out when empty, so the bytes of a registration that
+    carries none are those of one from before the field existed."""
+    plain = RegisterNode(node="n0", boot_id="boot", gpus=inventory("n0"))
+    assert "health" not in unpack(encode_command(plain), bytes_max=1 << 20, what="test")

@@ -308,3 +308,47 @@ def test_a_registration_marks_the_pods_of_a_gang_being_evicted(driver: Driver) -
                        node_principal("n0"))
     assert isinstance(result, NodeRegistered)
     assert [(pod.pod_uid, pod.evicting) for pod in result.pods] == [("job-0-0", True)]
+
+
+LOST = HealthReport(uuid="GPU-n0-3", status=HealthStatus.FAIL,
+                    reason="missing from NVML's device list")
+
+
+def test_a_registration_applies_its_health_before_placing(driver: Driver) -> None:
+    """GPU 3 falls off the bus while n0's agent is away; the store keeps it passing across
+    registrations. The registration's own scheduling pass placed a waiting gang on it, and
+    only the agent's health report that followed failed the gang: the registration carries
+    the agent's reading, applied before that pass."""
+    for node in ("n0", "n1"):
+        driver.ok(Deregister(node=node, force=False), ADMIN)
+    assert driver.submit(gang("whole", "a", 5, (1, 8))).phase is GroupPhase.PENDING
+    result = driver.ok(RegisterNode(node="n0", boot_id="boot-2", gpus=inventory("n0"),
+                                    health=(LOST,)), node_principal("n0"))
+    assert isinstance(result, NodeRegistered) and result.pods == ()
+    group = driver.state.groups["whole"]
+    assert (group.phase, group.failures) == (GroupPhase.PENDING, ())
+    health = driver.state.nodes["n0"].health[3]
+    assert (health.status, health.reason, health.failed) == (HealthStatus.FAIL, LOST.reason,
+                                                             True)
+    assert node_view(driver.state, "n0")["gpus"][3]["placeable"] is False
+
+
+def test_a_registration_reports_failures_under_gangs_as_a_health_report_does(
+        driver: Driver) -> None:
+    """A reboot whose GPU did not come back: the gang on it is told at the registration."""
+    driver.submit(gang("job", "a", 0, (1, 8)))
+    started(driver, "job")
+    node = driver.state.configured().topology.node_ids[driver.state.groups["job"].pods[0].node]
+    lost = replace(LOST, uuid=f"GPU-{node}-3")
+    driver.ok(RegisterNode(node=node, boot_id="boot-2", gpus=inventory(node), health=(lost,)),
+              node_principal(node))
+    assert driver.state.groups["job"].failures == ((lost.uuid, f"failed: {lost.reason}"),)
+    assert [effect.group for effect in driver.state.outbox.effects
+            if effect.kind is EffectKind.GANG_FAILURE] == ["job"]
+
+
+def test_a_registrations_health_names_only_the_gpus_it_registers(driver: Driver) -> None:
+    command = RegisterNode(node="n0", boot_id="boot-2", gpus=inventory("n0"), health=(
+        replace(LOST, uuid="GPU-n1-3"),))
+    message = refused_unchanged(driver, command, "n0", Code.UNKNOWN_GPU)
+    assert message == "node n0 registers no GPU GPU-n1-3"
