@@ -110,7 +110,8 @@ def _schedule(searches: Sequence[Search], budget: _Budget) -> tuple[Verdict, int
             if allowed <= 0:
                 return Verdict.UNKNOWN, None
             before, cached_before = search.steps, search.cache_bytes
-            verdict = search.run(allowed)
+            verdict = search.run(allowed, budget.cache_bytes_max - budget.cache_bytes
+                                 + search.cache_bytes)
             budget.spend(search.steps - before)
             budget.cache_bytes += search.cache_bytes - cached_before
             if verdict is Verdict.NOT_LINEARIZABLE:

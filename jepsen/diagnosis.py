@@ -86,7 +86,8 @@ class _Trials:
             self.exact = False
             return None
         search = Search(self.items(cut, relaxed, dropped), self.model.initial_state())
-        verdict = search.run(min(budget, CACHE_BYTES_MAX // search.entry_bytes))
+        verdict = search.run(min(budget, CACHE_BYTES_MAX // search.entry_bytes),
+                             CACHE_BYTES_MAX)
         self.budget_steps -= search.steps
         if verdict is None:
             self.exact = False

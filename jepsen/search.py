@@ -62,6 +62,19 @@ def _time_order(items: Sequence[Item]) -> list[tuple[int, bool]]:
 
 
 CACHE_ENTRY_OVERHEAD_BYTES = 160
+
+
+def state_bytes(state: State) -> int:
+    """What a state may hold of its own, beyond the cache entry's overhead: the characters of
+    a string (an `append`'s value), the slots and strings of a tuple (an unpartitioned map),
+    the data of a snapshot. An over-estimate where parts are shared, as a budget should be."""
+    if isinstance(state, str | bytes):
+        return len(state)
+    if isinstance(state, tuple):
+        return 8 * len(state) + sum(state_bytes(item) for item in state)
+    data = getattr(state, "data", None)
+    return len(data) if isinstance(data, bytes) else 0
+
 # The memoisation's memory, summed over a check's parts (and for each trial of a diagnosis):
 # past it the verdict is unknown, said so, rather than the process killed for memory (which a
 # caller would read as a failed check).
@@ -71,7 +84,7 @@ CACHE_BYTES_MAX = 2 << 30
 class Search:
     """A resumable WGL search with memoisation over one sequence of operations."""
 
-    __slots__ = ("_bit_of", "_cache", "_entry", "_item_of", "_mask", "_next", "_optional",
+    __slots__ = ("_bit_of", "_bytes", "_cache", "_entry", "_item_of", "_mask", "_next", "_optional",
                  "_previous", "_return_of", "_skippable", "_stack", "_state", "_step_of", "_tail",
                  "entry_bytes", "items", "steps", "verdict")
 
@@ -107,6 +120,7 @@ class Search:
         # What one cached configuration may hold at most: its mask, as wide as the search, the
         # tuple and the set's slot (the state is mostly shared with the stack's).
         self.entry_bytes = CACHE_ENTRY_OVERHEAD_BYTES + size // 8
+        self._bytes = 0  # what the cache holds: entry_bytes per entry, and each new state
         self._stack: list[tuple[int, State, int]] = []
         self._entry = self._next[0]
         self._state = initial_state
@@ -114,8 +128,10 @@ class Search:
         if size == 0:
             self.verdict = Verdict.LINEARIZABLE
 
-    def run(self, budget: int) -> Verdict | None:  # noqa: PLR0912, PLR0915 (one hot loop)
-        """Search for at most `budget` more steps; the verdict, or None if not done yet."""
+    def run(self, budget: int, bytes_max: int | None = None  # noqa: PLR0912, PLR0915
+            ) -> Verdict | None:
+        """Search for at most `budget` more steps, and only while the cache holds at most
+        `bytes_max` (`cache_bytes`); the verdict, or None if not done yet."""
         assert budget > 0
         if self.verdict is not None:
             return self.verdict
@@ -125,7 +141,10 @@ class Search:
         cache, stack = self._cache, self._stack
         tail, entry, state, mask = self._tail, self._entry, self._state, self._mask
         steps, verdict = 0, None
-        while steps < budget:
+        entry_bytes, held = self.entry_bytes, self._bytes
+        if bytes_max is None:
+            bytes_max = 1 << 62  # no bound
+        while steps < budget and held <= bytes_max:
             return_entry = return_of[entry]
             if return_entry:  # a call: try to linearize it next
                 steps += 1
@@ -139,8 +158,10 @@ class Search:
                     else:
                         cache.add(configuration)
                         stack.append((entry, state, mask))
+                        held += entry_bytes + state_bytes(new_state)
                 if new_mask < 0 and skippable[entry]:
                     new_state, new_mask = state, self._skip(entry, state, mask)
+                    held += entry_bytes if new_mask >= 0 else 0
                 if new_mask < 0:
                     entry = next_[entry]
                     continue
@@ -165,6 +186,7 @@ class Search:
                 if taken > 0 and skippable[entry]:
                     new_mask = self._skip(entry, state, mask)
                     if new_mask >= 0:  # still lifted, now as a no-op
+                        held += entry_bytes
                         mask, entry = new_mask, next_[0]
                         if entry == tail:
                             verdict = Verdict.LINEARIZABLE
@@ -177,14 +199,16 @@ class Search:
                 previous[next_[entry]] = entry
                 entry = next_[entry]
         self._entry, self._state, self._mask = entry, state, mask
+        self._bytes = held
         self.steps += steps
         self.verdict = verdict
         return verdict
 
     @property
     def cache_bytes(self) -> int:
-        """A bound on the memory its memoisation holds (each step adds at most one entry)."""
-        return len(self._cache) * self.entry_bytes
+        """A bound on the memory its memoisation holds: `entry_bytes` per entry, and what each
+        state cached there holds of its own (`state_bytes`)."""
+        return self._bytes
 
     def _skip(self, entry: int, state: State, mask: int) -> int:
         """Take a skippable call as a no-op, if that configuration is new: pushes the choice

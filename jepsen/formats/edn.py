@@ -224,11 +224,17 @@ class Reader:
         if opener in ("[", "("):
             return tuple(items)
         if opener == "#{":
-            return frozenset(_hashable(self, item, start) for item in items)
+            members = frozenset(_hashable(self, item, start) for item in items)
+            if len(members) != len(items):  # EDN refuses a repeated member; so does a set
+                raise self.error("a set without repeated members", start)  # of 1 and true
+            return members
         if len(items) % 2:
             raise self.error("a map with an even number of forms", start)
-        return {_hashable(self, items[index], start): items[index + 1]
-                for index in range(0, len(items), 2)}
+        mapping = {_hashable(self, items[index], start): items[index + 1]
+                   for index in range(0, len(items), 2)}
+        if len(mapping) != len(items) // 2:  # a repeated key (or 1 and true: one to Python)
+            raise self.error("a map without repeated keys", start)
+        return mapping
 
     def sequence_items(self) -> Iterator[tuple[int, object]]:
         """The items of the one top-level vector or list, each with the line it starts on."""

@@ -95,11 +95,22 @@ def _too_deep(source: str, line: int) -> HistoryFormatError:
     return HistoryFormatError(source, line, f"a JSON object nested at most {DEPTH_MAX} deep")
 
 
+def _unique_names(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    """A JSON object, refused (as a ValueError) when it names a field twice: the decoder
+    would keep the last and drop the other silently."""
+    record: dict[str, object] = {}
+    for name, value in pairs:
+        if name in record:
+            raise ValueError(f"field {json.dumps(name)} given twice")
+        record[name] = value
+    return record
+
+
 def _record(raw: str, source: str, line: int) -> object:
     """One line decoded; nesting deeper than `DEPTH_MAX` is refused (deeper than the decoder's
     recursion allows, it cannot even be decoded)."""
     try:
-        record = json.loads(raw)
+        record = json.loads(raw, object_pairs_hook=_unique_names)
     except json.JSONDecodeError as error:
         raise HistoryFormatError(source, line, "a JSON object",
                                  found=error.msg.lower()) from None
