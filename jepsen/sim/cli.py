@@ -21,14 +21,16 @@ import time
 
 from consensus.config import Mode
 from consensus.prng import Prng
-from consensus.runtime.arguments import at_least
+from consensus.runtime.arguments import at_least, usage_errors_exit
 from jepsen.sim.latency import SiteLatency, model_ms, paper_ms, run_latency
 from jepsen.sim.nemesis import Fault, NemesisEvent, draw_schedule, schedule_problems
 from jepsen.sim.options import SimOptions, swarm
 from jepsen.sim.runner import SimResult, run
 from jepsen.verdict import Verdict
 
-EXIT_OK, EXIT_VIOLATION, EXIT_USAGE = 0, 1, 2
+# As `cellar check` and `cellar live` say them: 2 is a verdict left unknown (no violation, but
+# a history's check ran out of steps: never counted as a pass), 3 bad arguments.
+EXIT_OK, EXIT_VIOLATION, EXIT_UNCHECKED, EXIT_USAGE = 0, 1, 2, 3
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -39,11 +41,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     one.add_argument("--no-swarm", action="store_true", help="no faults drawn from the seed")
     one.add_argument("--schedule", type=parse_schedule,
                      help="explicit faults: AT_MS:FAULT:TARGET:DURATION_MS,...")
+    usage_errors_exit(one, EXIT_USAGE)
     one.set_defaults(handler=run_one)
     many = commands.add_parser("sweep", help="run a range of seeds with swarm faults")
     many.add_argument("--seeds", required=True, type=seed_range,
                       help="FIRST-LAST, inclusive (or one seed)")
     _common(many)
+    usage_errors_exit(many, EXIT_USAGE)
     many.set_defaults(handler=run_sweep)
     table = commands.add_parser("latency", help="the paper's WAN latency table")
     table.add_argument("--replicas", type=int, choices=(3, 5), default=3)
@@ -52,6 +56,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     table.add_argument("--seconds", type=at_least(1), default=4,
                        help="simulated seconds measured")
     table.add_argument("--json", action="store_true", help="print one JSON object")
+    usage_errors_exit(table, EXIT_USAGE)
     table.set_defaults(handler=run_table)
 
 
@@ -127,7 +132,18 @@ def run_one(args: argparse.Namespace) -> int:
                           "minimal_schedule": format_schedule(minimal)}))
     else:
         _print_result(result, elapsed, args, minimal)
-    return EXIT_OK if result.ok else EXIT_VIOLATION
+    return _exit(failed=not result.ok,
+                 unchecked=result.linearizability is Verdict.UNKNOWN)
+
+
+def _exit(*, failed: bool, unchecked: bool) -> int:
+    return EXIT_VIOLATION if failed else EXIT_UNCHECKED if unchecked else EXIT_OK
+
+
+def _outcome(result: SimResult) -> str:
+    if not result.ok:
+        return "VIOLATION"
+    return "UNCHECKED" if result.linearizability is Verdict.UNKNOWN else "ok"
 
 
 def _summary(result: SimResult) -> dict[str, object]:
@@ -142,7 +158,7 @@ def _summary(result: SimResult) -> dict[str, object]:
 
 def _print_result(result: SimResult, elapsed: float, args: argparse.Namespace,
                   minimal: tuple[NemesisEvent, ...]) -> None:
-    print(f"{'ok' if result.ok else 'VIOLATION'}: {result.operations} operations, "
+    print(f"{_outcome(result)}: {result.operations} operations, "
           f"{result.executed_slots} slots, view {result.views}, history "
           f"{result.linearizability.value}, trace {result.trace_digest} ({elapsed:.1f} s)")
     if result.peer_snapshot_bytes:
@@ -181,7 +197,7 @@ def _passes(options: SimOptions, schedule: tuple[NemesisEvent, ...]) -> bool:
 def run_sweep(args: argparse.Namespace) -> int:
     seeds: range = args.seeds
     failed: list[int] = []
-    unsettled: list[int] = []  # passed, but the history's check ran out of steps
+    unsettled: list[int] = []  # no violation, but the history's check ran out of steps
     chunked: list[int] = []  # installed a snapshot sent in more than one chunk
     violations = 0
     started = time.perf_counter()
@@ -205,7 +221,7 @@ def run_sweep(args: argparse.Namespace) -> int:
             unsettled.append(seed)
         if not args.json:
             outcome = "VIOLATION" if found else (
-                "ok (history unchecked: the search ran out of steps)"
+                "UNCHECKED (no violation, but the history's check ran out of steps)"
                 if verdict is Verdict.UNKNOWN else "ok")
             print(f"seed {seed}: {outcome}", *found, sep="\n  " if found else " ", flush=True)
     elapsed = time.perf_counter() - started
@@ -221,7 +237,7 @@ def run_sweep(args: argparse.Namespace) -> int:
               f"{' '.join(map(str, failed))}"
               f"{f', {len(unsettled)} with the history unchecked: ' if unsettled else ''}"
               f"{' '.join(map(str, unsettled))} ({elapsed:.0f} s)")
-    return EXIT_VIOLATION if failed else EXIT_OK
+    return _exit(failed=bool(failed), unchecked=bool(unsettled))
 
 
 def run_table(args: argparse.Namespace) -> int:

@@ -8,14 +8,14 @@ import pytest
 
 from cellar.cli import main
 from jepsen.sim import cli, runner
-from jepsen.sim.cli import EXIT_USAGE, seed_range
+from jepsen.sim.cli import EXIT_UNCHECKED, EXIT_USAGE, seed_range
 from jepsen.sim.options import SimOptions
 
 SHORT = ["--safety-ms", "200", "--liveness-ms", "200"]
 
 
 def usage_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
-    """The error line of a command argparse refuses (exit 2)."""
+    """The error line of a command argparse refuses (exit 3: 2 says a verdict is unknown)."""
     with pytest.raises(SystemExit) as caught:
         main(["sim", *argv])
     assert caught.value.code == EXIT_USAGE
@@ -67,15 +67,24 @@ def test_a_fitting_schedule_runs(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_a_sweep_names_seeds_whose_history_went_unchecked(
         capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    """A passing seed whose linearizability search ran out of steps is not a verified one:
-    the sweep says so (it still exits 0: unknown is no violation)."""
+    """A seed with no violation whose linearizability search ran out of steps is not a
+    verified one: the sweep says so and exits 2, never 0 (a script reading the status had
+    taken a history nobody checked for a checked one)."""
     monkeypatch.setattr(runner, "CHECK_STEPS_MAX", 1)
-    assert main(["sim", "sweep", "--seeds", "1", *SHORT]) == 0
+    assert main(["sim", "sweep", "--seeds", "1", *SHORT]) == EXIT_UNCHECKED == 2
     out = capsys.readouterr().out
-    assert "seed 1: ok (history unchecked: the search ran out of steps)" in out
+    assert "seed 1: UNCHECKED (no violation, but the history's check ran out of steps)" in out
     assert "1 seeds, 0 failed, 1 with the history unchecked: 1 (" in out
-    assert main(["sim", "sweep", "--seeds", "1", "--json", *SHORT]) == 0
+    assert main(["sim", "sweep", "--seeds", "1", "--json", *SHORT]) == EXIT_UNCHECKED
     assert '"unchecked_seeds": [1]' in capsys.readouterr().out
+
+
+def test_a_run_whose_history_went_unchecked_is_no_pass(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runner, "CHECK_STEPS_MAX", 1)
+    assert main(["sim", "run", "--seed", "1", "--no-swarm", *SHORT]) == EXIT_UNCHECKED
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.startswith("UNCHECKED: ") and "history unknown" in last
 
 
 def test_a_sweep_reports_a_crash_of_the_core_as_a_violation_and_goes_on(
