@@ -27,11 +27,11 @@ class Outbox:
                  "queued_bytes")
 
     def __init__(self, stream: FrameStream,
-                 on_written: Callable[[int], None] | None = None) -> None:
+                 on_written: Callable[[int, int], None] | None = None) -> None:
         self._stream = stream
         self._frames: list[bytes] = []
         self._doorbell = Doorbell()
-        self._on_written = on_written  # told how many frames each write carried
+        self._on_written = on_written  # told how many frames, and bytes, each write carried
         self.broken = False
         self.frame_bytes_max = stream.frame_bytes_max
         self.queued_bytes = 0  # of the frames put and not yet handed to the stream
@@ -63,9 +63,10 @@ class Outbox:
                 if not self._frames:
                     await self._doorbell.sleep()
                     continue
-                frames, self._frames, self.queued_bytes = self._frames, [], 0
+                frames, written_bytes = self._frames, self.queued_bytes
+                self._frames, self.queued_bytes = [], 0
                 await self._stream.send_many(frames)
                 if self._on_written is not None:
-                    self._on_written(len(frames))
+                    self._on_written(len(frames), written_bytes)
         finally:
             self.close()

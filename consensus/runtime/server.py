@@ -33,6 +33,19 @@ An answer that cannot be written (the client hung up) ends the
 connection at once: with every permit taken the reader waits for one and would never see the
 end of the stream, holding the listener's place for good.
 
+ANSWERS_QUEUED_BYTES_MAX is per connection, and one client identity may hold an eighth of the
+listener's places (listener.py): 128 silent connections held ANSWERS_HELD_FACTOR times the
+bound each, 32 GiB at the defaults (and all 1024 places, 256 GiB). So the server also counts
+the answer bytes all its connections hold unwritten (queued, or in a write not yet through)
+against one budget, `answers_bytes_max` (ANSWERS_SERVER_BYTES_MAX). While they are over it, a
+connection holding more than its fair share, ANSWERS_FAIR_BYTES, takes no new request, as one
+over its own bound (and is dropped the same way, after ANSWERS_STALL_S with no write); one
+holding less goes on, so a client that reads its answers is still served, pausing at most until
+its own are written. An answer that would take the total past ANSWERS_HELD_FACTOR times the
+budget is shed as above, unless its connection stays within its fair share: all together hold
+at most that plus a fair share each (and the short errors). A connection that ends gives back
+what it held.
+
 No frame over the connection's cap is ever queued (the writer would fail, and with it the
 connection's task group and the listener): an answer too large to send (a query's result, a
 command's reply, the status) is answered TOO_LARGE instead, counted, and the connection goes
@@ -84,6 +97,8 @@ SENT_MS_SLACK_MS = 60_000
 ANSWERS_QUEUED_BYTES_MAX = 64 << 20  # per connection; past it no request is taken (docstring)
 ANSWERS_HELD_FACTOR = 4  # times ANSWERS_QUEUED_BYTES_MAX: answers past it are shed (docstring)
 ANSWERS_STALL_S = 30.0  # over that bound with no write for this long: the client is dropped
+ANSWERS_SERVER_BYTES_MAX = 256 << 20  # of all connections together; shed past 4 times it
+ANSWERS_FAIR_BYTES = 1 << 20  # a connection holding less is never held up by that (docstring)
 
 
 class ClientServer:
@@ -91,37 +106,48 @@ class ClientServer:
                      time.time() * 1000),
                  inflight_max: int = INFLIGHT_PER_CONNECTION_MAX,
                  status: Callable[[], dict[str, Any]] | None = None,
-                 check_query: Callable[[Principal, bytes], str | None] | None = None) -> None:
+                 check_query: Callable[[Principal, bytes], str | None] | None = None,
+                 answers_bytes_max: int = ANSWERS_SERVER_BYTES_MAX) -> None:
         self._driver = driver
         self._now_ms = now_ms
         self._inflight_max = inflight_max
         self._status = status or driver.status
         self._check_query = check_query
+        self._budget = _AnswerBudget(answers_bytes_max)  # shared by every connection
+
+    @property
+    def answers_held_bytes(self) -> int:
+        """The bytes of answers every connection holds unwritten."""
+        return self._budget.held_bytes
 
     async def serve(self, principal: Principal, connection: FrameStream) -> None:
         """Answer requests until the client hangs up."""
         self._driver.metrics.count("server.connections")
         limiter = anyio.Semaphore(self._inflight_max)  # a permit per request until answered
         ended: TransportError | None = None
-        answers = _Answers(connection, limiter, self._driver.metrics)
+        answers = _Answers(connection, limiter, self._driver.metrics, self._budget)
         outbox = answers.outbox
-        async with anyio.create_task_group() as tasks:
-            tasks.start_soon(answers.write_until_broken, tasks.cancel_scope)
-            while not outbox.broken:
-                if outbox.queued_bytes > ANSWERS_QUEUED_BYTES_MAX and \
-                        not await answers.drained():  # (no coroutine per request otherwise)
-                    self._driver.metrics.count("server.slow_clients_dropped")
-                    break
-                try:
-                    frame = await connection.receive()
-                except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
-                    break
-                except TransportError as error:  # an oversized or truncated frame
-                    ended = error
-                    break
-                await _acquire(limiter)
-                self._dispatch(principal, frame, answers, tasks)
-            tasks.cancel_scope.cancel()
+        try:
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(answers.write_until_broken, tasks.cancel_scope)
+                while not outbox.broken:
+                    if answers.over() and \
+                            not await answers.drained():  # (no coroutine per request otherwise)
+                        self._driver.metrics.count("server.slow_clients_dropped")
+                        break
+                    try:
+                        frame = await connection.receive()
+                    except (anyio.EndOfStream, anyio.BrokenResourceError,
+                            anyio.ClosedResourceError):
+                        break
+                    except TransportError as error:  # an oversized or truncated frame
+                        ended = error
+                        break
+                    await _acquire(limiter)
+                    self._dispatch(principal, frame, answers, tasks)
+                tasks.cancel_scope.cancel()
+        finally:
+            answers.end()
         if ended is not None:
             raise ended  # outside the task group: the listener counts it and drops the client
 
@@ -198,19 +224,52 @@ _REPLY = "the command's reply; the command was applied, its result is lost"
 _ANSWER = "the query's answer; ask for less"
 
 
+class _AnswerBudget:
+    """The bytes of answers all of one server's connections hold unwritten, and its budget
+    for them (module docstring)."""
+
+    __slots__ = ("bytes_max", "held_bytes", "held_max")
+
+    def __init__(self, bytes_max: int) -> None:
+        self.bytes_max = bytes_max  # past it, a connection over its fair share waits
+        self.held_max = ANSWERS_HELD_FACTOR * bytes_max  # past it, answers are shed
+        self.held_bytes = 0
+
+
 class _Answers:
     """One connection's way out: each answer queued on its outbox within the connection's
     frame cap (TOO_LARGE in its place when it is over), each returning its request's permit
-    once written."""
+    once written, its bytes counted in the server's budget until then."""
 
-    __slots__ = ("_limiter", "_metrics", "_written", "outbox")
+    __slots__ = ("_budget", "_limiter", "_metrics", "_written", "held_bytes", "outbox")
 
-    def __init__(self, connection: FrameStream, limiter: anyio.Semaphore,
-                 metrics: Metrics) -> None:
+    def __init__(self, connection: FrameStream, limiter: anyio.Semaphore, metrics: Metrics,
+                 budget: _AnswerBudget) -> None:
         self._limiter = limiter
         self._metrics = metrics
+        self._budget = budget
         self._written = Doorbell()  # rung after each write
-        self.outbox = Outbox(connection, on_written=self._release)
+        self.held_bytes = 0  # of the answers queued or being written, all in `budget` too
+        self.outbox = Outbox(connection, on_written=self._wrote)
+
+    def over(self) -> bool:
+        """Whether to take no request now: over this connection's own bound, or over its fair
+        share while the server is over its budget (module docstring)."""
+        budget = self._budget
+        return self.outbox.queued_bytes > ANSWERS_QUEUED_BYTES_MAX or (
+            budget.held_bytes > budget.bytes_max and self.held_bytes > ANSWERS_FAIR_BYTES)
+
+    def end(self) -> None:
+        """The connection is over: no more answers, and what it held goes back to the
+        budget (its writer may have been cancelled before it ever ran, leaving it open)."""
+        self.outbox.close()
+        self._budget.held_bytes -= self.held_bytes
+        self.held_bytes = 0
+
+    def _wrote(self, permits: int, size: int) -> None:
+        self.held_bytes -= size
+        self._budget.held_bytes -= size
+        self._release(permits)
 
     def _release(self, permits: int) -> None:
         for _ in range(permits):
@@ -228,9 +287,9 @@ class _Answers:
             connection.cancel()
 
     async def drained(self) -> bool:
-        """Once the answers waiting are within ANSWERS_QUEUED_BYTES_MAX (at once if they are);
+        """Once this connection may take requests again (`over` no longer; at once if so);
         False if a whole ANSWERS_STALL_S passed over it without a write going through."""
-        while self.outbox.queued_bytes > ANSWERS_QUEUED_BYTES_MAX and not self.outbox.broken:
+        while self.over() and not self.outbox.broken:
             if not await self._written.sleep(ANSWERS_STALL_S):
                 return False
         return True
@@ -258,17 +317,24 @@ class _Answers:
         outbox = self.outbox
         if outbox.broken:  # the client is gone (put would raise)
             return
-        if outbox.queued_bytes + len(frame) > ANSWERS_HELD_FACTOR * ANSWERS_QUEUED_BYTES_MAX:
+        budget = self._budget
+        size = len(frame)
+        if outbox.queued_bytes + size > ANSWERS_HELD_FACTOR * ANSWERS_QUEUED_BYTES_MAX or (
+                budget.held_bytes + size > budget.held_max and
+                self.held_bytes + size > ANSWERS_FAIR_BYTES):
             self._metrics.count("server.answers_shed")
             code = Code.UNKNOWN if what == _REPLY else Code.OVERLOADED
             frame = encode_response(Response(request_id, code, message=(
-                f"{what}: not sent, the answers this connection has not read hold "
-                f"{outbox.queued_bytes} bytes")[:RESPONSE_MESSAGE_LENGTH_MAX]))
+                f"{what}: not sent, the answers not read hold {self.held_bytes} bytes on "
+                f"this connection, {budget.held_bytes} on this replica"
+            )[:RESPONSE_MESSAGE_LENGTH_MAX]))
         try:
             outbox.put(frame)  # it checks the cap
-            return
         except ValueError:
             self._metrics.count("server.answers_too_large")
+        else:
+            self._hold(len(frame))
+            return
         too_large = encode_response(Response(request_id, Code.TOO_LARGE, message=(
             f"{what}: {len(frame)} bytes, more than this connection's frame cap of "
             f"{outbox.frame_bytes_max}")[:RESPONSE_MESSAGE_LENGTH_MAX]))
@@ -276,6 +342,12 @@ class _Answers:
             outbox.put(too_large)
         except ValueError:  # a cap too small for any answer: dropped, the client's try times out
             self._release(1)
+        else:
+            self._hold(len(too_large))
+
+    def _hold(self, size: int) -> None:
+        self.held_bytes += size
+        self._budget.held_bytes += size
 
 
 async def _acquire(limiter: anyio.Semaphore) -> None:

@@ -39,7 +39,13 @@ class RecordingStream:
 async def test_frames_leave_in_order_and_batched() -> None:
     stream = RecordingStream()
     written: list[int] = []
-    outbox = Outbox(stream, on_written=written.append)
+    written_bytes: list[int] = []
+
+    def on_written(frames: int, size: int) -> None:
+        written.append(frames)
+        written_bytes.append(size)
+
+    outbox = Outbox(stream, on_written=on_written)
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(outbox.run)
         for index in range(50):
@@ -52,6 +58,7 @@ async def test_frames_leave_in_order_and_batched() -> None:
     assert [frame for write in stream.writes for frame in write] == \
         [b"%d" % index for index in range(50)]
     assert len(stream.writes) < 50 and written == [len(write) for write in stream.writes]
+    assert written_bytes == [sum(map(len, write)) for write in stream.writes]
 
 
 async def test_a_broken_stream_ends_the_writer_and_refuses_frames() -> None:
