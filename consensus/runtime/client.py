@@ -18,7 +18,7 @@ that answers a command sent more than once is `OutcomeUnknown`, never "not appli
 Reads are linearizable (the replica runs them at the sequencer's read index) and are simply
 retried. Watches long-poll a query on one replica's state and resume from the executed slot
 after a reconnect; they are retried as reads are, so a moment with no replica up is ridden
-out. Async on anyio; `SyncClient` wraps it for scripts.
+out. Async on anyio.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ Encode = Callable[[int], bytes]  # a request's bytes, given its id
 NotApplied = Callable[[bytes], str | None]
 CLOSE_TIMEOUT_S = 1.0
 # The longest a command may be retried for: well under half the shortest session lifetime a
-# state machine keeps (60 s of the 120 s floor), the rest a margin for the replicas' clocks.
+# state machine keeps (the 600 s floor, SESSION_TTL_MS_MIN), the rest a margin for the clocks.
 DEADLINE_S_MAX = 45.0
 WAIT_S_MAX = TIMEOUT_MS_MAX / 1000  # the longest a replica holds a watch; it refuses more
 # A connection is over (an answer over the frame cap or cut short is a TransportError)

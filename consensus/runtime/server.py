@@ -309,11 +309,14 @@ class _Answers:
 
     def error(self, request_id: int, code: Code, message: str) -> None:
         self.put(request_id, encode_response(Response(
-            request_id, code, message=message[:RESPONSE_MESSAGE_LENGTH_MAX])), "an error")
+            request_id, code, message=message[:RESPONSE_MESSAGE_LENGTH_MAX])), "an error",
+                 unknown=code is Code.UNKNOWN)
 
-    def put(self, request_id: int, frame: bytes, what: str) -> None:
+    def put(self, request_id: int, frame: bytes, what: str, *, unknown: bool = False) -> None:
         """Queue `frame`, the answer to `request_id`; TOO_LARGE in its place when it is over
-        the cap. Never raises: the driver calls this from its own task."""
+        the cap. Never raises: the driver calls this from its own task. `unknown`: the frame
+        says UNKNOWN (a command that may still be applied), which a shed must keep saying:
+        OVERLOADED would tell the client that nothing was proposed."""
         outbox = self.outbox
         if outbox.broken:  # the client is gone (put would raise)
             return
@@ -323,7 +326,7 @@ class _Answers:
                 budget.held_bytes + size > budget.held_max and
                 self.held_bytes + size > ANSWERS_FAIR_BYTES):
             self._metrics.count("server.answers_shed")
-            code = Code.UNKNOWN if what == _REPLY else Code.OVERLOADED
+            code = Code.UNKNOWN if unknown or what == _REPLY else Code.OVERLOADED
             frame = encode_response(Response(request_id, code, message=(
                 f"{what}: not sent, the answers not read hold {self.held_bytes} bytes on "
                 f"this connection, {budget.held_bytes} on this replica"
