@@ -123,8 +123,8 @@ def test_a_bad_number_is_refused_before_anything_starts(
         argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as stopped:
         cli.main(argv)
-    # check's 0-2 and live's 0-2 are verdicts
-    assert stopped.value.code == (3 if argv[0] in ("check", "live") else 2)
+    # check's, live's and sim's 0-2 are verdicts
+    assert stopped.value.code == (3 if argv[0] in ("check", "live", "sim") else 2)
     assert message in capsys.readouterr().err
 
 
