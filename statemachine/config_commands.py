@@ -13,6 +13,8 @@ configuration that would remove or reshape a node under a live gang is refused
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from statemachine.buddy import Buddy
 from statemachine.commands import ApplyConfig
 from statemachine.config_check import check_spec
@@ -103,7 +105,15 @@ def _carry_nodes(state: State, topology: Topology) -> dict[str, NodeRecord]:
                               and all(gpu.model == model for gpu in old.gpus)):
             nodes[node] = carry_over(old, index)
         else:
+            # Its registration goes (the agent registers the new shape), but not what is known
+            # of its boards: health belongs to a GPU, not to a slot, and the next registration
+            # of the same boards takes it up again by UUID (node_commands._record_boot), as
+            # after a deregistration. Boards past the new GPU count are dropped.
+            kept = [(gpu, health) for gpu, health in zip(old.gpus, old.health, strict=True)
+                    if gpu.index < topology.node_gpu_count(index)]
             nodes[node] = NodeRecord(node=node, index=index, incarnation=old.incarnation,
+                                     gpus=tuple(gpu for gpu, _ in kept),
+                                     health=tuple(replace(health) for _, health in kept),
                                      cordoned=old.cordoned, draining=old.draining,
                                      admin_bad=old.admin_bad)
     return nodes
@@ -170,15 +180,24 @@ def _remap(state: State, old: Topology, new: Topology, group: Group) -> list[int
 
 def _bound_levels(previous: Configured, new: Topology, group: Group) -> list[int]:
     """Per GPU of an allocated gang (in placement order): the level, in the new tree, of the
-    type of the cell its tenant had bound around it; 0 where the new chain has no such type."""
+    type of the cell its tenant had bound around it, or where the new chain has no type of
+    that name (a type renamed), the same level if its cells have as many GPUs; 0 where there
+    is neither."""
     old, buddy = previous.topology, previous.buddy
     levels = []
     for pod in group.pods:
         chain = new.chains[new.node_chain[new.node_index[old.node_ids[pod.node]]]]
         for leaf in pod.leaves:
             root = buddy.bound_root[leaf]
-            name = old.chain_for(root).type_names[old.level[root]] if root >= 0 else ""
-            levels.append(chain.level_of_type(name) if name else 0)
+            if root < 0:
+                levels.append(0)
+                continue
+            old_chain, old_level = old.chain_for(root), old.level[root]
+            level = chain.level_of_type(old_chain.type_names[old_level])
+            if not level and old_level <= chain.top_level and \
+                    chain.size[old_level] == old_chain.size[old_level]:
+                level = old_level
+            levels.append(level)
     return levels
 
 
