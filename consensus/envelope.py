@@ -17,11 +17,20 @@ The encoding lives in `consensus.codec`; this module holds the types and their l
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass, field
 
 BODY_BYTES_MAX = 1 << 20
 SESSION_LENGTH_MAX = 128
 PRINCIPAL_NAME_LENGTH_MAX = 253
+# What a certificate may name (consensus/runtime/tls.py): so a node id outside it could never
+# register under TLS, and a cluster's configuration refuses it.
+PRINCIPAL_NAME_PATTERN = rf"[A-Za-z0-9][A-Za-z0-9._-]{{0,{PRINCIPAL_NAME_LENGTH_MAX - 1}}}"
+_PRINCIPAL_NAME = re.compile(PRINCIPAL_NAME_PATTERN)
+
+
+def is_principal_name(name: str) -> bool:
+    return _PRINCIPAL_NAME.fullmatch(name) is not None
 
 
 class Role(enum.StrEnum):

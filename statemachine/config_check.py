@@ -10,6 +10,7 @@ available(level below) = left * fan-out.
 
 from __future__ import annotations
 
+from consensus.envelope import is_principal_name
 from statemachine import limits
 from statemachine.errors import Code, refuse
 from statemachine.spec import (
@@ -145,6 +146,10 @@ def _check_physical_cells(spec: ClusterSpec, shapes: dict[str, tuple[int, int, i
                            f"a {cell.cell_type} holds {nodes} nodes, {len(cell.nodes)} listed")
         for position, node in enumerate(cell.nodes):
             _check_name(node, f"{path}.nodes[{position}]")
+            if not is_principal_name(node):  # its agent's certificate names it
+                raise _invalid(f"{path}.nodes[{position}]",
+                               f"node {node!r}: letters, digits, '.', '_' and '-' only, "
+                               f"starting with a letter or digit (a certificate names it)")
             if node in seen:
                 raise _invalid(f"{path}.nodes[{position}]",
                                f"node {node!r} already listed at {seen[node]}")

@@ -38,17 +38,16 @@ import anyio.abc
 from anyio.streams.tls import TLSAttribute, TLSStream
 
 from consensus.config import REPLICA_COUNT_MAX
-from consensus.envelope import PRINCIPAL_NAME_LENGTH_MAX, Principal, Role
+from consensus.envelope import PRINCIPAL_NAME_PATTERN, Principal, Role
 from consensus.runtime.framing import IDENTITY_REFUSED, TLS_REFUSED, Metrics, TransportError
 
 logger = logging.getLogger("cellar.transport")
 
 IDENTITY_SCHEME = "cellar"
 HANDSHAKE_TIMEOUT_S = 5.0
-_NAME_PATTERN = rf"[A-Za-z0-9][A-Za-z0-9._-]{{0,{PRINCIPAL_NAME_LENGTH_MAX - 1}}}"
-_NAME = re.compile(_NAME_PATTERN)
+_NAME = re.compile(PRINCIPAL_NAME_PATTERN)
 _REPLICA_NAME = re.compile(r"0|[1-9][0-9]{0,3}")
-_URI = re.compile(rf"{IDENTITY_SCHEME}://(?P<role>[a-z]+)/(?P<name>{_NAME_PATTERN})")
+_URI = re.compile(rf"{IDENTITY_SCHEME}://(?P<role>[a-z]+)/(?P<name>{PRINCIPAL_NAME_PATTERN})")
 # Connection failures: ssl.SSLError and TimeoutError are OSErrors; anyio adds its own.
 CONNECTION_ERRORS = (OSError, anyio.BrokenResourceError, anyio.EndOfStream,
                      anyio.ClosedResourceError)
