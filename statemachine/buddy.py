@@ -22,18 +22,20 @@ import bisect
 from collections.abc import Iterator, Sequence
 from itertools import islice
 
+from statemachine.bound_index import BoundIndex
 from statemachine.journal import Journal
 from statemachine.topology import Topology
 
 
 class Buddy:
-    __slots__ = ("bound_cells", "bound_root", "bound_vc", "demand", "free_lists", "in_free",
-                 "journal", "split", "topology", "unbound")
+    __slots__ = ("bound", "bound_cells", "bound_root", "bound_vc", "demand", "free_lists",
+                 "in_free", "journal", "split", "topology", "unbound")
 
-    def __init__(self, topology: Topology, journal: Journal) -> None:
+    def __init__(self, topology: Topology, journal: Journal, bound: BoundIndex) -> None:
         count = topology.cell_count
         self.topology = topology
         self.journal = journal
+        self.bound = bound  # the cells' index of bound cells by priority, told of each binding
         self.free_lists: list[list[list[int]]] = [
             [[] for _ in range(chain.top_level + 1)] for chain in topology.chains]
         self.in_free = [False] * count
@@ -136,6 +138,7 @@ class Buddy:
         self.unbound[vc][chain][level] -= 1
         self.demand[chain][level] -= 1
         bisect.insort(self.bound_cells[vc][chain], cell)
+        self.bound.bind(cell, vc)
 
     def _unbind(self, cell: int) -> None:
         topology = self.topology
@@ -148,6 +151,7 @@ class Buddy:
         self.demand[chain][level] += 1
         cells = self.bound_cells[vc][chain]
         del cells[bisect.bisect_left(cells, cell)]
+        self.bound.unbind(cell)
         self._add_free(cell)
         up = topology.parent[cell]
         while up >= 0 and all(self.in_free[child] for child in topology.children(up)):

@@ -7,14 +7,17 @@ HiveD (reference/hived.md 1.7): Free (neither), Used (holder), Reserved (reserve
 (both: a victim still runs where a preemptor waits).
 
 Per cell, maintained incrementally: `free` (usable leaves with neither holder nor reserver) and
-`bad` (unusable leaves), plus a best-fit index at the node level and above. Every mutation is
-batched over a list of leaves, journaled as its exact inverse, and touches each ancestor once.
+`bad` (unusable leaves), plus a best-fit index at the node level and above; per tenant, its bound
+cells by the lowest priority holding a usable GPU of theirs (`bound`, whose bindings `buddy`
+keeps). Every mutation is batched over a list of leaves, journaled as its exact inverse, and
+touches each ancestor once.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from statemachine.bound_index import BoundIndex
 from statemachine.free_index import FreeIndex
 from statemachine.journal import Journal
 from statemachine.limits import FREE_PRIORITY
@@ -22,8 +25,8 @@ from statemachine.topology import Topology
 
 
 class Cells:
-    __slots__ = ("bad", "free", "holder", "holder_priority", "indexes", "journal", "reserver",
-                 "reserver_priority", "topology", "usable")
+    __slots__ = ("bad", "bound", "free", "holder", "holder_priority", "indexes", "journal",
+                 "reserver", "reserver_priority", "topology", "usable")
 
     def __init__(self, topology: Topology, journal: Journal) -> None:
         count = topology.cell_count
@@ -37,6 +40,8 @@ class Cells:
         self.free: list[int] = [0] * count
         self.bad: list[int] = [topology.size_of(cell) for cell in range(count)]
         self.indexes = [FreeIndex(chain.top_level) for chain in topology.chains]
+        self.bound = BoundIndex(topology, self.usable, self.holder_priority,
+                                self.reserver_priority)
 
     # Reads.
 
@@ -77,9 +82,8 @@ class Cells:
 
     def set_holder_priority(self, leaves: Sequence[int], priority: int) -> None:
         old = self.holder_priority[leaves[0]]
-        for leaf in leaves:
-            assert self.holder[leaf] and self.holder_priority[leaf] == old
-            self.holder_priority[leaf] = priority
+        assert all(self.holder[leaf] and self.holder_priority[leaf] == old for leaf in leaves)
+        self._set_priorities(leaves, priority)
         self.journal.record(lambda: self._set_priorities(leaves, old))
 
     def set_usable(self, leaves: Sequence[int], usable: bool) -> None:
@@ -100,6 +104,7 @@ class Cells:
             self.holder[leaf] = group
             self.holder_priority[leaf] = priority
         self._add_free(delta)
+        self.bound.refresh(leaves)
 
     def _unhold(self, leaves: Sequence[int]) -> None:
         delta = {}
@@ -110,6 +115,7 @@ class Cells:
             if self.usable[leaf] and not self.reserver[leaf]:
                 delta[leaf] = 1
         self._add_free(delta)
+        self.bound.refresh(leaves)
 
     def _reserve(self, leaves: Sequence[int], group: str, priority: int) -> None:
         assert group and priority >= 0
@@ -121,6 +127,7 @@ class Cells:
             self.reserver[leaf] = group
             self.reserver_priority[leaf] = priority
         self._add_free(delta)
+        self.bound.refresh(leaves)
 
     def _unreserve(self, leaves: Sequence[int]) -> None:
         delta = {}
@@ -131,10 +138,12 @@ class Cells:
             if self.usable[leaf] and not self.holder[leaf]:
                 delta[leaf] = 1
         self._add_free(delta)
+        self.bound.refresh(leaves)
 
     def _set_priorities(self, leaves: Sequence[int], priority: int) -> None:
         for leaf in leaves:
             self.holder_priority[leaf] = priority
+        self.bound.refresh(leaves)
 
     def _set_usable(self, leaves: Sequence[int], usable: bool) -> None:
         step = 1 if usable else -1
@@ -148,6 +157,7 @@ class Cells:
                 free_delta[leaf] = step
         self._add_free(free_delta)
         self._add_bad(bad_delta)
+        self.bound.refresh(leaves)
 
     def _add_free(self, delta: dict[int, int]) -> None:
         """Add per-leaf deltas to `free` of every ancestor, one level at a time."""

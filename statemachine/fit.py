@@ -24,6 +24,7 @@ import bisect
 from collections.abc import Iterable, Sequence
 from typing import ClassVar
 
+from statemachine.bound_index import FREE_CEILING
 from statemachine.cells import Cells
 from statemachine.topology import Topology
 
@@ -49,6 +50,10 @@ class FreeView:
     def unbound_count(self, cell: int) -> int:
         """`count` for a cell outside every tenant's binding (a buddy candidate)."""
         return self.count(cell)
+
+    def ceiling(self) -> int:
+        """A GPU is offered only if its holder's and reserver's priorities are both below it."""
+        return FREE_CEILING
 
     def has_bad(self, cell: int) -> bool:
         return self._cells.bad[cell] > 0
@@ -113,6 +118,9 @@ class PreemptView(FreeView):
 
     def count(self, cell: int) -> int:
         return self.base(cell) - self._delta.get(cell, 0)
+
+    def ceiling(self) -> int:
+        return self._priority
 
     def unbound_count(self, cell: int) -> int:
         """Outside every tenant's binding all holders are opportunistic (priority -1, below any

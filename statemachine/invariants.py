@@ -163,6 +163,8 @@ def _derived(state: State, config: Configured) -> list[str]:
     for chain, (mine, theirs) in enumerate(zip(live.indexes, cells.indexes, strict=True)):
         if mine.contents() != theirs.contents():
             found.append(f"best-fit index of chain {chain} differs from a recomputation")
+    if live.bound.contents() != cells.bound.contents():
+        found.append("bound-cell index differs from a recomputation")
     for field in ("free_lists", "in_free", "split", "bound_root", "unbound", "demand",
                   "bound_cells"):
         if getattr(config.buddy, field) != getattr(buddy, field):

@@ -53,10 +53,11 @@ BUDDY_CANDIDATES_MAX = 32  # of those with room, cells checked for safety and fi
 FIT_CANDIDATES_MAX = 64  # cells tried per level when looking for the smallest cell that fits
 FIT_SCAN_MAX = 4096  # of the cells with room, those looked at per level (a flag read each)
 SCHEDULE_ATTEMPTS_MAX = 1024  # the most pending gangs one scheduling pass may try
-# Cells one scheduling pass may look at: each search of an attempt looks at every cell its
-# tenant has bound on the chain (or, opportunistic, every node of it), a cost the per-level
-# budgets above do not bound. The pass stops before an attempt that would overrun it (the first
-# attempt always runs) and the rest wait for the next pass.
+# Cells one scheduling pass may look at: each search of an attempt is charged for every cell its
+# tenant has bound on the chain (it looks at those holding a GPU it could take), or,
+# opportunistic, every node of it, a cost the per-level budgets above do not bound. The pass
+# stops before an attempt that would overrun it (the first attempt always runs) and the rest
+# wait for the next pass.
 SCHEDULE_LOOKS_MAX = 65_536
 DURATION_MS_MAX = 1 << 40  # about 35 years; bounds every duration and count in the policy
 

@@ -12,18 +12,19 @@ never preempt.
 
 The pass walks the queue in order and tries at most `schedule_attempts_max` gangs, and stops
 early once its attempts would look at more than `SCHEDULE_LOOKS_MAX` cells (a guaranteed gang's
-searches each look at all its tenant's bound cells): the gang it stops at says so in its "why
-pending", and it and those after it are tried at the next pass. After most
-commands it only looks for free GPUs, skipping gangs whose last attempt saw the current capacity
-epoch (nothing was freed since, so the answer would be the same); on Tick it also preempts,
-skipping gangs whose last such attempt saw the current change epoch (nothing freed and nobody
-newly placed who could be a victim). Preemption searches scan GPUs, so they run at the pace of
-Ticks, not of every release. A failed attempt with preemption (at submission and on Tick)
-leaves a deterministic "why pending", as of that attempt.
+searches are charged for all its tenant's bound cells, though they look only at those holding a
+GPU they could take): the gang it stops at says so in its "why pending", and it and those after
+it are tried at the next pass. After most commands it only looks for free GPUs, skipping gangs
+whose last attempt saw the current capacity epoch (nothing was freed since, so the answer would
+be the same); on Tick it also preempts, skipping gangs whose last such attempt saw the current
+change epoch (nothing freed and nobody newly placed who could be a victim). Preemption searches
+scan GPUs, so they run at the pace of Ticks, not of every release. A failed attempt with
+preemption (at submission and on Tick) leaves a deterministic "why pending", as of that attempt.
 """
 
 from __future__ import annotations
 
+from statemachine.bound_index import FREE_CEILING
 from statemachine.fit import FreeView, PreemptView
 from statemachine.groups import Group
 from statemachine.lifecycle import allocate, downgrade, start_preemption
@@ -73,8 +74,8 @@ def _may_fit(config: Configured, group: Group, chain: Chain, need: int) -> bool:
         buddy = config.buddy
         unbound = buddy.unbound[group.vc][chain.index]
         room = sum(count * chain.size[level] for level, count in enumerate(unbound))
-        return room + sum(cells.free[cell] for cell in buddy.bound_cells[group.vc][chain.index]
-                          ) >= need
+        bound = buddy.bound.below(group.vc, chain.index, FREE_CEILING)
+        return room + sum(cells.free[cell] for cell in bound) >= need
     return sum(cells.free[cell] for cell in chain.cells_at(chain.top_level)) >= need
 
 
@@ -176,8 +177,9 @@ def schedule(state: State, *, preempt: bool = False) -> None:
 
 
 def attempt_looks(config: Configured, group: Group, *, preempt: bool) -> int:
-    """The cells one attempt looks at, about: per eligible chain, each search of a guaranteed
-    gang looks at its tenant's bound cells there, and with preemption it runs one per
+    """The cells one attempt looks at, at most: per eligible chain, each search of a guaranteed
+    gang looks at its tenant's bound cells there (only those holding a GPU it could take, but
+    it is charged for all), and with preemption it runs one per
     preemption priority and explains a failure from them too; an opportunistic gang's search
     looks at up to FIT_SCAN_MAX cells a level, and spreading several pods, at the chain's
     nodes (its explanation reads counters only)."""
@@ -212,7 +214,8 @@ def explain(config: Configured, group: Group) -> str:
 def _explain_guaranteed(config: Configured, group: Group, chain: Chain) -> str:
     buddy, cells = config.buddy, config.cells
     bound = buddy.bound_cells[group.vc][chain.index]
-    free = sum(cells.free[cell] for cell in bound)
+    with_free = buddy.bound.below(group.vc, chain.index, FREE_CEILING)
+    free = sum(cells.free[cell] for cell in with_free)
     unbound = buddy.unbound[group.vc][chain.index]
     spare = ", ".join(f"{unbound[level]} {chain.type_names[level]}"
                       for level in range(chain.top_level, 0, -1) if unbound[level])

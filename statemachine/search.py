@@ -2,8 +2,9 @@
 gang on one chain, computed on a read-only state.
 
 Guaranteed gangs (priority 0..1000) run inside their tenant's cells: cells already bound to the
-VC, or new ones bound by buddy allocation from the VC's unbound quota, each binding checked for
-safety first. The search tries to pack the whole gang into one cell, smallest level first (bound
+VC (only those with a GPU the view offers are looked at, found through `buddy.bound`), or new
+ones bound by buddy allocation from the VC's unbound quota, each binding checked for safety
+first. The search tries to pack the whole gang into one cell, smallest level first (bound
 cells before new bindings, fewest free GPUs first; when preempting, the cells with the fewest
 victims first); only a gang too big for any one cell is spread pod by pod over several.
 Opportunistic gangs (-1) take free GPUs anywhere on the chain, in the smallest cell that fits,
@@ -103,7 +104,7 @@ def _one_cell(topology: Topology, buddy: Buddy, view: FreeView, chain: Chain,
     need = request.gpus
     unbound = buddy.unbound[request.vc][chain.index]
     bound: dict[int, list[int]] = {}
-    for cell in buddy.bound_cells[request.vc][chain.index]:
+    for cell in buddy.bound.below(request.vc, chain.index, view.ceiling()):
         level = topology.level[cell]
         if chain.size[level] >= need:
             bound.setdefault(level, []).append(cell)
@@ -186,11 +187,12 @@ def _spread(topology: Topology, buddy: Buddy, view: FreeView, chain: Chain,
             request: Request) -> Plan | None:
     """Pod by pod, largest first: into a bound (or newly bound) cell with the fewest GPUs
     available that fit it, else into a new binding at the lowest level that can hold it. The
-    cells are ranked once by (level, available GPUs, id) and re-ranked as pods land."""
+    cells are ranked once by (level, available GPUs, id) and re-ranked as pods land (a bound
+    cell the view offers no GPU of never takes a pod, and is not ranked)."""
     checkpoint = view.checkpoint()
     level = topology.level
     ranked = sorted((level[cell], view.count(cell), cell)
-                    for cell in buddy.bound_cells[request.vc][chain.index])
+                    for cell in buddy.bound.below(request.vc, chain.index, view.ceiling()))
     planned = Planned(buddy, chain.index)
     unbound = list(buddy.unbound[request.vc][chain.index])
     placed: list[list[int]] = [[] for _ in request.pods]

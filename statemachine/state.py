@@ -38,7 +38,7 @@ class Configured:
         self.topology = topology
         self.failure_policy = {vc.name: vc.on_failure for vc in spec.virtual_clusters}
         self.cells = Cells(topology, journal)
-        self.buddy = Buddy(topology, journal)
+        self.buddy = Buddy(topology, journal, self.cells.bound)
 
 
 class State:
@@ -127,10 +127,10 @@ def derive(config: Configured, nodes: dict[str, NodeRecord], groups: dict[str, G
     """Fresh cells and free lists computed from the primary state alone: node health, gang
     placements and VC bindings. Restore uses them; the invariant checker compares them with
     the maintained ones."""
-    buddy = Buddy(config.topology, journal)
+    cells = Cells(config.topology, journal)
+    buddy = Buddy(config.topology, journal, cells.bound)
     for cell, vc in bindings:
         buddy._bind(cell, vc)
-    cells = Cells(config.topology, journal)
     usable = [leaf for chain in config.topology.chains for leaf in chain.cells_at(1)
               if leaf_usable(config, nodes, leaf)]
     if usable:
