@@ -38,7 +38,9 @@ def tick(state: State, command: Tick) -> Done:
 def _expire_leases(state: State) -> tuple[int, int]:
     config = state.configured()
     policy = config.spec.policy
+    topology = config.topology
     suspect = down = 0
+    failed: list[int] = []  # the GPUs of the nodes now Down, told to their gangs at once
     for name in sorted(state.nodes):
         record = state.nodes[name]
         if record.liveness is Liveness.UP and state.now_ms > record.lease_expires_ms:
@@ -49,9 +51,10 @@ def _expire_leases(state: State) -> tuple[int, int]:
                 and state.now_ms > record.lease_expires_ms + policy.down_after_ms):
             state.set(record, "liveness", Liveness.DOWN)
             refresh_usable(state, record)
-            topology = config.topology
-            hardware_failed(state, list(topology.leaves(topology.node_cell[record.index])))
+            failed.extend(topology.leaves(topology.node_cell[record.index]))
             down += 1
+    if failed:  # once, not per node: a gang over many nodes is updated and told once
+        hardware_failed(state, failed)
     return suspect, down
 
 
