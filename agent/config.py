@@ -17,7 +17,7 @@
     heartbeat_ms = 2000
     poll_ms = 5000                   # health counters
     event_wait_ms = 1000             # one wait for XID events
-    retry_ms_max = 30000             # back-off ceiling while NVML or the store is away
+    retry_ms_max = 10000             # back-off ceiling while NVML or the store is away
 
     [jobs]
     jobs_max = 256
@@ -75,7 +75,9 @@ class Intervals:
     heartbeat_ms: int = 2000
     poll_ms: int = 5000
     event_wait_ms: int = 1000
-    retry_ms_max: int = 30_000
+    # Below the store's default down_after_ms (20 s): after a store outage, every agent's
+    # heartbeat lands within the Suspect grace of the first Tick that judges the leases.
+    retry_ms_max: int = 10_000
 
 
 @dataclass(frozen=True, slots=True)

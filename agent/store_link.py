@@ -50,6 +50,7 @@ class StoreLink:
         self.calls_retried = 0
         self.registered_gpus: frozenset[str] = frozenset()  # uuids of the last registration
         self.reports_unregistered = 0  # health reports left out for GPUs not registered
+        self._registering: anyio.Event | None = None  # set when a registration under way ends
 
     async def _until_answered(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
         """Make `call` until the store answers (a result or a refusal), backing off."""
@@ -110,6 +111,17 @@ class StoreLink:
         configuration, or its GPUs do not match it, as when one did not answer NVML) is logged
         and tried again later. The GPUs refused as not matching are first offered to `amend`:
         if it changed what `read_gpus` will find, the registration is tried again at once."""
+        self._registering = registering = anyio.Event()
+        try:
+            return await self._register(boot_id, read_gpus, amend, read_health)
+        finally:
+            self._registering = None
+            registering.set()
+
+    async def _register(self, boot_id: str, read_gpus: Callable[[], Awaitable[NodeGpus]],
+                        amend: Callable[[], Awaitable[bool]] | None,
+                        read_health: Callable[[], Sequence[HealthReport]] | None
+                        ) -> NodeRegistered:
         while True:
             gpus, links = await read_gpus()
             uuids = {gpu.uuid for gpu in gpus}
@@ -163,8 +175,28 @@ class StoreLink:
 
     async def report_exit(self, group: str, pod_uid: str, exit_code: int,
                           reason: str) -> Result | Rejection:
-        return await self._until_answered("report exit", lambda: self.store.report_pod_exit(
-            self.node, self.incarnation, group, pod_uid, exit_code, reason=reason))
+        """Report a job's exit. One refused as stale while this link registers again (the
+        store applied the registration and its reply is on its way, or made again after a
+        failover), or made under an incarnation since replaced, is made again under the new
+        one: dropped, the job's exit code was lost (the registration's reconcile calls the
+        job lost)."""
+        while True:
+            used = self.incarnation
+
+            def call() -> Awaitable[Result | Rejection]:
+                nonlocal used
+                used = self.incarnation
+                return self.store.report_pod_exit(self.node, used, group, pod_uid, exit_code,
+                                                  reason=reason)
+
+            result = await self._until_answered("report exit", call)
+            registering = self._registering
+            if not is_stale(result):
+                return result
+            if registering is not None:
+                await registering.wait()
+            elif used == self.incarnation:
+                return result
 
     async def standing(self, group: str, pod_uid: str) -> Standing:
         """What the store has of `pod_uid` on this node now: an effect is a hint, the gang's

@@ -1,8 +1,9 @@
 """Tick: logical time moves on, and everything that depends on time happens, in a fixed order.
 
 1. Node leases, by node id: Up -> Suspect when the lease ran out (no new placements there),
-   Suspect -> Down `down_after_ms` later (its GPUs count as failed: the gangs on it are told,
-   and released where their tenant's policy says so).
+   Suspect -> Down `down_after_ms` after the Tick that saw the lease run out, never in that
+   same Tick (its GPUs count as failed: the gangs on it are told, and released where their
+   tenant's policy says so).
 2. Preemption deadlines, by gang id: victims that have not left get their kills re-sent, or
    are released outright when every node they run on is Down.
 3. Evictions with no preemptor waiting (a drain, a cancelled or released preemptor), by gang
@@ -45,6 +46,11 @@ def _expire_leases(state: State) -> tuple[int, int]:
         record = state.nodes[name]
         if record.liveness is Liveness.UP and state.now_ms > record.lease_expires_ms:
             state.set(record, "liveness", Liveness.SUSPECT)
+            # Down comes `down_after_ms` after a Tick saw the lease run out, never in the
+            # same Tick: after a gap in Ticks (the store had no quorum, so no agent could
+            # heartbeat either; a sequencer's clock stepped ahead) the first Tick would
+            # otherwise take every node from Up to Down at once and release their gangs.
+            state.set(record, "lease_expires_ms", state.now_ms)
             refresh_usable(state, record)
             suspect += 1
         if (record.liveness is Liveness.SUSPECT

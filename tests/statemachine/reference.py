@@ -74,6 +74,7 @@ class Reference:
             record = self.nodes[name]
             if record.liveness == "up" and now_ms > record.lease_ms:
                 record.liveness = "suspect"
+                record.lease_ms = now_ms  # Down counts from the Tick that saw it expire
             if record.liveness == "suspect" and now_ms > record.lease_ms + (
                     self.policy.down_after_ms):
                 record.liveness = "down"

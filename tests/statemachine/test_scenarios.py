@@ -394,7 +394,7 @@ def test_a_silent_node_goes_suspect_then_down_and_its_gangs_are_told() -> None:
     assert driver.state.nodes[node].liveness.value == "suspect"
     assert driver.state.nodes[other].liveness.value == "up"
     assert "job" in driver.state.groups, "a suspect node keeps its gangs"
-    driver.tick(step_ms=2_000)
+    driver.tick(step_ms=2_001)  # down_after_ms after the Tick that saw the lease run out
     assert driver.state.nodes[node].liveness.value == "down"
     assert "job" not in driver.state.groups
     assert ("job", "") in effects(driver, EffectKind.GANG_FAILURE)
