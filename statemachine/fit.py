@@ -26,7 +26,11 @@ from typing import ClassVar
 
 from statemachine.bound_index import FREE_CEILING
 from statemachine.cells import Cells
+from statemachine.limits import FREE_PRIORITY
 from statemachine.topology import Topology
+
+Evictions = tuple[int, int, int]  # (highest priority evicted, GPUs, gangs): smaller is cheaper
+NO_EVICTIONS: Evictions = (FREE_PRIORITY, 0, 0)
 
 
 class FreeView:
@@ -64,9 +68,9 @@ class FreeView:
         bad = self._cells.bad[cell]
         return bad > 0, size - self.count(cell) - bad
 
-    def evictions(self, cell: int) -> tuple[int, int]:
-        """(GPUs, gangs) that taking all of `cell` would evict: none, only free GPUs count."""
-        return (0, 0)
+    def evictions(self, cell: int) -> Evictions:
+        """What taking all of `cell` would evict: none, only free GPUs count."""
+        return NO_EVICTIONS
 
     def take(self, leaves: Sequence[int]) -> None:
         for leaf in leaves:
@@ -128,23 +132,26 @@ class PreemptView(FreeView):
         topology = self._cells.topology
         return topology.size_of(cell) - self._cells.bad[cell] - self._delta.get(cell, 0)
 
-    def evictions(self, cell: int) -> tuple[int, int]:
-        """(GPUs, gangs) that taking every GPU this view offers under `cell` would evict: the
-        GPUs held or reserved below the priority and not yet taken by the plan, and their
-        distinct holders and reservers. One scan of the cell's GPUs; none when every usable
-        one is free."""
+    def evictions(self, cell: int) -> Evictions:
+        """(highest priority, GPUs, gangs) that taking every GPU this view offers under `cell`
+        would evict: the GPUs held or reserved below the priority and not yet taken by the
+        plan, the highest priority among their holders and reservers, and how many distinct
+        ones there are. Ranked in that order, a preemptor evicts the lowest priorities it can
+        (HiveD takes a node's lowest-priority GPUs first), then the fewest GPUs and gangs. One
+        scan of the cell's GPUs; none when every usable one is free."""
         cells = self._cells
         if cells.free[cell] + cells.bad[cell] == cells.topology.size_of(cell):
-            return (0, 0)
+            return NO_EVICTIONS
         usable, priority, taken = cells.usable, self._priority, self._delta
         held, reserved = cells.holder_priority, cells.reserver_priority
-        gpus, gangs = 0, set[str]()
+        top, gpus, gangs = FREE_PRIORITY, 0, set[str]()
         for leaf in cells.topology.leaves(cell):
             if usable[leaf] and not cells.is_free(leaf) and held[leaf] < priority \
                     and reserved[leaf] < priority and not taken.get(leaf):
                 gpus += 1
+                top = max(top, held[leaf], reserved[leaf])
                 gangs.update(name for name in (cells.holder[leaf], cells.reserver[leaf]) if name)
-        return gpus, len(gangs)
+        return top, gpus, len(gangs)
 
 
 def fit_in_cell(topology: Topology, view: FreeView, cell: int,
@@ -168,7 +175,7 @@ def fit_on_roots(topology: Topology, view: FreeView, roots: Iterable[int],
     root with the fewest available GPUs that fit it; among those, the one that evicts the
     fewest GPUs and gangs, then by id."""
     checkpoint = view.checkpoint()
-    buckets: dict[int, list[tuple[tuple[int, int], int]]] = {}  # (evictions, root) by count
+    buckets: dict[int, list[tuple[Evictions, int]]] = {}  # (evictions, root) by count
     for root in roots:
         available = view.count(root)
         if available > 0:

@@ -7,8 +7,10 @@ preempts lower-priority guaranteed gangs. The middle pass is HiveD's first (refe
 goes there and evicts only them, never a guaranteed gang of the tenant. When the victims
 include gangs of the same tenant that allow lazy preemption, it first tries downgrading them to
 opportunistic instead (they keep running) and placing the gang without preemption; if that
-fails the downgrade is rolled back and the victims are preempted normally. Opportunistic gangs
-never preempt.
+fails the downgrade is rolled back; before victims of which one is guaranteed are preempted,
+downgrading instead one willing gang of the tenant that is not among them is tried (a few, lowest
+priority first), and only then are the victims preempted normally. Opportunistic gangs never
+preempt.
 
 The pass walks the queue in order and tries at most `schedule_attempts_max` gangs, and stops
 early once its attempts would look at more than `SCHEDULE_LOOKS_MAX` cells (a guaranteed gang's
@@ -101,7 +103,7 @@ def try_place(state: State, group: Group, *, preempt: bool) -> bool:
             if not plan.victims and not plan.cancelled:
                 allocate(state, group, plan)
                 return True
-            if _try_lazy(state, group, plan):
+            if _try_lazy(state, group, plan) or _try_lazy_instead(state, group, plan):
                 return True
             start_preemption(state, group, plan)
             return True
@@ -139,6 +141,35 @@ def _try_lazy(state: State, group: Group, plan: Plan) -> bool:
         return False
     allocate(state, group, retry)
     return True
+
+
+LAZY_INSTEAD_MAX = 4  # willing gangs tried, one at a time, instead of killing a guaranteed one
+
+
+def _try_lazy_instead(state: State, group: Group, plan: Plan) -> bool:
+    """The plan would kill a guaranteed gang: downgrading, instead, one lazily preemptible gang
+    of the tenant that is not among its victims (lowest priority first, a few at most) may
+    place the gang with nobody killed. Each try that does not is undone."""
+    if not any(state.groups[name].guaranteed for name in plan.victims):
+        return False
+    config = state.configured()
+    victims = set(plan.victims)
+    # A willing gang is a guaranteed one of the tenant, so in its bound cells: found among
+    # the gangs (at most GROUPS_MAX), not by a scan of every GPU the tenant has bound.
+    willing = sorted((other.effective_priority, other.submit_index, other.group)
+                     for other in state.groups.values()
+                     if other.vc == group.vc and other.group not in victims
+                     and other.phase is GroupPhase.ALLOCATED
+                     and _lazily_preemptible(other, group))
+    for _, _, name in willing[:LAZY_INSTEAD_MAX]:
+        mark = state.journal.mark()
+        downgrade(state, state.groups[name], group.group)
+        retry = _plan(config, group, FreeView(config.cells))
+        if retry is not None:
+            allocate(state, group, retry)
+            return True
+        state.journal.rollback(mark)
+    return False
 
 
 def _lazily_preemptible(victim: Group, preemptor: Group) -> bool:
