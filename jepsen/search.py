@@ -62,6 +62,7 @@ def _time_order(items: Sequence[Item]) -> list[tuple[int, bool]]:
 
 
 CACHE_ENTRY_OVERHEAD_BYTES = 160
+UNBOUNDED = 1 << 62  # a `Search.run` with no bound on its cache's bytes
 
 
 def state_bytes(state: State) -> int:
@@ -128,10 +129,10 @@ class Search:
         if size == 0:
             self.verdict = Verdict.LINEARIZABLE
 
-    def run(self, budget: int, bytes_max: int | None = None  # noqa: PLR0912, PLR0915
+    def run(self, budget: int, bytes_max: int = UNBOUNDED  # noqa: PLR0912, PLR0915
             ) -> Verdict | None:
-        """Search for at most `budget` more steps, and only while the cache holds at most
-        `bytes_max` (`cache_bytes`); the verdict, or None if not done yet."""
+        """Search for at most `budget` more steps, while the cache holds at most `bytes_max`
+        (`cache_bytes`); the verdict, or None if not done yet."""
         assert budget > 0
         if self.verdict is not None:
             return self.verdict
@@ -140,10 +141,7 @@ class Search:
         bit_of, optional, skippable = self._bit_of, self._optional, self._skippable
         cache, stack = self._cache, self._stack
         tail, entry, state, mask = self._tail, self._entry, self._state, self._mask
-        steps, verdict = 0, None
-        entry_bytes, held = self.entry_bytes, self._bytes
-        if bytes_max is None:
-            bytes_max = 1 << 62  # no bound
+        steps, verdict, entry_bytes, held = 0, None, self.entry_bytes, self._bytes
         while steps < budget and held <= bytes_max:
             return_entry = return_of[entry]
             if return_entry:  # a call: try to linearize it next
@@ -198,10 +196,8 @@ class Search:
                 next_[previous[entry]] = entry
                 previous[next_[entry]] = entry
                 entry = next_[entry]
-        self._entry, self._state, self._mask = entry, state, mask
-        self._bytes = held
-        self.steps += steps
-        self.verdict = verdict
+        self._entry, self._state, self._mask, self._bytes = entry, state, mask, held
+        self.steps, self.verdict = self.steps + steps, verdict
         return verdict
 
     @property
