@@ -500,6 +500,11 @@ class Replica:
     def executed_slots(self) -> int:
         return self._executor.exec_slot
 
+    @property
+    def pending_proposals(self) -> int:
+        """Own proposals queued behind the in-flight window (at most pending_proposals_max)."""
+        return self._leader.pending_count()
+
     @classmethod
     def restore(cls, config: ReplicaConfig, prng: Prng, records: Iterable[Record]) -> Replica:
         """Rebuild a replica from everything it persisted before a crash."""

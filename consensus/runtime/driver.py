@@ -35,7 +35,9 @@ clients wait (consensus/runtime/proposal_budget.py), and reads' queries until an
 a submit or a read is answered Overloaded. Watches, which may wait minutes, have a budget of
 their own, `watch_bytes_max`, with a share for each principal (consensus/runtime/
 watch_budget.py): one client's watches had held the budget commands share, and every other
-client's commands were refused.
+client's commands were refused. Node agents' commands have a reserve in this budget and in the
+queues' places, so their heartbeats go through a flood of other clients' commands (consensus/
+runtime/proposal_budget.py).
 
 Clients' commands and reads take at most half of the input queue's `inputs_max` places; past
 that they are answered Overloaded (nothing proposed: safe to retry), and peers' frames keep the
@@ -75,7 +77,7 @@ from consensus.runtime.deadlines import ExpiryHeap
 from consensus.runtime.inbox import Inbox
 from consensus.runtime.message_frames import frames_of
 from consensus.runtime.metrics import Metrics
-from consensus.runtime.proposal_budget import ProposalBudget
+from consensus.runtime.proposal_budget import ProposalBudget, shared_places
 from consensus.runtime.watch_budget import WATCH_BYTES_MAX, WatchBudget
 from consensus.state_machine import StateMachine
 
@@ -191,6 +193,9 @@ class Driver:
         self._inbox: Inbox[tuple[Any, ...]] = Inbox(config.inputs_max, config.inputs_bytes_max)
         self._client_inputs = 0  # clients' commands and reads in the inbox
         self._client_inputs_max = max(1, config.inputs_max // 2)  # module docstring
+        # Past these, only reserved (node agents') commands: proposal_budget.py
+        self._client_inputs_shared = shared_places(self._client_inputs_max)
+        self._core_queue_shared = shared_places(replica.config.pending_proposals_max)
         self._proposals: dict[int, _Callback] = {}
         self._budget = ProposalBudget(config.proposal_bytes_max)
         self._watches = WatchBudget(config.watch_bytes_max)
@@ -224,19 +229,23 @@ class Driver:
         self.metrics.count(dropped)
         return False
 
-    def submit(self, command: bytes, timeout_s: float, done: Done) -> None:
+    def submit(self, command: bytes, timeout_s: float, done: Done, *,
+               reserved: bool = False) -> None:
         """Replicate `command`: `done(reply, None)` with the state machine's reply, or
         `done(None, error)` (Overloaded: nothing was proposed; OutcomeUnknown: no result within
         `timeout_s`, the command may still be applied), called exactly once, from the driver's
-        task (or at once when the input queue or the budget of command bytes is full)."""
+        task (or at once when the input queue or the budget of command bytes is full).
+        `reserved`: a node agent's command, which may use the reserve kept for them
+        (consensus/runtime/proposal_budget.py)."""
         if len(command) > ENVELOPE_BYTES_MAX:  # the core refuses it (consensus/leader.py)
             self.metrics.count("driver.proposals_refused_size")
             done(None, ValueError(f"a command of {len(command)} bytes; at most "
                                   f"{ENVELOPE_BYTES_MAX}"))
             return
-        if not self._admit(len(command), done, "driver.proposals_refused_bytes"):
+        if not self._admit(len(command), done, "driver.proposals_refused_bytes", reserved):
             return
-        if not self._submit("propose", command, timeout_s, done, "driver.proposals_refused"):
+        if not self._submit("propose", command, timeout_s, done, "driver.proposals_refused",
+                            reserved=reserved):
             self._budget.refund(len(command))
 
     def submit_read(self, query: bytes, timeout_s: float, done: Done) -> None:
@@ -254,9 +263,9 @@ class Driver:
 
         self._submit("read", query, timeout_s, answered, "driver.reads_refused")
 
-    def _admit(self, size: int, done: Done, refused: str) -> bool:
+    def _admit(self, size: int, done: Done, refused: str, reserved: bool = False) -> bool:
         """Take `size` bytes of the budget for a request, or answer it Overloaded at once."""
-        if self._budget.admit(size):
+        if self._budget.admit(size, reserved):
             return True
         self.metrics.count(refused)
         done(None, self._over_budget())
@@ -267,14 +276,16 @@ class Driver:
                           f"yet answered or executed (at most {self._budget.bytes_max})")
 
     def _submit(self, kind: str, payload: bytes, timeout_s: float, done: Done,
-                refused: str) -> bool:
-        if self._client_inputs >= self._client_inputs_max:  # the rest is for peers' frames
+                refused: str, *, reserved: bool = False) -> bool:
+        places = self._client_inputs_max if reserved else self._client_inputs_shared
+        if self._client_inputs >= places:  # the rest is for peers' frames (and node agents')
             self.metrics.count(refused)
             done(None, Overloaded("the replica's input queue holds all the client requests "
                                   "it takes"))
             return False
         now = self._clock()
-        if not self._offer((kind, payload, _Callback(done, now, now + timeout_s)), refused):
+        if not self._offer((kind, payload, _Callback(done, now, now + timeout_s), reserved),
+                           refused):
             done(None, Overloaded("the replica's input queue is full"))
             return False
         self._client_inputs += 1
@@ -401,7 +412,7 @@ class Driver:
             self.replica.receive(item[2], item[1])
         elif kind == "propose":
             self._client_inputs -= 1
-            self._take_proposal(item[1], item[2])
+            self._take_proposal(item[1], item[2], item[3])
         elif kind == "read":
             self._client_inputs -= 1
             self._read_ids += 1
@@ -429,8 +440,11 @@ class Driver:
                 self.replica.cancel_read(key)  # or the core keeps asking for it
                 read[1].fail(OutcomeUnknown("no read index in time (no sequencer lease?)"))
 
-    def _take_proposal(self, command: bytes, waiter: _Callback) -> None:
+    def _take_proposal(self, command: bytes, waiter: _Callback, reserved: bool) -> None:
         try:
+            if not reserved and self.replica.pending_proposals >= self._core_queue_shared:
+                raise ProposalDropped(f"{self.replica.pending_proposals} proposals already "
+                                      f"queued; the rest of the queue is for node agents")
             tag = self.replica.propose(command)
         except ProposalDropped as error:
             self.metrics.count("driver.proposals_dropped")

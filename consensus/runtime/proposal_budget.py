@@ -13,6 +13,16 @@ A read's query counts too, from `submit_read` until its answer (or refusal, or e
 handed to its client: the driver refunds it then (`Driver.submit_read`). A watch's query,
 which may wait minutes, counts against a budget of its own (watch_budget.py).
 
+Node agents' commands (heartbeats, health reports, exits) have a reserve that no other client
+can take: past `bytes_max` the budget still admits a command the driver was told is reserved (the
+server says so for a node-role principal's, and for no one else's), up to NODE_RESERVED_BYTES
+more. The driver keeps the last NODE_RESERVED_COMMANDS places of its input queue's share for
+clients and of the core's queue of proposals for them too (at most half of each). A flood of
+other clients' commands had refused the agents' heartbeats as Overloaded while the sequencer's
+own ticks, proposed past every budget, went on judging their leases: after a lease and its grace
+healthy nodes were judged Down and their GPUs failed. All held stays bounded, by
+`bytes_max + NODE_RESERVED_BYTES`.
+
 One case is released on time instead: a snapshot installed from a peer may make the core forget
 own commands it had in flight (their indexes fall below the snapshot), and it leaves their
 clients to time out. The driver cannot tell which, so at such an install every held command
@@ -23,9 +33,23 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+# Bytes that only reserved (node agents') commands may hold past the budget: 4096 commands of
+# up to 2 KiB, heartbeats and health reports of a few thousand nodes at once.
+NODE_RESERVED_BYTES = 8 << 20
+# Places kept for node agents' commands at the end of the driver's input queue's share for
+# clients and of the core's queue of proposals (at most half of either).
+NODE_RESERVED_COMMANDS = 4096
+
+
+def shared_places(places: int) -> int:
+    """Of a queue's `places` for clients' commands, those any client may take; the rest are
+    kept for node agents' (module docstring)."""
+    return places - min(NODE_RESERVED_COMMANDS, places // 2)
+
 
 class ProposalBudget:
-    """Bytes held per command tag, within `bytes_max`; see the module docstring."""
+    """Bytes held per command tag, within `bytes_max` (node agents' reserve past it); see the
+    module docstring."""
 
     __slots__ = ("_held", "_release_at_deadline", "bytes_max", "held_bytes")
 
@@ -41,10 +65,11 @@ class ProposalBudget:
         """Commands held under a tag."""
         return len(self._held)
 
-    def admit(self, size: int) -> bool:
+    def admit(self, size: int, reserved: bool = False) -> bool:
         """Take `size` bytes for a command on its way to the core; False (nothing taken) when
-        that would pass the budget."""
-        if self.held_bytes + size > self.bytes_max:
+        that would pass the budget, or for a `reserved` command its reserve."""
+        limit = self.bytes_max + NODE_RESERVED_BYTES if reserved else self.bytes_max
+        if self.held_bytes + size > limit:
             return False
         self.held_bytes += size
         return True

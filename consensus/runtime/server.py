@@ -14,6 +14,9 @@ deadline); the connection goes on.
 A command or read is waited for at least WAIT_MS_MIN, whatever timeout it asks: with none, its
 answer (and its permit) came back at once while the command stayed queued in the core, so one
 connection could queue commands without bound (the driver's byte budget now bounds that too).
+A node agent's commands (a node-role principal's, no other) may use the reserve the driver keeps
+for them past that budget (consensus/runtime/proposal_budget.py): its heartbeats go through a
+flood of other clients' commands.
 
 A state machine that gates queries (`consensus.state_machine.QueryGate`) is asked before a read
 or watch goes to the driver: one it refuses is answered REFUSED with its reason, and counted;
@@ -62,7 +65,7 @@ from typing import Any
 import anyio
 
 from consensus.codec import encode_envelope_of
-from consensus.envelope import Principal
+from consensus.envelope import Principal, Role
 from consensus.errors import InvalidMessage
 from consensus.runtime.client_codec import (
     RESPONSE_MESSAGE_LENGTH_MAX,
@@ -167,7 +170,8 @@ class ClientServer:
             command = encode_envelope_of(principal, request.session, request.sequence,
                                          self._stamp_ms(request.sent_ms), request.body)
             self._driver.submit(command, max(request.timeout_ms, WAIT_MS_MIN) / 1000,
-                                answers.responder(request.request_id, _REPLY))
+                                answers.responder(request.request_id, _REPLY),
+                                reserved=principal.role is Role.NODE)
         elif isinstance(request, Status) or self._allowed(principal, request, answers):
             if isinstance(request, Read):
                 self._driver.submit_read(request.query,

@@ -34,7 +34,8 @@ class ApplyingDriver:
     def __init__(self, machine: KvMachine) -> None:
         self.machine, self.metrics, self.running = machine, Metrics(), True
 
-    def submit(self, command: bytes, timeout_s: float, done: Done) -> None:
+    def submit(self, command: bytes, timeout_s: float, done: Done, *,
+               reserved: bool = False) -> None:
         done(self.machine.apply(command), None)
 
     def status(self) -> dict[str, Any]:

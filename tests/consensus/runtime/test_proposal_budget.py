@@ -22,6 +22,7 @@ from consensus.envelope import Principal, Role
 from consensus.prng import Prng
 from consensus.replica import Replica
 from consensus.runtime.client_codec import (
+    Code,
     Propose,
     Read,
     decode_response,
@@ -29,11 +30,23 @@ from consensus.runtime.client_codec import (
 )
 from consensus.runtime.driver import Done, Driver, DriverConfig
 from consensus.runtime.metrics import Metrics
-from consensus.runtime.proposal_budget import ProposalBudget
-from consensus.runtime.server import WAIT_MS_MIN
+from consensus.runtime.proposal_budget import (
+    NODE_RESERVED_BYTES,
+    NODE_RESERVED_COMMANDS,
+    ProposalBudget,
+    shared_places,
+)
+from consensus.runtime.server import WAIT_MS_MIN, ClientServer
 from jepsen.sim.kv_codec import encode_put
 from tests.consensus.runtime.kv_machine import SessionKv
-from tests.consensus.runtime.local import MemoryStore, local_cluster, serving
+from tests.consensus.runtime.local import (
+    NODE_N1,
+    SCHEDULER,
+    MemoryFrames,
+    MemoryStore,
+    local_cluster,
+    serving,
+)
 
 pytestmark = pytest.mark.anyio
 COMMAND = encode_envelope_of(Principal(Role.NODE, "n1"), "s", 1, 0, b"x" * 10_000)
@@ -107,11 +120,10 @@ async def test_the_server_waits_at_least_its_minimum_for_a_command_or_read(
     driver = lone_driver(proposal_bytes_max=1 << 20)
     waited_s: list[float] = []
 
-    def recording(submit: Callable[[bytes, float, Done], None]
-                  ) -> Callable[[bytes, float, Done], None]:
-        def record(payload: bytes, timeout_s: float, done: Done) -> None:
+    def recording(submit: Callable[..., None]) -> Callable[..., None]:
+        def record(payload: bytes, timeout_s: float, done: Done, **reserved: bool) -> None:
             waited_s.append(timeout_s)
-            submit(payload, timeout_s, done)
+            submit(payload, timeout_s, done, **reserved)
         return record
 
     monkeypatch.setattr(driver, "submit", recording(driver.submit))
@@ -149,3 +161,63 @@ def test_the_budget_holds_until_execution_and_forgets_after_a_snapshot() -> None
 def test_the_budget_is_refused_below_one() -> None:
     with pytest.raises(ValueError, match="proposal_bytes_max"):
         DriverConfig(proposal_bytes_max=0)
+
+
+async def test_a_node_agents_command_gets_through_when_other_clients_fill_the_budget() -> None:
+    """A scheduler fills the budget with commands that never execute; a node agent's command
+    (a heartbeat) is still taken: refused, its node would be judged down by the sequencer's
+    own ticks, which never pass through the budget."""
+    driver = lone_driver(proposal_bytes_max=4096)
+    scheduler_up, scheduler_in = anyio.create_memory_object_stream[bytes](200)
+    scheduler_out, scheduler_down = anyio.create_memory_object_stream[bytes](200)
+    node_up, node_in = anyio.create_memory_object_stream[bytes](10)
+    node_out, node_down = anyio.create_memory_object_stream[bytes](10)
+    server = ClientServer(driver)
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tasks:
+            await tasks.start(driver.run)
+            tasks.start_soon(server.serve, SCHEDULER, MemoryFrames(scheduler_out, scheduler_in))
+            tasks.start_soon(server.serve, NODE_N1, MemoryFrames(node_out, node_in))
+            for sequence in range(1, 201):  # small commands: the budget is full to the byte
+                await scheduler_up.send(encode_request(Propose(sequence, "s", sequence, b"f",
+                                                               5000)))
+            answer = decode_response(await scheduler_down.receive())
+            assert answer.code is Code.OVERLOADED
+            await node_up.send(encode_request(Propose(1, "n", 1, b"h" * 100, 0)))
+            assert decode_response(await node_down.receive()).code is Code.UNKNOWN  # taken
+            tasks.cancel_scope.cancel()
+
+
+async def test_node_agents_keep_places_in_the_queues_other_clients_fill() -> None:
+    """Other clients' commands stop short of the last places of the driver's input queue (for
+    clients) and of the core's queue of proposals; a node agent's command takes one."""
+    replica = Replica(ReplicaConfig(replica_id=1, replica_count=3, pending_proposals_max=16),
+                      Prng(1))
+    driver = Driver(replica, MemoryStore(), SessionKv(), lambda target, frame: True, Metrics(),
+                    config=DriverConfig(tick_ms=5, inputs_max=64))
+    command = encode_envelope_of(SCHEDULER, "s", 1, 0, b"x")
+    queued: list[str] = []
+    for _ in range(20):  # the driver is not running yet: they wait in its input queue
+        driver.submit(command, 0.1, recorder(queued))
+    assert queued == ["Overloaded"] * 4  # 32 places for clients, the last 16 for node agents
+    taken: list[str] = []
+    for _ in range(8):
+        driver.submit(command, 0.1, recorder(taken), reserved=True)
+    assert taken == []
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tasks:
+            await tasks.start(driver.run)
+            await anyio.sleep(0.5)
+            tasks.cancel_scope.cancel()
+    # The core's queue takes 16, the last 8 for node agents: of the 16 others, 8 are refused.
+    assert queued[4:].count("Overloaded") == 8 and taken == ["OutcomeUnknown"] * 8
+
+
+def test_the_reserve_admits_only_reserved_commands_and_stays_bounded() -> None:
+    budget = ProposalBudget(100)
+    assert budget.admit(100) and not budget.admit(1)
+    assert budget.admit(NODE_RESERVED_BYTES, reserved=True)
+    assert not budget.admit(1, reserved=True)
+    assert budget.held_bytes == 100 + NODE_RESERVED_BYTES
+    assert shared_places(100_000) == 100_000 - NODE_RESERVED_COMMANDS
+    assert shared_places(64) == 32 and shared_places(1) == 1

@@ -69,7 +69,8 @@ class LateApplyingDriver:
         self.machine, self.metrics, self.running = machine, Metrics(), True
 
     def submit(self, command: bytes, timeout_s: float,
-               done: Callable[[bytes | None, Exception | None], None]) -> None:
+               done: Callable[[bytes | None, Exception | None], None], *,
+               reserved: bool = False) -> None:
         done(None, DriverOutcomeUnknown("no result in time; the command may still be applied"))
         self.machine.apply(command)
 
