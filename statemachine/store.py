@@ -213,10 +213,15 @@ class GpuStore:
             if more:  # the rest of a cut page is there already: asked at once, not waited for
                 answer = await self._read_effects(query)
             else:
+                asked = slot
                 result, slot = await self.client.watch(query, slot, wait_s=wait_s)
                 answer = _effects_answer(result)
-            if int(answer["next_index"]) <= after:  # is this replica's state behind?
-                answer = await self._read_effects(query)
+                # A replica behind the cursor is not believed, nor one that executed nothing
+                # for the whole wait (cut off from its peers, its state frozen: it would
+                # answer every watch, after its wait, with nothing new, and the client would
+                # stay with it): a linearizable read says, and moves the client on from it.
+                if slot <= asked or int(answer["next_index"]) <= after:
+                    answer = await self._read_effects(query)
             _check_cursor(answer, after)
             effects = answer.get("effects", [])
             for effect in effects:

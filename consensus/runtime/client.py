@@ -503,10 +503,20 @@ class CellarClient:
         _check_body(query, "a query")
         if not 0 <= wait_s <= WAIT_S_MAX:
             raise ValueError(f"a watch's wait_s must lie in [0, {WAIT_S_MAX}], got {wait_s}")
-        wait_ms = int(wait_s * 1000)
-        response = await self._ask_around(
-            lambda request_id: encode_request(Watch(request_id, query, after_slot, wait_ms)),
-            self._now() + self.config.deadline_s + wait_s, "watch", held_s=wait_s)
+        deadline = self._now() + self.config.deadline_s + wait_s
+        # a try's margin for the answer, as _try_deadline leaves one (the first try waits
+        # the whole of wait_s)
+        margin_s = min(self.config.attempt_timeout_s + 1.0, self.config.deadline_s)
+
+        def encode(request_id: int) -> bytes:
+            # A try asks for no longer a wait than is left before the deadline, less a try's
+            # margin: a retry after a replica that hung asked the next for the whole wait
+            # again, and the client gave up on it at the deadline while it held the watch.
+            left_ms = int((deadline - self._now() - margin_s) * 1000)
+            wait_ms = max(0, min(int(wait_s * 1000), left_ms))
+            return encode_request(Watch(request_id, query, after_slot, wait_ms))
+
+        response = await self._ask_around(encode, deadline, "watch", held_s=wait_s)
         return response.payload, response.slot
 
     async def _ask_around(self, encode: Encode, deadline: float, what: str,
