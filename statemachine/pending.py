@@ -2,8 +2,9 @@
 
 Order is (priority descending, submission index ascending), the submission index being a
 counter in the replicated state; the group id breaks no tie in practice but makes the key total.
-The scheduling pass walks this order with a step budget; a gang that cannot be placed does not
-block smaller ones behind it (backfill), and is not retried until capacity is freed.
+The scheduling pass walks this order with a step budget (a Tick's pass from where the last one
+ran out of it, around to the head); a gang that cannot be placed does not block smaller ones
+behind it (backfill), and is not retried until capacity is freed.
 """
 
 from __future__ import annotations

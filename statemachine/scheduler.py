@@ -15,13 +15,24 @@ preempt.
 The pass walks the queue in order and tries at most `schedule_attempts_max` gangs, and stops
 early once its attempts would look at more than `SCHEDULE_LOOKS_MAX` cells (a guaranteed gang's
 searches are charged for all its tenant's bound cells, though they look only at those holding a
-GPU they could take): the gang it stops at says so in its "why pending", and it and those after
-it are tried at the next pass. After most commands it only looks for free GPUs, skipping gangs
-whose last attempt saw the current capacity epoch (nothing was freed since, so the answer would
-be the same); on Tick it also preempts, skipping gangs whose last such attempt saw the current
-change epoch (nothing freed and nobody newly placed who could be a victim). Preemption searches
-scan GPUs, so they run at the pace of Ticks, not of every release. A failed attempt with
-preemption (at submission and on Tick) leaves a deterministic "why pending", as of that attempt.
+GPU they could take; the gang it stops at says so in its "why pending"). After most commands it
+only looks for free GPUs, skipping gangs whose last attempt saw the current capacity epoch
+(nothing was freed since, so the answer would be the same); on Tick it also preempts, skipping
+gangs whose last such attempt saw the current change epoch (nothing freed and nobody newly
+placed who could be a victim). Preemption searches scan GPUs, so they run at the pace of Ticks,
+not of every release. A failed attempt with preemption (at submission and on Tick) leaves a
+deterministic "why pending", as of that attempt.
+
+A Tick's pass that runs out of budget keeps the queue key of the first gang it did not try
+(`schedule_resume`); the next Tick's pass starts there, goes to the end of the queue and wraps
+around to its head, under the same budgets, and a pass that does not run out clears it. While
+the budget suffices every pass walks the queue from its head; under a backlog every pending
+gang is tried within ceil(pending / attempts) Ticks (more when the looks stop passes first),
+even when gangs placed and released between Ticks make the stuck gangs at the head worth
+retrying at every Tick (they had used up each Tick's budget, and a gang behind them that could
+preempt was never tried). The passes after other commands always start at the head, so freed
+GPUs go to the highest priorities first; the Tick's passes, whose attempts look for free GPUs
+first too, bound how long any gang waits.
 """
 
 from __future__ import annotations
@@ -31,6 +42,7 @@ from statemachine.fit import FreeView, PreemptView
 from statemachine.groups import Group
 from statemachine.lifecycle import allocate, downgrade, start_preemption
 from statemachine.limits import FIT_SCAN_MAX, OPPORTUNISTIC_PRIORITY, SCHEDULE_LOOKS_MAX
+from statemachine.pending import QueueKey
 from statemachine.results import GroupPhase
 from statemachine.search import Plan, Request, plan_guaranteed, plan_opportunistic
 from statemachine.state import Configured, State
@@ -179,15 +191,14 @@ def _lazily_preemptible(victim: Group, preemptor: Group) -> bool:
 
 def schedule(state: State, *, preempt: bool = False) -> None:
     """One bounded pass over the pending queue; with `preempt` (on Tick) guaranteed gangs may
-    preempt."""
+    preempt, and the pass starts where the last Tick's pass ran out of budget."""
     if state.config is None:
         return
     config = state.configured()
     budget = state.policy.schedule_attempts_max
     looks = 0
-    for key in list(state.queue.keys):
-        if budget <= 0:
-            break
+    stopped: QueueKey | None = None
+    for key in _pass_order(state, preempt=preempt):
         group = state.groups.get(key[2])
         if group is None or group.phase is not GroupPhase.PENDING:
             continue
@@ -196,15 +207,32 @@ def schedule(state: State, *, preempt: bool = False) -> None:
             continue
         if not full and group.attempt_epoch == state.capacity_epoch:
             continue
+        if budget <= 0:
+            stopped = key
+            break
         cost = attempt_looks(config, group, preempt=full)
         if looks and looks + cost > SCHEDULE_LOOKS_MAX:
+            later = "tried first at the next Tick" if preempt else "tried at a later pass"
             state.set(group, "why_pending", (
                 f"not tried yet: the scheduling pass had looked at {looks} cells, and trying it "
-                f"looks at {cost} (at most {SCHEDULE_LOOKS_MAX} a pass); tried at the next pass"))
+                f"looks at {cost} (at most {SCHEDULE_LOOKS_MAX} a pass); {later}"))
+            stopped = key
             break
         looks += cost
         budget -= 1
         try_place(state, group, preempt=full)
+    if preempt:
+        state.set(state, "schedule_resume", stopped)
+
+
+def _pass_order(state: State, *, preempt: bool) -> list[QueueKey]:
+    """The queue in order; for a Tick's pass, from the first key at or after where the last one
+    stopped, around to the head and on to just before it."""
+    keys = state.queue.keys
+    if not preempt or state.schedule_resume is None:
+        return list(keys)
+    start = state.queue.position(state.schedule_resume)
+    return keys[start:] + keys[:start]
 
 
 def attempt_looks(config: Configured, group: Group, *, preempt: bool) -> int:

@@ -1,11 +1,11 @@
 """Snapshots: the whole replicated state as canonical bytes, and back.
 
 Only primary state is written (see `state`): the configuration, logical time and counters, the
-nodes, the VC bindings, the gangs, the outbox and the sessions, every collection sorted by its
-key and every record a fixed-order array. Equal states therefore give equal bytes, in any
-process and under any PYTHONHASHSEED, and the digest is the SHA-256 of those bytes. Restoring
-decodes the primary state and recomputes the derived state (cell counters, free lists, queue)
-exactly as the invariant checker does.
+nodes, the VC bindings, the gangs, the outbox, the sessions and where the next Tick's scheduling
+pass starts, every collection sorted by its key and every record a fixed-order array. Equal
+states therefore give equal bytes, in any process and under any PYTHONHASHSEED, and the digest
+is the SHA-256 of those bytes. Restoring decodes the primary state and recomputes the derived
+state (cell counters, free lists, queue) exactly as the invariant checker does.
 """
 
 from __future__ import annotations
@@ -32,8 +32,10 @@ from statemachine.state import (
 )
 
 SNAPSHOT_TAG = "cellar-statemachine-snapshot"
-SNAPSHOT_FORMAT = 4  # 3: a gang's failures are (GPU, why) pairs; 4: sessions' checksums
-SNAPSHOT_FORMATS_READ = (2, 3, 4)  # 2: a gang's failures were "GPU: why" lines
+SNAPSHOT_FORMAT = 5  # 3: a gang's failures are (GPU, why) pairs; 4: sessions' checksums;
+# 5: where the next Tick's scheduling pass starts
+SNAPSHOT_FORMATS_READ = (2, 3, 4, 5)  # 2: a gang's failures were "GPU: why" lines
+SCHEDULE_RESUME_SINCE = 5  # the format that added it
 SNAPSHOT_BYTES_MAX = 1 << 30
 
 
@@ -49,6 +51,7 @@ def encode_snapshot(state: State, sessions: Sessions, applied_index: int) -> byt
         [state.outbox.first_index, state.outbox.nodes, state.outbox.packed],
         [[key, session.last_sequence, session.expires_ms, session.reply, session.checksum]
          for key, session in sorted(sessions.table.items())],
+        None if state.schedule_resume is None else list(state.schedule_resume),
     ])
 
 
@@ -86,13 +89,18 @@ def decode_snapshot(data: bytes) -> tuple[State, Sessions, int]:
     from replicas, not clients: a malformed one is a corrupt data directory, and fails loudly."""
     raw = unpack(data, bytes_max=SNAPSHOT_BYTES_MAX, what="snapshot")
     (tag, version, applied_index, now_ms, next_submit, capacity_epoch, change_epoch, config,
-     nodes, bindings, groups, outbox, sessions) = raw
+     nodes, bindings, groups, outbox, sessions, *later) = raw
     if tag != SNAPSHOT_TAG or version not in SNAPSHOT_FORMATS_READ:
         raise ValueError(f"not a Cellar snapshot of format {SNAPSHOT_FORMATS_READ}: {tag!r} "
                          f"{version!r}")
+    if len(later) != (version >= SCHEDULE_RESUME_SINCE):
+        raise ValueError(f"a snapshot of format {version} with {len(raw)} fields")
     state = State()
     state.now_ms, state.next_submit = now_ms, next_submit
     state.capacity_epoch, state.change_epoch = capacity_epoch, change_epoch
+    if later and later[0] is not None:  # none before format 5
+        priority, submit_index, group = later[0]
+        state.schedule_resume = (priority, submit_index, group)
     state.nodes = {fields[0]: _load_node(fields) for fields in nodes}
     state.groups = {fields[0]: _load_group(fields, version) for fields in groups}
     if config is not None:

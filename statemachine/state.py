@@ -1,8 +1,9 @@
 """The replicated state: one object holding everything `apply` reads and changes.
 
 Primary state, which snapshots store: the configuration (spec and version), logical time, the
-nodes, the gangs (with their placements), the VC bindings, the outbox, the submission counter
-and two epochs that tell the scheduler what changed since a gang's last attempt.
+nodes, the gangs (with their placements), the VC bindings, the outbox, the submission counter,
+two epochs that tell the scheduler what changed since a gang's last attempt, and the queue key
+where the next Tick's scheduling pass starts (the last one ran out of budget there).
 Derived state, rebuilt from the primary on restore and recomputed by the invariant checker:
 the per-GPU holder arrays and counters (`cells`), the free lists (`buddy`, from the bindings),
 the pending queue and the UUID registry.
@@ -20,7 +21,7 @@ from statemachine.journal import Journal
 from statemachine.limits import OPPORTUNISTIC_PRIORITY
 from statemachine.nodes import NodeRecord
 from statemachine.outbox import Outbox
-from statemachine.pending import PendingQueue
+from statemachine.pending import PendingQueue, QueueKey
 from statemachine.results import GroupPhase
 from statemachine.spec import ClusterSpec, PolicySpec
 from statemachine.topology import Topology
@@ -43,7 +44,7 @@ class Configured:
 
 class State:
     __slots__ = ("capacity_epoch", "change_epoch", "config", "groups", "journal", "next_submit",
-                 "nodes", "now_ms", "outbox", "queue", "uuid_owner")
+                 "nodes", "now_ms", "outbox", "queue", "schedule_resume", "uuid_owner")
 
     def __init__(self) -> None:
         self.journal = Journal()
@@ -57,6 +58,7 @@ class State:
         self.next_submit = 1
         self.capacity_epoch = 0  # bumped whenever GPUs may have become available
         self.change_epoch = 0  # bumped on capacity changes and on new holders (new victims)
+        self.schedule_resume: QueueKey | None = None  # where the next Tick's pass starts
 
     # Lookups that refuse with the right code.
 

@@ -325,6 +325,7 @@ def test_a_format_3_snapshot_loads_its_sessions_without_checksums() -> None:
     raw = unpack(machine.snapshot(), bytes_max=1 << 30, what="snapshot")
     raw[1] = 3
     raw[12] = [row[:4] for row in raw[12]]
+    del raw[13]  # where the next Tick's pass starts: none before format 5
     restored = Machine()
     restored.restore(pack(raw))
     assert all(session.checksum == NO_CHECKSUM for session in restored.sessions.table.values())

@@ -136,7 +136,7 @@ def test_a_tick_pass_looks_at_a_bounded_number_of_cells() -> None:
                if state.groups[name].phase is GroupPhase.PENDING]
     untried = [name for name in waiting if state.groups[name].preempt_epoch != state.change_epoch]
     assert untried, "the pass was expected to stop before the end of the queue"
-    assert "tried at the next pass" in state.groups[untried[0]].why_pending
+    assert "tried first at the next Tick" in state.groups[untried[0]].why_pending
     for _ in range(PENDING):
         if not untried:
             break
