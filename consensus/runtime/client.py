@@ -18,7 +18,8 @@ that answers a command sent more than once is `OutcomeUnknown`, never "not appli
 Reads are linearizable (the replica runs them at the sequencer's read index) and are simply
 retried. Watches long-poll a query on one replica's state and resume from the executed slot
 after a reconnect; they are retried as reads are, so a moment with no replica up is ridden
-out. Async on anyio.
+out, and a replica behind the slot asked (cut off from its peers) is passed over as one that
+did not answer: a watch never answers older than what its caller has seen. Async on anyio.
 """
 
 from __future__ import annotations
@@ -127,6 +128,15 @@ def _refusal(response: Response) -> ClientError | None:
 
 
 _MOVE_ON = (Code.UNAVAILABLE, Code.UNKNOWN)  # answers that send the next try elsewhere
+
+
+def _behind(response: Response | None, after_slot: int) -> Response | None:
+    """`response`, or None (no answer: the next try goes elsewhere) when it is an OK answer
+    from a replica that has executed less than `after_slot`: older than what the caller of a
+    watch has seen, and a caller that takes each answer as current would go back in time."""
+    if response is not None and response.code is Code.OK and response.slot < after_slot:
+        return None
+    return response
 
 
 def _encode_status(request_id: int) -> bytes:
@@ -498,8 +508,11 @@ class CellarClient:
     async def watch(self, query: bytes, after_slot: int, *, wait_s: float = 10.0
                     ) -> tuple[bytes, int]:
         """Run `query` once some replica executed past `after_slot` (or `wait_s` passed):
-        returns the result and that replica's executed slot, to resume from. Tried across
-        the replicas as a read is, for the client's deadline_s on top of `wait_s`."""
+        returns the result and that replica's executed slot, to resume from, never below
+        `after_slot`. Tried across the replicas as a read is, for the client's deadline_s on
+        top of `wait_s`; a replica that answers behind `after_slot` (cut off from its peers,
+        its state older than what the caller has seen) is moved on from as one that did not
+        answer, and Unavailable is raised when none answers at or past it in time."""
         _check_body(query, "a query")
         if not 0 <= wait_s <= WAIT_S_MAX:
             raise ValueError(f"a watch's wait_s must lie in [0, {WAIT_S_MAX}], got {wait_s}")
@@ -516,21 +529,24 @@ class CellarClient:
             wait_ms = max(0, min(int(wait_s * 1000), left_ms))
             return encode_request(Watch(request_id, query, after_slot, wait_ms))
 
-        response = await self._ask_around(encode, deadline, "watch", held_s=wait_s)
+        response = await self._ask_around(encode, deadline, f"watch at slot {after_slot} "
+                                          "or later", held_s=wait_s, after_slot=after_slot)
         return response.payload, response.slot
 
     async def _ask_around(self, encode: Encode, deadline: float, what: str,
-                          held_s: float = 0.0) -> Response:
+                          held_s: float = 0.0, after_slot: int = -1) -> Response:
         """The first OK response to a query, trying the replicas in turn with a pause after
         each round (a restart or a failover may leave none up for a moment) until `deadline`
-        (anyio's clock): a refusal is raised, and Unavailable once the deadline passed."""
+        (anyio's clock): a refusal is raised, and Unavailable once the deadline passed. An
+        OK answer at a slot below `after_slot` (a watch's) counts as none (`_behind`)."""
         unreached: _NotSent | None = None  # the last try that could not connect
         try:  # not contextlib.suppress, as in propose
             while True:
                 for endpoint in self._rotation(self._now()):
                     try:
-                        response = self._judged(await self._attempt(endpoint, encode, deadline,
-                                                                     held_s))
+                        response = self._judged(_behind(
+                            await self._attempt(endpoint, encode, deadline, held_s),
+                            after_slot))
                     except _NotSent as error:
                         unreached = _unreached(unreached, error)
                         continue
