@@ -19,7 +19,12 @@ Reads are linearizable (the replica runs them at the sequencer's read index) and
 retried. Watches long-poll a query on one replica's state and resume from the executed slot
 after a reconnect; they are retried as reads are, so a moment with no replica up is ridden
 out, and a replica behind the slot asked (cut off from its peers) is passed over as one that
-did not answer: a watch never answers older than what its caller has seen. Async on anyio.
+did not answer: a watch never answers older than what its caller has seen. A watch try given up
+on unanswered (its caller cancelled, or the try's deadline passed) while its connection stays up
+is called off at the replica with a Cancel, which answers nothing: else the replica held it, and
+its place in the watch budget, for its whole wait, and 16 given up on locked this identity out
+of watches there (OVERLOADED). A replica of an earlier build answers the Cancel BAD_REQUEST
+under the watch's id, which nobody waits for any more; the connection goes on. Async on anyio.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from consensus.envelope import BODY_BYTES_MAX
 from consensus.errors import ConsensusError, InvalidMessage
 from consensus.runtime.client_codec import (
     TIMEOUT_MS_MAX,
+    Cancel,
     Code,
     Read,
     Response,
@@ -264,6 +270,24 @@ class _Connection:
             self._waiting.pop(request_id, None)
         return waiter.answer
 
+    async def request_held(self, encode: Encode, deadline: float) -> Response | None:
+        """`request`, for one the replica holds by design (a watch): given up on unanswered
+        (the caller cancelled, or `deadline` passed) while the connection stays up, it is
+        called off there (module docstring)."""
+        sent: list[int] = []  # its id, once encoded
+
+        def tagged(request_id: int) -> bytes:
+            sent.append(request_id)
+            return encode(request_id)
+
+        response = None
+        try:
+            response = await self.request(tagged, deadline)
+        finally:
+            if response is None and sent and not self.outbox.broken:
+                self.outbox.put(encode_request(Cancel(sent[0])))  # never waits
+        return response
+
     async def write_requests(self) -> None:
         try:
             await self.outbox.run()
@@ -474,6 +498,8 @@ class CellarClient:
         connection = self._connections.get(endpoint)
         if connection is None or connection.broken:
             return self._connect_and_request(endpoint, encode, deadline, held_s)
+        if held_s:  # a watch, called off if given up on
+            return connection.request_held(encode, self._try_deadline(now, deadline, held_s))
         return connection.request(encode, self._try_deadline(now, deadline, held_s))
 
     def _try_deadline(self, now: float, deadline: float, held_s: float) -> float:
@@ -487,8 +513,8 @@ class CellarClient:
         except (*_BROKEN, TimeoutError) as error:
             self._move_on()
             raise _NotSent from error
-        return await connection.request(encode, self._try_deadline(self._now(), deadline,
-                                                                   held_s))
+        request = connection.request_held if held_s else connection.request
+        return await request(encode, self._try_deadline(self._now(), deadline, held_s))
 
     def _judged(self, response: Response | None) -> Response | None:
         """`response`, after moving on from its replica if it gave none or cannot serve."""

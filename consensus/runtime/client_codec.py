@@ -6,7 +6,13 @@ Requests carry an id the client picks (responses may come back in any order):
 - read: a linearizable query (through the sequencer's read index);
 - watch: a query run on the replica's own state once it executed past `after_slot` (long
   polling: the reply comes when there is news or `wait_ms` passed);
-- status: the replica's role, view, sequencer, progress and counters.
+- status: the replica's role, view, sequencer, progress and counters;
+- cancel: call off the watch with this id, which the client gave up on (its caller cancelled,
+  or its try's deadline passed) while the connection stays up: the replica ends its wait at
+  once, freeing its place in the watch budget, and answers nothing for it, nor for the cancel.
+  An id not waiting (answered already, never a watch, unknown) is ignored. A replica of an
+  earlier build answers it BAD_REQUEST under that id, which no caller waits for any more (ids
+  are never reused on a connection), and holds the watch as before.
 Response codes say exactly what the client may conclude: OK, UNKNOWN (handed to consensus,
 no result in time: it may still be applied), OVERLOADED (not proposed: retrying is safe),
 BAD_REQUEST, UNAVAILABLE (the replica is stopping), TOO_LARGE (the answer would not fit in a
@@ -48,6 +54,7 @@ class RequestKind(enum.IntEnum):
     READ = 2
     WATCH = 3
     STATUS = 4
+    CANCEL = 5
 
 
 class Code(enum.IntEnum):
@@ -92,7 +99,12 @@ class Status:
     request_id: int
 
 
-Request = Propose | Read | Watch | Status
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    request_id: int  # of the watch to call off (no answer comes for either)
+
+
+Request = Propose | Read | Watch | Status | Cancel
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,8 +121,9 @@ _new_propose: Callable[[int, str, int, bytes, int, int], Propose] = slot_builder
 _new_response: Callable[[int, Code, bytes, int, str], Response] = slot_builder(Response)
 _REQUEST_KIND_MAX = max(RequestKind)  # computed once: iterating an enum is slow
 # Packed as plain ints: msgpack packs an int enum member 0.35 us slower.
-_PROPOSE, _READ, _WATCH, _STATUS = (RequestKind.PROPOSE.value, RequestKind.READ.value,
-                                    RequestKind.WATCH.value, RequestKind.STATUS.value)
+_PROPOSE, _READ, _WATCH, _STATUS, _CANCEL = (
+    RequestKind.PROPOSE.value, RequestKind.READ.value, RequestKind.WATCH.value,
+    RequestKind.STATUS.value, RequestKind.CANCEL.value)
 _CODE_OF = {code.value: code for code in Code}  # a dict lookup, not an enum call
 _OK = Code.OK.value
 _CODE_MAX = max(_CODE_OF)
@@ -132,6 +145,8 @@ def encode_request(request: Request) -> bytes:
     if isinstance(request, Watch):
         return pack([_WATCH, request.request_id, request.query, request.after_slot,
                      request.wait_ms])
+    if isinstance(request, Cancel):
+        return pack([_CANCEL, request.request_id])
     return pack([_STATUS, request.request_id])
 
 
@@ -197,6 +212,9 @@ def _checked_request(raw: object) -> Request:
         return Watch(request_id, expect_bytes(query, "watch.query", length_max=BODY_BYTES_MAX),
                      expect_int(after_slot, "watch.after_slot", low=-1),
                      expect_int(wait_ms, "watch.wait_ms", high=TIMEOUT_MS_MAX))
+    if kind == RequestKind.CANCEL:
+        expect_fields(raw, "cancel", 2)
+        return Cancel(request_id)
     expect_fields(raw, "status", 2)
     return Status(request_id)
 

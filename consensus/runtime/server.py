@@ -22,6 +22,13 @@ A state machine that gates queries (`consensus.state_machine.QueryGate`) is aske
 or watch goes to the driver: one it refuses is answered REFUSED with its reason, and counted;
 one that does not decode is answered BAD_REQUEST, and counted as a bad request.
 
+A watch waits in a task of its own, under a cancel scope the connection keeps by request id
+(`_Answers.watches`) while it waits: a Cancel naming that id (the client gave up on the watch,
+its connection still up) ends the wait at once, which gives back its place in the watch budget,
+and nothing is answered for either; its permit and the Cancel's come back at once. Unknown or
+already answered ids are ignored. Without it, a watch given up on held its place for its whole
+wait (up to ten minutes), and 16 of them locked its client identity out of watches here.
+
 Permits bound how many answers wait for a client, not their bytes. While more than
 ANSWERS_QUEUED_BYTES_MAX of them wait unwritten, the server takes no new request from it; a
 client whose answers stay over that bound with no write going through for ANSWERS_STALL_S (it
@@ -69,10 +76,10 @@ from consensus.envelope import Principal, Role
 from consensus.errors import InvalidMessage
 from consensus.runtime.client_codec import (
     RESPONSE_MESSAGE_LENGTH_MAX,
+    Cancel,
     Code,
     Propose,
     Read,
-    Request,
     Response,
     Status,
     Watch,
@@ -164,7 +171,7 @@ class ClientServer:
             self._driver.metrics.count("server.bad_requests")
             answers.error(request_id_of(frame), Code.BAD_REQUEST, error.reason)
             return
-        if not self._driver.running:
+        if not self._driver.running and not isinstance(request, Cancel):
             answers.error(request.request_id, Code.UNAVAILABLE, "the replica is not running")
         elif isinstance(request, Propose):
             command = encode_envelope_of(principal, request.session, request.sequence,
@@ -172,13 +179,18 @@ class ClientServer:
             self._driver.submit(command, max(request.timeout_ms, WAIT_MS_MIN) / 1000,
                                 answers.responder(request.request_id, _REPLY),
                                 reserved=principal.role is Role.NODE)
+        elif isinstance(request, Cancel):
+            answers.call_off(request.request_id)
         elif isinstance(request, Status) or self._allowed(principal, request, answers):
             if isinstance(request, Read):
                 self._driver.submit_read(request.query,
                                          max(request.timeout_ms, WAIT_MS_MIN) / 1000,
                                          answers.responder(request.request_id, _ANSWER))
+            elif isinstance(request, Watch):  # its scope kept before its task ever runs
+                tasks.start_soon(self._watch, principal, request, answers,
+                                 answers.waiting(request.request_id))
             else:
-                tasks.start_soon(self._answer_slowly, principal, request, answers)
+                tasks.start_soon(self._answer_status, request, answers)
 
     def _stamp_ms(self, sent_ms: int) -> int:
         """This replica's clock, but no later than the client's send time allows (0: the
@@ -202,25 +214,31 @@ class ClientServer:
         answers.error(query.request_id, Code.REFUSED, refused)
         return False
 
-    async def _answer_slowly(self, principal: Principal, request: Request,
-                             answers: _Answers) -> None:
+    async def _answer_status(self, request: Status, answers: _Answers) -> None:
+        answers.put(request.request_id,
+                    encode_ok(request.request_id, encode_status(self._status())), "the status")
+
+    async def _watch(self, principal: Principal, request: Watch, answers: _Answers,
+                     waiting: anyio.CancelScope) -> None:
+        """Answer `request` once there is news or its wait passed; nothing once `waiting` is
+        cancelled (called off: the module docstring)."""
         request_id = request.request_id
-        if isinstance(request, Watch):
-            try:
+        try:
+            with waiting:
                 result, slot = await self._driver.local_read(
                     request.query, request.after_slot, request.wait_ms / 1000, principal)
-            except Overloaded as error:  # past the watches' budget or the principal's share
-                answers.error(request_id, Code.OVERLOADED, str(error))
+                answers.put(request_id,
+                            encode_response(Response(request_id, Code.OK, result, slot)), _ANSWER)
                 return
-            except QueryFailed as error:
-                answers.error(request_id, Code.BAD_REQUEST, str(error))
-                return
-            answers.put(request_id, encode_response(Response(request_id, Code.OK, result, slot)),
-                        _ANSWER)
-        else:
-            assert isinstance(request, Status)
-            answers.put(request_id, encode_ok(request_id, encode_status(self._status())),
-                        "the status")
+        except Overloaded as error:  # past the watches' budget or the principal's share
+            answers.error(request_id, Code.OVERLOADED, str(error))
+            return
+        except QueryFailed as error:
+            answers.error(request_id, Code.BAD_REQUEST, str(error))
+            return
+        finally:
+            answers.waited(request_id, waiting)
+        answers.unanswered()  # called off
 
 
 # What an answer too large to send was, for the client's error message:
@@ -245,7 +263,8 @@ class _Answers:
     frame cap (TOO_LARGE in its place when it is over), each returning its request's permit
     once written, its bytes counted in the server's budget until then."""
 
-    __slots__ = ("_budget", "_limiter", "_metrics", "_written", "held_bytes", "outbox")
+    __slots__ = ("_budget", "_limiter", "_metrics", "_written", "held_bytes", "outbox",
+                 "watches")
 
     def __init__(self, connection: FrameStream, limiter: anyio.Semaphore, metrics: Metrics,
                  budget: _AnswerBudget) -> None:
@@ -255,6 +274,7 @@ class _Answers:
         self._written = Doorbell()  # rung after each write
         self.held_bytes = 0  # of the answers queued or being written, all in `budget` too
         self.outbox = Outbox(connection, on_written=self._wrote)
+        self.watches: dict[int, anyio.CancelScope] = {}  # waiting, by request id (a Cancel's)
 
     def over(self) -> bool:
         """Whether to take no request now: over this connection's own bound, or over its fair
@@ -351,6 +371,28 @@ class _Answers:
             self._release(1)
         else:
             self._hold(len(too_large))
+
+    def waiting(self, request_id: int) -> anyio.CancelScope:
+        """The scope a watch waits in, which a Cancel of `request_id` cancels."""
+        scope = self.watches[request_id] = anyio.CancelScope()
+        return scope
+
+    def waited(self, request_id: int, scope: anyio.CancelScope) -> None:
+        """The watch waiting in `scope` is over (answered, refused or called off)."""
+        if self.watches.get(request_id) is scope:  # not a later watch under the same id
+            del self.watches[request_id]
+
+    def call_off(self, request_id: int) -> None:
+        """A Cancel: end the wait of the watch `request_id` if it is waiting (ignored if
+        not); neither is answered, so the Cancel's permit comes back now."""
+        scope = self.watches.get(request_id)
+        if scope is not None:
+            scope.cancel()
+        self.unanswered()
+
+    def unanswered(self) -> None:
+        """A request that gets no answer (a Cancel, a watch called off): its permit back."""
+        self._release(1)
 
     def _hold(self, size: int) -> None:
         self.held_bytes += size

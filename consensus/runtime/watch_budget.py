@@ -23,7 +23,9 @@ refuses what does not decode), so a principal's watches hold at most 64 KiB of t
 budget by default; the bytes share bounds machines with larger queries (the test key-value
 machine's).
 
-A refusal is safe to retry: nothing waits, and the client tries again after a pause.
+A refusal is safe to retry: nothing waits, and the client tries again after a pause. A watch
+the client gives up on while its connection stays up is called off (a Cancel request,
+server.py) and gives its place back at once, not at the end of its wait.
 """
 
 from __future__ import annotations

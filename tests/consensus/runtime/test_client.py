@@ -19,6 +19,19 @@ from consensus.runtime.client import (
     Rejected,
     Unavailable,
 )
+from consensus.runtime.client_codec import (
+    Cancel,
+    Code,
+    Request,
+    Response,
+    Status,
+    Watch,
+    decode_request,
+    encode_ok,
+    encode_response,
+    encode_status,
+    request_id_of,
+)
 from tests.consensus.runtime.fake_replicas import AnsweringReplica, NeverDialled, SilentReplica
 from tests.consensus.runtime.kv_machine import SessionKv
 from tests.consensus.runtime.local import MemoryFrames, local_cluster
@@ -289,3 +302,84 @@ async def test_a_watch_longer_than_a_replica_holds_one_is_refused_unsent() -> No
         with pytest.raises(ValueError, match="wait_s must lie in"):
             await client.watch(b"query", -1, wait_s=WAIT_S_MAX + 1)
     assert connect.dialled == []
+
+
+class HoldingWatches:
+    """A replica that holds every watch unanswered (and every read) and answers a status;
+    `earlier`: one of a build before Cancel, whose decoder refuses it as an unknown kind,
+    answered BAD_REQUEST under the id it names. `heard`: every request, decoded."""
+
+    frame_bytes_max = 1 << 20
+
+    def __init__(self, *, earlier: bool = False) -> None:
+        self.heard: list[Request] = []
+        self._earlier = earlier
+        self._out, self._answers = anyio.create_memory_object_stream[bytes](100)
+
+    async def send(self, frame: bytes) -> None:
+        await self.send_many([frame])
+
+    async def send_many(self, frames: Sequence[bytes]) -> None:
+        for frame in frames:
+            request = decode_request(frame)
+            self.heard.append(request)
+            if isinstance(request, Status):
+                self._out.send_nowait(encode_ok(request.request_id, encode_status({})))
+            elif isinstance(request, Cancel) and self._earlier:
+                self._out.send_nowait(encode_response(Response(
+                    request_id_of(frame), Code.BAD_REQUEST, message="request.kind: 5 > 4")))
+
+    async def receive(self) -> bytes:
+        return await self._answers.receive()
+
+    async def aclose(self) -> None:
+        self._out.close()
+
+    def ids(self, kind: type[Watch] | type[Cancel]) -> list[int]:
+        return [request.request_id for request in self.heard if isinstance(request, kind)]
+
+
+async def test_a_watch_given_up_on_is_called_off_while_its_connection_stays_up() -> None:
+    """Its caller cancelled, or its try's deadline passed: the client sends a Cancel naming
+    it, or the replica held it, with its place in the watch budget, for its whole wait.
+    Commands and reads are never called off."""
+    replica = HoldingWatches()
+
+    async def connect(endpoint: str) -> HoldingWatches:
+        return replica
+
+    config = ClientConfig(attempt_timeout_s=0.05, deadline_s=0.3, retry_backoff_s=0.01)
+    with anyio.fail_after(10):
+        async with CellarClient(["a"], connect, config) as client:
+            with anyio.move_on_after(0.05):  # the caller gives up
+                await client.watch(b"query", 7, wait_s=600)
+            with pytest.raises(Unavailable):  # the try's deadline passes
+                await client.watch(b"query", 7, wait_s=0.1)
+            with pytest.raises(Unavailable):
+                await client.read(b"query")
+            await client.status("a")  # sent after the Cancels: they went out before it
+            connection = client._connections["a"]
+            assert not connection.broken and not connection._waiting
+    assert len(replica.ids(Watch)) == 2
+    assert replica.ids(Cancel) == replica.ids(Watch)
+
+
+async def test_a_replica_of_an_earlier_build_refuses_a_cancel_and_the_connection_goes_on(
+        ) -> None:
+    """Mixed versions: its BAD_REQUEST comes under the id of the watch given up on, which no
+    caller waits for any more (ids are never reused on a connection): ignored, and the next
+    request on the same connection is answered. (Such a replica holds the watch for its wait,
+    as before Cancel.)"""
+    replica = HoldingWatches(earlier=True)
+
+    async def connect(endpoint: str) -> HoldingWatches:
+        return replica
+
+    with anyio.fail_after(10):
+        async with CellarClient(["a"], connect, ClientConfig(deadline_s=2.0)) as client:
+            with anyio.move_on_after(0.05):
+                await client.watch(b"query", 7, wait_s=600)
+            connection = client._connections["a"]
+            assert await client.status("a") == {}
+            assert client._connections["a"] is connection and not connection.broken
+    assert replica.ids(Cancel) == replica.ids(Watch)

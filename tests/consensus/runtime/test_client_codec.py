@@ -14,9 +14,11 @@ from consensus.errors import InvalidMessage
 from consensus.runtime.client_codec import (
     RESPONSE_MESSAGE_LENGTH_MAX,
     TIMEOUT_MS_MAX,
+    Cancel,
     Code,
     Propose,
     Read,
+    Request,
     Response,
     Status,
     Watch,
@@ -41,13 +43,14 @@ requests = st.one_of(
     st.builds(Read, ids, st.binary(max_size=200), timeouts),
     st.builds(Watch, ids, st.binary(max_size=200), st.integers(-1, 2**63 - 1), timeouts),
     st.builds(Status, ids),
+    st.builds(Cancel, ids),
 )
 responses = st.builds(Response, ids, st.sampled_from(list(Code)), st.binary(max_size=200),
                       st.integers(0, 2**63 - 1), st.text(max_size=200))
 
 
 @given(requests)
-def test_requests_round_trip(request: Propose | Read | Watch | Status) -> None:
+def test_requests_round_trip(request: Request) -> None:
     assert decode_request(encode_request(request)) == request
 
 
@@ -109,8 +112,26 @@ def test_the_inline_answer_path_decides_as_the_checked_one(raw: list[object]) ->
 
 
 @given(requests)
-def test_the_id_of_a_valid_request_is_read_back(request: Propose | Read | Watch | Status) -> None:
+def test_the_id_of_a_valid_request_is_read_back(request: Request) -> None:
     assert request_id_of(encode_request(request)) == request.request_id
+
+
+@pytest.mark.parametrize(("raw", "reason"), [
+    ([5, 7, 0], "cancel"),  # nothing but the id it names
+    ([5, -1], "request.id"),
+    ([5, 2**63], "request.id"),
+    ([5, "7"], "request.id"),
+    ([6, 7], "request.kind"),
+])
+def test_a_malformed_cancel_is_refused_with_the_field_named(raw: object, reason: str) -> None:
+    with pytest.raises(InvalidMessage, match=reason):
+        decode_request(pack(raw))
+
+
+def test_a_cancel_names_the_request_it_calls_off() -> None:
+    assert encode_request(Cancel(42)) == pack([5, 42])
+    assert decode_request(pack([5, 42])) == Cancel(42)
+    assert request_id_of(encode_request(Cancel(42))) == 42
 
 
 @pytest.mark.parametrize(("data", "request_id"), [

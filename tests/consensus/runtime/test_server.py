@@ -29,7 +29,9 @@ from consensus.runtime.client import (
 )
 from consensus.runtime.client_codec import (
     TIMEOUT_MS_MAX,
+    Cancel,
     Code,
+    Status,
     Watch,
     decode_response,
     encode_request,
@@ -41,6 +43,7 @@ from consensus.runtime.listener import ClientListener
 from consensus.runtime.metrics import Metrics
 from consensus.runtime.server import ClientServer
 from consensus.runtime.tls import Identity
+from consensus.runtime.watch_budget import WATCHES_PER_PRINCIPAL_MAX
 from jepsen.sim.kv_codec import decode_reply, encode_get, encode_put
 from tests.consensus.runtime.kv_machine import SessionKv
 from tests.consensus.runtime.local import (
@@ -273,3 +276,68 @@ async def test_a_client_that_hangs_up_with_every_permit_taken_is_let_go() -> Non
                 await served.wait()
             tasks.cancel_scope.cancel()
     assert served.is_set(), "the server still holds the connection of a client that hung up"
+
+
+async def test_watches_their_callers_gave_up_on_are_called_off_at_the_replica() -> None:
+    """A watch its caller cancels is called off at the replica while the connection stays up:
+    each had held its place in the watch budget for its whole wait (up to ten minutes), and
+    16 given up on locked the client's identity out of watches at that replica (OVERLOADED)."""
+    replica = Replica(ReplicaConfig(replica_id=0, replica_count=3), Prng(1))
+    driver = Driver(replica, MemoryStore(), SessionKv(), lambda peer, frame: True, Metrics(),
+                    config=DriverConfig(tick_ms=5))
+    server = ClientServer(driver)
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tasks:
+            await tasks.start(driver.run)
+
+            async def connect(endpoint: str) -> MemoryFrames:
+                to_server, from_client = anyio.create_memory_object_stream[bytes](100)
+                to_client, from_server = anyio.create_memory_object_stream[bytes](100)
+                tasks.start_soon(server.serve, NODE_N1, MemoryFrames(to_client, from_client))
+                return MemoryFrames(to_server, from_server)
+
+            config = ClientConfig(attempt_timeout_s=0.5, deadline_s=2.0)
+            async with CellarClient(["0"], connect, config) as client:
+                for _ in range(WATCHES_PER_PRINCIPAL_MAX):
+                    with anyio.move_on_after(0.05):  # the caller gives up
+                        await client.watch(encode_get("k"), 1 << 40, wait_s=600)
+                connection = client._connections["0"]
+                await anyio.sleep(0.1)
+                assert driver.watch_bytes == 0
+                # one more is taken and answered on the same connection (not OVERLOADED)
+                answer, _ = await client.watch(encode_get("k"), -1, wait_s=0.1)
+                assert decode_reply(answer) == (True, None)  # "k": no value
+                assert client._connections["0"] is connection and not connection.broken
+            tasks.cancel_scope.cancel()
+    assert driver.metrics.counter("driver.watches_refused_principal") == 0
+    assert driver.metrics.counter("server.bad_requests") == 0
+
+
+async def test_a_cancel_ends_its_watch_unanswered_and_is_ignored_for_any_other_id() -> None:
+    """A Cancel and the watch it calls off are never answered, and give back their permits
+    (two here: one kept would stall the reader); an unknown or answered id is ignored."""
+    replica = Replica(ReplicaConfig(replica_id=0, replica_count=3), Prng(1))
+    driver = Driver(replica, MemoryStore(), SessionKv(), lambda peer, frame: True, Metrics(),
+                    config=DriverConfig(tick_ms=5))
+    to_server, from_client = anyio.create_memory_object_stream[bytes](20)
+    to_client, from_server = anyio.create_memory_object_stream[bytes](20)
+    query = encode_get("k")
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tasks:
+            await tasks.start(driver.run)
+            tasks.start_soon(ClientServer(driver, inflight_max=2).serve, NODE_N1,
+                             MemoryFrames(to_client, from_client))
+            await to_server.send(encode_request(Watch(1, query, 1 << 40, TIMEOUT_MS_MAX)))
+            await to_server.send(encode_request(Watch(2, query, -1, 0)))  # answered at once
+            assert decode_response(await from_server.receive()).request_id == 2
+            assert driver.watch_bytes == len(query)  # watch 1 waits
+            for request in (Cancel(99), Cancel(2), Cancel(1), Cancel(1), Status(3), Status(4)):
+                await to_server.send(encode_request(request))
+            answers = [decode_response(await from_server.receive()) for _ in range(2)]
+            assert sorted(answer.request_id for answer in answers) == [3, 4]
+            assert driver.watch_bytes == 0
+            with anyio.move_on_after(0.2):
+                extra = await from_server.receive()
+                pytest.fail(f"answered more: {decode_response(extra)}")
+            tasks.cancel_scope.cancel()
+    assert driver.metrics.counter("server.bad_requests") == 0
