@@ -33,8 +33,12 @@ EXIT_DATA_DIRECTORY_MISMATCH = 78  # EX_CONFIG: the configuration names another 
 _DELETING_IS_DANGEROUS = (
     "Do not simply delete the directory: the log holds this replica's promises (views, "
     "ballots, acceptances), and a replica that forgets them can let two different values be "
-    "chosen. Starting over is safe only while a majority of the other replicas still hold "
-    "their logs, and this replica must then rejoin as a new member with an empty directory."
+    "chosen, and one started over (an empty directory, or an older copy restored from a "
+    "backup) reuses the command tags of its earlier incarnations, so commands run twice or "
+    "are dropped as repeats: this holds even while every other replica keeps its log. Cellar "
+    "has no membership change, so no replica id can be started over in a running cluster: "
+    "keep the directory as it is for diagnosis; the cluster serves on while a majority of "
+    "its replicas runs."
 )
 
 _FIXES = {
@@ -110,9 +114,9 @@ class LogCorrupt(StorageError):
 
     def __init__(self, path: pathlib.Path, offset: int, problem: str) -> None:
         super().__init__(path, f"{path}: corrupt at byte offset {offset}: {problem}. Cellar "
-                               "refused to open it and changed nothing. Fix: restore the data "
-                               "directory from a backup, or move it aside and let this replica "
-                               f"rejoin as a new member. {_DELETING_IS_DANGEROUS}")
+                               "refused to open it and changed nothing. Fix: leave this "
+                               "replica stopped and its directory untouched (check the disk: "
+                               f"dmesg, SMART). {_DELETING_IS_DANGEROUS}")
         self.offset = offset
         self.problem = problem
 
