@@ -66,7 +66,8 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_CONFIG
     try:
         log = DurableLog.open(config.data_dir, create=args.init, synced=config.sync,
-                              identity=DataIdentity(config.replica_id, len(config.peers)))
+                              identity=DataIdentity(config.replica_id, len(config.peers),
+                                                    config.machine))
     except StorageError as error:
         print(f"cellar replica: {error}", file=sys.stderr)
         return error.exit_code

@@ -8,6 +8,12 @@ durably the first time a build that knows the file opens the log (a new replica'
 written by an earlier build, which is taken to be the configured replica's), and checked at
 every later open: another owner refuses the start with nothing changed (exit 78, a
 configuration mistake). The lock is held meanwhile (`DurableLog.open` claims it).
+
+It names the state machine too: a replica restarted under another `machine` replayed its log
+into a machine that cannot read it (the first snapshot restored or command applied failed with
+an unhandled error, or worse, was answered as a bad command on every replica alike). A file
+written before the machine was named is claimed for the configured one, as a log from before
+the file is claimed for the configured replica.
 """
 
 from __future__ import annotations
@@ -24,7 +30,8 @@ from consensus.runtime.storage_errors import (
 )
 
 IDENTITY_NAME = "identity.json"
-IDENTITY_BYTES_MAX = 4096  # the file is some 40 bytes; anything longer is not ours
+IDENTITY_BYTES_MAX = 4096  # the file is some 60 bytes; anything longer is not ours
+MACHINE_NAME_LENGTH_MAX = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,13 +40,25 @@ class DataIdentity:
 
     replica_id: int
     replica_count: int
+    machine: str = ""  # the state machine's name; "" in a file written before it was named
 
     def __str__(self) -> str:
-        return f"replica {self.replica_id} of {self.replica_count}"
+        machine = f" ({self.machine} machine)" if self.machine else ""
+        return f"replica {self.replica_id} of {self.replica_count}{machine}"
 
     def encode(self) -> bytes:
-        return (json.dumps({"replica_id": self.replica_id,
-                            "replica_count": self.replica_count}) + "\n").encode()
+        fields: dict[str, object] = {"replica_id": self.replica_id,
+                                     "replica_count": self.replica_count}
+        if self.machine:
+            fields["machine"] = self.machine
+        return (json.dumps(fields) + "\n").encode()
+
+    def owns(self, found: DataIdentity) -> bool:
+        """Whether a directory naming `found` is this replica's (a file that does not name
+        its machine yet is taken to be the configured one's)."""
+        return (found.replica_id, found.replica_count) == (self.replica_id,
+                                                           self.replica_count) \
+            and found.machine in ("", self.machine)
 
 
 def claim(directory: pathlib.Path, identity: DataIdentity) -> None:
@@ -47,13 +66,13 @@ def claim(directory: pathlib.Path, identity: DataIdentity) -> None:
     DataDirectoryMismatch for another owner, LogCorrupt for a file that is not an identity."""
     path = directory / IDENTITY_NAME
     found = _read(path)
-    if found is None:
+    if found is not None and not identity.owns(found):
+        raise DataDirectoryMismatch(path, found=str(found), configured=str(identity))
+    if found != identity:  # none yet, or one that does not name the machine
         try:
             replace_file(path, identity.encode())
         except OSError as error:
             raise StorageFailed(path, "writing the data directory's identity", error) from error
-    elif found != identity:
-        raise DataDirectoryMismatch(path, found=str(found), configured=str(identity))
 
 
 def _read(path: pathlib.Path) -> DataIdentity | None:
@@ -78,11 +97,14 @@ def _decode(data: bytes) -> DataIdentity | None:
         raw = json.loads(data)
     except (ValueError, UnicodeDecodeError):
         return None
-    if not isinstance(raw, dict) or sorted(raw) != ["replica_count", "replica_id"]:
+    if not isinstance(raw, dict) or \
+            sorted(set(raw) - {"machine"}) != ["replica_count", "replica_id"]:
         return None
     replica_id, replica_count = raw["replica_id"], raw["replica_count"]
+    machine = raw.get("machine", "")
     if type(replica_id) is not int or type(replica_count) is not int:
         return None
-    if not 0 <= replica_id < replica_count:
+    if not 0 <= replica_id < replica_count or type(machine) is not str or \
+            ("machine" in raw and not 0 < len(machine) <= MACHINE_NAME_LENGTH_MAX):
         return None
-    return DataIdentity(replica_id, replica_count)
+    return DataIdentity(replica_id, replica_count, machine)

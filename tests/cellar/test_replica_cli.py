@@ -196,4 +196,5 @@ def test_another_replicas_data_directory_is_refused_with_the_config_status(
     error = capsys.readouterr().err
     assert error.startswith(f"cellar replica: {layout.data_dir(0) / IDENTITY_NAME}: this data "
                             "directory is replica 1 of 3's, but the configuration is replica "
-                            "0 of 3's.")
+                            "0 of 3 (")
+    assert " machine)'s." in error

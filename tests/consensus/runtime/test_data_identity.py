@@ -93,3 +93,48 @@ def test_an_identity_without_a_log_is_a_lost_log_not_a_new_replica(
     (directory / LOG_NAME).unlink()
     with pytest.raises(DataDirectoryMissing, match="not empty"):
         DurableLog.open(directory, create=True, identity=ONE_OF_THREE)
+
+
+def test_the_identity_names_the_machine_and_another_machine_is_refused(
+        tmp_path: pathlib.Path) -> None:
+    """A replica restarted under another `machine` had replayed its log into a machine that
+    cannot read it; the directory now names its machine, and another is refused (exit 78)."""
+    directory = tmp_path / "data"
+    gpu = DataIdentity(1, 3, "gpu")
+    _make(directory, gpu)
+    assert (directory / IDENTITY_NAME).read_bytes() == \
+        b'{"replica_id": 1, "replica_count": 3, "machine": "gpu"}\n'
+    before = _files(directory)
+    with pytest.raises(DataDirectoryMismatch) as refused:
+        DurableLog.open(directory, create=False, identity=DataIdentity(1, 3, "kv"))
+    assert refused.value.exit_code == EXIT_DATA_DIRECTORY_MISMATCH
+    assert "replica 1 of 3 (gpu machine)'s, but the configuration is replica 1 of 3 " \
+           "(kv machine)'s" in str(refused.value)
+    assert _files(directory) == before
+    with DurableLog.open(directory, create=False, identity=gpu) as log:
+        assert log.records() == [EpochRecord(1), ViewRecord(2)]
+
+
+def test_an_identity_from_before_the_machine_was_named_is_claimed_for_the_configured_one(
+        tmp_path: pathlib.Path) -> None:
+    directory = tmp_path / "data"
+    _make(directory, ONE_OF_THREE)
+    with DurableLog.open(directory, create=False, identity=DataIdentity(1, 3, "kv")) as log:
+        assert log.records() == [EpochRecord(1), ViewRecord(2)]
+    assert b'"machine": "kv"' in (directory / IDENTITY_NAME).read_bytes()
+    with pytest.raises(DataDirectoryMismatch):
+        DurableLog.open(directory, create=False, identity=DataIdentity(1, 3, "gpu"))
+
+
+@pytest.mark.parametrize("text", [
+    b'{"replica_id": 1, "replica_count": 3, "machine": ""}',
+    b'{"replica_id": 1, "replica_count": 3, "machine": 7}',
+    b'{"replica_id": 1, "replica_count": 3, "machine": "gpu", "x": 1}',
+])
+def test_an_identity_naming_no_machine_properly_is_refused(tmp_path: pathlib.Path,
+                                                           text: bytes) -> None:
+    directory = tmp_path / "data"
+    _make(directory, ONE_OF_THREE)
+    (directory / IDENTITY_NAME).write_bytes(text)
+    with pytest.raises(LogCorrupt):
+        DurableLog.open(directory, create=False, identity=DataIdentity(1, 3, "gpu"))
