@@ -1,9 +1,10 @@
 """`apply(state, command, context) -> Result`: the typed entry point, atomic and deterministic.
 
-Order of work for every command: authorize the principal, clamp the command's time to be
-monotonic, run the handler. A handler either returns a result or raises `Refusal`; on a refusal
-the journal rolls back every change (the clock included), so the state is exactly as before and
-the rejection is the reply. Any other exception is a bug: it propagates, and the replica stops.
+Order of work for every command: authorize the principal, move logical time to the command's
+(monotonic, and bounded past the latest Tick unless it is one: `logical_time`), run the
+handler. A handler either returns a result or raises `Refusal`; on a refusal the journal rolls
+back every change (the clock included), so the state is exactly as before and the rejection is
+the reply. Any other exception is a bug: it propagates, and the replica stops.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from statemachine.config_commands import apply_config
 from statemachine.context import Context
 from statemachine.errors import Refusal
 from statemachine.group_commands import bind_pod, release_group, submit_group
+from statemachine.logical_time import command_time
 from statemachine.node_commands import (
     ack_pod_started,
     clear_bad,
@@ -77,8 +79,12 @@ def apply(state: State, command: Command, context: Context) -> Result:
     handler = HANDLERS[type(command)]
     try:
         authorize(command, context.principal)
-        if context.now_ms > state.now_ms:
-            state.set(state, "now_ms", context.now_ms)
+        is_tick = isinstance(command, Tick)  # authorized: the system's
+        now_ms = command_time(state, context.now_ms, tick=is_tick)
+        if now_ms > state.now_ms:
+            state.set(state, "now_ms", now_ms)
+        if is_tick:
+            state.set(state, "tick_ms", context.now_ms)
         result = handler(state, command)
     except Refusal as refusal:
         state.journal.rollback(0)

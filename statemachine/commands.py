@@ -190,7 +190,8 @@ class ReleaseGroup:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Tick:
-    """Advance logical time: leases, preemption deadlines, then one scheduling pass."""
+    """Advance logical time (the one command that moves it freely: `logical_time`): leases,
+    preemption deadlines, then one scheduling pass."""
 
 
 Command = (

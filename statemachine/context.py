@@ -10,4 +10,4 @@ from consensus.envelope import Principal
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Context:
     principal: Principal
-    now_ms: int  # the proposer's clock; `apply` clamps it to be monotonic
+    now_ms: int  # the proposer's clock; `apply` makes it logical time (`logical_time`)

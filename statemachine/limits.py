@@ -92,9 +92,20 @@ SESSIONS_MAX = 65_536
 # whose session was forgotten is told by its stamp (statemachine/sessions.py), which needs the
 # lifetime to be well over twice the longest a client retries a command
 # (consensus/runtime/client.py: DEADLINE_S_MAX, 45 s) plus the skew between the replicas'
-# clocks; and half of it is how far ahead of the others one replica's clock may jump (an NTP
-# step) before new sessions stamped by the others are refused as too old.
+# clocks; and half of it is how far ahead of the others the sequencer's clock may jump (an NTP
+# step) before new sessions stamped by the others are refused as too old (another replica's
+# moves logical time no more than STAMP_LEAD_MS_MAX past the sequencer's Ticks).
 SESSION_TTL_MS_MIN = 600_000
+# How far past the latest Tick's stamp a command other than a Tick may move logical time
+# (statemachine/logical_time.py). Each replica stamps the commands it serves with its own
+# clock, so without a bound one replica whose clock was far ahead (NTP broken there) moved
+# logical time with a single command, and leases, deadlines and sessions were judged by its
+# clock: a node that died was judged Suspect and Down only once real time caught up. The
+# sequencer's Ticks come about every second (consensus/runtime/driver.py: system_every_ms);
+# 5 s covers that period and the skew between healthy clocks, so a healthy replica's stamp is
+# never held back, and it is small beside a lease (PolicySpec.lease_ms, 10 s by default): a
+# lease renewed through a skewed replica lasts at most this much longer.
+STAMP_LEAD_MS_MAX = 5_000
 SESSIONS_PER_PRINCIPAL_MAX = SESSIONS_MAX // 8  # no one client's sessions fill the table
 # The replies the sessions cache, together: one can be large (a node's registration lists its
 # pods with their argv), and SESSIONS_MAX of the largest would not fit a snapshot. Past it the

@@ -3,8 +3,8 @@
 It implements `consensus.state_machine.StateMachine`. For each log entry, `apply` decodes the
 envelope (the runtime vouches for the principal and stamped the time), answers a session retry
 from the cache, decodes the body, hands the typed command to `statemachine.apply` (which
-authorizes, clamps time and applies atomically), expires sessions after a Tick, caches the
-reply and returns it. Nothing a client sends can make it raise: every bad input is a rejection
+authorizes, moves logical time and applies atomically), expires sessions after a Tick, caches
+the reply and returns it. Nothing a client sends can make it raise: every bad input is a rejection
 reply. `check_query` is the server's gate for queries: it refuses a query that does not
 decode, and one its principal may not ask. `query` answers read-only queries; `snapshot`,
 `restore` and `digest` cover the whole replicated state, sessions and applied index included.
@@ -21,6 +21,7 @@ from statemachine.codec import decode_command
 from statemachine.commands import Tick
 from statemachine.context import Context
 from statemachine.errors import Code, Rejection
+from statemachine.logical_time import command_time
 from statemachine.queries import answer
 from statemachine.query_codec import decode_query, encode_answer
 from statemachine.record_codec import DecodeError
@@ -47,7 +48,8 @@ class Machine:
             return encode_result(Rejection(code=Code.MALFORMED, message=error.reason))
         key = session_key(envelope.principal, envelope.session)
         ttl_ms = self.state.policy.session_ttl_ms  # fixed at recording: sessions.py says why
-        now_ms = max(self.state.now_ms, envelope.now_ms)
+        # The time `apply` runs a command with a session at (the system's Ticks carry none).
+        now_ms = command_time(self.state, envelope.now_ms, tick=False)
         if envelope.sequence > 0 and key not in self.sessions.table:
             # Opening a session may expire others by this clock: the machine keeps it, even
             # if the command is refused, or a late copy of a forgotten session's command

@@ -27,10 +27,12 @@ raises it, and half of a raised lifetime (1,800 s of 3,600 s) would let a copy o
 a session forgotten after 600 s open it again and run twice. Lowering the lifetime only keeps
 some sessions longer.
 A command that took more than 300 s from its stamp to its turn is refused too; its client gave
-up on it after at most 45 s. The machine's clock is the latest stamp it has seen, so a replica
-whose clock jumps more than 300 s ahead (an NTP step) makes new sessions that the others stamp
-look too old until their clocks catch up. And a full table refuses new sessions ("full")
-rather than forget one that is still live.
+up on it after at most 45 s. The machine's clock is logical time (statemachine/logical_time.py:
+the latest stamp it has seen, but no more than `STAMP_LEAD_MS_MAX` past the latest Tick's for
+a command other than a Tick), so a sequencer whose clock jumps more than 300 s ahead (an NTP
+step) makes new sessions that the others stamp look too old until their clocks catch up (any
+replica, before the first Tick). And a full table refuses new sessions ("full") rather than
+forget one that is still live.
 
 A full table refuses every client's new sessions, so no one principal may hold more than
 `SESSIONS_PER_PRINCIPAL_MAX` of them: one node agent opening session after session (each

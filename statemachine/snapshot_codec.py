@@ -1,11 +1,12 @@
 """Snapshots: the whole replicated state as canonical bytes, and back.
 
 Only primary state is written (see `state`): the configuration, logical time and counters, the
-nodes, the VC bindings, the gangs, the outbox, the sessions and where the next Tick's scheduling
-pass starts, every collection sorted by its key and every record a fixed-order array. Equal
-states therefore give equal bytes, in any process and under any PYTHONHASHSEED, and the digest
-is the SHA-256 of those bytes. Restoring decodes the primary state and recomputes the derived
-state (cell counters, free lists, queue) exactly as the invariant checker does.
+nodes, the VC bindings, the gangs, the outbox, the sessions, where the next Tick's scheduling
+pass starts and the latest Tick's stamp, every collection sorted by its key and every record a
+fixed-order array. Equal states therefore give equal bytes, in any process and under any
+PYTHONHASHSEED, and the digest is the SHA-256 of those bytes. Restoring decodes the primary
+state and recomputes the derived state (cell counters, free lists, queue) exactly as the
+invariant checker does.
 """
 
 from __future__ import annotations
@@ -33,9 +34,10 @@ from statemachine.state import (
 
 SNAPSHOT_TAG = "cellar-statemachine-snapshot"
 SNAPSHOT_FORMAT = 5  # 3: a gang's failures are (GPU, why) pairs; 4: sessions' checksums;
-# 5: where the next Tick's scheduling pass starts
+# 5: where the next Tick's scheduling pass starts, and the latest Tick's stamp
 SNAPSHOT_FORMATS_READ = (2, 3, 4, 5)  # 2: a gang's failures were "GPU: why" lines
-SCHEDULE_RESUME_SINCE = 5  # the format that added it
+SCHEDULE_RESUME_SINCE = 5  # the format that added both (None when read from an older one)
+LATER_FIELDS = 2  # those two, after the sessions
 SNAPSHOT_BYTES_MAX = 1 << 30
 
 
@@ -52,6 +54,7 @@ def encode_snapshot(state: State, sessions: Sessions, applied_index: int) -> byt
         [[key, session.last_sequence, session.expires_ms, session.reply, session.checksum]
          for key, session in sorted(sessions.table.items())],
         None if state.schedule_resume is None else list(state.schedule_resume),
+        state.tick_ms,
     ])
 
 
@@ -93,13 +96,14 @@ def decode_snapshot(data: bytes) -> tuple[State, Sessions, int]:
     if tag != SNAPSHOT_TAG or version not in SNAPSHOT_FORMATS_READ:
         raise ValueError(f"not a Cellar snapshot of format {SNAPSHOT_FORMATS_READ}: {tag!r} "
                          f"{version!r}")
-    if len(later) != (version >= SCHEDULE_RESUME_SINCE):
+    if len(later) != (LATER_FIELDS if version >= SCHEDULE_RESUME_SINCE else 0):
         raise ValueError(f"a snapshot of format {version} with {len(raw)} fields")
     state = State()
     state.now_ms, state.next_submit = now_ms, next_submit
     state.capacity_epoch, state.change_epoch = capacity_epoch, change_epoch
-    if later and later[0] is not None:  # none before format 5
-        priority, submit_index, group = later[0]
+    resume, state.tick_ms = later or (None, None)  # none before format 5
+    if resume is not None:
+        priority, submit_index, group = resume
         state.schedule_resume = (priority, submit_index, group)
     state.nodes = {fields[0]: _load_node(fields) for fields in nodes}
     state.groups = {fields[0]: _load_group(fields, version) for fields in groups}

@@ -1,9 +1,10 @@
 """The replicated state: one object holding everything `apply` reads and changes.
 
-Primary state, which snapshots store: the configuration (spec and version), logical time, the
-nodes, the gangs (with their placements), the VC bindings, the outbox, the submission counter,
-two epochs that tell the scheduler what changed since a gang's last attempt, and the queue key
-where the next Tick's scheduling pass starts (the last one ran out of budget there).
+Primary state, which snapshots store: the configuration (spec and version), logical time and
+the latest Tick's stamp that bounds it, the nodes, the gangs (with their placements), the VC
+bindings, the outbox, the submission counter, two epochs that tell the scheduler what changed
+since a gang's last attempt, and the queue key where the next Tick's scheduling pass starts
+(the last one ran out of budget there).
 Derived state, rebuilt from the primary on restore and recomputed by the invariant checker:
 the per-GPU holder arrays and counters (`cells`), the free lists (`buddy`, from the bindings),
 the pending queue and the UUID registry.
@@ -44,12 +45,14 @@ class Configured:
 
 class State:
     __slots__ = ("capacity_epoch", "change_epoch", "config", "groups", "journal", "next_submit",
-                 "nodes", "now_ms", "outbox", "queue", "schedule_resume", "uuid_owner")
+                 "nodes", "now_ms", "outbox", "queue", "schedule_resume", "tick_ms",
+                 "uuid_owner")
 
     def __init__(self) -> None:
         self.journal = Journal()
         self.config: Configured | None = None
-        self.now_ms = 0
+        self.now_ms = 0  # logical time (statemachine/logical_time.py)
+        self.tick_ms: int | None = None  # the latest Tick's stamp; None before the first
         self.nodes: dict[str, NodeRecord] = {}
         self.uuid_owner: dict[str, str] = {}  # GPU uuid -> node id, for registered nodes
         self.groups: dict[str, Group] = {}

@@ -325,9 +325,55 @@ def test_a_format_3_snapshot_loads_its_sessions_without_checksums() -> None:
     raw = unpack(machine.snapshot(), bytes_max=1 << 30, what="snapshot")
     raw[1] = 3
     raw[12] = [row[:4] for row in raw[12]]
-    del raw[13]  # where the next Tick's pass starts: none before format 5
+    del raw[13:]  # where the next Tick's pass starts, the last Tick's stamp: none before 5
     restored = Machine()
     restored.restore(pack(raw))
     assert all(session.checksum == NO_CHECKSUM for session in restored.sessions.table.values())
     again = run(restored, gang("g2", "a", 0, (1, 1)), SCHEDULER, session="s", sequence=1)
     assert again == first
+
+
+HOUR_MS = 3_600_000
+
+
+def test_a_command_stamped_far_ahead_moves_time_only_a_little_past_the_latest_tick() -> None:
+    """A replica whose clock is an hour ahead stamps a command it serves: logical time, the
+    clock its session's expiry is counted from, moves at most `STAMP_LEAD_MS_MAX` past the
+    latest Tick, which alone moves it freely. Its stamp still tells its session it is fresh."""
+    machine = ready_machine()
+    run(machine, Tick(), SYSTEM, now_ms=2_000)
+    ahead = run(machine, gang("g", "a", 0, (1, 1)), SCHEDULER, sequence=1,
+                now_ms=2_000 + HOUR_MS)
+    assert isinstance(ahead, GroupStatus)
+    assert machine.state.now_ms == 2_000 + limits.STAMP_LEAD_MS_MAX
+    expires_ms = machine.sessions.table[f"{SCHEDULER.text}/s"].expires_ms
+    assert expires_ms == 2_000 + limits.STAMP_LEAD_MS_MAX + TTL_MS
+    run(machine, Tick(), SYSTEM, now_ms=3_000 + HOUR_MS)  # the sequencer's clock is ahead
+    assert machine.state.now_ms == 3_000 + HOUR_MS
+
+
+def test_before_the_first_tick_stamps_move_time_as_they_come() -> None:
+    """Nothing is known of the sequencer's clock yet: a fresh cluster's first commands are
+    not held back (and their sessions not judged by a clock the first Tick overtakes)."""
+    machine = ready_machine()
+    run(machine, Cordon(node="n1"), ADMIN, now_ms=2_000 + HOUR_MS)
+    assert machine.state.now_ms == 2_000 + HOUR_MS
+    assert machine.state.tick_ms is None
+
+
+def test_the_latest_tick_is_in_the_snapshot_and_absent_from_a_format_4_one() -> None:
+    machine = ready_machine()
+    run(machine, Tick(), SYSTEM, now_ms=2_000)
+    snapshot = machine.snapshot()
+    restored = Machine()
+    restored.restore(snapshot)
+    assert restored.state.tick_ms == 2_000
+    assert restored.snapshot() == snapshot
+    raw = unpack(snapshot, bytes_max=1 << 30, what="snapshot")
+    raw[1] = 4
+    del raw[13:]
+    old = Machine()
+    old.restore(pack(raw))
+    assert old.state.tick_ms is None, "unknown: stamps move time freely until the next Tick"
+    run(old, Cordon(node="n1"), ADMIN, now_ms=2_000 + HOUR_MS)
+    assert old.state.now_ms == 2_000 + HOUR_MS

@@ -118,6 +118,6 @@ def test_the_cursor_is_in_the_snapshot_and_absent_from_a_format_4_one() -> None:
     assert encode_snapshot(state, Sessions(), 7) == snapshot
     raw = msgpack.unpackb(snapshot, strict_map_key=False)
     raw[1] = 4
-    del raw[13]
+    del raw[13:]
     old, _, _ = decode_snapshot(msgpack.packb(raw))
     assert old.schedule_resume is None

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from statemachine.commands import Heartbeat
 from statemachine.effects import EffectKind
+from statemachine.limits import STAMP_LEAD_MS_MAX
 from statemachine.nodes import Liveness
 from statemachine.results import GroupPhase
 from statemachine.spec import FailurePolicy, PolicySpec
@@ -103,3 +104,36 @@ def test_one_heartbeat_stamped_by_a_replica_clock_ahead_does_not_down_the_others
     down = [node for node in NODES if driver.state.nodes[node].liveness is Liveness.DOWN]
     assert down == [], f"one skewed stamp took {down} Down"
     assert {"G0", "G1"} <= set(driver.state.groups)
+
+
+
+def _skewed_heartbeat(driver: Driver, node: str, ahead_ms: int) -> None:
+    """`node`'s heartbeat, served by a replica whose clock is `ahead_ms` ahead."""
+    real_ms = driver.now_ms
+    driver.now_ms += ahead_ms
+    driver.ok(Heartbeat(node=node, incarnation=driver.incarnations[node]), node_principal(node))
+    driver.now_ms = real_ms + 1
+
+
+def test_a_heartbeat_stamped_an_hour_ahead_does_not_hide_a_dead_node() -> None:
+    """One heartbeat (n0's) served by a replica whose clock is an hour ahead (NTP broken
+    there) moved logical time an hour on; every lease renewed after it ran to that hour plus
+    `lease_ms`, and the sequencer's Ticks, stamped by real time, were clamped to it: a node
+    that died was not judged Suspect or Down for the whole hour. Only Ticks move logical time
+    freely; any other command moves it at most `STAMP_LEAD_MS_MAX` past the latest Tick."""
+    driver = _cluster()
+    tick_ms = driver.now_ms
+    _skewed_heartbeat(driver, "n0", 3_600_000)
+    assert driver.state.now_ms <= tick_ms + STAMP_LEAD_MS_MAX
+    driver.heartbeat_all()  # n3's last heartbeat, right after the skewed one
+    for _ in range(120):  # two minutes of real time: n3 is dead, the others heartbeat
+        _skewed_heartbeat(driver, "n0", 3_600_000)  # the skewed replica serves n0 throughout
+        for node in ("n1", "n2"):
+            driver.ok(Heartbeat(node=node, incarnation=driver.incarnations[node]),
+                      node_principal(node))
+        driver.tick(step_ms=1_000)
+        # The lead is counted from the Tick's stamp, not from logical time: it does not pile
+        # up Tick after Tick (logical time would run 6 times as fast as real time).
+        assert driver.state.now_ms <= driver.now_ms + STAMP_LEAD_MS_MAX
+    assert driver.state.nodes["n3"].liveness is Liveness.DOWN, "a dead node passed for live"
+    assert all(driver.state.nodes[node].liveness is Liveness.UP for node in ("n0", "n1", "n2"))
