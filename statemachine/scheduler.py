@@ -100,9 +100,12 @@ def _add_victims(config: Configured, plan: Plan) -> None:
     plan.cancelled = sorted({cells.reserver[leaf] for leaf in leaves if cells.reserver[leaf]})
 
 
-def try_place(state: State, group: Group, *, preempt: bool) -> bool:
+def try_place(state: State, group: Group, *, preempt: bool, explain_failure: bool = False
+              ) -> bool:
     """One placement attempt for a pending gang, with preemption if `preempt`; True when it
-    was allocated or started preempting."""
+    was allocated or started preempting. A failure leaves its "why pending" with `preempt`,
+    or `explain_failure` (an opportunistic gang's, from counters only: it never preempts, and
+    would otherwise keep the one its submission left)."""
     assert group.phase is GroupPhase.PENDING
     config = state.configured()
     plan = _plan(config, group, FreeView(config.cells))
@@ -122,6 +125,7 @@ def try_place(state: State, group: Group, *, preempt: bool) -> bool:
     state.set(group, "attempt_epoch", state.capacity_epoch)
     if preempt:
         state.set(group, "preempt_epoch", state.change_epoch)
+    if preempt or explain_failure:
         state.set(group, "why_pending", explain(config, group))
     return False
 
@@ -220,7 +224,7 @@ def schedule(state: State, *, preempt: bool = False) -> None:
             break
         looks += cost
         budget -= 1
-        try_place(state, group, preempt=full)
+        try_place(state, group, preempt=full, explain_failure=not group.guaranteed)
     if preempt:
         state.set(state, "schedule_resume", stopped)
 

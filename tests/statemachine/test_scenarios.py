@@ -424,3 +424,24 @@ def test_a_format_2_snapshot_reads_its_failure_lines_as_pairs() -> None:
     assert applied == 7
     assert state.groups["job"].failures == failures
     assert encode_snapshot(state, Sessions(), 7) == encode_snapshot(driver.state, Sessions(), 7)
+
+
+def test_an_opportunistic_gangs_why_pending_follows_the_ticks() -> None:
+    """An opportunistic gang never preempts, so only its submission explained it: its "why
+    pending" stayed as of then however the cluster changed. Every pass that tries it now
+    explains it (from counters only)."""
+    driver = Driver()
+    driver.configure(rack_spec(racks=1, quota=(vc("a", ("A100-RACK", "A100-NODE", 1)),)))
+    driver.register("n0", "n1")
+    driver.submit(gang("held", "a", 0, (1, 8)))
+    started(driver, "held")
+    for name in ("filler-1", "filler-2"):
+        driver.submit(gang(name, "a", -1, (1, 2)))
+        started(driver, name)
+    wide = driver.submit(gang("wide", "a", -1, (1, 8)))
+    assert wide.phase is GroupPhase.PENDING
+    assert "4 free GPUs, at most 4 on one node" in wide.why_pending
+    exit_all(driver, "filler-1")  # 6 free on one node: still not 8
+    pending = driver.state.groups["wide"]
+    assert pending.phase is GroupPhase.PENDING
+    assert "6 free GPUs, at most 6 on one node" in pending.why_pending, pending.why_pending
