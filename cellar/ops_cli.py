@@ -5,12 +5,13 @@ behind the furthest replica and connected peers; a replica that does not answer 
 It exits 0 when a majority of the replicas answered (the cluster can serve), 1 when some but
 fewer than a majority did, 2 when none did.
 `admin` issues the state machine's admin commands (apply a configuration, cordon, uncordon,
-drain, mark a node or GPU bad or clear it) and its queries (gangs, one gang with why it is
-pending, nodes, one node, the cluster view, stats). Its exit statuses (`ADMIN_EXIT_STATUSES`)
-tell apart what an operator does next: 0 done, 1 rejected by the state machine (nothing changed)
-or a bad file, 2 no replica reached in time (nothing applied), 3 outcome unknown (the command
-may have been applied: look before trying again), 4 forbidden to this identity, 5 refused by
-the replica (a malformed request, or an answer too large for a frame).
+drain, mark a node or GPU bad or clear it, deregister a node) and its queries (gangs, one gang
+with why it is pending, nodes, one node, the cluster view, stats). Its exit statuses
+(`ADMIN_EXIT_STATUSES`) tell apart what an operator does next: 0 done, 1 rejected by the state
+machine (nothing changed) or a bad file, 2 no replica reached in time (nothing applied), 3
+outcome unknown (the command may have been applied: look before trying again), 4 forbidden to
+this identity, 5 refused by the replica (a malformed request, or an answer too large for a
+frame).
 """
 
 from __future__ import annotations
@@ -134,6 +135,8 @@ ACTIONS: dict[str, tuple[str, Action]] = {
                  lambda store, args: store.mark_bad(args.node, args.gpu, args.reason)),
     "clear-bad": ("clear an admin mark", lambda store, args: store.clear_bad(args.node,
                                                                             args.gpu)),
+    "deregister": ("forget a node's registration (--force: release the gangs on it first)",
+                   lambda store, args: store.deregister(args.node, force=args.force)),
     "gangs": ("list every gang", lambda store, args: store.all_gangs(vc=args.vc,
                                                                       phase=args.phase)),
     "gang": ("one gang: placement, phase, why it is pending",
@@ -158,8 +161,12 @@ def configure_admin(parser: argparse.ArgumentParser) -> None:
             action.add_argument("file", type=pathlib.Path)
             action.add_argument("--expected-version", type=at_least(0, most=VERSION_MAX),
                                 default=0, help="the configuration version this one replaces")
-        if name in ("cordon", "uncordon", "drain", "mark-bad", "clear-bad", "node"):
+        if name in ("cordon", "uncordon", "drain", "mark-bad", "clear-bad", "deregister",
+                    "node"):
             action.add_argument("node")
+        if name == "deregister":
+            action.add_argument("--force", action="store_true",
+                                help="release the gangs on the node first")
         if name in ("mark-bad", "clear-bad"):
             action.add_argument("--gpu", default="", help="one GPU's UUID (default: all)")
         if name == "mark-bad":
@@ -196,7 +203,7 @@ def run_admin(args: argparse.Namespace) -> int:
 # The actions that apply a command (the others only ask): a command whose answer was too large
 # to send ran all the same, applied or rejected, and running it again may apply it twice.
 COMMAND_ACTIONS = frozenset({"apply-config", "cordon", "uncordon", "drain", "mark-bad",
-                             "clear-bad"})
+                             "clear-bad", "deregister"})
 
 
 def _client_error(error: ClientError, action: str) -> int:

@@ -299,7 +299,10 @@ def hardware_failed(state: State, leaves: Sequence[int]) -> None:
         state.set(group, "failures", latest_failures(state, group, touched[name]))
         state.outbox.emit(EffectKind.GANG_FAILURE, node="", group=name, reason="; ".join(
             sorted({f"{gpu}: {why}" for gpu, why in touched[name]})))
-        if config.failure_policy.get(group.vc) is FailurePolicy.RELEASE:
-            release(state, group, "hardware failed")
-        elif group.phase is GroupPhase.PREEMPTING:
+        if group.phase is GroupPhase.PREEMPTING:
+            # It only reserved the GPU and never ran there: back to the queue, whatever the
+            # tenant's policy (as on a drain or a forced deregistration).
             requeue(state, group, "a GPU it had reserved failed")
+        elif (group.phase is GroupPhase.ALLOCATED
+              and config.failure_policy.get(group.vc) is FailurePolicy.RELEASE):
+            release(state, group, "hardware failed")

@@ -314,8 +314,11 @@ def clear_bad(state: State, command: ClearBad) -> Done:
         state.set(health, "admin_bad", "")
         state.set(health, "failed", False)
         state.set(health, "passes", 0)
-    else:
+    else:  # the whole node: its own mark and every GPU's
         state.set(record, "admin_bad", "")
+        for health in record.health:
+            if health.admin_bad:
+                state.set(health, "admin_bad", "")
     return _after_health_change(state, record, [], "cleared")
 
 
