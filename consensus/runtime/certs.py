@@ -96,7 +96,12 @@ class CertificateAuthority:
     @classmethod
     def load(cls, directory: pathlib.Path) -> CertificateAuthority:
         certificate = x509.load_pem_x509_certificate((directory / CA_CERT_NAME).read_bytes())
-        key = serialization.load_pem_private_key((directory / CA_KEY_NAME).read_bytes(), None)
+        try:
+            key = serialization.load_pem_private_key((directory / CA_KEY_NAME).read_bytes(),
+                                                     None)
+        except TypeError:  # encrypted: cryptography wants a password
+            raise ValueError(f"{directory / CA_KEY_NAME}: encrypted with a passphrase, which "
+                             f"this command cannot use") from None
         if not isinstance(key, ec.EllipticCurvePrivateKey):
             raise ValueError(f"{directory / CA_KEY_NAME}: not an ECDSA key")
         return cls(certificate, key)
@@ -124,12 +129,15 @@ class CertificateAuthority:
             usages.append(ExtendedKeyUsageOID.SERVER_AUTH)
         common_name = identity.uri if identity else "no cellar identity"
         now = datetime.datetime.now(datetime.UTC)
+        # never past the CA's own end: the chain could not be verified then
+        not_after = min(now + datetime.timedelta(days=days),
+                        self.certificate.not_valid_after_utc)
         builder = (
             x509.CertificateBuilder()
             .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
             .issuer_name(self.certificate.subject).public_key(key.public_key())
             .serial_number(x509.random_serial_number())
-            .not_valid_before(now - BACKDATE).not_valid_after(now + datetime.timedelta(days=days))
+            .not_valid_before(now - BACKDATE).not_valid_after(not_after)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(x509.KeyUsage(
                 digital_signature=True, content_commitment=False, key_encipherment=False,
@@ -192,8 +200,9 @@ def init_directory(directory: pathlib.Path, wanted: Sequence[Identity], *,
     Raises FileExistsError if the directory already has a CA (issue into it with `issue_into`).
     """
     directory.mkdir(parents=True, exist_ok=True)
-    if (directory / CA_CERT_NAME).exists():
-        raise FileExistsError(f"{directory / CA_CERT_NAME} exists")
+    for name in (CA_CERT_NAME, CA_KEY_NAME):  # either: the pair must never be split
+        if os.path.lexists(directory / name):
+            raise FileExistsError(f"{directory / name} exists")
     _refuse_existing(directory, wanted)  # before the CA is written: a refusal changes nothing
     authority = CertificateAuthority.create()
     written = authority.save(directory)
@@ -216,7 +225,7 @@ def _refuse_existing(directory: pathlib.Path, wanted: Sequence[Identity]) -> Non
     for identity in wanted:
         config = TlsConfig.in_directory(directory, identity)
         for path in (config.cert_file, config.key_file):
-            if path.exists():
+            if os.path.lexists(path):  # a dangling link too: O_EXCL would refuse it midway
                 raise FileExistsError(f"{path} exists")
 
 

@@ -17,7 +17,7 @@ from consensus.runtime.arguments import at_least
 
 EXIT_WRITTEN, EXIT_REFUSED = 0, 1
 REPLICAS_DEFAULT = 3
-DAYS_MAX = 3650  # the CA's own validity (certs.CA_DAYS): a certificate cannot outlive it
+DAYS_MAX = 3650  # the CA's own validity (certs.CA_DAYS): a certificate ends with it at latest
 ADMIN_DEFAULT = "admin"
 
 

@@ -178,6 +178,35 @@ class TlsConfig:
             self.client_context()
         except OSError as error:  # ssl.SSLError is one, as is a file that cannot be read
             raise self._refusal(error) from error
+        self._check_chain()
+
+    def _check_chain(self) -> None:
+        """TlsFileRefused if the certificate has expired or the CA did not issue it: no peer
+        would accept it. (Not yet valid is left to the peers' clocks.)"""
+        import datetime  # noqa: PLC0415
+
+        from cryptography import x509  # noqa: PLC0415 - as certs.py: only when needed
+        from cryptography.exceptions import InvalidSignature  # noqa: PLC0415
+
+        try:
+            certificate = x509.load_pem_x509_certificate(self.cert_file.read_bytes())
+            authorities = x509.load_pem_x509_certificates(self.ca_file.read_bytes())
+        except (OSError, ValueError) as error:
+            raise TlsFileRefused("cert", self.cert_file, f"cannot be read ({error})") from error
+        now = datetime.datetime.now(datetime.UTC)
+        if certificate.not_valid_after_utc < now:
+            raise TlsFileRefused("cert", self.cert_file,
+                                 f"expired at {certificate.not_valid_after_utc:%Y-%m-%d %H:%M} "
+                                 "UTC; issue a new one (`cellar certs issue`, after moving "
+                                 "this pair aside: it never overwrites a file)")
+        for authority in authorities:
+            try:
+                certificate.verify_directly_issued_by(authority)
+            except (ValueError, TypeError, InvalidSignature):
+                continue
+            return
+        raise TlsFileRefused("cert", self.cert_file, f"was not issued by the CA in "
+                                                     f"{self.ca_file}")
 
     def _refusal(self, error: OSError) -> TlsFileRefused:
         """Which file made `error`: the CA's or the certificate's if either alone fails to
