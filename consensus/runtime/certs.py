@@ -177,11 +177,16 @@ def write_identity(directory: pathlib.Path, authority: CertificateAuthority, ide
 
 
 def identities(*, replicas: int, admins: Iterable[str] = (), schedulers: Iterable[str] = (),
-               nodes: Iterable[str] = ()) -> list[Identity]:
-    """The identities to issue, replicas first; raises ValueError on a bad or repeated name."""
+               nodes: Iterable[str] = (), replica_ids: Iterable[int] = ()) -> list[Identity]:
+    """The identities to issue, replicas first (0 to `replicas` - 1, then each of
+    `replica_ids`: one replica's, to renew or add it); raises ValueError on a bad or repeated
+    name."""
     if not 0 <= replicas <= REPLICA_COUNT_MAX:
         raise ValueError(f"replicas: {replicas} is not in [0, {REPLICA_COUNT_MAX}]")
-    found = [Identity.replica(replica_id) for replica_id in range(replicas)]
+    named = list(replica_ids)
+    if any(not 0 <= replica_id < REPLICA_COUNT_MAX for replica_id in named):
+        raise ValueError(f"replica: ids lie in [0, {REPLICA_COUNT_MAX - 1}], got {named}")
+    found = [Identity.replica(replica_id) for replica_id in [*range(replicas), *named]]
     for role, names in ((IdentityRole.ADMIN, admins), (IdentityRole.SCHEDULER, schedulers),
                         (IdentityRole.NODE, nodes)):
         found += [Identity(role, name) for name in names]

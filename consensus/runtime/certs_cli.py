@@ -1,8 +1,9 @@
 """`cellar certs init DIR` and `cellar certs issue DIR`: the cluster's CA and certificates.
 
 `init` makes a new CA in DIR and issues a certificate for each replica (0 to N-1), admin,
-scheduler and node agent named; `issue` adds certificates with the CA already in DIR. Neither
-replaces an existing file. `consensus.runtime.certs` describes the files.
+scheduler and node agent named; `issue` adds certificates with the CA already in DIR (`--replica
+ID` for one replica's). Neither replaces an existing file: to renew a certificate, move its pair
+aside and issue it again. `consensus.runtime.certs` describes the files.
 
 Exit status: 0 written, 1 refused (a file exists, a bad name), 2 bad arguments.
 """
@@ -33,6 +34,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                                   description="Issue certificates with the CA in DIR.")
     _add_identity_arguments(issue, replicas_default=0,
                             admin_help="an administrator (repeatable)")
+    issue.add_argument("--replica", type=at_least(0), action="append", default=[], metavar="ID",
+                       help="one replica's certificate, to renew (its old pair moved aside) or "
+                            "add it (repeatable)")
     issue.set_defaults(handler=run_issue)
 
 
@@ -70,7 +74,8 @@ def _run(args: argparse.Namespace, *, init: bool) -> int:
     hosts = args.host or list(certs.SERVER_HOSTS_DEFAULT)
     try:
         wanted = certs.identities(replicas=args.replicas, admins=admins,
-                                  schedulers=args.scheduler, nodes=args.node)
+                                  schedulers=args.scheduler, nodes=args.node,
+                                  replica_ids=getattr(args, "replica", ()))
         if not wanted and not init:
             raise ValueError("nothing to issue: name at least one identity")
         if init:

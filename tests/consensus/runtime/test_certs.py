@@ -82,6 +82,22 @@ def test_issue_adds_with_the_same_ca(tmp_path: pathlib.Path) -> None:
     assert not list(tmp_path.glob("*bad*"))
 
 
+def test_one_replicas_certificate_is_renewed_or_added(tmp_path: pathlib.Path) -> None:
+    """`issue --replicas N` names replicas 0 to N-1 and refuses where any exists, so one
+    replica's certificate could be neither renewed nor added: `--replica ID` issues one."""
+    assert main(["certs", "init", str(tmp_path), "--replicas", "3"]) == 0
+    old = (tmp_path / "replica-2.pem").read_bytes()
+    assert main(["certs", "issue", str(tmp_path), "--replica", "2"]) == 1  # still there
+    for suffix in (".pem", ".key"):
+        (tmp_path / f"replica-2{suffix}").rename(tmp_path / f"replica-2{suffix}.old")
+    assert main(["certs", "issue", str(tmp_path), "--replica", "2", "--replica", "3"]) == 0
+    assert (tmp_path / "replica-2.pem").read_bytes() != old
+    for replica in (2, 3):
+        assert load(tmp_path / f"replica-{replica}.pem").issuer == \
+            load(tmp_path / "ca.pem").subject
+    assert main(["certs", "issue", str(tmp_path), "--replica", "99"]) == 1
+
+
 async def test_a_mesh_runs_on_the_files_written(made: pathlib.Path) -> None:
     ports = dict(enumerate(free_ports(3)))
     inboxes = {replica: Inbox() for replica in ports}
