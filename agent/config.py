@@ -14,10 +14,11 @@
     key = "certs/node-gpu-node-17.key"
 
     [intervals]                      # all optional
-    heartbeat_ms = 2000
+    heartbeat_ms = 2000              # past 5000 (half the store's default lease_ms): a warning
     poll_ms = 5000                   # health counters
     event_wait_ms = 1000             # one wait for XID events
-    retry_ms_max = 10000             # back-off ceiling while NVML or the store is away
+    retry_ms_max = 10000             # back-off ceiling while NVML or the store is away (past
+                                     # 10000, half the store's default down_after_ms: a warning)
 
     [jobs]
     jobs_max = 256
@@ -37,6 +38,7 @@ for its own node only. Every error names the key and the reason.
 
 from __future__ import annotations
 
+import logging
 import pathlib
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,11 +59,21 @@ from consensus.runtime.config_fields import (
     text,
     tls_files,
 )
+from statemachine.spec import PolicySpec
+
+logger = logging.getLogger("cellar.agent.config")
 
 LOOPS = ("asyncio", "uvloop", "trio")
 MS_MAX = 3_600_000
 # One job's log: at least the tail a cut keeps (JobLimits.log_tail_bytes), at most 1 TiB.
 LOG_BYTES_RANGE = (MIB, 1024 * 1024 * MIB)
+# The store's default lease (PolicySpec): a node without a heartbeat for lease_ms is Suspect,
+# down_after_ms later Down (its GPUs failed). An agent cannot read the cluster's policy (one may
+# have raised it), so intervals past these margins of the defaults are warned of, not refused:
+# a heartbeat past half the lease, a back-off ceiling past half the Suspect grace (after a store
+# outage its heartbeat would land after the node was judged Down; see Intervals.retry_ms_max).
+INTERVALS_MS_WARN = {"heartbeat_ms": PolicySpec().lease_ms // 2,
+                     "retry_ms_max": PolicySpec().down_after_ms // 2}
 KEYS = {"node", "store", "state_dir", "metrics", "loop", "backend", "insecure", "tls",
         "intervals", "jobs", "models", "health"}
 
@@ -145,9 +157,18 @@ def _backend(raw: dict[str, Any]) -> str:
 def _intervals(raw: dict[str, Any]) -> Intervals:
     refuse_unknown(raw, set(Intervals.__dataclass_fields__), "intervals.", AgentConfigError)
     defaults = Intervals()
-    return Intervals(**{name: integer(raw, name, 10, MS_MAX, where="intervals.",
-                                      default=getattr(defaults, name), error=AgentConfigError)
-                        for name in Intervals.__dataclass_fields__})
+    intervals = Intervals(**{name: integer(raw, name, 10, MS_MAX, where="intervals.",
+                                           default=getattr(defaults, name),
+                                           error=AgentConfigError)
+                             for name in Intervals.__dataclass_fields__})
+    for name, warn_ms in INTERVALS_MS_WARN.items():
+        if getattr(intervals, name) > warn_ms:
+            logger.warning("intervals.%s = %d is past %d ms, a margin of the store's default "
+                           "lease (lease_ms %d, down_after_ms %d): with the default policy the "
+                           "node may be judged Down while this agent is well", name,
+                           getattr(intervals, name), warn_ms, PolicySpec().lease_ms,
+                           PolicySpec().down_after_ms)
+    return intervals
 
 
 def _jobs(raw: dict[str, Any]) -> JobLimits:
@@ -179,6 +200,9 @@ def _health(raw: dict[str, Any]) -> HealthPolicy:
 
 def _models(raw: dict[str, Any]) -> tuple[tuple[str, str], ...]:
     for name, model in raw.items():
+        if name in KEYS:  # TOML puts every key after [models] into it
+            raise AgentConfigError(f"models.{name!r}: a top-level key written below [models]; "
+                                   "move it above the first table")
         if not isinstance(model, str) or not model:
             raise AgentConfigError(f"models.{name!r}: must name a GPU model of the cluster "
                                    "configuration")

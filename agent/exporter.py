@@ -6,7 +6,8 @@ DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION (mJ, counter), DCGM_FI_DEV_SM_CLOCK and _ME
 DCGM_FI_DEV_GPU_UTIL (%), DCGM_FI_DEV_FB_USED and _FB_FREE (MiB), the ECC, retired-page,
 remapped-row, PCIe-replay and NVLink error counters, the violation times (ns) and
 DCGM_FI_DEV_XID_ERRORS (the last XID seen: a value, not a count). A signal the GPU does not
-offer is left out, never shown as 0. Labels: gpu, UUID, pci_bus_id, device, modelName, Hostname.
+offer is left out, never shown as 0. Labels: gpu, UUID, pci_bus_id, device, modelName, Hostname;
+device is nvidia<gpu> as dcgm-exporter writes it (its GPU id, not the /dev minor number).
 
 The agent's own: gpu_agent_health_status{UUID,health_watch} (0 pass, 10 warn, 20 fail, -1
 unknown, as DCGM_EXP_GPU_HEALTH_STATUS), gpu_agent_xid_errors_total{UUID,xid} and
@@ -182,7 +183,7 @@ def _agent_lines(view: AgentView, devices: list[DeviceInfo]) -> Iterator[str]:
 
 def _gpu_labels(device: DeviceInfo, node: str) -> dict[str, str]:
     return {"gpu": str(device.index), "UUID": device.uuid, "pci_bus_id": device.pci_bus_id,
-            "device": f"nvidia{device.minor}", "modelName": device.model, "Hostname": node}
+            "device": f"nvidia{device.index}", "modelName": device.model, "Hostname": node}
 
 
 def _family(name: str, kind: str, help_text: str,

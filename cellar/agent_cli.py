@@ -5,7 +5,7 @@ trials without a GPU), registers them with the store under the node's certificat
 their health, and runs the jobs the store binds to them. Exit status: 0 after a clean stop
 (SIGTERM or SIGINT; the jobs keep running and the next start adopts them), 78 for a bad
 configuration file, a certificate that does not name this node or a state_dir that cannot be
-created, 69 when the metrics address cannot be listened on.
+created or written, 69 when the metrics address cannot be listened on.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import argparse
 import logging
 import pathlib
 import sys
+import tempfile
 import zlib
 
 from agent.config import AgentConfig, AgentConfigError, load_agent_config
@@ -57,9 +58,11 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_CONFIG
     try:
         config.state_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=config.state_dir):  # writable, not only present
+            pass
     except OSError as error:
-        print(f"cellar agent: state_dir: cannot create {config.state_dir} ({error.strerror})",
-              file=sys.stderr)
+        print(f"cellar agent: state_dir: cannot create or write {config.state_dir} "
+              f"({error.strerror})", file=sys.stderr)
         return EXIT_CONFIG
     client = CellarClient(config.endpoints, connector(tls, insecure=config.insecure), CLIENT)
     backend, options = loop_options(config.loop)
