@@ -1,15 +1,17 @@
 """Replicas faked at the client's end of a connection (`FrameStream`s a client's `Connect`
 returns): one that hears every request and answers none, one that answers every request with
-the same reply; and the dialers tests build from them."""
+the same reply, a base for ones a test scripts request by request; and the dialers tests build
+from them."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 
 import anyio
 
 from consensus.runtime.client import ClientConfig
-from consensus.runtime.client_codec import decode_request, encode_ok
+from consensus.runtime.client_codec import Request, decode_request, encode_ok
 from consensus.runtime.streams import FrameStream
 
 # Quick tries and pauses, so a test moves on from a silent replica at once.
@@ -64,6 +66,36 @@ class AnsweringReplica:
 
     async def aclose(self) -> None:
         self._answers_out.close()
+
+
+class ScriptedReplica:
+    """A connection whose replica a test scripts: `hear` gets each request as it is sent, and
+    `answer` queues a frame for the client (dropped once the connection is closed)."""
+
+    frame_bytes_max = 1 << 20
+
+    def __init__(self) -> None:
+        self._out, self._answers = anyio.create_memory_object_stream[bytes](100)
+
+    def hear(self, request: Request, frame: bytes) -> None:
+        raise NotImplementedError
+
+    def answer(self, frame: bytes) -> None:
+        with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self._out.send_nowait(frame)
+
+    async def send(self, frame: bytes) -> None:
+        await self.send_many([frame])
+
+    async def send_many(self, frames: Sequence[bytes]) -> None:
+        for frame in frames:
+            self.hear(decode_request(frame), frame)
+
+    async def receive(self) -> bytes:
+        return await self._answers.receive()
+
+    async def aclose(self) -> None:
+        self._out.close()
 
 
 def silent_then_answering(reply: bytes) -> Callable[[str], Awaitable[FrameStream]]:

@@ -26,13 +26,17 @@ from consensus.runtime.client_codec import (
     Response,
     Status,
     Watch,
-    decode_request,
     encode_ok,
     encode_response,
     encode_status,
     request_id_of,
 )
-from tests.consensus.runtime.fake_replicas import AnsweringReplica, NeverDialled, SilentReplica
+from tests.consensus.runtime.fake_replicas import (
+    AnsweringReplica,
+    NeverDialled,
+    ScriptedReplica,
+    SilentReplica,
+)
 from tests.consensus.runtime.kv_machine import SessionKv
 from tests.consensus.runtime.local import MemoryFrames, local_cluster
 
@@ -304,36 +308,23 @@ async def test_a_watch_longer_than_a_replica_holds_one_is_refused_unsent() -> No
     assert connect.dialled == []
 
 
-class HoldingWatches:
+class HoldingWatches(ScriptedReplica):
     """A replica that holds every watch unanswered (and every read) and answers a status;
     `earlier`: one of a build before Cancel, whose decoder refuses it as an unknown kind,
     answered BAD_REQUEST under the id it names. `heard`: every request, decoded."""
 
-    frame_bytes_max = 1 << 20
-
     def __init__(self, *, earlier: bool = False) -> None:
+        super().__init__()
         self.heard: list[Request] = []
         self._earlier = earlier
-        self._out, self._answers = anyio.create_memory_object_stream[bytes](100)
 
-    async def send(self, frame: bytes) -> None:
-        await self.send_many([frame])
-
-    async def send_many(self, frames: Sequence[bytes]) -> None:
-        for frame in frames:
-            request = decode_request(frame)
-            self.heard.append(request)
-            if isinstance(request, Status):
-                self._out.send_nowait(encode_ok(request.request_id, encode_status({})))
-            elif isinstance(request, Cancel) and self._earlier:
-                self._out.send_nowait(encode_response(Response(
-                    request_id_of(frame), Code.BAD_REQUEST, message="request.kind: 5 > 4")))
-
-    async def receive(self) -> bytes:
-        return await self._answers.receive()
-
-    async def aclose(self) -> None:
-        self._out.close()
+    def hear(self, request: Request, frame: bytes) -> None:
+        self.heard.append(request)
+        if isinstance(request, Status):
+            self.answer(encode_ok(request.request_id, encode_status({})))
+        elif isinstance(request, Cancel) and self._earlier:
+            self.answer(encode_response(Response(
+                request_id_of(frame), Code.BAD_REQUEST, message="request.kind: 5 > 4")))
 
     def ids(self, kind: type[Watch] | type[Cancel]) -> list[int]:
         return [request.request_id for request in self.heard if isinstance(request, kind)]

@@ -6,60 +6,44 @@ current went back in time."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Sequence
-
 import anyio
 import pytest
 
 from consensus.runtime.client import CellarClient, ClientConfig, Unavailable
 from consensus.runtime.client_codec import (
     Code,
+    Request,
     Response,
     Watch,
-    decode_request,
     encode_response,
 )
+from tests.consensus.runtime.fake_replicas import ScriptedReplica
 
 pytestmark = pytest.mark.anyio
 CONFIG = ClientConfig(attempt_timeout_s=0.05, deadline_s=1.0, retry_backoff_s=0.01)
 WAIT_S = 0.2
 
 
-class FrozenReplica:
+class FrozenReplica(ScriptedReplica):
     """A replica whose state stays at `slot`: it answers a watch past that slot at once, and
     one at or beyond it after the wait it asks, with the state as it is (the driver's
     `local_read`)."""
 
-    frame_bytes_max = 1 << 20
-
     def __init__(self, tasks: anyio.abc.TaskGroup, state: bytes, slot: int) -> None:
+        super().__init__()
         self._tasks, self._state, self._slot = tasks, state, slot
         self.watches = 0
-        self._out, self._answers = anyio.create_memory_object_stream[bytes](100)
 
-    async def send(self, frame: bytes) -> None:
-        await self.send_many([frame])
-
-    async def send_many(self, frames: Sequence[bytes]) -> None:
-        for frame in frames:
-            request = decode_request(frame)
-            assert isinstance(request, Watch)
-            self.watches += 1
-            self._tasks.start_soon(self._answer, request)
+    def hear(self, request: Request, frame: bytes) -> None:
+        assert isinstance(request, Watch)
+        self.watches += 1
+        self._tasks.start_soon(self._answer, request)
 
     async def _answer(self, request: Watch) -> None:
         if self._slot <= request.after_slot:
             await anyio.sleep(request.wait_ms / 1000)
-        with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
-            self._out.send_nowait(encode_response(Response(
-                request.request_id, Code.OK, self._state, self._slot)))
-
-    async def receive(self) -> bytes:
-        return await self._answers.receive()
-
-    async def aclose(self) -> None:
-        self._out.close()
+        self.answer(encode_response(Response(request.request_id, Code.OK, self._state,
+                                             self._slot)))
 
 
 async def test_a_watch_answered_behind_its_slot_moves_on_to_a_replica_that_is_not() -> None:

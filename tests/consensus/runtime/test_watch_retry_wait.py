@@ -5,57 +5,40 @@ the watch ended Unavailable."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Sequence
-
 import anyio
 import pytest
 
 from consensus.runtime.client import CellarClient, ClientConfig
 from consensus.runtime.client_codec import (
     Code,
+    Request,
     Response,
     Watch,
-    decode_request,
     encode_response,
 )
-from tests.consensus.runtime.fake_replicas import SilentReplica
+from tests.consensus.runtime.fake_replicas import ScriptedReplica, SilentReplica
 
 pytestmark = pytest.mark.anyio
 
 
-class HoldingReplica:
+class HoldingReplica(ScriptedReplica):
     """A replica with no news: it holds each watch for the wait it asks, then answers with
     the state as it is, at its executed slot (here: the slot asked)."""
 
-    frame_bytes_max = 1 << 20
-
     def __init__(self, tasks: anyio.abc.TaskGroup) -> None:
+        super().__init__()
         self._tasks = tasks
         self.waits_ms: list[int] = []
-        self._out, self._answers = anyio.create_memory_object_stream[bytes](100)
 
-    async def send(self, frame: bytes) -> None:
-        await self.send_many([frame])
-
-    async def send_many(self, frames: Sequence[bytes]) -> None:
-        for frame in frames:
-            request = decode_request(frame)
-            assert isinstance(request, Watch)
-            self.waits_ms.append(request.wait_ms)
-            self._tasks.start_soon(self._answer_later, request)
+    def hear(self, request: Request, frame: bytes) -> None:
+        assert isinstance(request, Watch)
+        self.waits_ms.append(request.wait_ms)
+        self._tasks.start_soon(self._answer_later, request)
 
     async def _answer_later(self, request: Watch) -> None:
         await anyio.sleep(request.wait_ms / 1000)
-        with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
-            self._out.send_nowait(encode_response(Response(
-                request.request_id, Code.OK, b"state", max(request.after_slot, 0))))
-
-    async def receive(self) -> bytes:
-        return await self._answers.receive()
-
-    async def aclose(self) -> None:
-        self._out.close()
+        self.answer(encode_response(Response(request.request_id, Code.OK, b"state",
+                                             max(request.after_slot, 0))))
 
 
 async def test_a_watch_moved_off_a_hung_replica_is_answered_by_the_next() -> None:
