@@ -97,6 +97,9 @@ class Reference:
         record = self.nodes[node]
         if index is None:
             record.admin_bad = bad
+            if not bad:  # clearing the whole node clears its GPUs' marks too
+                for gpu in record.health:
+                    gpu.admin_bad = False
             return True
         if not record.health:  # never registered: the GPU is unknown
             return False
