@@ -100,12 +100,11 @@ def _add_victims(config: Configured, plan: Plan) -> None:
     plan.cancelled = sorted({cells.reserver[leaf] for leaf in leaves if cells.reserver[leaf]})
 
 
-def try_place(state: State, group: Group, *, preempt: bool, explain_failure: bool = False
-              ) -> bool:
+def try_place(state: State, group: Group, *, preempt: bool) -> bool:
     """One placement attempt for a pending gang, with preemption if `preempt`; True when it
     was allocated or started preempting. A failure leaves its "why pending" with `preempt`,
-    or `explain_failure` (an opportunistic gang's, from counters only: it never preempts, and
-    would otherwise keep the one its submission left)."""
+    and always for an opportunistic gang (from counters only: it never preempts, and would
+    otherwise keep the one its submission left)."""
     assert group.phase is GroupPhase.PENDING
     config = state.configured()
     plan = _plan(config, group, FreeView(config.cells))
@@ -125,7 +124,7 @@ def try_place(state: State, group: Group, *, preempt: bool, explain_failure: boo
     state.set(group, "attempt_epoch", state.capacity_epoch)
     if preempt:
         state.set(group, "preempt_epoch", state.change_epoch)
-    if preempt or explain_failure:
+    if preempt or not group.guaranteed:
         state.set(group, "why_pending", explain(config, group))
     return False
 
@@ -174,8 +173,7 @@ def _try_lazy_instead(state: State, group: Group, plan: Plan) -> bool:
     # the gangs (at most GROUPS_MAX), not by a scan of every GPU the tenant has bound.
     willing = sorted((other.effective_priority, other.submit_index, other.group)
                      for other in state.groups.values()
-                     if other.vc == group.vc and other.group not in victims
-                     and other.phase is GroupPhase.ALLOCATED
+                     if other.group not in victims and other.phase is GroupPhase.ALLOCATED
                      and _lazily_preemptible(other, group))
     for _, _, name in willing[:LAZY_INSTEAD_MAX]:
         mark = state.journal.mark()
@@ -224,7 +222,7 @@ def schedule(state: State, *, preempt: bool = False) -> None:
             break
         looks += cost
         budget -= 1
-        try_place(state, group, preempt=full, explain_failure=not group.guaranteed)
+        try_place(state, group, preempt=full)
     if preempt:
         state.set(state, "schedule_resume", stopped)
 

@@ -498,12 +498,18 @@ class CellarClient:
         connection = self._connections.get(endpoint)
         if connection is None or connection.broken:
             return self._connect_and_request(endpoint, encode, deadline, held_s)
-        if held_s:  # a watch, called off if given up on
-            return connection.request_held(encode, self._try_deadline(now, deadline, held_s))
-        return connection.request(encode, self._try_deadline(now, deadline, held_s))
+        return self._request_on(connection, encode, now, deadline, held_s)
 
-    def _try_deadline(self, now: float, deadline: float, held_s: float) -> float:
-        return min(now + self.config.attempt_timeout_s + 1.0 + held_s, deadline)
+    def _request_on(self, connection: _Connection, encode: Encode, now: float, deadline: float,
+                    held_s: float) -> Awaitable[Response | None]:
+        """The try on `connection`; one the replica holds (a watch) is called off if given up
+        on."""
+        request = connection.request_held if held_s else connection.request
+        return request(encode, min(now + self._try_margin_s() + held_s, deadline))
+
+    def _try_margin_s(self) -> float:
+        """What a try waits for its answer beyond the time the replica may hold it."""
+        return self.config.attempt_timeout_s + 1.0
 
     async def _connect_and_request(self, endpoint: str, encode: Encode, deadline: float,
                                    held_s: float) -> Response | None:
@@ -513,8 +519,7 @@ class CellarClient:
         except (*_BROKEN, TimeoutError) as error:
             self._move_on()
             raise _NotSent from error
-        request = connection.request_held if held_s else connection.request
-        return await request(encode, self._try_deadline(self._now(), deadline, held_s))
+        return await self._request_on(connection, encode, self._now(), deadline, held_s)
 
     def _judged(self, response: Response | None) -> Response | None:
         """`response`, after moving on from its replica if it gave none or cannot serve."""
@@ -543,9 +548,8 @@ class CellarClient:
         if not 0 <= wait_s <= WAIT_S_MAX:
             raise ValueError(f"a watch's wait_s must lie in [0, {WAIT_S_MAX}], got {wait_s}")
         deadline = self._now() + self.config.deadline_s + wait_s
-        # a try's margin for the answer, as _try_deadline leaves one (the first try waits
-        # the whole of wait_s)
-        margin_s = min(self.config.attempt_timeout_s + 1.0, self.config.deadline_s)
+        # a try's margin for the answer (the first try waits the whole of wait_s)
+        margin_s = min(self._try_margin_s(), self.config.deadline_s)
 
         def encode(request_id: int) -> bytes:
             # A try asks for no longer a wait than is left before the deadline, less a try's

@@ -379,10 +379,11 @@ class Driver:
 
     def _catch_up_ticks(self) -> None:
         due = int((self._clock() - self._origin) * 1000 // self.config.tick_ms)
-        if due - self._ticks_done > TICKS_REPLAYED_MAX:
-            self.metrics.count("driver.ticks_passed", due - TICKS_REPLAYED_MAX - self._ticks_done)
-            self.replica.pass_ticks(due - TICKS_REPLAYED_MAX - self._ticks_done)
-            self._ticks_done = due - TICKS_REPLAYED_MAX
+        passed = due - TICKS_REPLAYED_MAX - self._ticks_done
+        if passed > 0:
+            self.metrics.count("driver.ticks_passed", passed)
+            self.replica.pass_ticks(passed)
+            self._ticks_done += passed
         while self._ticks_done < due:
             self._ticks_done += 1
             self.replica.tick()

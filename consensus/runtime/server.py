@@ -287,12 +287,10 @@ class _Answers:
         """The connection is over: no more answers, and what it held goes back to the
         budget (its writer may have been cancelled before it ever ran, leaving it open)."""
         self.outbox.close()
-        self._budget.held_bytes -= self.held_bytes
-        self.held_bytes = 0
+        self._hold(-self.held_bytes)
 
     def _wrote(self, permits: int, size: int) -> None:
-        self.held_bytes -= size
-        self._budget.held_bytes -= size
+        self._hold(-size)
         self._release(permits)
 
     def _release(self, permits: int) -> None:
@@ -395,6 +393,7 @@ class _Answers:
         self._release(1)
 
     def _hold(self, size: int) -> None:
+        """`size` more bytes held unwritten (fewer, when negative), here and server-wide."""
         self.held_bytes += size
         self._budget.held_bytes += size
 

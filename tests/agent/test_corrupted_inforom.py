@@ -51,15 +51,20 @@ FAULTS: list[tuple[str, Fault]] = [
 ]
 
 
-def monitor_of(nvml: FakePynvml, now: list[int]) -> Monitor:
+def monitor_of(nvml: FakePynvml, now: list[int] | None = None) -> Monitor:
+    """A monitor of node n0 over the real backend on `nvml` (started), reporting to a recording
+    store; its clock reads `now[0]` when given."""
     backend = NvmlBackend(nvml)
     backend.start()
     devices = backend.devices()
     link = StoreLink(RecordingStore("n0"), "n0", retry_ms_max=200)  # type: ignore[arg-type]
     view = AgentView(node="n0")
     view.devices = devices
-    return Monitor(backend, HealthTracker(HealthPolicy(), devices, now_ms=0), link, view,
-                   poll_ms=10, event_wait_ms=10, retry_ms_max=100, clock_ms=lambda: now[0])
+    monitor = Monitor(backend, HealthTracker(HealthPolicy(), devices, now_ms=0), link, view,
+                      poll_ms=10, event_wait_ms=10, retry_ms_max=100)
+    if now is not None:
+        monitor.clock_ms = lambda: now[0]
+    return monitor
 
 
 async def polls_warn_for_inforom(monitor: Monitor, uuid: str, now: list[int]) -> None:

@@ -15,16 +15,11 @@ import anyio
 import pytest
 
 from agent import nvml_abi as abi
-from agent.exporter import AgentView
 from agent.gpu import EventKind, NvmlCode
-from agent.health import HealthTracker
 from agent.health_model import Watch
-from agent.health_policy import HealthPolicy
-from agent.monitor import Monitor
 from agent.nvml_backend import NvmlBackend
-from agent.store_link import StoreLink
 from tests.agent.fake_pynvml import FakePynvml
-from tests.agent.recording_store import RecordingStore
+from tests.agent.test_corrupted_inforom import monitor_of
 
 XID_SEEN_WITHIN_S: Final = 5.0
 
@@ -54,14 +49,9 @@ async def test_an_xid_after_event_waits_kept_failing_reaches_the_tracker() -> No
     watch and every later XID lost. The backend makes the set again after a few failures."""
     nvml = FakePynvml.from_profile("a100-8", seed=1)
     uuid = nvml.uuids()[3]
-    backend = NvmlBackend(nvml)
-    backend.start()
-    devices = backend.devices()
-    link = StoreLink(RecordingStore("n0"), "n0", retry_ms_max=200)  # type: ignore[arg-type]
-    view = AgentView(node="n0")
-    view.devices = devices
-    monitor = Monitor(backend, HealthTracker(HealthPolicy(), devices, now_ms=0), link, view,
-                      poll_ms=10, event_wait_ms=10, retry_ms_max=100)
+    monitor = monitor_of(nvml)
+    backend, view = monitor.backend, monitor.view
+    assert isinstance(backend, NvmlBackend)
     nvml.break_event_sets(NvmlCode.UNKNOWN)
     seen = False
     async with anyio.create_task_group() as tasks:

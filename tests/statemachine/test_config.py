@@ -4,6 +4,7 @@ those that no longer fit their tenant) or is refused when it would strand them."
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
@@ -192,11 +193,34 @@ def test_quota_types_are_resolved_per_chain() -> None:
     assert topology.quota["a"][0] == (0, 0, 0, 3, 0, 0)
 
 
-def test_a_reconfiguration_rebinds_a_gang_at_the_level_it_was_bound_at() -> None:
+RENAME = {"A100-SW": "sw", "A100-SOCK": "sock", "A100-NODE": "node", "A100-RACK": "rack"}
+
+
+def _renamed(spec: ClusterSpec) -> ClusterSpec:
+    """`spec` with its cell types renamed (RENAME), and nothing else changed."""
+    def name(value: str) -> str:
+        return RENAME.get(value, value)
+    return replace(
+        spec,
+        cell_types=tuple(replace(cell_type, name=name(cell_type.name),
+                                 child=name(cell_type.child)) for cell_type in spec.cell_types),
+        physical_cells=tuple(replace(cell, cell_type=name(cell.cell_type))
+                             for cell in spec.physical_cells),
+        virtual_clusters=tuple(replace(tenant, quota=tuple(
+            QuotaSpec(chain=name(entry.chain), cell_type=name(entry.cell_type),
+                      count=entry.count) for entry in tenant.quota))
+            for tenant in spec.virtual_clusters))
+
+
+@pytest.mark.parametrize("again", [lambda spec: spec, _renamed], ids=["same", "renamed"])
+def test_a_reconfiguration_rebinds_a_gang_at_the_level_it_was_bound_at(
+        again: Callable[[ClusterSpec], ClusterSpec]) -> None:
     """An 8-GPU gang of a tenant with one socket and one node cell is bound to the node cell.
     Applying the same configuration again must keep it guaranteed: rebinding GPU by GPU from
     the lowest level would take the socket cell for its first GPUs and find no cell left for
-    the others."""
+    the others. So must one that only renames the cell types (the same nodes, shape and quota
+    under the new names): the level a gang was bound at had been found by the old type's name
+    alone, and with the name gone the lowest level was tried first (the gang was downgraded)."""
     spec = rack_spec(racks=1, quota=(vc("a", ("A100-RACK", "A100-SOCK", 1),
                                            ("A100-RACK", "A100-NODE", 1)),))
     driver = Driver()
@@ -205,7 +229,7 @@ def test_a_reconfiguration_rebinds_a_gang_at_the_level_it_was_bound_at() -> None
     driver.submit(gang("job", "a", 0, (1, 8)))
     driver.submit(gang("small", "a", 0, (1, 2)))
     placed = {name: group.leaves() for name, group in driver.state.groups.items()}
-    result = driver.ok(ApplyConfig(expected_version=1, spec=spec), ADMIN)
+    result = driver.ok(ApplyConfig(expected_version=1, spec=again(spec)), ADMIN)
     assert result == ConfigApplied(version=2, downgraded=(), requeued=())
     groups = driver.state.groups
     assert {name: group.leaves() for name, group in groups.items()} == placed
