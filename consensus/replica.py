@@ -486,6 +486,11 @@ class Replica:
 
     # --- introspection and restart -------------------------------------------------------------
 
+    @property
+    def epoch(self) -> int:
+        """This life's number: one more at every start on the same log."""
+        return self._ctx.epoch
+
     def status(self) -> ReplicaStatus:
         ctx = self._ctx
         return ReplicaStatus(

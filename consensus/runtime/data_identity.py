@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import json
 import pathlib
-from dataclasses import dataclass
+import re
+import secrets
+from dataclasses import dataclass, replace
 
 from consensus.runtime.durable_file import replace_file
 from consensus.runtime.storage_errors import (
@@ -32,6 +34,12 @@ from consensus.runtime.storage_errors import (
 IDENTITY_NAME = "identity.json"
 IDENTITY_BYTES_MAX = 4096  # the file is some 60 bytes; anything longer is not ours
 MACHINE_NAME_LENGTH_MAX = 64
+DISK_ID_BYTES = 16  # written as 32 hex digits
+DISK_ID_PATTERN = re.compile(r"[0-9a-f]{32}")
+
+
+def new_disk_id() -> str:
+    return secrets.token_hex(DISK_ID_BYTES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +49,7 @@ class DataIdentity:
     replica_id: int
     replica_count: int
     machine: str = ""  # the state machine's name; "" in a file written before it was named
+    disk: str = ""  # this directory's random id; "" in a file written before it had one
 
     def __str__(self) -> str:
         machine = f" ({self.machine} machine)" if self.machine else ""
@@ -51,6 +60,8 @@ class DataIdentity:
                                      "replica_count": self.replica_count}
         if self.machine:
             fields["machine"] = self.machine
+        if self.disk:
+            fields["disk"] = self.disk
         return (json.dumps(fields) + "\n").encode()
 
     def owns(self, found: DataIdentity) -> bool:
@@ -61,18 +72,22 @@ class DataIdentity:
             and found.machine in ("", self.machine)
 
 
-def claim(directory: pathlib.Path, identity: DataIdentity) -> None:
-    """Check that `directory` is `identity`'s, writing the file where it has none yet; raises
-    DataDirectoryMismatch for another owner, LogCorrupt for a file that is not an identity."""
+def claim(directory: pathlib.Path, identity: DataIdentity) -> DataIdentity:
+    """Check that `directory` is `identity`'s, writing the file where it has none yet, and
+    return what it names now (with its disk id); raises DataDirectoryMismatch for another
+    owner, LogCorrupt for a file that is not an identity. `identity.disk` is not compared."""
     path = directory / IDENTITY_NAME
     found = _read(path)
     if found is not None and not identity.owns(found):
         raise DataDirectoryMismatch(path, found=str(found), configured=str(identity))
-    if found != identity:  # none yet, or one that does not name the machine
+    claimed = replace(identity, disk=found.disk if found is not None and found.disk
+                      else new_disk_id())
+    if found != claimed:  # none yet, or one that does not name the machine or the disk
         try:
-            replace_file(path, identity.encode())
+            replace_file(path, claimed.encode())
         except OSError as error:
             raise StorageFailed(path, "writing the data directory's identity", error) from error
+    return claimed
 
 
 def _read(path: pathlib.Path) -> DataIdentity | None:
@@ -98,13 +113,15 @@ def _decode(data: bytes) -> DataIdentity | None:
     except (ValueError, UnicodeDecodeError):
         return None
     if not isinstance(raw, dict) or \
-            sorted(set(raw) - {"machine"}) != ["replica_count", "replica_id"]:
+            sorted(set(raw) - {"machine", "disk"}) != ["replica_count", "replica_id"]:
         return None
     replica_id, replica_count = raw["replica_id"], raw["replica_count"]
-    machine = raw.get("machine", "")
+    machine, disk = raw.get("machine", ""), raw.get("disk", "")
+    if "disk" in raw and not (type(disk) is str and DISK_ID_PATTERN.fullmatch(disk)):
+        return None
     if type(replica_id) is not int or type(replica_count) is not int:
         return None
     if not 0 <= replica_id < replica_count or type(machine) is not str or \
             ("machine" in raw and not 0 < len(machine) <= MACHINE_NAME_LENGTH_MAX):
         return None
-    return DataIdentity(replica_id, replica_count, machine)
+    return DataIdentity(replica_id, replica_count, machine, disk)

@@ -27,6 +27,7 @@ from consensus.runtime.listener import ClientListener
 from consensus.runtime.metrics import Metrics
 from consensus.runtime.metrics_http import serve_metrics
 from consensus.runtime.node_config import NodeConfig
+from consensus.runtime.peer_lives import UNKNOWN_LIFE, Life, PeerLives
 from consensus.runtime.peers import LinkTiming, PeerMesh
 from consensus.runtime.server import ClientServer
 from consensus.runtime.storage import DurableLog
@@ -62,13 +63,19 @@ class ReplicaNode:
         core_config = replica_config(config)
         replica = Replica.restore(core_config, Prng(seed), log.records())
         tls, limits = tls_of(config), config.limits
+        # Who this replica is to its peers, and who they were (`peer_lives.py`): a log opened
+        # without an identity (tests of the runtime) takes part in no such check.
+        disk = log.identity.disk if log.identity is not None else ""
+        life = Life(disk, replica.epoch) if disk else UNKNOWN_LIFE
+        lives = PeerLives.load(log.path.parent) if disk else None
         self.mesh = PeerMesh(
             config.replica_id, (config.me.peer.host, config.me.peer.port),
             {peer.replica_id: (peer.peer.host, peer.peer.port) for peer in config.peers
              if peer.replica_id != config.replica_id},
             tls, on_frame=self._on_frame, queue_frames_max=limits["peer_queue_frames_max"],
             frame_bytes_max=limits["frame_bytes_max"], metrics=self.transport,
-            insecure=config.insecure, timing=LinkTiming.of(config.tick_ms, core_config))
+            insecure=config.insecure, timing=LinkTiming.of(config.tick_ms, core_config),
+            life=life, lives=lives)
         self.driver = Driver(
             replica, log, machine, self.mesh.send, self.metrics,
             config=DriverConfig(tick_ms=config.tick_ms, idle_wake_ticks=config.idle_wake_ticks,

@@ -24,6 +24,10 @@ accepted, so the two directions between a pair fail and recover independently.
   their promises and could serve a stale read: the acceptor refuses a peer whose timing differs
   from its own (or that sent no hello), logs an error naming both values, and counts it
   (`TIMING_REFUSED`). Each side dials the other, so both refuse, and both say why.
+- The hello also carries the dialer's life (its data directory's id and its start on it) and
+  the life it last heard of the replica it dials: a peer that comes back having forgotten (on
+  an empty directory, or an older copy) is refused by those that heard it (`LIFE_REFUSED`),
+  and stops when one tells it so (`peer_lives.py`).
 - Newest wins: a new authenticated connection from a peer closes its older one, so a peer that
   restarted is never shadowed by a half-open connection from its previous life.
 - Inbound connections are bounded twice: at most `handshakes_max` not yet authenticated (one
@@ -69,6 +73,7 @@ from consensus.runtime.framing import (
     FRAMES_REFUSED_OVERSIZED,
     FRAMES_TRUNCATED,
     IDENTITY_REFUSED,
+    LIFE_REFUSED,
     RECONNECTS,
     TIMING_REFUSED,
     WRITE_BYTES_MAX,
@@ -81,7 +86,9 @@ from consensus.runtime.framing import (
     check_frame_bytes_max,
 )
 from consensus.runtime.handshake_guard import HandshakeGuard
+from consensus.runtime.peer_lives import UNKNOWN_LIFE, Life, PeerLives
 from consensus.runtime.socket_tuning import tune_socket
+from consensus.runtime.storage_errors import DataDirectoryForgotten, StorageError, StorageFailed
 from consensus.runtime.tls import (
     CONNECTION_ERRORS,
     HANDSHAKE_TIMEOUT_S,
@@ -130,14 +137,19 @@ _TIMING_FIELDS = tuple(field.name for field in dataclasses.fields(LinkTiming))
 
 @dataclass(frozen=True, slots=True)
 class Hello:
-    """A dialer's first frame on a peer connection."""
+    """A dialer's first frame on a peer connection: who it is, its lease timing, its life and
+    the life it last heard of the replica it dials (`peer_lives.py`)."""
 
     replica_id: int
     timing: LinkTiming
+    life: Life = UNKNOWN_LIFE
+    yours: Life = UNKNOWN_LIFE
 
     def encode(self) -> bytes:
         fields = {"replica_id": self.replica_id,
-                  **{name: getattr(self.timing, name) for name in _TIMING_FIELDS}}
+                  **{name: getattr(self.timing, name) for name in _TIMING_FIELDS},
+                  "disk": self.life.disk, "epoch": self.life.epoch,
+                  "your_disk": self.yours.disk, "your_epoch": self.yours.epoch}
         return PEER_HELLO + json.dumps(fields, sort_keys=True).encode()
 
     @classmethod
@@ -150,12 +162,20 @@ class Hello:
             fields = json.loads(body)
         except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested past the stack
             return None
-        if not isinstance(fields, dict) or \
-                set(fields) != {"replica_id", *_TIMING_FIELDS} or \
-                any(type(value) is not int for value in fields.values()):
+        if not isinstance(fields, dict) or set(fields) != _HELLO_FIELDS or \
+                any(type(fields[name]) is not int for name in _HELLO_INT_FIELDS) or \
+                any(type(fields[name]) is not str for name in ("disk", "your_disk")):
+            return None
+        life = Life(fields.pop("disk"), fields.pop("epoch"))
+        yours = Life(fields.pop("your_disk"), fields.pop("your_epoch"))
+        if not (life.is_valid() and yours.is_valid()):
             return None
         replica_id = fields.pop("replica_id")
-        return cls(replica_id, LinkTiming(**fields))
+        return cls(replica_id, LinkTiming(**fields), life, yours)
+
+
+_HELLO_INT_FIELDS = ("replica_id", *_TIMING_FIELDS, "epoch", "your_epoch")
+_HELLO_FIELDS = {*_HELLO_INT_FIELDS, "disk", "your_disk"}
 
 
 class Outbox:
@@ -245,7 +265,8 @@ class PeerMesh:
         handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S,
         connect_timeout_s: float = CONNECT_TIMEOUT_S, rng: random.Random | None = None,
         handshakes_max: int = HANDSHAKES_MAX_DEFAULT, guard: HandshakeGuard | None = None,
-        timing: LinkTiming = LinkTiming(),
+        timing: LinkTiming = LinkTiming(), life: Life = UNKNOWN_LIFE,
+        lives: PeerLives | None = None,
     ) -> None:
         check_security(tls, insecure=insecure, what=f"replica {replica_id} peer mesh")
         check_frame_bytes_max(frame_bytes_max)
@@ -278,6 +299,11 @@ class PeerMesh:
         self._guard = HandshakeGuard() if guard is None else guard
         self.address: Address | None = None  # where it listens, once running
         self.timing = timing
+        self.life = life  # this replica's (`peer_lives.py`)
+        self.lives = lives  # the peers' as last heard; None: no check (tests of the mesh)
+        self.stopped_by: StorageError | None = None  # why the mesh stopped the replica
+        self._scope: anyio.CancelScope | None = None
+        self._hearing_lives: anyio.Lock | None = None
         # Why each peer's last connection was refused for its hello, until one is accepted
         self.refused: dict[int, str] = {}
         rng = rng or random.Random()
@@ -327,12 +353,14 @@ class PeerMesh:
         """Listen and dial until cancelled; `task_status.started` gets the address bound."""
         assert self._changed is None, "a mesh runs once"
         self._changed = anyio.Event()
+        self._hearing_lives = anyio.Lock()
         if self.tls is not None:
             self._server_context = self.tls.server_context()
             self._client_context = self.tls.client_context()
         host, port = self.listen
         listener = await listen_tcp(host, port)
         async with listener, anyio.create_task_group() as group:
+            self._scope = group.cancel_scope
             bound_port: int = listener.extra(anyio.abc.SocketAttribute.local_port)
             self.address = (host, bound_port)
             group.start_soon(functools.partial(
@@ -342,6 +370,15 @@ class PeerMesh:
                 group.start_soon(self._dial_forever, peer)
             logger.info("replica %d: peer mesh on %s:%d", self.replica_id, host, bound_port)
             task_status.started(self.address)
+        if self.stopped_by is not None:
+            raise self.stopped_by
+
+    def _stop(self, error: StorageError) -> None:
+        """Stop the mesh, and with it the replica, for `error` (raised out of `run`)."""
+        if self.stopped_by is None:
+            self.stopped_by = error
+        assert self._scope is not None
+        self._scope.cancel()
 
     def _set_connected(self, peer: int, connected: bool) -> None:
         self._links[peer].connected = connected
@@ -385,7 +422,7 @@ class PeerMesh:
             return None
         tune_socket(stream)
         if self._client_context is None:
-            return await self._say_hello(stream)
+            return await self._say_hello(stream, peer)
         accepted = await tls_handshake(stream, self._client_context, server_side=False,
                                        metrics=self.metrics, timeout_s=self.handshake_timeout_s)
         if accepted is None:
@@ -397,12 +434,14 @@ class PeerMesh:
                            port, identity, peer)
             await anyio.aclose_forcefully(tls_stream)
             return None
-        return await self._say_hello(tls_stream)
+        return await self._say_hello(tls_stream, peer)
 
-    async def _say_hello(self, stream: anyio.abc.ByteStream) -> anyio.abc.ByteStream | None:
+    async def _say_hello(self, stream: anyio.abc.ByteStream, peer: int,
+                         ) -> anyio.abc.ByteStream | None:
         writer = FrameWriter(stream, frame_bytes_max=self.frame_bytes_max, metrics=Metrics())
+        yours = self.lives.of(peer) if self.lives is not None else UNKNOWN_LIFE
         try:
-            await writer.send(Hello(self.replica_id, self.timing).encode())
+            await writer.send(Hello(self.replica_id, self.timing, self.life, yours).encode())
         except CONNECTION_ERRORS:
             await anyio.aclose_forcefully(stream)
             return None
@@ -525,13 +564,42 @@ class PeerMesh:
                          f"{self.timing.differences(hello.timing)}; every replica must have "
                          "the same tick_ms, lease_ticks and lease_drift_ticks")
             return None
+        if not await self._hear_life(hello):
+            return None
         self.refused.pop(hello.replica_id, None)
         reader.widen(self.frame_bytes_max)
         return hello.replica_id, stream, reader
 
-    def _refuse(self, peer: int, reason: str) -> None:
+    async def _hear_life(self, hello: Hello) -> bool:
+        """Whether the dialer's life may be heard, written down first where it is new
+        (`peer_lives.py`). A dialer that heard this replica in a life it no longer has
+        stops this replica."""
+        if self.lives is None:
+            return True
+        peer = hello.replica_id
+        assert self._hearing_lives is not None
+        async with self._hearing_lives:  # a second connection waits for the first's save
+            forgotten = self.life.forgot(hello.yours)
+            if forgotten is not None:
+                self._stop(DataDirectoryForgotten(self.lives.path, peer=peer, reason=forgotten))
+                return False
+            refusal = hello.life.forgot(self.lives.of(peer))
+            if refusal is not None:
+                self._refuse(peer, f"{refusal}; it has forgotten promises a quorum may count "
+                                   "on, and Cellar has no membership change to take it back",
+                             metric=LIFE_REFUSED)
+                return False
+            if self.lives.hear(peer, hello.life):
+                try:
+                    await anyio.to_thread.run_sync(self.lives.save)
+                except StorageFailed as error:
+                    self._stop(error)
+                    return False
+        return True
+
+    def _refuse(self, peer: int, reason: str, *, metric: str = TIMING_REFUSED) -> None:
         """Count a peer refused for its hello; log the reason at its first time in a row."""
-        self.metrics[TIMING_REFUSED] += 1
+        self.metrics[metric] += 1
         if self.refused.get(peer) != reason:
             logger.error("replica %d: refused replica %d: %s", self.replica_id, peer, reason)
         self.refused[peer] = reason

@@ -151,6 +151,7 @@ class DurableLog:
         "_synced",
         "_syncs",
         "_unsynced",
+        "identity",
         "recovery",
     )
 
@@ -176,6 +177,9 @@ class DurableLog:
         self._syncs = 0
         self._compactions = 0
         self.recovery = recovery
+        # Whose directory this is, with its disk id; None where it was opened without one
+        # (tests of the log itself).
+        self.identity: DataIdentity | None = None
 
     @classmethod
     def open(cls, directory: pathlib.Path, *, create: bool,
@@ -198,8 +202,8 @@ class DurableLog:
         may_create = _prepare_directory(directory, create=create)  # before the lock file
         lock = DirectoryLock.acquire(directory)
         try:
-            if identity is not None:
-                claim(directory, identity)  # before the log: a stranger's is left untouched
+            if identity is not None:  # before the log: a stranger's is left untouched
+                identity = claim(directory, identity)
             records, size, key, recovery = _load(directory, may_create=may_create)
             fd = _open_for_append(directory / LOG_NAME)
         except BaseException:
@@ -208,8 +212,10 @@ class DurableLog:
         repaired = recovery.torn_bytes or recovery.removed_compaction
         for line in recovery.lines():
             logger.log(logging.WARNING if repaired else logging.INFO, "%s", line)
-        return cls(directory, lock, fd, records=records, size=size, key=key,
-                   recovery=recovery, compact_after_bytes=compact_after_bytes, synced=synced)
+        log = cls(directory, lock, fd, records=records, size=size, key=key,
+                  recovery=recovery, compact_after_bytes=compact_after_bytes, synced=synced)
+        log.identity = identity
+        return log
 
     @property
     def path(self) -> pathlib.Path:

@@ -10,6 +10,8 @@ command line uses for it (`error.exit_code`, one distinct code per kind, after s
   records after it, a length beyond the cap, a checksummed record that does not decode;
 - `LogVersionUnsupported` (76): an intact header of a format version this build cannot read;
 - `DataDirectoryMismatch` (78): the directory is another replica's (`data_identity.py`);
+- `DataDirectoryForgotten` (78): a peer heard this replica in a later life, or on another
+  directory, than the one it opened: it was started over or restored (`peer_lives.py`);
 - `StorageFailed` (74): a write, fsync or rename failed (disk full, EIO): the replica must stop.
 
 None of them is a bug (those are `AssertionError`s); none is raised after data was changed to
@@ -150,6 +152,24 @@ class DataDirectoryMismatch(StorageError):
                                f"replica it belongs to there). {_DELETING_IS_DANGEROUS}")
         self.found = found
         self.configured = configured
+
+
+class DataDirectoryForgotten(StorageError):
+    """A peer heard this replica in a life its data directory does not hold: the directory
+    was started over (empty, or another) or restored from an older copy."""
+
+    exit_code = EXIT_DATA_DIRECTORY_MISMATCH
+
+    def __init__(self, path: pathlib.Path, *, peer: int, reason: str) -> None:
+        super().__init__(path, f"{path.parent}: replica {peer} heard this replica before, "
+                               f"and {reason}. The replica stopped: it has forgotten promises "
+                               "and acceptances a quorum may count on, and serving with them "
+                               "forgotten could let two values be chosen for one instance. "
+                               "Fix: start it on its own latest data directory if that still "
+                               "exists. Otherwise this replica id cannot rejoin: Cellar has "
+                               "no membership change; the cluster serves on while a majority "
+                               "of its replicas runs.")
+        self.peer = peer
 
 
 class StorageFailed(StorageError):

@@ -5,6 +5,7 @@ on the matching anyio backend)."""
 from __future__ import annotations
 
 import pathlib
+import shutil
 import socket
 import ssl
 import struct
@@ -137,6 +138,26 @@ async def test_a_replica_restarted_after_truncation_catches_up_from_a_snapshot(
                     break
                 await anyio.sleep(0.2)
         assert statuses[2]["metrics"].get("driver.snapshots_installed", 0) >= 1
+
+
+async def test_a_replica_started_over_on_an_empty_directory_is_refused_and_stops(
+        tmp_path: pathlib.Path, anyio_backend: str) -> None:
+    """A replaced disk (or `--init` again): the replica forgot promises the others may count
+    on. Its peers heard its earlier life, refuse it, and tell it so; it stops with exit 78
+    and says why, and the others serve on."""
+    with running(tmp_path, anyio_backend) as cluster, anyio.fail_after(60):
+        await configured(cluster)
+        replaced = cluster.processes[1]
+        replaced.stop()
+        shutil.rmtree(cluster.layout.data_dir(1))
+        replaced.started_before = False  # what an operator does for a new replica: --init
+        replaced.start()
+        while replaced.running:
+            await anyio.sleep(0.05)
+        assert replaced.process is not None and replaced.process.returncode == 78
+        said = replaced.log_path.read_text()
+        assert "heard this replica before" in said and "no membership change" in said
+        assert await submit_many(cluster, 2, "after-the-refusal")
 
 
 async def test_a_certificate_from_another_authority_is_refused(tmp_path: pathlib.Path,

@@ -5,7 +5,9 @@ existed is claimed by the replica that opens it."""
 
 from __future__ import annotations
 
+import json
 import pathlib
+import re
 
 import pytest
 
@@ -37,10 +39,32 @@ def test_the_first_open_writes_the_identity_and_the_next_ones_accept_it(
         tmp_path: pathlib.Path) -> None:
     directory = tmp_path / "data"
     _make(directory, ONE_OF_THREE)
-    assert (directory / IDENTITY_NAME).read_bytes() == \
-        b'{"replica_id": 1, "replica_count": 3}\n'
+    written = json.loads((directory / IDENTITY_NAME).read_bytes())
+    assert written == {"replica_id": 1, "replica_count": 3, "disk": written["disk"]}
+    assert re.fullmatch("[0-9a-f]{32}", written["disk"])
     with DurableLog.open(directory, create=False, identity=ONE_OF_THREE) as log:
         assert log.records() == [EpochRecord(1), ViewRecord(2)]
+        assert log.identity == DataIdentity(1, 3, disk=written["disk"])
+
+
+def test_every_directory_gets_a_disk_id_of_its_own_once(tmp_path: pathlib.Path) -> None:
+    """Peers tell a directory started over from the one they heard by this id
+    (`peer_lives.py`): a new one per directory, kept at every later open, and added to a file
+    written before it had one."""
+    disks = []
+    for name in ("one", "two"):
+        _make(tmp_path / name, ONE_OF_THREE)
+        with DurableLog.open(tmp_path / name, create=False, identity=ONE_OF_THREE) as log:
+            assert log.identity is not None
+            disks.append(log.identity.disk)
+    assert disks[0] != disks[1]
+    old = tmp_path / "old"
+    _make(old, ONE_OF_THREE)
+    (old / IDENTITY_NAME).write_bytes(b'{"replica_id": 1, "replica_count": 3}\n')
+    with DurableLog.open(old, create=False, identity=ONE_OF_THREE) as log:
+        assert log.identity is not None and log.identity.disk not in ("", *disks)
+        added = log.identity.disk
+    assert json.loads((old / IDENTITY_NAME).read_bytes())["disk"] == added
 
 
 @pytest.mark.parametrize("other", [DataIdentity(2, 3), DataIdentity(1, 5)])
@@ -102,8 +126,8 @@ def test_the_identity_names_the_machine_and_another_machine_is_refused(
     directory = tmp_path / "data"
     gpu = DataIdentity(1, 3, "gpu")
     _make(directory, gpu)
-    assert (directory / IDENTITY_NAME).read_bytes() == \
-        b'{"replica_id": 1, "replica_count": 3, "machine": "gpu"}\n'
+    assert (directory / IDENTITY_NAME).read_bytes().startswith(
+        b'{"replica_id": 1, "replica_count": 3, "machine": "gpu", "disk": "')
     before = _files(directory)
     with pytest.raises(DataDirectoryMismatch) as refused:
         DurableLog.open(directory, create=False, identity=DataIdentity(1, 3, "kv"))
@@ -130,6 +154,8 @@ def test_an_identity_from_before_the_machine_was_named_is_claimed_for_the_config
     b'{"replica_id": 1, "replica_count": 3, "machine": ""}',
     b'{"replica_id": 1, "replica_count": 3, "machine": 7}',
     b'{"replica_id": 1, "replica_count": 3, "machine": "gpu", "x": 1}',
+    b'{"replica_id": 1, "replica_count": 3, "machine": "gpu", "disk": "not hex"}',
+    b'{"replica_id": 1, "replica_count": 3, "machine": "gpu", "disk": 7}',
 ])
 def test_an_identity_naming_no_machine_properly_is_refused(tmp_path: pathlib.Path,
                                                            text: bytes) -> None:
