@@ -20,6 +20,7 @@ import anyio
 
 from consensus.config import ReplicaConfig
 from consensus.prng import Prng
+from consensus.records import EpochRecord
 from consensus.replica import Replica
 from consensus.runtime.driver import Driver, DriverConfig
 from consensus.runtime.framing import FramedConnection
@@ -27,7 +28,7 @@ from consensus.runtime.listener import ClientListener
 from consensus.runtime.metrics import Metrics
 from consensus.runtime.metrics_http import serve_metrics
 from consensus.runtime.node_config import NodeConfig
-from consensus.runtime.peer_lives import UNKNOWN_LIFE, Life, PeerLives
+from consensus.runtime.peer_lives import UNKNOWN_LIFE, Life, PeerLives, new_start_id
 from consensus.runtime.peers import LinkTiming, PeerMesh
 from consensus.runtime.server import ClientServer
 from consensus.runtime.storage import DurableLog
@@ -66,7 +67,13 @@ class ReplicaNode:
         # Who this replica is to its peers, and who they were (`peer_lives.py`): a log opened
         # without an identity (tests of the runtime) takes part in no such check.
         disk = log.identity.disk if log.identity is not None else ""
-        life = Life(disk, replica.epoch) if disk else UNKNOWN_LIFE
+        life = Life(disk, replica.epoch, new_start_id()) if disk else UNKNOWN_LIFE
+        if disk:
+            # This start's epoch durable before any hello names it: a later start is at a
+            # higher one, so a process at the epoch a peer heard with another start id is
+            # one whose directory forgot that start (a restored copy: `peer_lives.py`).
+            log.append([EpochRecord(replica.epoch)])
+            log.sync()
         lives = PeerLives.load(log.path.parent) if disk else None
         self.mesh = PeerMesh(
             config.replica_id, (config.me.peer.host, config.me.peer.port),

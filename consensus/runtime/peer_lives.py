@@ -19,7 +19,12 @@ so it is refused, and it stops:
   stops (exit 78) instead of serving with a memory it no longer has.
 
 What this cannot catch: a life that no running peer ever heard (a replica that forgot a life
-whose every message went to peers now down or started over themselves). It turns the common
+whose every message went to peers now down or started over themselves), and a copy taken
+while the replica ran (its EpochRecord of that start is in the copy, so the restored one
+starts one higher, as a restart does, having forgotten only that start's tail). A copy taken
+before the replica's last start comes back at the epoch the peers heard, in another process:
+each process names itself with a random start id, and its epoch is durable before its first
+hello (`node.py`), so a legitimate restart is always at a higher epoch. It turns the common
 case, a replica brought back on a fresh disk beside peers that know it, from a silent loss of
 agreement into a refusal that says why.
 """
@@ -28,6 +33,8 @@ from __future__ import annotations
 
 import json
 import pathlib
+import re
+import secrets
 from dataclasses import dataclass
 
 from consensus.runtime.data_identity import DISK_ID_PATTERN
@@ -36,14 +43,28 @@ from consensus.runtime.storage_errors import LogCorrupt, StorageFailed
 
 LIVES_NAME = "peer_lives.json"
 LIVES_BYTES_MAX = 64 * 1024  # a line per peer of some 70 bytes; anything longer is not ours
+# A replica id as `save` writes it: no sign, no leading zero ("01" would name replica 1 a
+# second time), and short enough for `int` (which refuses over 4300 digits)
+_REPLICA_KEY = re.compile(r"0|[1-9][0-9]{0,8}")
+
+
+START_ID_PATTERN = re.compile(r"[0-9a-f]{16}")
+
+
+def new_start_id() -> str:
+    return secrets.token_hex(8)
 
 
 @dataclass(frozen=True, slots=True)
 class Life:
-    """One start of a replica on one data directory; `disk` "" where it is not known."""
+    """One start of a replica on one data directory; `disk` "" where it is not known. `start`
+    is a random id of the process (its EpochRecord durable before any hello leaves,
+    `node.py`): a second process at the same epoch on the same disk is one whose start was
+    forgotten (a copy taken before that start, restored); "" where it is not known."""
 
     disk: str = ""
     epoch: int = 0
+    start: str = ""
 
     @property
     def known(self) -> bool:
@@ -51,6 +72,7 @@ class Life:
 
     def is_valid(self) -> bool:
         return (self.disk == "" or DISK_ID_PATTERN.fullmatch(self.disk) is not None) and \
+            (self.start == "" or START_ID_PATTERN.fullmatch(self.start) is not None) and \
             self.epoch >= 0
 
     def forgot(self, heard: Life) -> str | None:
@@ -65,6 +87,11 @@ class Life:
         if self.epoch < heard.epoch:
             return (f"it is at start {self.epoch} of its data directory, heard before at "
                     f"start {heard.epoch}: the directory was restored from an older copy")
+        if self.epoch == heard.epoch and self.start and heard.start and \
+                self.start != heard.start:
+            return (f"it is at start {self.epoch} of its data directory again, heard before "
+                    "in another process at that start: the directory was restored from a "
+                    "copy taken before its last start")
         return None
 
 
@@ -108,7 +135,8 @@ class PeerLives:
 
     def save(self) -> None:
         """Write the lives durably (blocking: call it from a worker thread)."""
-        fields = {str(peer): {"disk": life.disk, "epoch": life.epoch}
+        fields = {str(peer): {"disk": life.disk, "epoch": life.epoch,
+                              **({"start": life.start} if life.start else {})}
                   for peer, life in sorted(self._heard.items())}
         try:
             replace_file(self.path, (json.dumps(fields, sort_keys=True) + "\n").encode())
@@ -127,11 +155,11 @@ def _decode(data: bytes) -> dict[int, Life] | None:
         return None
     heard: dict[int, Life] = {}
     for key, value in raw.items():
-        if not (key.isascii() and key.isdigit() and isinstance(value, dict)
-                and set(value) == {"disk", "epoch"} and type(value["disk"]) is str
-                and type(value["epoch"]) is int):
+        if not (_REPLICA_KEY.fullmatch(key) and isinstance(value, dict)
+                and set(value) - {"start"} == {"disk", "epoch"} and type(value["disk"]) is str
+                and type(value["epoch"]) is int and type(value.get("start", "")) is str):
             return None
-        life = Life(value["disk"], value["epoch"])
+        life = Life(value["disk"], value["epoch"], value.get("start", ""))
         if not (life.known and life.is_valid()):
             return None
         heard[int(key)] = life

@@ -148,8 +148,9 @@ class Hello:
     def encode(self) -> bytes:
         fields = {"replica_id": self.replica_id,
                   **{name: getattr(self.timing, name) for name in _TIMING_FIELDS},
-                  "disk": self.life.disk, "epoch": self.life.epoch,
-                  "your_disk": self.yours.disk, "your_epoch": self.yours.epoch}
+                  "disk": self.life.disk, "epoch": self.life.epoch, "start": self.life.start,
+                  "your_disk": self.yours.disk, "your_epoch": self.yours.epoch,
+                  "your_start": self.yours.start}
         return PEER_HELLO + json.dumps(fields, sort_keys=True).encode()
 
     @classmethod
@@ -164,10 +165,10 @@ class Hello:
             return None
         if not isinstance(fields, dict) or set(fields) != _HELLO_FIELDS or \
                 any(type(fields[name]) is not int for name in _HELLO_INT_FIELDS) or \
-                any(type(fields[name]) is not str for name in ("disk", "your_disk")):
+                any(type(fields[name]) is not str for name in _HELLO_STR_FIELDS):
             return None
-        life = Life(fields.pop("disk"), fields.pop("epoch"))
-        yours = Life(fields.pop("your_disk"), fields.pop("your_epoch"))
+        life = Life(fields.pop("disk"), fields.pop("epoch"), fields.pop("start"))
+        yours = Life(fields.pop("your_disk"), fields.pop("your_epoch"), fields.pop("your_start"))
         if not (life.is_valid() and yours.is_valid()):
             return None
         replica_id = fields.pop("replica_id")
@@ -175,7 +176,8 @@ class Hello:
 
 
 _HELLO_INT_FIELDS = ("replica_id", *_TIMING_FIELDS, "epoch", "your_epoch")
-_HELLO_FIELDS = {*_HELLO_INT_FIELDS, "disk", "your_disk"}
+_HELLO_STR_FIELDS = ("disk", "start", "your_disk", "your_start")
+_HELLO_FIELDS = {*_HELLO_INT_FIELDS, *_HELLO_STR_FIELDS}
 
 
 class Outbox:

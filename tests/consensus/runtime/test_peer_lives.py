@@ -11,17 +11,29 @@ is the hello's, not the certificate's) given lives files in temporary directorie
 
 from __future__ import annotations
 
+import json
 import pathlib
+import shutil
 
 import anyio
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consensus.runtime.data_identity import new_disk_id
+from consensus.config import ReplicaConfig
+from consensus.prng import Prng
+from consensus.replica import Replica
+from consensus.runtime.data_identity import DataIdentity, new_disk_id
 from consensus.runtime.framing import LIFE_REFUSED
-from consensus.runtime.peer_lives import LIVES_NAME, UNKNOWN_LIFE, Life, PeerLives
+from consensus.runtime.peer_lives import (
+    LIVES_NAME,
+    UNKNOWN_LIFE,
+    Life,
+    PeerLives,
+    new_start_id,
+)
 from consensus.runtime.peers import Hello, LinkTiming, PeerMesh
+from consensus.runtime.storage import DurableLog
 from consensus.runtime.storage_errors import (
     EXIT_DATA_DIRECTORY_MISMATCH,
     DataDirectoryForgotten,
@@ -35,11 +47,15 @@ from tests.consensus.runtime.test_peers import (
     mesh_of,
     start,
 )
+from tests.consensus.runtime.test_storage import accepts, snapshot
 
 DISK_A, DISK_B = "a" * 32, "b" * 32
 
+CONFIG = ReplicaConfig(replica_id=0, replica_count=3).validate()
+
 disks = st.text(alphabet="0123456789abcdef", min_size=32, max_size=32)
-lives = st.builds(Life, disks, st.integers(min_value=0, max_value=2**40))
+starts = st.text(alphabet="0123456789abcdef", min_size=16, max_size=16)
+lives = st.builds(Life, disks, st.integers(min_value=0, max_value=2**40), starts)
 
 
 def test_a_life_forgot_another_disk_or_an_older_start_and_nothing_else() -> None:
@@ -48,6 +64,10 @@ def test_a_life_forgot_another_disk_or_an_older_start_and_nothing_else() -> None
     assert Life(DISK_A, 6).forgot(heard) is None  # a restart on its own directory
     assert "started over on an empty or another directory" in str(Life(DISK_B, 9).forgot(heard))
     assert "restored from an older copy" in str(Life(DISK_A, 4).forgot(heard))
+    process = Life(DISK_A, 5, "1" * 16)
+    assert process.forgot(process) is None
+    assert "copy taken before its last start" in str(Life(DISK_A, 5, "2" * 16).forgot(process))
+    assert Life(DISK_A, 6, "2" * 16).forgot(process) is None
     assert UNKNOWN_LIFE.forgot(heard) is None  # an older build, or a test of the runtime
     assert Life(DISK_B, 1).forgot(UNKNOWN_LIFE) is None  # never heard
 
@@ -73,6 +93,9 @@ def test_lives_are_news_once_and_survive_a_reload(tmp_path: pathlib.Path) -> Non
     b'{"1": {"disk": "' + DISK_A.encode() + b'", "epoch": 1, "more": 2}}',
     "{\"\u00b2\": {\"disk\": \"" .encode() + DISK_A.encode() + b'", "epoch": 1}}',
     b"{" + b" " * 70_000 + b"}",
+    json.dumps({"9" * 5000: {"disk": DISK_A, "epoch": 1}}).encode(),  # past int()'s digits
+    json.dumps({"1": {"disk": DISK_A, "epoch": 9}, "01": {"disk": DISK_A, "epoch": 1}}).encode(),
+    json.dumps({"1": {"disk": DISK_A, "epoch": 1, "start": "xyz"}}).encode(),
 ])
 def test_a_lives_file_that_is_not_ours_is_refused(tmp_path: pathlib.Path, text: bytes) -> None:
     (tmp_path / LIVES_NAME).write_bytes(text)
@@ -175,3 +198,80 @@ async def test_a_replica_restarted_on_its_own_directory_is_heard_and_written_dow
     assert [replica.mesh.metrics[LIFE_REFUSED] for replica in restarted] == [0, 0]
     assert PeerLives.load(restarted[0].directory).of(1) == Life(second_disk, 7)
     assert PeerLives.load(restarted[1].directory).of(0) == Life(first_disk, 2)
+
+
+def _opened(directory: pathlib.Path, *, create: bool = False) -> tuple[DurableLog, Replica]:
+    """A replica started on `directory` as `cellar replica` starts one: its first Ready
+    (this start's EpochRecord) durable."""
+    log = DurableLog.open(directory, create=create, compact_after_bytes=4096,
+                          identity=DataIdentity(0, 3))
+    replica = Replica.restore(CONFIG, Prng(1), log.records())
+    log.append(replica.ready().records)
+    log.sync()
+    replica.advance()
+    return log, replica
+
+
+def test_the_epoch_grows_by_one_a_start_across_compactions(tmp_path: pathlib.Path) -> None:
+    """A restart on the own directory is never refused: its epoch is above every earlier
+    start's, compactions in between too."""
+    log, replica = _opened(tmp_path, create=True)
+    epochs, compactions = [replica.epoch], 0
+    for round_ in range(4):
+        log.append(accepts(round_ * 100, 60, 1000))
+        log.append([snapshot(round_ * 100 + 50, 100)])
+        log.sync()
+        log.append(accepts(round_ * 100 + 60, 20, 1000))
+        log.sync()
+        compactions += log.statistics().compactions
+        log.close()
+        log, replica = _opened(tmp_path)
+        epochs.append(replica.epoch)
+    log.close()
+    assert compactions >= 3
+    assert epochs == list(range(epochs[0], epochs[0] + len(epochs)))
+
+
+def test_a_copy_taken_at_a_stop_and_restored_after_the_next_start_forgot_that_start(
+        tmp_path: pathlib.Path) -> None:
+    """The usual backup: stop, copy, start again. Restored after that start, the copy comes
+    back at the very epoch the peers heard; only the process's start id tells them apart."""
+    own, backup = tmp_path / "data", tmp_path / "backup"
+    log, _ = _opened(own, create=True)
+    log.close()
+    shutil.copytree(own, backup)
+    log, replica = _opened(own)
+    assert log.identity is not None
+    heard = Life(log.identity.disk, replica.epoch, new_start_id())
+    log.close()
+    shutil.rmtree(own)
+    shutil.copytree(backup, own)
+    log, replica = _opened(own)
+    assert log.identity is not None
+    restored = Life(log.identity.disk, replica.epoch, new_start_id())
+    log.close()
+    assert restored.epoch == heard.epoch
+    assert "copy taken before its last start" in str(restored.forgot(heard))
+
+
+@pytest.mark.anyio
+async def test_a_copy_restored_at_the_epoch_heard_is_refused_and_stops(
+        tmp_path: pathlib.Path) -> None:
+    ports = dict(enumerate(free_ports(2)))
+    await _exchange(MeshReplica(tmp_path, 0, ports, Life(DISK_B, 1, new_start_id())),
+                    MeshReplica(tmp_path, 1, ports, Life(DISK_A, 2, new_start_id())))
+    peer = MeshReplica(tmp_path, 0, ports, Life(DISK_B, 2, new_start_id()))
+    restored = MeshReplica(tmp_path / "restored", 1, ports, Life(DISK_A, 2, new_start_id()))
+    stopped = await _met_forgetful(peer, restored)
+    assert "copy taken before its last start" in str(stopped)
+    assert "copy taken before its last start" in peer.mesh.refused[1]
+
+
+@pytest.mark.anyio
+async def test_a_process_that_reconnects_is_heard_again(tmp_path: pathlib.Path) -> None:
+    ports = dict(enumerate(free_ports(2)))
+    both = Life(DISK_B, 1, new_start_id()), Life(DISK_A, 2, new_start_id())
+    await _exchange(*(MeshReplica(tmp_path, i, ports, life) for i, life in enumerate(both)))
+    again = [MeshReplica(tmp_path, i, ports, life) for i, life in enumerate(both)]
+    await _exchange(*again)
+    assert [replica.mesh.metrics[LIFE_REFUSED] for replica in again] == [0, 0]
