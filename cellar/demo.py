@@ -227,7 +227,7 @@ class Demo:
                 self.start_pod(effect)
             elif effect.kind is EffectKind.KILL_POD:
                 self.agents.killed.append((effect.node, effect.group, effect.pod_uid))
-            else:
+            elif effect.kind is not EffectKind.POD_EXITED:  # one a pod: counted, not shown
                 lines.append(self.describe(effect))
         lines.sort(key=lambda line: line[0])
         shown = [text for _, text in lines[:SHOWN_PER_ROUND]]

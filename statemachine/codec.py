@@ -44,7 +44,14 @@ from statemachine.commands import (
 )
 from statemachine.errors import Code
 from statemachine.record_codec import DecodeError, Record, checked, open_body
+from statemachine.spec import FailurePolicy
 from statemachine.spec_codec import SPEC_FIELDS, decode_spec, encode_spec
+
+# A submission from before gangs had a pod failure policy (a client of then, an entry of a log
+# written then) is read as it was applied then: a failed pod left its gang running. Read as
+# RELEASE, a log replayed from before a format-5 snapshot would diverge from that snapshot,
+# whose gangs restore as KEEP (statemachine/snapshot_codec.py).
+POD_FAILURE_POLICY_ABSENT = FailurePolicy.KEEP
 
 
 def decode_command(data: bytes) -> Command:
@@ -147,7 +154,9 @@ def _submit(record: Record) -> SubmitGroup:
                              gpus=member.integer("gpus", low=1, high=limits.GPUS_PER_NODE_MAX))
                       for member in members),
         gpu_model=record.text("gpu_model", allow_empty=True),
-        lazy_preemption=record.flag("lazy_preemption"))
+        lazy_preemption=record.flag("lazy_preemption"),
+        on_pod_failure=FailurePolicy(record.choice("on_pod_failure", tuple(FailurePolicy)))
+        if record.has("on_pod_failure") else POD_FAILURE_POLICY_ABSENT)
 
 
 def _apply_config(record: Record) -> ApplyConfig:
@@ -247,13 +256,15 @@ COMMANDS: dict[str, tuple[tuple[str, ...], Callable[[Record], Any], Callable[[An
         lambda record: Deregister(node=record.text("node"), force=record.flag("force")),
         lambda command: {"node": command.node, "force": command.force}),
     "submit_group": (
-        ("group", "vc", "priority", "members", "gpu_model", "lazy_preemption"), _submit,
+        ("group", "vc", "priority", "members", "gpu_model", "lazy_preemption",
+         "on_pod_failure"), _submit,
         lambda command: {"group": command.group, "vc": command.vc,
                          "priority": command.priority,
                          "members": [{"pods": member.pods, "gpus": member.gpus}
                                      for member in command.members],
                          "gpu_model": command.gpu_model,
-                         "lazy_preemption": command.lazy_preemption}),
+                         "lazy_preemption": command.lazy_preemption,
+                         "on_pod_failure": command.on_pod_failure.value}),
     "bind_pod": (
         ("group", "member", "pod_uid", "command"), _bind,
         lambda command: {"group": command.group, "member": command.member,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from statemachine.spec import ClusterSpec
+from statemachine.spec import ClusterSpec, FailurePolicy
 
 
 class HealthStatus(enum.StrEnum):
@@ -169,6 +169,9 @@ class SubmitGroup:
     members: tuple[Member, ...]
     gpu_model: str  # empty: any model, tried in configuration order
     lazy_preemption: bool
+    # A pod that exits non-zero (or is lost) while the gang is allocated: RELEASE evicts the
+    # gang (an all-or-nothing job is broken without it), KEEP leaves its other pods running.
+    on_pod_failure: FailurePolicy = FailurePolicy.RELEASE
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

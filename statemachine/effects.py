@@ -15,6 +15,7 @@ class EffectKind(enum.StrEnum):
     GANG_DOWNGRADED = "gang_downgraded"
     GANG_FAILURE = "gang_failure"  # hardware under the gang failed
     GANG_REQUEUED = "gang_requeued"  # a preemptor lost its reservation and waits again
+    POD_EXITED = "pod_exited"  # a gang's pod was first reported exited: the code and why
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

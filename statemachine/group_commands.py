@@ -28,8 +28,9 @@ def submit_group(state: State, command: SubmitGroup) -> GroupStatus:
     existing = state.groups.get(command.group)
     if existing is not None:
         if (existing.vc, existing.priority, existing.members, existing.gpu_model,
-                existing.lazy_preemption) != (command.vc, command.priority, command.members,
-                                              command.gpu_model, command.lazy_preemption):
+                existing.lazy_preemption, existing.on_pod_failure) != (
+                command.vc, command.priority, command.members, command.gpu_model,
+                command.lazy_preemption, command.on_pod_failure):
             raise refuse(Code.GROUP_CONFLICT,
                          f"gang {command.group!r} exists with a different spec")
         return group_status(state, existing)
@@ -40,8 +41,8 @@ def submit_group(state: State, command: SubmitGroup) -> GroupStatus:
     group = Group(group=command.group, vc=command.vc, priority=command.priority,
                   effective_priority=command.priority, lazy_preemption=command.lazy_preemption,
                   gpu_model=command.gpu_model, members=command.members,
-                  submit_index=state.next_submit, submitted_ms=state.now_ms,
-                  pods=make_pods(command.members))
+                  on_pod_failure=command.on_pod_failure, submit_index=state.next_submit,
+                  submitted_ms=state.now_ms, pods=make_pods(command.members))
     state.set(state, "next_submit", state.next_submit + 1)
     state.journal.set_item(state.groups, group.group, group)
     state.enqueue(group)

@@ -4,11 +4,13 @@ A gang is members x pods x GPUs, placed all or nothing on one chain (one GPU mod
 one node. Phases (reference/hived.md 1.7): Pending (in the queue, with a "why pending"),
 Preempting (its GPUs reserved, victims told to leave, a deadline), Allocated (its GPUs held).
 A released gang is removed. An allocated gang told to leave (a preemption victim, a drain, a
-hardware-failure policy) keeps its GPUs, with `evicting` saying why, until its pods exit.
+hardware-failure policy, a failed pod under its pod failure policy) keeps its GPUs, with
+`evicting` saying why, until its pods exit.
 
 Each pod of the placement is a slot a client binds a pod to (BindPod), which the node agent
 then acknowledges (AckPodStarted) and eventually reports gone (ReportPodExit). The gang's GPUs
-are freed when every pod has exited, or when the gang is released.
+are freed when every pod has exited, or when the gang is released. Under the gang's
+`on_pod_failure` RELEASE (the default), a pod that exits non-zero or is lost evicts the gang.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 from statemachine.commands import Member
 from statemachine.limits import OPPORTUNISTIC_PRIORITY
 from statemachine.results import GroupPhase, PodPhase
+from statemachine.spec import FailurePolicy
 
 
 @dataclass(slots=True, kw_only=True)
@@ -49,6 +52,7 @@ class Group:
     submit_index: int
     submitted_ms: int
     pods: tuple[Pod, ...]
+    on_pod_failure: FailurePolicy = FailurePolicy.KEEP  # see SubmitGroup.on_pod_failure
     effective_priority: int = 0
     phase: GroupPhase = GroupPhase.PENDING
     chain: int = -1

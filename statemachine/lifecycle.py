@@ -1,4 +1,4 @@
-"""Gang transitions: allocate, preempt, settle, evict, downgrade, requeue and release.
+"""Gang transitions: allocate, preempt, settle, evict, downgrade, requeue, pod exits and release.
 
 Each function takes a decided plan or event and commits it through journaled writes, keeping
 three couplings intact in the same apply:
@@ -189,6 +189,34 @@ def kill_pod(state: State, group: Group, pod: Pod, reason: str) -> None:
 
 def resend_kills(state: State, group: Group) -> None:
     _kill_live_pods(state, group, group.evicting)
+
+
+def pod_exited(state: State, group: Group, pod: Pod, exit_code: int, reason: str) -> None:
+    """A pod's first exit report: record and announce it, then evict the gang if the pod
+    failed and the gang's pod failure policy says so, or release it if it is done."""
+    assert pod.phase is not PodPhase.EXITED
+    state.set(pod, "phase", PodPhase.EXITED)
+    state.set(pod, "exit_code", exit_code)
+    state.set(pod, "exit_reason", reason)
+    outcome = exit_outcome(exit_code, reason)
+    state.outbox.emit(EffectKind.POD_EXITED, node="", group=group.group, pod_uid=pod.pod_uid,
+                      reason=outcome)
+    if _fails_gang(group, exit_code):
+        evict(state, group, f"pod {pod.pod_uid} failed with {outcome}")
+    else:
+        finish_if_done(state, group)
+
+
+def exit_outcome(exit_code: int, reason: str) -> str:
+    return f"exit code {exit_code}" + (f": {reason}" if reason else "")
+
+
+def _fails_gang(group: Group, exit_code: int) -> bool:
+    """Whether a pod's exit with `exit_code` evicts its gang: it failed (a lost pod's code is
+    not 0 either) while the gang ran, told to leave by nobody, under policy RELEASE. A pod of
+    a gang already leaving (a victim's pod killed, 137 or 143) keeps the eviction's reason."""
+    return (exit_code != 0 and group.phase is GroupPhase.ALLOCATED and not group.evicting
+            and group.on_pod_failure is FailurePolicy.RELEASE)
 
 
 def finish_if_done(state: State, group: Group) -> None:

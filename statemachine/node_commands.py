@@ -13,7 +13,8 @@ agent cut off long enough misses effects trimmed from the outbox, its kill among
 gang would wait for that pod for ever; the reply marks such a pod evicting, so that an agent
 that never ran it reports it exited rather than starting it. Health changes refresh the GPUs'
 usability; GPUs that fail under gangs are reported on those gangs (and the gangs released where
-their tenant's policy says so).
+their tenant's policy says so). A pod's first exit report is announced (POD_EXITED); a failed
+one (a code other than 0) evicts its gang where the gang's pod failure policy says so.
 
 A registration carries the agent's health reading of the GPUs it registers and applies it as a
 health report would, before its scheduling pass: the store keeps a GPU's health across
@@ -46,10 +47,10 @@ from statemachine.groups import Group, Pod
 from statemachine.lifecycle import (
     LIVE_PHASES,
     evict,
-    finish_if_done,
     hardware_failed,
     kill_pod,
     pod_env,
+    pod_exited,
     pod_uuids,
     release,
     requeue,
@@ -282,10 +283,7 @@ def report_pod_exit(state: State, command: ReportPodExit) -> Done:
     group, position = _find_pod(state, record, command.group, command.pod_uid)
     pod = group.pods[position]
     if pod.phase is not PodPhase.EXITED:
-        state.set(pod, "phase", PodPhase.EXITED)
-        state.set(pod, "exit_code", command.exit_code)
-        state.set(pod, "exit_reason", command.reason)
-        finish_if_done(state, group)
+        pod_exited(state, group, pod, command.exit_code, command.reason)
         schedule(state)
     why = f" ({command.reason})" if command.reason else ""
     return Done(note=f"pod {pod.pod_uid} exited with {command.exit_code}{why}")

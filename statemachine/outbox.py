@@ -2,13 +2,13 @@
 
 Side effects never happen inside `apply`; they are recorded here for a dispatcher or an agent to
 carry out: start a pod on a node, kill a pod, and gang events a scheduler follows (allocated,
-preempting, released, downgraded, failing hardware). Effects are numbered from 1 without gaps;
-each is idempotent by (kind, group, pod uid), so a new leader may resend them. A node agent asks
-for the effects after the last index it has seen, filtered to its node. Only the newest
-`OUTBOX_RETAINED_MAX` effects, and at most `OUTBOX_RETAINED_BYTES_MAX` bytes of them, are
-kept, packed (see `effect_codec`), with the node of each beside it so the per-node index can be
-rebuilt on restore. A page of effects is bounded by count and by packed bytes, so that any page
-fits in a connection's frame.
+preempting, released, downgraded, failing hardware, requeued, a pod exited). Effects are
+numbered from 1 without gaps; each is idempotent by (kind, group, pod uid), so a new leader may
+resend them. A node agent asks for the effects after the last index it has seen, filtered to
+its node. Only the newest `OUTBOX_RETAINED_MAX` effects, and at most
+`OUTBOX_RETAINED_BYTES_MAX` bytes of them, are kept, packed (see `effect_codec`), with the node
+of each beside it so the per-node index can be rebuilt on restore. A page of effects is bounded
+by count and by packed bytes, so that any page fits in a connection's frame.
 """
 
 from __future__ import annotations

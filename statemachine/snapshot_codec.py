@@ -22,6 +22,7 @@ from statemachine.nodes import GpuHealth, Liveness, NodeRecord
 from statemachine.record_codec import Record
 from statemachine.results import GroupPhase, PodPhase
 from statemachine.sessions import NO_CHECKSUM, Session, Sessions
+from statemachine.spec import FailurePolicy
 from statemachine.spec_codec import SPEC_FIELDS, decode_spec, encode_spec
 from statemachine.state import (
     Configured,
@@ -33,11 +34,16 @@ from statemachine.state import (
 )
 
 SNAPSHOT_TAG = "cellar-statemachine-snapshot"
-SNAPSHOT_FORMAT = 5  # 3: a gang's failures are (GPU, why) pairs; 4: sessions' checksums;
-# 5: where the next Tick's scheduling pass starts, and the latest Tick's stamp
-SNAPSHOT_FORMATS_READ = (2, 3, 4, 5)  # 2: a gang's failures were "GPU: why" lines
+SNAPSHOT_FORMAT = 6  # 3: a gang's failures are (GPU, why) pairs; 4: sessions' checksums;
+# 5: where the next Tick's scheduling pass starts, and the latest Tick's stamp; 6: a gang's
+# pod failure policy, after its pods
+SNAPSHOT_FORMATS_READ = (2, 3, 4, 5, 6)  # 2: a gang's failures were "GPU: why" lines
 SCHEDULE_RESUME_SINCE = 5  # the format that added both (None when read from an older one)
 LATER_FIELDS = 2  # those two, after the sessions
+POD_FAILURE_POLICY_SINCE = 6
+# The policy of a gang read from an older format: it was submitted when a failed pod left its
+# gang running (as statemachine/codec.py reads a submission without one).
+POD_FAILURE_POLICY_BEFORE = FailurePolicy.KEEP
 SNAPSHOT_BYTES_MAX = 1 << 30
 
 
@@ -84,7 +90,8 @@ def _group(group: Group) -> list[Any]:
             group.preempt_epoch,
             [[pod.member, pod.index, pod.gpus, pod.node, list(pod.leaves), pod.pod_uid,
               list(pod.command), pod.phase.value, pod.exit_code, pod.exit_reason]
-             for pod in group.pods]]
+             for pod in group.pods],
+            group.on_pod_failure.value]
 
 
 def decode_snapshot(data: bytes) -> tuple[State, Sessions, int]:
@@ -145,10 +152,14 @@ def _load_node(fields: list[Any]) -> NodeRecord:
 def _load_group(fields: list[Any], version: int) -> Group:
     (group, vc, priority, effective, lazy, model, members, submit_index, submitted_ms, phase,
      chain, victims, deadline, preempted_by, evicting, downgraded, failures, why_pending,
-     attempt_epoch, preempt_epoch, pods) = fields
+     attempt_epoch, preempt_epoch, pods, *later) = fields
+    if len(later) != (1 if version >= POD_FAILURE_POLICY_SINCE else 0):
+        raise ValueError(f"gang {group!r} of a snapshot of format {version} has "
+                         f"{len(fields)} fields")
     return Group(
         group=group, vc=vc, priority=priority, effective_priority=effective,
         lazy_preemption=lazy, gpu_model=model,
+        on_pod_failure=FailurePolicy(later[0]) if later else POD_FAILURE_POLICY_BEFORE,
         members=tuple(Member(pods=count, gpus=gpus) for count, gpus in members),
         submit_index=submit_index, submitted_ms=submitted_ms, phase=GroupPhase(phase),
         chain=chain, victims=tuple(victims), deadline_ms=deadline,

@@ -47,7 +47,7 @@ from statemachine.limits import QUERY_LIMIT_MAX
 from statemachine.query_codec import decode_answer, encode_query
 from statemachine.result_codec import decode_result
 from statemachine.results import Result
-from statemachine.spec import ClusterSpec
+from statemachine.spec import ClusterSpec, FailurePolicy
 
 Answer = dict[str, Any] | Rejection
 T = TypeVar("T")
@@ -128,12 +128,16 @@ class GpuStore:
 
     async def submit_gang(self, group: str, vc: str, priority: int,
                           members: Sequence[tuple[int, int]], *, gpu_model: str = "",
-                          lazy_preemption: bool = False) -> Result | Rejection:
-        """Submit a gang of members, each `(pods, gpus per pod)`; all or nothing."""
+                          lazy_preemption: bool = False,
+                          on_pod_failure: FailurePolicy = FailurePolicy.RELEASE
+                          ) -> Result | Rejection:
+        """Submit a gang of members, each `(pods, gpus per pod)`; all or nothing. With
+        `on_pod_failure` RELEASE, a pod that fails (exits non-zero, or is lost) while the gang
+        runs evicts the gang; with KEEP its other pods go on."""
         return await self.command(SubmitGroup(
             group=group, vc=vc, priority=priority, gpu_model=gpu_model,
             members=tuple(Member(pods=pods, gpus=gpus) for pods, gpus in members),
-            lazy_preemption=lazy_preemption))
+            lazy_preemption=lazy_preemption, on_pod_failure=on_pod_failure))
 
     async def bind_pod(self, group: str, member: int, pod_uid: str,
                        command: Sequence[str] = ()) -> Result | Rejection:

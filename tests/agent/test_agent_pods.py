@@ -21,6 +21,7 @@ from agent.started_ledger import StartedLedger
 from statemachine import outbox
 from statemachine.errors import Rejection
 from statemachine.results import GroupPhase, GroupStatus
+from statemachine.spec import FailurePolicy
 from statemachine.store import GpuStore
 from tests.agent.agent_support import (
     ADMIN,
@@ -74,8 +75,10 @@ def alive(pid: int) -> bool:
 async def bind(scheduler: GpuStore, group: str, command: list[str], *, tenant: str = "a",
                priority: int = 5, gpus: int = 1, pods: int = 1) -> None:
     """Submit a gang of `pods` pods and bind the first (a second, unbound pod keeps the gang
-    in the store after the first exits, so its exit can be read)."""
-    status = await scheduler.submit_gang(group, tenant, priority, [(pods, gpus)])
+    in the store after the first exits, so its exit can be read: the gang keeps its pods when
+    one fails)."""
+    status = await scheduler.submit_gang(group, tenant, priority, [(pods, gpus)],
+                                         on_pod_failure=FailurePolicy.KEEP)
     assert isinstance(status, GroupStatus) and status.phase is GroupPhase.ALLOCATED, status
     bound = await scheduler.bind_pod(group, 0, f"{group}-pod", command)
     assert not isinstance(bound, Rejection), bound
@@ -131,7 +134,8 @@ async def test_a_command_that_cannot_start_is_reported_with_its_reason(
         async with configured_cluster() as cluster, store(cluster, SCHEDULER) as scheduler, \
                 store(cluster, ADMIN) as admin, running_agent(cluster, "n0", gpus,
                                                               tmp_path / "agent"):
-            status = await scheduler.submit_gang("bad", "a", 5, [(2, 1)])  # one pod stays
+            status = await scheduler.submit_gang("bad", "a", 5, [(2, 1)],  # one pod stays
+                                                 on_pod_failure=FailurePolicy.KEEP)
             assert isinstance(status, GroupStatus)
             await scheduler.bind_pod("bad", 0, "bad-pod", ["/nonexistent/trainer"])
             pod = await until_phase(admin, "bad", "exited")
@@ -148,7 +152,8 @@ async def test_a_pod_uid_started_before_on_the_node_is_reported_not_started(
                 store(cluster, ADMIN) as admin, \
                 running_agent(cluster, "n0", gpus, tmp_path / "agent"):
             for attempt in ("first", "second"):
-                status = await scheduler.submit_gang(attempt, "a", 5, [(2, 1)])
+                status = await scheduler.submit_gang(attempt, "a", 5, [(2, 1)],
+                                                     on_pod_failure=FailurePolicy.KEEP)
                 assert isinstance(status, GroupStatus), status
                 bound = await scheduler.bind_pod(attempt, 0, "trainer-0",
                                                  job(jobs_dir, attempt, seconds=0.2))
@@ -157,6 +162,26 @@ async def test_a_pod_uid_started_before_on_the_node_is_reported_not_started(
                 await scheduler.release_gang(attempt)
             assert pod["exit_code"] == 127 and "already started" in pod["exit_reason"], pod
             assert starts(jobs_dir, "second") == []
+
+
+async def test_a_failed_pod_stops_the_rest_of_its_gang(tmp_path: pathlib.Path,
+                                                      jobs_dir: pathlib.Path) -> None:
+    """Under the default pod failure policy, one pod's failure evicts its gang: the store
+    asks for its other pod's kill, the agent stops that job, and the gang is released."""
+    gpus = FakeGpuBackend.from_profile("a100-8", seed=1)
+    with anyio.fail_after(30):
+        async with configured_cluster() as cluster, store(cluster, SCHEDULER) as scheduler, \
+                running_agent(cluster, "n0", gpus, tmp_path / "agent"):
+            status = await scheduler.submit_gang("mpi", "a", 5, [(1, 1), (1, 1)])
+            assert isinstance(status, GroupStatus), status
+            for member, name, exit_code in ((0, "rank0", 0), (1, "rank1", 1)):
+                seconds = 60 if name == "rank0" else 0.5
+                command = job(jobs_dir, name, seconds=seconds, exit_code=exit_code)
+                bound = await scheduler.bind_pod("mpi", member, name, command)
+                assert not isinstance(bound, Rejection), bound
+            survivor = int((await until_started(jobs_dir, "rank0"))[0])
+            await until_gone(scheduler, "mpi")
+            await eventually(_dead(survivor), what="the failed pod's peer stopped")
 
 
 async def test_release_and_preemption_stop_the_job(tmp_path: pathlib.Path,

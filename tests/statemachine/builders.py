@@ -84,10 +84,11 @@ def node_principal(node: str) -> Principal:
 
 
 def gang(group: str, vc_name: str, priority: int, *members: tuple[int, int],
-         model: str = "", lazy: bool = False) -> SubmitGroup:
+         model: str = "", lazy: bool = False,
+         on_pod_failure: FailurePolicy = FailurePolicy.RELEASE) -> SubmitGroup:
     return SubmitGroup(group=group, vc=vc_name, priority=priority,
                        members=tuple(Member(pods=pods, gpus=gpus) for pods, gpus in members),
-                       gpu_model=model, lazy_preemption=lazy)
+                       gpu_model=model, lazy_preemption=lazy, on_pod_failure=on_pod_failure)
 
 
 @dataclass

@@ -3,6 +3,8 @@ sent, and placement feasibility by plain bin packing, with none of the state mac
 
 - Health: per node registration, incarnation, lease, liveness, cordon, drain and admin mark;
   per GPU failure, pass count and admin mark; `usable` is the conjunction the design states.
+- Pod exits: what a pod's first exit report does to its gang (`pod_exit_outcome`), from the
+  gang's pod failure policy, phase and eviction and its other pods' phases.
 - Feasibility: pods sized 1, 2, 4 or 8 divide one another, so packing them largest first into
   any node that still has room succeeds exactly when some packing exists (a size-s pod takes
   s/t slots of size t from whichever node it lands on, so the count of free t-slots after each
@@ -126,3 +128,31 @@ def packs(pods: Sequence[int], free: Sequence[int]) -> bool:
         else:
             return False
     return True
+
+
+@dataclass(frozen=True)
+class ExitOutcome:
+    """What a pod's first exit report does to its gang: `evicting` is the reason it is told to
+    leave (its other live pods killed), empty when it is not; `released` says it is gone."""
+
+    evicting: str
+    released: bool
+    kills: tuple[str, ...]  # the pods told to stop by this report
+
+
+def pod_exit_outcome(*, policy: str, exit_code: int, reason: str, pod_uid: str,
+                     allocated: bool, evicting: str, others: Sequence[tuple[str, str]]
+                     ) -> ExitOutcome:
+    """The gang after its pod `pod_uid` (live until now) is reported exited; `others` are its
+    other pods as (uid, phase). A failed pod (any code but 0) of an allocated gang told to
+    leave by nobody evicts it under policy "release"; an evicting gang with no live pod left,
+    or an allocated one with every pod exited, is released."""
+    live = tuple(uid for uid, phase in others if phase in ("bound", "running"))
+    if exit_code != 0 and allocated and not evicting and policy == "release":
+        why = f": {reason}" if reason else ""
+        failed = f"pod {pod_uid} failed with exit code {exit_code}{why}"
+        return ExitOutcome(evicting=failed, released=not live, kills=live)
+    if allocated and evicting:
+        return ExitOutcome(evicting=evicting, released=not live, kills=())
+    done = allocated and all(phase == "exited" for _, phase in others)
+    return ExitOutcome(evicting="", released=done, kills=())

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from consensus.codec import pack, unpack
 from statemachine import limits
-from statemachine.codec import decode_command, encode_command
+from statemachine.codec import POD_FAILURE_POLICY_ABSENT, decode_command, encode_command
 from statemachine.commands import (
     AckPodStarted,
     ApplyConfig,
@@ -32,6 +32,7 @@ from statemachine.commands import (
     ReleaseGroup,
     ReportHealth,
     ReportPodExit,
+    SubmitGroup,
     Tick,
     Uncordon,
 )
@@ -51,7 +52,7 @@ from statemachine.results import (
     PodView,
     Result,
 )
-from statemachine.spec import PolicySpec
+from statemachine.spec import FailurePolicy, PolicySpec
 from tests.decoding import FUZZ, near, raises_only
 from tests.statemachine.builders import gang, inventory, rack_spec, vc
 
@@ -79,6 +80,7 @@ EXAMPLES: list[Command] = [
     Drain(node="n0"),
     Deregister(node="n0", force=True),
     gang("g", "a", -1, (2, 4), (1, 1), model="A100", lazy=True),
+    gang("g", "a", 3, (1, 8), on_pod_failure=FailurePolicy.KEEP),
     BindPod(group="g", member=1, pod_uid="p"),
     BindPod(group="g", member=1, pod_uid="p", command=("python3", "-c", "", "train.py")),
     ReleaseGroup(group="g", reason="done"),
@@ -126,6 +128,10 @@ SUBMIT = {"type": "submit_group", "group": "g", "vc": "a", "priority": 0,
          "submit_group.members[0].gpus: missing"),
         (body(**{**SUBMIT, "members": [{}] * 17}), Code.MALFORMED,
          "submit_group.members: 17 items, more than 16"),
+        (body(**{**SUBMIT, "on_pod_failure": "restart"}), Code.MALFORMED,
+         "submit_group.on_pod_failure: 'restart' is not one of keep, release"),
+        (body(**{**SUBMIT, "on_pod_failure": 1}), Code.MALFORMED,
+         "submit_group.on_pod_failure: expected a string, got int"),
         (body(type="report_health", node="n", incarnation=1, reports=[
             {"uuid": "u", "status": "sick", "reason": ""}]), Code.MALFORMED,
          "report_health.reports[0].status: 'sick' is not one of pass, warn, fail, unknown"),
@@ -301,3 +307,23 @@ def test_a_registration_without_health_encodes_as_before() -> None:
     carries none are those of one from before the field existed."""
     plain = RegisterNode(node="n0", boot_id="boot", gpus=inventory("n0"))
     assert "health" not in unpack(encode_command(plain), bytes_max=1 << 20, what="test")
+
+
+@given(policy=st.sampled_from(tuple(FailurePolicy)), lazy=st.booleans(),
+       priority=st.integers(limits.OPPORTUNISTIC_PRIORITY, limits.PRIORITY_MAX))
+def test_a_submissions_pod_failure_policy_round_trips(policy: FailurePolicy, lazy: bool,
+                                                      priority: int) -> None:
+    command = gang("g", "a", priority, (2, 4), lazy=lazy, on_pod_failure=policy)
+    data = encode_command(command)
+    assert unpack(data, bytes_max=1 << 20, what="test")["on_pod_failure"] == policy.value
+    assert decode_command(data) == command
+
+
+def test_a_submission_without_a_pod_failure_policy_is_read_as_before_it_existed() -> None:
+    """A body from before the field (an old client's, an old log entry's) keeps the
+    semantics it was applied under then: a failed pod leaves the gang running (KEEP), as a
+    gang restored from a snapshot of that time does; a new submission says RELEASE."""
+    decoded = decode_command(body(**SUBMIT))
+    assert isinstance(decoded, SubmitGroup)
+    assert decoded.on_pod_failure is POD_FAILURE_POLICY_ABSENT is FailurePolicy.KEEP
+    assert gang("g", "a", 0, (1, 1)).on_pod_failure is FailurePolicy.RELEASE

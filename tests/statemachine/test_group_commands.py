@@ -19,6 +19,7 @@ from statemachine.errors import Code
 from statemachine.results import Done, GroupPhase, NodeRegistered, PodBound
 from statemachine.sessions import Sessions
 from statemachine.snapshot_codec import decode_snapshot, encode_snapshot
+from statemachine.spec import FailurePolicy
 from statemachine.views import group_status
 from tests.statemachine.builders import (
     SCHEDULER,
@@ -152,7 +153,8 @@ def test_a_gang_spreads_over_several_tenant_cells(driver: Driver) -> None:
 def test_a_binding_carries_its_command_to_the_agent_and_its_end_back(driver: Driver) -> None:
     """The START_POD effect and a re-registration both hand the agent the argv to run; the
     pod's exit code and reason are kept and shown, and survive a snapshot."""
-    driver.submit(gang("job", "a", 0, (2, 1)))  # one pod exits, the gang stays
+    # one pod fails, the gang stays
+    driver.submit(gang("job", "a", 0, (2, 1), on_pod_failure=FailurePolicy.KEEP))
     argv = ("python3", "train.py", "--epochs", "3")
     bound = driver.ok(BindPod(group="job", member=0, pod_uid="job-0", command=argv), SCHEDULER)
     assert isinstance(bound, PodBound)

@@ -7,7 +7,8 @@ After every command, besides `check_invariants` (the Driver runs it):
   reserved), so an idle tenant's quota is entirely unbound;
 - no stuck preemptor: a Preempting gang has at least one reserved GPU still held (else
   nothing will ever settle it);
-- no stuck gang: an evicting gang has a live pod; no allocated gang has every pod exited;
+- no stuck gang: an evicting gang has a live pod; no allocated gang has every pod exited
+  (pods exit with success, failure, a kill or as lost, under either pod failure policy);
 - drain to empty: on a restored copy, releasing every gang leaves every GPU free and every
   VC cell unbound (no GPU leaked, no quota drift), and restore gives the same snapshot.
 """
@@ -143,11 +144,13 @@ class LifecycleMachine(RuleBasedStateMachine):
                        node_principal(node))
 
     @rule(vc_name=st.sampled_from("ab"), priority=st.sampled_from((-1, 0, 3, 7)),
-          pods=st.integers(1, 2), gpus=st.sampled_from((1, 2, 4, 8)), lazy=st.booleans())
-    def submit(self, vc_name: str, priority: int, pods: int, gpus: int, lazy: bool) -> None:
+          pods=st.integers(1, 2), gpus=st.sampled_from((1, 2, 4, 8)), lazy=st.booleans(),
+          on_pod_failure=st.sampled_from(tuple(FailurePolicy)))
+    def submit(self, *, vc_name: str, priority: int, pods: int, gpus: int, lazy: bool,
+               on_pod_failure: FailurePolicy) -> None:
         self.count += 1
-        self.driver.run(gang(f"g{self.count:02d}", vc_name, priority, (pods, gpus), lazy=lazy),
-                        SCHEDULER)
+        self.driver.run(gang(f"g{self.count:02d}", vc_name, priority, (pods, gpus), lazy=lazy,
+                             on_pod_failure=on_pod_failure), SCHEDULER)
 
     @rule(index=st.integers(0, 30))
     def release(self, index: int) -> None:
@@ -166,8 +169,9 @@ class LifecycleMachine(RuleBasedStateMachine):
             self.driver.run(BindPod(group=name, member=member, pod_uid=f"{name}-{index}"),
                             SCHEDULER)
 
-    @rule(index=st.integers(0, 30), exit_instead=st.booleans())
-    def agent(self, index: int, exit_instead: bool) -> None:
+    @rule(index=st.integers(0, 30), exit_instead=st.booleans(),
+          exit_code=st.sampled_from((0, 0, 1, 137, -1)))
+    def agent(self, index: int, exit_instead: bool, exit_code: int) -> None:
         state = self.state
         live = [(name, position) for name, group in sorted(state.groups.items())
                 for position, pod in enumerate(group.pods) if pod.phase in LIVE_PHASES]
@@ -180,7 +184,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         incarnation = state.nodes[node].incarnation
         if exit_instead:
             self.driver.run(ReportPodExit(node=node, incarnation=incarnation, group=name,
-                                          pod_uid=pod.pod_uid, exit_code=0),
+                                          pod_uid=pod.pod_uid, exit_code=exit_code),
                             node_principal(node))
         else:
             self.driver.run(AckPodStarted(node=node, incarnation=incarnation, group=name,

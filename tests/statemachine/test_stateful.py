@@ -10,6 +10,8 @@ reference.py) side by side and checks, after every step:
 - GPU usability equals the reference's health and liveness model, GPU by GPU;
 - a gang placed in this step lies only on GPUs usable now;
 - an opportunistic gang is allocated exactly when plain bin packing says it fits;
+- a pod's exit is announced, and evicts, releases or keeps its gang as the reference's pod
+  failure policy says, under either policy;
 - the guarantee: a guaranteed gang of a tenant that runs nothing guaranteed, on healthy
   hardware, that fits the tenant's own cells as a private cluster, is never left pending.
 """
@@ -39,6 +41,7 @@ from statemachine.commands import (
     SubmitGroup,
     Uncordon,
 )
+from statemachine.effects import Effect, EffectKind
 from statemachine.errors import Rejection
 from statemachine.lifecycle import pod_uuids
 from statemachine.results import GroupPhase, GroupStatus, PodPhase
@@ -60,7 +63,7 @@ from tests.statemachine.builders import (
     node_principal,
     vc,
 )
-from tests.statemachine.reference import Reference, packs
+from tests.statemachine.reference import ExitOutcome, Reference, packs, pod_exit_outcome
 
 POLICY = PolicySpec(lease_ms=3_000, down_after_ms=3_000, preemption_grace_ms=2_000,
                     recover_reports=2, schedule_attempts_max=4)
@@ -92,6 +95,9 @@ def spec(second: bool) -> ClusterSpec:
 node_names = st.sampled_from(sorted(NODES))
 members = st.lists(st.tuples(st.integers(1, 3), st.sampled_from((1, 2, 4, 8))),
                    min_size=1, max_size=2)
+# An exit code and reason an agent reports: success, a failure, a kill, a lost pod.
+exits = st.sampled_from(((0, ""), (1, ""), (137, "killed by signal 9 (SIGKILL)"),
+                         (-1, "lost: not running when the agent reconciled")))
 
 
 class AllocatorMachine(RuleBasedStateMachine):
@@ -206,11 +212,13 @@ class AllocatorMachine(RuleBasedStateMachine):
     # Gangs.
 
     @rule(vc_name=st.sampled_from(("a", "b", "c")), priority=st.sampled_from((-1, 0, 4, 9)),
-          shape=members, model=st.sampled_from(("", "", "A100", "T4")), lazy=st.booleans())
-    def submit(self, vc_name: str, priority: int, shape: list[tuple[int, int]], model: str,
-               lazy: bool) -> None:
+          shape=members, model=st.sampled_from(("", "", "A100", "T4")), lazy=st.booleans(),
+          on_pod_failure=st.sampled_from(tuple(FailurePolicy)))
+    def submit(self, *, vc_name: str, priority: int, shape: list[tuple[int, int]], model: str,
+               lazy: bool, on_pod_failure: FailurePolicy) -> None:
         self.groups += 1
-        command = gang(f"g{self.groups}", vc_name, priority, *shape, model=model, lazy=lazy)
+        command = gang(f"g{self.groups}", vc_name, priority, *shape, model=model, lazy=lazy,
+                       on_pod_failure=on_pod_failure)
         expect_fit = self.fits_now(command)
         protected = self.guarantee_applies(command)
         result = self.driver.run(command, SCHEDULER)
@@ -293,8 +301,20 @@ class AllocatorMachine(RuleBasedStateMachine):
             self.driver.run(BindPod(group=name, member=member, pod_uid=f"{name}-{index}"),
                             SCHEDULER)
 
-    @rule(index=st.integers(0, 50), exit_instead=st.booleans())
-    def agent_reports(self, index: int, exit_instead: bool) -> None:
+    @rule(index=st.integers(0, 50))
+    def bind_all(self, index: int) -> None:
+        """Bind every free slot of an allocated gang: a gang whose pods all run, so that one
+        failing has peers to kill."""
+        name = self.pick(index, GroupPhase.ALLOCATED)
+        if name is None:
+            return
+        for position, pod in enumerate(self.driver.state.groups[name].pods):
+            if pod.phase is PodPhase.UNBOUND:
+                self.driver.ok(BindPod(group=name, member=pod.member,
+                                       pod_uid=f"{name}-all-{position}"), SCHEDULER)
+
+    @rule(index=st.integers(0, 50), exit_instead=st.booleans(), exit_=exits)
+    def agent_reports(self, index: int, exit_instead: bool, exit_: tuple[int, str]) -> None:
         state = self.driver.state
         topology = state.configured().topology
         live = sorted((name, position) for name, group in state.groups.items()
@@ -308,14 +328,52 @@ class AllocatorMachine(RuleBasedStateMachine):
         node = topology.node_ids[pod.node]
         incarnation = state.nodes[node].incarnation
         if exit_instead:
-            command: AckPodStarted | ReportPodExit = ReportPodExit(
-                node=node, incarnation=incarnation, group=name, pod_uid=pod.pod_uid,
-                exit_code=1)
+            self.report_exit(name, position, exit_)
+            return
+        self.driver.run(AckPodStarted(node=node, incarnation=incarnation, group=name,
+                                      pod_uid=pod.pod_uid,
+                                      gpu_uuids=pod_uuids(state, group, position)),
+                        node_principal(node))
+
+    def report_exit(self, name: str, position: int, exit_: tuple[int, str]) -> None:
+        """A live pod's first exit report, checked against the reference: announced, and its
+        gang evicted, released or kept as the gang's pod failure policy says."""
+        state = self.driver.state
+        group = state.groups[name]
+        pod = group.pods[position]
+        node = state.configured().topology.node_ids[pod.node]
+        exit_code, reason = exit_
+        expected = pod_exit_outcome(
+            policy=group.on_pod_failure.value, exit_code=exit_code, reason=reason,
+            pod_uid=pod.pod_uid, allocated=group.phase is GroupPhase.ALLOCATED,
+            evicting=group.evicting,
+            others=[(other.pod_uid, other.phase.value) for other in group.pods
+                    if other is not pod])
+        before = state.outbox.next_index
+        result = self.driver.run(ReportPodExit(
+            node=node, incarnation=state.nodes[node].incarnation, group=name,
+            pod_uid=pod.pod_uid, exit_code=exit_code, reason=reason), node_principal(node))
+        if isinstance(result, Rejection):  # its node is not registered
+            assert not state.nodes[node].registered, result
+            return
+        self.matches_outcome(name, pod.pod_uid, expected,
+                             state.outbox.since(before - 1, None, 1 << 20))
+
+    def matches_outcome(self, name: str, pod_uid: str, expected: ExitOutcome,
+                        effects: list[Effect]) -> None:
+        mine = [effect for effect in effects if effect.group == name]
+        assert [effect.pod_uid for effect in mine
+                if effect.kind is EffectKind.POD_EXITED] == [pod_uid], mine
+        assert sorted(effect.pod_uid for effect in mine
+                      if effect.kind is EffectKind.KILL_POD) == sorted(expected.kills), mine
+        released = [effect.reason for effect in mine if effect.kind is EffectKind.GANG_RELEASED]
+        group = self.driver.state.groups.get(name)
+        if expected.released:
+            assert group is None and len(released) == 1, mine
+            assert released[0] == (expected.evicting or "all pods exited"), released
         else:
-            command = AckPodStarted(node=node, incarnation=incarnation, group=name,
-                                    pod_uid=pod.pod_uid,
-                                    gpu_uuids=pod_uuids(state, group, position))
-        self.driver.run(command, node_principal(node))
+            assert group is not None and not released, mine
+            assert group.evicting == expected.evicting, (group.evicting, expected)
 
     @precondition(lambda self: bool(self.driver.state.groups))
     @rule(index=st.integers(0, 50))

@@ -14,13 +14,14 @@ import pytest
 from consensus.envelope import Principal, Role
 from consensus.runtime.client import CellarClient, OutcomeUnknown
 from statemachine import outbox as outbox_module
-from statemachine.codec import encode_command
-from statemachine.commands import HealthReport, HealthStatus, Tick
+from statemachine.codec import decode_command, encode_command
+from statemachine.commands import Command, HealthReport, HealthStatus, SubmitGroup, Tick
 from statemachine.effects import EffectKind
 from statemachine.errors import Code, Rejection
 from statemachine.machine import Machine
 from statemachine.result_codec import encode_result
-from statemachine.results import GroupStatus, NodeRegistered, PodBound
+from statemachine.results import Done, GroupStatus, NodeRegistered, PodBound
+from statemachine.spec import FailurePolicy
 from statemachine.store import EFFECTS_PER_WATCH, CursorAhead, EffectsTrimmed, GpuStore
 from tests.consensus.runtime.fake_replicas import RETRYING_CONFIG, silent_then_answering
 from tests.consensus.runtime.local import local_cluster
@@ -233,3 +234,24 @@ async def test_a_lagging_replica_behind_the_cursor_is_checked_with_a_read_not_be
         effects = await take(GpuStore(client).watch_effects(  # type: ignore[arg-type]
             "n0", 10, wait_s=0.01), 2)
     assert [effect["index"] for effect in effects] == [11, 12]
+
+
+class ProposalClient:
+    """A CellarClient stand-in that keeps the commands proposed and answers each Done."""
+
+    def __init__(self) -> None:
+        self.commands: list[Command] = []
+
+    async def propose(self, body: bytes, **_: Any) -> bytes:
+        self.commands.append(decode_command(body))
+        return encode_result(Done(note="noted"))
+
+
+async def test_a_gangs_pod_failure_policy_is_sent_release_unless_told() -> None:
+    client = ProposalClient()
+    store = GpuStore(client)  # type: ignore[arg-type]
+    await store.submit_gang("plain", "team", 1, [(2, 1)])
+    await store.submit_gang("kept", "team", 1, [(2, 1)], on_pod_failure=FailurePolicy.KEEP)
+    policies = [(command.group, command.on_pod_failure) for command in client.commands
+                if isinstance(command, SubmitGroup)]
+    assert policies == [("plain", FailurePolicy.RELEASE), ("kept", FailurePolicy.KEEP)]
