@@ -166,7 +166,9 @@ class DataDirectoryForgotten(StorageError):
                                "and acceptances a quorum may count on, and serving with them "
                                "forgotten could let two values be chosen for one instance. "
                                "Fix: start it on its own latest data directory if that still "
-                               "exists. Otherwise this replica id cannot rejoin: Cellar has "
+                               "exists (where only its identity.json was lost or rewritten, "
+                               "the log intact, put back the disk id the peer heard). "
+                               "Otherwise this replica id cannot rejoin: Cellar has "
                                "no membership change; the cluster serves on while a majority "
                                "of its replicas runs.")
         self.peer = peer
