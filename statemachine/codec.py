@@ -48,10 +48,12 @@ from statemachine.spec import FailurePolicy
 from statemachine.spec_codec import SPEC_FIELDS, decode_spec, encode_spec
 
 # A submission from before gangs had a pod failure policy (a client of then, an entry of a log
-# written then) is read as it was applied then: a failed pod left its gang running. Read as
-# RELEASE, a log replayed from before a format-5 snapshot would diverge from that snapshot,
-# whose gangs restore as KEEP (statemachine/snapshot_codec.py).
-POD_FAILURE_POLICY_ABSENT = FailurePolicy.KEEP
+# written then) is read as it was applied then: a failed pod left its gang running, and no exit
+# was announced. Read as RELEASE, a log replayed from before a format-5 snapshot would diverge
+# from that snapshot, whose gangs restore so too (statemachine/snapshot_codec.py); read as
+# KEEP, its exit reports would put out POD_EXITED effects the build of then did not, and the
+# replayed outbox would be numbered differently from the snapshot's.
+POD_FAILURE_POLICY_ABSENT = None
 
 
 def decode_command(data: bytes) -> Command:
@@ -264,7 +266,8 @@ COMMANDS: dict[str, tuple[tuple[str, ...], Callable[[Record], Any], Callable[[An
                                      for member in command.members],
                          "gpu_model": command.gpu_model,
                          "lazy_preemption": command.lazy_preemption,
-                         "on_pod_failure": command.on_pod_failure.value}),
+                         **({} if command.on_pod_failure is None else
+                            {"on_pod_failure": command.on_pod_failure.value})}),
     "bind_pod": (
         ("group", "member", "pod_uid", "command"), _bind,
         lambda command: {"group": command.group, "member": command.member,

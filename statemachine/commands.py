@@ -171,7 +171,9 @@ class SubmitGroup:
     lazy_preemption: bool
     # A pod that exits non-zero (or is lost) while the gang is allocated: RELEASE evicts the
     # gang (an all-or-nothing job is broken without it), KEEP leaves its other pods running.
-    on_pod_failure: FailurePolicy = FailurePolicy.RELEASE
+    # None: a body without the field (an older client, an entry of a log written before it):
+    # applied as it was then, KEEP with no POD_EXITED effects (statemachine/codec.py).
+    on_pod_failure: FailurePolicy | None = FailurePolicy.RELEASE
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -52,7 +52,7 @@ class Group:
     submit_index: int
     submitted_ms: int
     pods: tuple[Pod, ...]
-    on_pod_failure: FailurePolicy = FailurePolicy.KEEP  # see SubmitGroup.on_pod_failure
+    on_pod_failure: FailurePolicy | None = None  # see SubmitGroup.on_pod_failure
     effective_priority: int = 0
     phase: GroupPhase = GroupPhase.PENDING
     chain: int = -1

@@ -199,8 +199,9 @@ def pod_exited(state: State, group: Group, pod: Pod, exit_code: int, reason: str
     state.set(pod, "exit_code", exit_code)
     state.set(pod, "exit_reason", reason)
     outcome = exit_outcome(exit_code, reason)
-    state.outbox.emit(EffectKind.POD_EXITED, node="", group=group.group, pod_uid=pod.pod_uid,
-                      reason=outcome)
+    if group.on_pod_failure is not None:  # None: submitted before exits were announced
+        state.outbox.emit(EffectKind.POD_EXITED, node="", group=group.group,
+                          pod_uid=pod.pod_uid, reason=outcome)
     if _fails_gang(group, exit_code):
         evict(state, group, f"pod {pod.pod_uid} failed with {outcome}")
     else:

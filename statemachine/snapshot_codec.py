@@ -42,8 +42,9 @@ SCHEDULE_RESUME_SINCE = 5  # the format that added both (None when read from an 
 LATER_FIELDS = 2  # those two, after the sessions
 POD_FAILURE_POLICY_SINCE = 6
 # The policy of a gang read from an older format: it was submitted when a failed pod left its
-# gang running (as statemachine/codec.py reads a submission without one).
-POD_FAILURE_POLICY_BEFORE = FailurePolicy.KEEP
+# gang running and no exit was announced (as statemachine/codec.py reads a submission without
+# one; None in format 6 too).
+POD_FAILURE_POLICY_BEFORE = None
 SNAPSHOT_BYTES_MAX = 1 << 30
 
 
@@ -91,7 +92,7 @@ def _group(group: Group) -> list[Any]:
             [[pod.member, pod.index, pod.gpus, pod.node, list(pod.leaves), pod.pod_uid,
               list(pod.command), pod.phase.value, pod.exit_code, pod.exit_reason]
              for pod in group.pods],
-            group.on_pod_failure.value]
+            None if group.on_pod_failure is None else group.on_pod_failure.value]
 
 
 def decode_snapshot(data: bytes) -> tuple[State, Sessions, int]:
@@ -159,7 +160,8 @@ def _load_group(fields: list[Any], version: int) -> Group:
     return Group(
         group=group, vc=vc, priority=priority, effective_priority=effective,
         lazy_preemption=lazy, gpu_model=model,
-        on_pod_failure=FailurePolicy(later[0]) if later else POD_FAILURE_POLICY_BEFORE,
+        on_pod_failure=FailurePolicy(later[0]) if later and later[0] is not None
+        else POD_FAILURE_POLICY_BEFORE,
         members=tuple(Member(pods=count, gpus=gpus) for count, gpus in members),
         submit_index=submit_index, submitted_ms=submitted_ms, phase=GroupPhase(phase),
         chain=chain, victims=tuple(victims), deadline_ms=deadline,

@@ -85,7 +85,7 @@ def node_principal(node: str) -> Principal:
 
 def gang(group: str, vc_name: str, priority: int, *members: tuple[int, int],
          model: str = "", lazy: bool = False,
-         on_pod_failure: FailurePolicy = FailurePolicy.RELEASE) -> SubmitGroup:
+         on_pod_failure: FailurePolicy | None = FailurePolicy.RELEASE) -> SubmitGroup:
     return SubmitGroup(group=group, vc=vc_name, priority=priority,
                        members=tuple(Member(pods=pods, gpus=gpus) for pods, gpus in members),
                        gpu_model=model, lazy_preemption=lazy, on_pod_failure=on_pod_failure)

@@ -325,5 +325,6 @@ def test_a_submission_without_a_pod_failure_policy_is_read_as_before_it_existed(
     gang restored from a snapshot of that time does; a new submission says RELEASE."""
     decoded = decode_command(body(**SUBMIT))
     assert isinstance(decoded, SubmitGroup)
-    assert decoded.on_pod_failure is POD_FAILURE_POLICY_ABSENT is FailurePolicy.KEEP
+    assert decoded.on_pod_failure is POD_FAILURE_POLICY_ABSENT is None  # KEEP, unannounced
+    assert decode_command(encode_command(decoded)) == decoded  # and re-encoded without it
     assert gang("g", "a", 0, (1, 1)).on_pod_failure is FailurePolicy.RELEASE

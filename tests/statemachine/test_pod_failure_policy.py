@@ -8,6 +8,7 @@ from __future__ import annotations
 import msgpack
 import pytest
 
+from statemachine.codec import decode_command
 from statemachine.commands import Drain, ReportPodExit
 from statemachine.effects import Effect, EffectKind
 from statemachine.errors import Code
@@ -166,11 +167,15 @@ def test_a_format_5_snapshot_restores_its_gangs_as_keep(driver: Driver) -> None:
     for fields in raw[10]:
         assert fields.pop() == "release"
     state, _, _ = decode_snapshot(msgpack.packb(raw))
-    assert {group.on_pod_failure for group in state.groups.values()} == {FailurePolicy.KEEP}
+    # None: KEEP, and exits unannounced, as the build that wrote it applied them
+    assert {group.on_pod_failure for group in state.groups.values()} == {None}
     restored = Driver(state=state, now_ms=state.now_ms, incarnations=driver.incarnations)
-    report_exit(restored, "job-0-0", 1)
+    first = report_exit(restored, "job-0-0", 1)
+    assert kinds(effects_since(restored, first)) == []
     assert state.groups["job"].phase is GroupPhase.ALLOCATED
     assert not state.groups["job"].evicting
+    again, _, _ = decode_snapshot(encode_snapshot(state, Sessions(), 3))  # format 6 keeps it
+    assert again.groups["job"].on_pod_failure is None
     raw[1] = 6
     with pytest.raises(ValueError, match="fields"):
         decode_snapshot(msgpack.packb(raw))
@@ -181,3 +186,26 @@ def test_resubmitting_a_gang_with_another_policy_is_a_conflict(driver: Driver) -
     driver.submit(gang("job", "b", -1, (1, 8), on_pod_failure=FailurePolicy.RELEASE))
     driver.rejected(gang("job", "b", -1, (1, 8), on_pod_failure=FailurePolicy.KEEP), SCHEDULER,
                     Code.GROUP_CONFLICT)
+
+
+def test_an_old_logs_exit_report_puts_out_what_it_did_then() -> None:
+    """A gang of an old submission body (no on_pod_failure), its pod's exit replayed: the
+    build of then put out no effect for an exit that released nothing, and a replica replaying
+    the log must number its outbox as one restored from that build's snapshot (agents read
+    effects by index). The gang is kept, as it was then."""
+    driver = Driver()
+    driver.configure(rack_spec(racks=1, quota=(vc("b", ("A100-RACK", "A100-RACK", 1)),)))
+    driver.register("n0", "n1")
+    old_body = msgpack.packb({"v": 1, "type": "submit_group", "group": "job", "vc": "b",
+                              "priority": -1, "members": [{"pods": 2, "gpus": 8}],
+                              "gpu_model": "", "lazy_preemption": False})
+    driver.ok(decode_command(old_body), SCHEDULER)
+    started(driver, "job")
+    pod = driver.state.groups["job"].pods[0]
+    node = driver.state.configured().topology.node_ids[pod.node]
+    before = driver.state.outbox.next_index
+    driver.ok(ReportPodExit(node=node, incarnation=driver.incarnations[node], group="job",
+                            pod_uid=pod.pod_uid, exit_code=1), node_principal(node))
+    new = [effect.kind for effect in driver.state.outbox.since(before - 1, None, 1 << 20)]
+    assert EffectKind.POD_EXITED not in new
+    assert "job" in driver.state.groups and not driver.state.groups["job"].evicting

@@ -408,8 +408,8 @@ def test_a_format_2_snapshot_reads_its_failure_lines_as_pairs() -> None:
     driver = Driver()
     driver.configure(rack_spec(racks=1, quota=(vc("a", ("A100-RACK", "A100-NODE", 1)),)))
     driver.register("n0")
-    # KEEP: as a gang of a snapshot from before format 6 is read
-    driver.submit(gang("job", "a", 0, (1, 8), on_pod_failure=FailurePolicy.KEEP))
+    # None (KEEP, exits unannounced): as a gang of a snapshot from before format 6 is read
+    driver.submit(gang("job", "a", 0, (1, 8), on_pod_failure=None))
     driver.ok(ReportHealth(node="n0", incarnation=1, reports=(
         HealthReport(uuid="GPU-n0-3", status=HealthStatus.FAIL, reason="xid 79"),)),
         node_principal("n0"))
@@ -421,7 +421,7 @@ def test_a_format_2_snapshot_reads_its_failure_lines_as_pairs() -> None:
     groups = raw[10]
     for fields in groups:
         fields[16] = [f"{gpu}: {why}" for gpu, why in fields[16]]
-        del fields[21:]  # its pod failure policy: none before format 6, read as KEEP
+        del fields[21:]  # its pod failure policy: none before format 6, read as None
     state, _, applied = decode_snapshot(msgpack.packb(raw))
     assert applied == 7
     assert state.groups["job"].failures == failures

@@ -343,6 +343,7 @@ class AllocatorMachine(RuleBasedStateMachine):
         pod = group.pods[position]
         node = state.configured().topology.node_ids[pod.node]
         exit_code, reason = exit_
+        assert group.on_pod_failure is not None  # every rule here submits with a policy
         expected = pod_exit_outcome(
             policy=group.on_pod_failure.value, exit_code=exit_code, reason=reason,
             pod_uid=pod.pod_uid, allocated=group.phase is GroupPhase.ALLOCATED,
