@@ -35,8 +35,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     _add_identity_arguments(issue, replicas_default=0,
                             admin_help="an administrator (repeatable)")
     issue.add_argument("--replica", type=at_least(0), action="append", default=[], metavar="ID",
-                       help="one replica's certificate, to renew (its old pair moved aside) or "
-                            "add it (repeatable)")
+                       help="one replica's certificate, to add it, or to renew it once its "
+                            "old pair is moved aside (repeatable)")
     issue.set_defaults(handler=run_issue)
 
 
