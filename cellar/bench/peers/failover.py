@@ -12,7 +12,7 @@ from cellar.bench.cluster import FailoverError, failover_ms
 from cellar.bench.peers.cellar_peer import BENCH_PRINCIPAL, CellarCluster
 from cellar.bench.peers.kv import KvClient, KvCluster
 from cellar.bench.peers.load import key_for, random_value
-from consensus.runtime.client import ClientConfig
+from consensus.runtime.client import ClientConfig, ClientError
 from consensus.runtime.tls import IdentityRole
 
 FAILOVER_CALLERS = 16
@@ -32,7 +32,7 @@ async def cellar_failover(cluster: KvCluster, clients: Sequence[KvClient]) -> di
     try:
         async with admin:
             milliseconds = await failover_ms(cluster.processes, admin, calls)
-    except FailoverError as error:
+    except (FailoverError, ClientError, OSError) as error:  # the figure only, not the round
         print(f"{cluster.name}: failover not timed: {error}", file=sys.stderr)
         return {}
     return {"failover_ms": milliseconds}

@@ -4,10 +4,12 @@ a fixed time over shared `KvClient`s, counting what completed, failed and timed 
 Callers are spread round-robin over a few client connections (the same number for every
 system), so each system sees the same concurrency over the same number of connections. Each
 caller cycles over its own `KEYS_PER_CALLER` keys. A failed call is counted, never raised: the
-phase reports how many calls completed per second over its actual length (the last calls end
-after the deadline), their p50 and p99, and the failures beside them.
+phase reports how many calls completed per second over its actual length (to the deadline, or
+to the end of the last call that completed after it; a call that hangs until the cut-off does
+not stretch it), their p50 and p99, and the failures beside them.
 
-A call that takes longer than the timeout counts as a timeout, not a completed call; calls
+A call that takes longer than the timeout counts as a timeout, not a completed call (whether it
+then returns or raises); calls
 still open `timeout_s` after the phase's deadline are cut off and count as timeouts too. A
 timed-out call still ranks in the phase's percentiles, at the time it took (at least the
 timeout): a phase in which more than 1 % of the calls timed out reports a p99 of at least the
@@ -67,6 +69,7 @@ class _Tally:
     timeouts: int = 0
     open_calls: int = 0  # calls started and not yet ended
     first_error: str | None = None
+    last_completed: float = 0.0  # time.monotonic() at which the last completed call ended
 
     def failed(self, error: Exception, took_s: float) -> None:
         if isinstance(error, TimeoutError):
@@ -137,7 +140,11 @@ async def run_phase(clients: Sequence[KvClient], callers: int, seconds: float,
             for caller in range(callers):
                 tasks.start_soon(_caller, phase, clients[caller % len(clients)], caller)
     phase.tally.timeouts += phase.tally.open_calls  # cut off at the end
-    return phase.tally.result(callers, time.monotonic() - started, timeout_s)
+    # The phase lasts to its deadline, or to the end of the last call that completed after
+    # it: a call that hangs until the cut-off (or fails late) does not stretch the window
+    # the completed calls are divided by.
+    ended = min(time.monotonic(), max(phase.deadline, phase.tally.last_completed))
+    return phase.tally.result(callers, ended - started, timeout_s)
 
 
 async def _caller(phase: _Phase, client: KvClient, caller: int) -> None:
@@ -151,7 +158,12 @@ async def _caller(phase: _Phase, client: KvClient, caller: int) -> None:
             await phase.operation(client, key)
         except Exception as error:  # counted; the phase goes on
             phase.tally.open_calls -= 1
-            phase.tally.failed(error, time.monotonic() - began)
+            took_s = time.monotonic() - began
+            failure = error
+            if took_s > phase.timeout_s:  # over the limit: a timeout, whatever it raised
+                failure = TimeoutError(f"a call failed after {took_s:.3f} s: "
+                                       f"{type(error).__name__}: {error}")
+            phase.tally.failed(failure, took_s)
             await anyio.sleep(ERROR_PAUSE_S)
             continue
         phase.tally.open_calls -= 1
@@ -160,3 +172,4 @@ async def _caller(phase: _Phase, client: KvClient, caller: int) -> None:
             phase.tally.failed(TimeoutError(f"a call took {took_s:.3f} s"), took_s)
         else:
             phase.tally.latencies_s.append(took_s)
+            phase.tally.last_completed = began + took_s

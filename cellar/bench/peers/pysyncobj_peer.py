@@ -198,5 +198,9 @@ class PySyncObjSystem:
             raise PeerUnavailable("pysyncobj: prepare() was not called")
         cluster = launch(self.python, directory, self.conf)
         cluster.name = self.name
-        wait_ready(cluster, self.ready_timeout_s)
+        try:
+            wait_ready(cluster, self.ready_timeout_s)
+        except BaseException:  # any failure (or Ctrl-C / SIGTERM) while waiting: as etcd's
+            cluster.stop()
+            raise
         return cluster

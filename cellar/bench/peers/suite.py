@@ -107,11 +107,11 @@ def _counts(text: str) -> tuple[int, ...]:
     if not counts or min(counts) < 1:
         raise argparse.ArgumentTypeError(
             f"a comma-separated list of positive integers, not {text!r}")
-    return counts
+    return tuple(dict.fromkeys(counts))  # each point once
 
 
 def _names(text: str) -> tuple[str, ...]:
-    names = tuple(part.strip() for part in text.split(",") if part.strip())
+    names = tuple(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
     unknown = [name for name in names if name not in SYSTEMS]
     if not names or unknown:
         raise argparse.ArgumentTypeError(f"choose among {', '.join(SYSTEMS)}; unknown: "
@@ -285,7 +285,10 @@ def run(args: argparse.Namespace) -> int:
     wan = None
     if not args.no_sim:
         _progress("simulated WAN latency table")
-        wan = tuple(wan_table(args.sim_seconds))
+        try:  # after every round: a failing simulation must not throw the rounds away
+            wan = tuple(wan_table(args.sim_seconds))
+        except Exception as error:
+            _progress(f"simulated WAN table failed, left out: {type(error).__name__}: {error}")
     results = Results(command_line(args), started.isoformat(timespec="seconds"),
                       machine_info(work_dir), _settings(args), tuple(args.clients),
                       tuple(_outcome(item, collected[item.name]) for item in prepared), wan)
