@@ -132,8 +132,8 @@ class EtcdSystem:
         cluster = EtcdCluster(members=plan_members(directory.resolve()), binary=binary,
                               name=self.name, leader_only=self.leader_only,
                               durability=durability)
-        cluster.launch()
-        try:
+        try:  # a member that fails to launch stops those launched before it
+            cluster.launch()
             cluster.wait_for_leader(self.startup_timeout_s)
         except BaseException:
             cluster.stop()

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import pathlib
+import subprocess
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cellar.bench.peers import etcd_wire
+from cellar.bench.peers import etcd, etcd_wire
 from cellar.bench.peers.etcd import (
     EtcdCluster,
     EtcdSystem,
@@ -170,3 +171,22 @@ def test_members_form_one_static_cluster_with_default_durability(tmp_path: pathl
     for command in commands:
         assert "--unsafe-no-fsync" not in command
         assert command[command.index("--initial-cluster-state") + 1] == "new"
+
+
+def test_members_launched_before_one_that_fails_are_stopped(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The third member's launch fails (a missing binary, no descriptors): the two started
+    before it must not run on through the other systems' rounds."""
+    started: list[subprocess.Popen[bytes]] = []
+    real_popen = subprocess.Popen
+
+    def popen(command: list[str], **options: object) -> subprocess.Popen[bytes]:
+        if len(started) == 2:
+            raise OSError("no third member")
+        started.append(real_popen(["sleep", "60"], **options))  # type: ignore[call-overload]
+        return started[-1]
+
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    with pytest.raises(OSError, match="no third member"):
+        etcd.EtcdSystem(binary=tmp_path / "etcd").start(tmp_path / "cluster")
+    assert len(started) == 2 and all(process.poll() is not None for process in started)
