@@ -209,6 +209,7 @@ class CatchUp:
             peers[self._next_peer % len(peers)]
         self._next_peer += 1
         snapshot_slot = snapshot_offset = 0
+        self._drop_overtaken_transfer()
         transfer = self._receiving
         if transfer is not None and self._transfer_alive():
             # A snapshot under way: its sender sends the rest (another would start over).
@@ -319,6 +320,7 @@ class CatchUp:
 
     def on_chunk(self, message: SnapshotChunk) -> None:
         ctx = self._ctx
+        self._drop_overtaken_transfer()
         if message.meta.slot <= self._executor.exec_slot:
             return
         if message.total_bytes > snapshot_state_bytes_max(ctx.config) or \
@@ -346,6 +348,13 @@ class CatchUp:
             ctx.count("catchup.snapshot_corrupt")
             return
         self.install(message.meta, state, from_peer=True)
+
+    def _drop_overtaken_transfer(self) -> None:
+        """A transfer of a snapshot this replica executed past (by the log, from another
+        peer) is never finished: its bytes (up to snapshot_bytes_max) go now."""
+        if self._receiving is not None and \
+                self._receiving.meta.slot <= self._executor.exec_slot:
+            self._receiving, self._received = None, bytearray()
 
     def _may_start(self, transfer: _Transfer) -> bool:
         """A new transfer replaces one under way from the same sender, one for an older
