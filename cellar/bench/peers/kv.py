@@ -20,7 +20,8 @@ def refuse_install_if_asked(what: str) -> None:
     """Raise `PeerUnavailable` when installs are off (`CELLAR_BENCH_NO_INSTALL=1`, which
     `cellar bench peers --no-install` and the tests set): `prepare` calls it before installing."""
     if os.environ.get(NO_INSTALL_ENV) == "1":
-        raise PeerUnavailable(f"{what} is not installed; run without --no-install to install it")
+        raise PeerUnavailable(f"{what} is not installed, and installs are off (--no-install "
+                              f"or {NO_INSTALL_ENV}=1)")
 
 
 class PeerUnavailable(Exception):

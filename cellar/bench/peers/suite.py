@@ -168,6 +168,11 @@ def command_line(args: argparse.Namespace) -> str:
     return shlex.join(words)
 
 
+def installs_allowed(args: argparse.Namespace) -> bool:
+    """Neither `--no-install` nor `CELLAR_BENCH_NO_INSTALL=1` in the environment."""
+    return not args.no_install and os.environ.get(NO_INSTALL_ENV) != "1"
+
+
 @contextlib.contextmanager
 def install_policy(allow_install: bool) -> Iterator[None]:
     """`CELLAR_BENCH_NO_INSTALL=1` for the run's duration when installs are not allowed."""
@@ -275,6 +280,7 @@ def run(args: argparse.Namespace) -> int:
         _check_writable(out)
     except OSError as error:
         raise SystemExit(f"cellar bench peers: {error}") from None
+    args.no_install = not installs_allowed(args)  # the settings record what the run did
     with install_policy(not args.no_install):
         prepared = [prepare(name, work_dir) for name in args.systems]
         for item in prepared:

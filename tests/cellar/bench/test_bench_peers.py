@@ -334,6 +334,20 @@ def test_no_install_makes_an_install_a_skip_and_restores_the_environment(
     assert NO_INSTALL_ENV not in os.environ
 
 
+@pytest.mark.parametrize(("flag", "environment", "allowed"), [
+    (False, None, True), (True, None, False), (False, "1", False), (False, "0", True)])
+def test_installs_are_off_by_the_flag_or_the_environment(
+        monkeypatch: pytest.MonkeyPatch, flag: bool, environment: str | None,
+        allowed: bool) -> None:
+    """The settings a run records say whether it could install: the environment variable
+    turned installs off without the flag, and the run recorded no_install false."""
+    if environment is None:
+        monkeypatch.delenv(NO_INSTALL_ENV, raising=False)
+    else:
+        monkeypatch.setenv(NO_INSTALL_ENV, environment)
+    assert suite.installs_allowed(argparse.Namespace(no_install=flag)) is allowed
+
+
 @pytest.mark.live
 @pytest.mark.slow
 @pytest.mark.timeout(120)
