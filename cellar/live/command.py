@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
 LOOPS = ("asyncio", "uvloop", "trio")
 EXIT_USAGE = 3  # bad arguments, or a cluster that never started or settled
+EXIT_NO_VERDICT = 2  # the checker ran out of time or memory, or the run failed after serving
 DEFECTS = tuple(defect.value for defect in Defect)
 
 
@@ -65,7 +66,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from cellar.exception_groups import run_unwrapped  # noqa: PLC0415 - no event loop for
-    from cellar.live.run import LiveOptions, run_live  # noqa: PLC0415 - `cellar --help`
+    from cellar.live.run import (  # noqa: PLC0415 - `cellar --help`
+        LiveOptions,
+        NeverServed,
+        run_live,
+    )
 
     options = LiveOptions(seed=args.seed, replicas=args.replicas, fault_s=args.seconds,
                           heal_s=args.heal_seconds, processes=args.clients, loop=args.loop,
@@ -94,9 +99,13 @@ def run(args: argparse.Namespace) -> int:
               f"{event.duration_ms} ms")
     try:
         result = run_unwrapped(run_live, options, directory)
-    except (RuntimeError, TimeoutError, OSError) as error:  # the cluster never served
+    except NeverServed as error:  # the cluster never served
         print(f"cellar live: the run could not start: {error}", file=sys.stderr)
         return EXIT_USAGE
+    except (RuntimeError, TimeoutError, OSError) as error:  # it served: no verdict
+        print(f"cellar live: the run failed after the cluster served, with no verdict: "
+              f"{error}; what it recorded is in {directory / 'history.jsonl'}", file=sys.stderr)
+        return EXIT_NO_VERDICT
     return _report(result, directory)
 
 
@@ -116,5 +125,5 @@ def _report(result: LiveResult, directory: pathlib.Path) -> int:
     if not result.live:
         return 1
     if result.check.verdict is Verdict.UNKNOWN:  # neither proven nor refuted in time
-        return 2
+        return EXIT_NO_VERDICT
     return 0 if result.ok else 1

@@ -55,17 +55,22 @@ class LiveNemesis:
         self._faults_started += 1
         number = self._faults_started
         what = f"{event.fault.value} {event.target} for {event.duration_ms} ms"
-        end = await self._start(event, number)
+        ends_s = started_s + (event.at_ms + event.duration_ms) / 1000
+        end = await self._start(event, number, ends_s)
+        if end is None:  # finding the sequencer took the fault's whole window
+            self._recorder.nemesis("skip", what)
+            return
         self._recorder.nemesis("start", what)
-        try:
-            await anyio.sleep(event.duration_ms / 1000)
+        try:  # its scheduled end, however late it started (finding the sequencer)
+            await anyio.sleep_until(ends_s)
         finally:
             with anyio.CancelScope(shield=True):
                 end()
                 self._recorder.nemesis("stop", what)
 
-    async def _start(self, event: NemesisEvent, number: int) -> Callable[[], None]:
-        """Put the fault in force; returns what ends it."""
+    async def _start(self, event: NemesisEvent, number: int, ends_s: float
+                     ) -> Callable[[], None] | None:
+        """Put the fault in force; returns what ends it (None: its window passed first)."""
         target = event.target
         if event.fault is Fault.CRASH:
             self._start_crash(target)
@@ -75,6 +80,8 @@ class LiveNemesis:
             self._signal(target, signal.SIGSTOP)
             return lambda: self._end_pause(target)
         sequencer = await self._find_sequencer() if event.fault in _BY_SEQUENCER else None
+        if anyio.current_time() >= ends_s:
+            return None
         self._network[number] = disturbance(
             event.fault, target, len(self._cluster.processes),
             sequencer=target if sequencer is None else sequencer, clog_us=self._clog_ms * 1000)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import pathlib
 import signal
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import anyio
@@ -45,6 +46,20 @@ from jepsen.verdict import CheckResult
 
 PRINCIPAL = "live"
 STATUS_TIMEOUT_S = 1.0
+
+
+class NeverServed(Exception):
+    """The cluster never started or settled (relays, files, replicas, the first election):
+    exit 3. An error once it served is no such thing, and is raised as it is."""
+
+
+@contextlib.contextmanager
+def _starting() -> Iterator[None]:
+    """What fails in here kept the cluster from ever serving."""
+    try:
+        yield
+    except (RuntimeError, TimeoutError, OSError) as error:
+        raise NeverServed(str(error)) from error
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,17 +126,20 @@ async def run_live(options: LiveOptions, directory: pathlib.Path) -> LiveResult:
     recorder = HistoryRecorder()
     cluster: ProcessCluster | None = None
     try:
-        await relays.bind()
-        layout = Layout(directory, options.replicas, loop=options.loop, machine="kv",
-                        snapshot_every_slots=500, peer_routes=dict(relays.routes),
-                        defects=options.defects)
-        layout.write(admins=[PRINCIPAL])
-        # SIGKILL, not SIGTERM, if this process dies first: a paused replica ignores the rest.
-        cluster = ProcessCluster(layout, death_signal=signal.SIGKILL)
-        cluster.start()
+        with _starting():
+            await relays.bind()
+            layout = Layout(directory, options.replicas, loop=options.loop, machine="kv",
+                            snapshot_every_slots=500, peer_routes=dict(relays.routes),
+                            defects=options.defects)
+            layout.write(admins=[PRINCIPAL])
+            # SIGKILL, not SIGTERM, if this process dies first: a paused replica ignores the
+            # rest.
+            cluster = ProcessCluster(layout, death_signal=signal.SIGKILL)
+            cluster.start()
         async with anyio.create_task_group() as group:
-            await group.start(relays.serve, layout.peer_ports)
-            await anyio.to_thread.run_sync(cluster.wait_ports)
+            with _starting():
+                await group.start(relays.serve, layout.peer_ports)
+                await anyio.to_thread.run_sync(cluster.wait_ports)
             phases = await _run_phases(options, layout, cluster, relays, recorder)
             group.cancel_scope.cancel()
     except BaseException:
@@ -174,7 +192,8 @@ async def _run_phases(options: LiveOptions, layout: Layout, cluster: ProcessClus
             IdentityRole.ADMIN, PRINCIPAL, config, first=slot % options.replicas))
             for slot in range(options.processes)]
         client = clients[0]
-        await settled(client, layout.endpoints)
+        with _starting():
+            await settled(client, layout.endpoints)
         first = await _newest_view(client, layout.endpoints)
         workload = Workload([KvStore(each) for each in clients], recorder, keys=options.keys,
                             read_fraction=options.read_fraction, seed=options.seed)
