@@ -1,13 +1,14 @@
 """ApplyConfig: replace the cluster configuration through the log, without a restart.
 
 The new spec is validated (errors name the path), then installed as a whole: a new cell tree,
-nodes carried over where their shape is unchanged, and every gang re-attached in submission
-order (HiveD's work-preserving reconfiguration, reference/hived.md 1.12): allocated gangs keep
-their GPUs (found again by node and GPU index) and, if guaranteed, have their tenant's cells
-bound again around them; a gang that no longer fits its tenant is downgraded to opportunistic
-and listed in the reply. Preempting gangs go back to the queue (listed too). Each list names
-its first gangs, by id, up to CONFIG_NAMES_BYTES_MAX, and counts those left out. A
-configuration that would remove or reshape a node under a live gang is refused
+nodes carried over where their shape is unchanged, and every gang re-attached, those not told
+to leave first, then by priority, then in submission order (HiveD's work-preserving
+reconfiguration, reference/hived.md 1.12): allocated gangs keep their GPUs (found again by node
+and GPU index) and, if guaranteed, have their tenant's cells bound again around them; a gang
+that no longer fits its tenant is downgraded to opportunistic and listed in the reply.
+Preempting gangs go back to the queue (listed too). Each list names its first gangs, by id, up
+to CONFIG_NAMES_BYTES_MAX, and counts those left out. A configuration that would remove or
+reshape a node under a live gang is refused
 (CONFIG_CONFLICT): drain it first.
 """
 
@@ -26,7 +27,7 @@ from statemachine.limits import CONFIG_NAMES_BYTES_MAX, OPPORTUNISTIC_PRIORITY
 from statemachine.node_commands import carry_over
 from statemachine.nodes import NodeRecord
 from statemachine.results import ConfigApplied, GroupPhase
-from statemachine.scheduler import schedule
+from statemachine.scheduler import eligible_chains, schedule
 from statemachine.state import Configured, State, derive_uuid_owner, leaf_usable
 from statemachine.topology import Topology
 from statemachine.views import within_bytes
@@ -52,7 +53,10 @@ def apply_config(state: State, command: ApplyConfig) -> ConfigApplied:
     state.set(state, "nodes", nodes)
     state.set(state, "uuid_owner", derive_uuid_owner(nodes))
     downgraded, requeued = [], []
-    for group in sorted(state.groups.values(), key=lambda group: group.submit_index):
+    # Those that keep their tenant's cells when they no longer all fit: gangs staying before
+    # gangs told to leave, then by priority, then oldest first (lazy preemption's order).
+    for group in sorted(state.groups.values(), key=lambda group: (
+            bool(group.evicting), -group.effective_priority, group.submit_index)):
         outcome = _reattach(state, previous, config, group)
         if outcome == "downgraded":
             downgraded.append(group.group)
@@ -130,6 +134,13 @@ def _reattach(state: State, previous: Configured | None, config: Configured,
         state.set(group, "preempt_epoch", -1)
         if not vc_exists and group.guaranteed:
             release(state, group, f"the configuration no longer has VC {group.vc}")
+            return "released"
+        if not eligible_chains(config, group):
+            # As submission would refuse it (UNKNOWN_MODEL, MODEL_NOT_IN_VC): it could never
+            # be placed, and would wait for ever.
+            what = (f"guaranteed cells of VC {group.vc}" if group.guaranteed else "GPUs")
+            release(state, group, f"the configuration no longer has {what} of model "
+                                  f"{group.gpu_model or 'any'}")
             return "released"
         if requeued:
             state.outbox.emit(EffectKind.GANG_REQUEUED, node="", group=group.group,

@@ -10,9 +10,12 @@ maintained incrementally, then checks the rules that hold between primary facts:
    cells with nothing bound inside; buddies always merged), and VC counters equal the quota
    minus the bound cells;
 4. the safety condition holds on every chain;
-5. every guaranteed gang lies inside cells bound to its own VC;
+5. every guaranteed gang lies inside cells bound to its own VC, and every bound cell holds or
+   reserves a GPU for a guaranteed gang of its VC (else it should have been unbound);
 6. gang integrity: complete placements, a pending gang has none and is queued, preemptors and
-   victims name each other, victims rank strictly lower;
+   victims name each other, victims rank strictly lower; a preemptor's reserved GPUs are held
+   only by its victims, and by at least one (else it should have settled); a gang's effective
+   priority is its own unless it was downgraded;
 7. the queue, the UUID registry and the outbox numbering equal a recomputation.
 
 `violations` lists what is wrong (empty when nothing is); `check_invariants` raises an
@@ -54,6 +57,7 @@ def violations(state: State) -> list[str]:
         found += _derived(state, state.config)
         found += _buddy(state.config.buddy)
         found += _safety_and_quota(state, state.config)
+        found += _bindings_in_use(state, state.config)
     if state.queue.keys != derive_queue(state.groups):
         found.append("pending queue differs from the pending gangs")
     if state.uuid_owner != derive_uuid_owner(state.nodes):
@@ -142,6 +146,16 @@ def _preemption_links(state: State, group: Group) -> list[str]:
             found.append(f"victim {victim_name} does not name its preemptor {name}")
         if victim.effective_priority >= group.priority:
             found.append(f"victim {victim_name} does not rank below its preemptor {name}")
+    if (group.effective_priority != group.priority) != bool(group.downgraded):
+        found.append(f"gang {name} has effective priority {group.effective_priority} (its own "
+                     f"{group.priority}) but downgraded={group.downgraded!r}")
+    if group.phase is GroupPhase.PREEMPTING and state.config is not None:
+        cells = state.config.cells
+        holders = {cells.holder[leaf] for leaf in group.leaves()} - {""}
+        if not holders:
+            found.append(f"preemptor {name} waits with all its GPUs vacated")
+        for holder in sorted(holders - set(group.victims)):
+            found.append(f"preemptor {name} waits on {holder}, not one of its victims")
     for preemptor_name in group.preempted_by:
         preemptor = state.groups.get(preemptor_name)
         if preemptor is None or name not in preemptor.victims:
@@ -226,4 +240,19 @@ def _safety_and_quota(state: State, config: Configured) -> list[str]:
             if outside:
                 found.append(f"guaranteed gang {name} uses GPUs outside VC {group.vc}: "
                              f"{outside[:4]}")
+    return found
+
+
+def _bindings_in_use(state: State, config: Configured) -> list[str]:
+    topology, buddy, cells = config.topology, config.buddy, config.cells
+    found = []
+    for vc in topology.vc_names:
+        for chain in topology.chains:
+            for root in buddy.bound_cells[vc][chain.index]:
+                users = {name for leaf in topology.leaves(root)
+                         for name in (cells.holder[leaf], cells.reserver[leaf]) if name}
+                if not any((group := state.groups.get(name)) is not None and group.vc == vc
+                           and group.guaranteed for name in users):
+                    found.append(f"cell {topology.address[root]} is bound to VC {vc} but no "
+                                 f"guaranteed gang of it uses it")
     return found

@@ -8,9 +8,9 @@ goes there and evicts only them, never a guaranteed gang of the tenant. When the
 include gangs of the same tenant that allow lazy preemption, it first tries downgrading them to
 opportunistic instead (they keep running) and placing the gang without preemption; if that
 fails the downgrade is rolled back; before victims of which one is guaranteed are preempted,
-downgrading instead one willing gang of the tenant that is not among them is tried (a few, lowest
-priority first), and only then are the victims preempted normally. Opportunistic gangs never
-preempt.
+downgrading instead one willing gang of the tenant that is not among them and ranks no higher
+than they do is tried (a few, lowest priority first), and only then are the victims preempted
+normally. Opportunistic gangs never preempt.
 
 The pass walks the queue in order and tries at most `schedule_attempts_max` gangs, and stops
 early once its attempts would look at more than `SCHEDULE_LOOKS_MAX` cells (a guaranteed gang's
@@ -165,16 +165,22 @@ def _try_lazy_instead(state: State, group: Group, plan: Plan) -> bool:
     """The plan would kill a guaranteed gang: downgrading, instead, one lazily preemptible gang
     of the tenant that is not among its victims (lowest priority first, a few at most) may
     place the gang with nobody killed. Each try that does not is undone."""
-    if not any(state.groups[name].guaranteed for name in plan.victims):
+    killed = [state.groups[name].effective_priority for name in plan.victims
+              if state.groups[name].guaranteed]
+    if not killed:
         return False
     config = state.configured()
     victims = set(plan.victims)
+    # Never one above every guaranteed victim: it would lose its guarantee (any tenant may
+    # then preempt it) so that a gang of lower priority keeps one (HiveD downgrades only the
+    # gangs in the preemptor's way, reference/hived.md 1.8).
+    ceiling = max(killed)
     # A willing gang is a guaranteed one of the tenant, so in its bound cells: found among
     # the gangs (at most GROUPS_MAX), not by a scan of every GPU the tenant has bound.
     willing = sorted((other.effective_priority, other.submit_index, other.group)
                      for other in state.groups.values()
                      if other.group not in victims and other.phase is GroupPhase.ALLOCATED
-                     and _lazily_preemptible(other, group))
+                     and other.effective_priority <= ceiling and _lazily_preemptible(other, group))
     for _, _, name in willing[:LAZY_INSTEAD_MAX]:
         mark = state.journal.mark()
         downgrade(state, state.groups[name], group.group)
