@@ -72,8 +72,9 @@ LOG_BYTES_RANGE = (MIB, 1024 * 1024 * MIB)
 # have raised it), so intervals past these margins of the defaults are warned of, not refused:
 # a heartbeat past half the lease, a back-off ceiling past half the Suspect grace (after a store
 # outage its heartbeat would land after the node was judged Down; see Intervals.retry_ms_max).
-INTERVALS_MS_WARN = {"heartbeat_ms": PolicySpec().lease_ms // 2,
-                     "retry_ms_max": PolicySpec().down_after_ms // 2}
+STORE_POLICY_DEFAULT = PolicySpec()
+INTERVALS_MS_WARN = {"heartbeat_ms": STORE_POLICY_DEFAULT.lease_ms // 2,
+                     "retry_ms_max": STORE_POLICY_DEFAULT.down_after_ms // 2}
 KEYS = {"node", "store", "state_dir", "metrics", "loop", "backend", "insecure", "tls",
         "intervals", "jobs", "models", "health"}
 
@@ -166,8 +167,8 @@ def _intervals(raw: dict[str, Any]) -> Intervals:
             logger.warning("intervals.%s = %d is past %d ms, a margin of the store's default "
                            "lease (lease_ms %d, down_after_ms %d): with the default policy the "
                            "node may be judged Down while this agent is well", name,
-                           getattr(intervals, name), warn_ms, PolicySpec().lease_ms,
-                           PolicySpec().down_after_ms)
+                           getattr(intervals, name), warn_ms, STORE_POLICY_DEFAULT.lease_ms,
+                           STORE_POLICY_DEFAULT.down_after_ms)
     return intervals
 
 

@@ -198,7 +198,7 @@ def pod_exited(state: State, group: Group, pod: Pod, exit_code: int, reason: str
     state.set(pod, "phase", PodPhase.EXITED)
     state.set(pod, "exit_code", exit_code)
     state.set(pod, "exit_reason", reason)
-    outcome = exit_outcome(exit_code, reason)
+    outcome = _exit_outcome(exit_code, reason)
     if group.on_pod_failure is not None:  # None: submitted before exits were announced
         state.outbox.emit(EffectKind.POD_EXITED, node="", group=group.group,
                           pod_uid=pod.pod_uid, reason=outcome)
@@ -208,7 +208,7 @@ def pod_exited(state: State, group: Group, pod: Pod, exit_code: int, reason: str
         finish_if_done(state, group)
 
 
-def exit_outcome(exit_code: int, reason: str) -> str:
+def _exit_outcome(exit_code: int, reason: str) -> str:
     return f"exit code {exit_code}" + (f": {reason}" if reason else "")
 
 

@@ -15,6 +15,7 @@ import hashlib
 from typing import Any
 
 from consensus.codec import pack, unpack
+from statemachine.codec import POD_FAILURE_POLICY_ABSENT
 from statemachine.commands import GpuInventory, GpuLink, HealthStatus, Member
 from statemachine.config_check import check_spec
 from statemachine.groups import Group, Pod
@@ -40,11 +41,7 @@ SNAPSHOT_FORMAT = 6  # 3: a gang's failures are (GPU, why) pairs; 4: sessions' c
 SNAPSHOT_FORMATS_READ = (2, 3, 4, 5, 6)  # 2: a gang's failures were "GPU: why" lines
 SCHEDULE_RESUME_SINCE = 5  # the format that added both (None when read from an older one)
 LATER_FIELDS = 2  # those two, after the sessions
-POD_FAILURE_POLICY_SINCE = 6
-# The policy of a gang read from an older format: it was submitted when a failed pod left its
-# gang running and no exit was announced (as statemachine/codec.py reads a submission without
-# one; None in format 6 too).
-POD_FAILURE_POLICY_BEFORE = None
+POD_FAILURE_POLICY_SINCE = 6  # older formats' gangs: submitted before the policy (codec.py)
 SNAPSHOT_BYTES_MAX = 1 << 30
 
 
@@ -161,7 +158,7 @@ def _load_group(fields: list[Any], version: int) -> Group:
         group=group, vc=vc, priority=priority, effective_priority=effective,
         lazy_preemption=lazy, gpu_model=model,
         on_pod_failure=FailurePolicy(later[0]) if later and later[0] is not None
-        else POD_FAILURE_POLICY_BEFORE,
+        else POD_FAILURE_POLICY_ABSENT,
         members=tuple(Member(pods=count, gpus=gpus) for count, gpus in members),
         submit_index=submit_index, submitted_ms=submitted_ms, phase=GroupPhase(phase),
         chain=chain, victims=tuple(victims), deadline_ms=deadline,
