@@ -11,6 +11,8 @@ acceptance) is delivered only once the driver reports the records durable.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from consensus.catchup import entries_that_fit
 from consensus.config import Defect
 from consensus.context import Context, Status
@@ -31,13 +33,16 @@ from consensus.sequencer import Sequencer
 
 
 class Acceptor:
-    __slots__ = ("_ctx", "_learner", "_sequencer", "missing_commits")
+    __slots__ = ("_ctx", "_learner", "_sequencer", "blind", "missing_commits")
 
     def __init__(self, ctx: Context, learner: Learner, sequencer: Sequencer) -> None:
         self._ctx = ctx
         self._learner = learner
         self._sequencer = sequencer
         self.missing_commits = 0  # short commits for values not held here (repair fetches)
+        # Whether this replica lost its disk and may not report on a space yet
+        # (`consensus.rejoin`); its own rounds count its promise knowing that.
+        self.blind: Callable[[int], bool] = lambda space: False
 
     def serving(self, view: int) -> bool:
         """Accept-phase messages count only in this replica's view, once it serves (or, for
@@ -69,6 +74,9 @@ class Acceptor:
         ctx = self._ctx
         if not self.serving(message.view):
             ctx.count("dropped.c_prepare_view")
+            return
+        if message.sender != ctx.id and self.blind(message.space):
+            ctx.count("rejoin.prepare_withheld")
             return
         space = ctx.clog[message.space]
         if not space.promise(message.ballot):

@@ -43,6 +43,9 @@ class Defect(enum.StrEnum):
     NO_VIEW_GATING = "no-view-gating"  # accept O-accepts from deposed sequencers
     LOCAL_READS = "local-reads"  # serve reads from local state, without a read index
     OWN_VOTE_ONLY = "own-vote-only"  # a new sequencer rebuilds the O-log from its own vote
+    # A replica that lost its disk starts over as a new one (its tags in a new epoch), asking
+    # nobody what it promised
+    FORGETFUL_REJOIN = "forgetful-rejoin"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -27,6 +27,8 @@ stop renewing the lease and elect a new sequencer, at most once per `straggler_c
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from consensus.config import Defect
 from consensus.context import Context, Status
 from consensus.leader import Leader
@@ -74,6 +76,7 @@ class Election:
         "_votes",
         "_window_start",
         "highest_view_seen",
+        "may_vote",
     )
 
     def __init__(self, ctx: Context, sequencer: Sequencer, learner: Learner,
@@ -98,7 +101,20 @@ class Election:
         self._demand = self._served = self._slow_rounds = self._samples = 0
         self._suspicions: set[int] = set()
         self._suspecting = False
+        # False while this replica, started over on an empty disk, does not yet know every
+        # slot its old life may have voted on (`consensus.rejoin`): it votes for no one.
+        self.may_vote: Callable[[], bool] = lambda: True
         self.heard_from_sequencer()
+
+    def forget(self, replica: int) -> None:
+        """`replica` started over on an empty disk: its votes, pre-votes and suspicions from
+        its old life count no more (`consensus.rejoin`). An acknowledgement of a rebuilt log
+        goes too: the new life accepts the log again when it is sent again."""
+        if self._ctx.status is Status.CANDIDATE:
+            self._votes.pop(replica, None)
+        self._pre_votes.discard(replica)
+        self._new_view_acks.discard(replica)
+        self._suspicions.discard(replica)
 
     # --- failure detection ------------------------------------------------------------------
 
@@ -117,6 +133,10 @@ class Election:
             return
         if self._leased_elsewhere(ctx.id):
             self._deadline = ctx.lease_until
+            return
+        if not self.may_vote():
+            self.heard_from_sequencer()  # try again after another timeout
+            ctx.count("rejoin.candidacy_withheld")
             return
         self._start_pre_vote()
 
@@ -163,7 +183,7 @@ class Election:
     def _would_vote(self, candidate: int) -> bool:
         """Whether this replica would vote `candidate` in now."""
         ctx = self._ctx
-        if self._leased_elsewhere(candidate):
+        if self._leased_elsewhere(candidate) or not self.may_vote():
             return False
         if ctx.is_sequencer:
             return not self._sequencer.lease_valid()
@@ -251,7 +271,8 @@ class Election:
         if not own_candidacy:
             if message.view <= ctx.view or self._leased_elsewhere(message.sender) or (
                     ctx.is_sequencer and self._sequencer.lease_valid()) or (
-                    self._suspecting and message.sender == ctx.sequencer):
+                    self._suspecting and message.sender == ctx.sequencer) or (
+                    not self.may_vote()):
                 ctx.count("election.vote_withheld")
                 return
             self._adopt_view(message.view, Status.AWAITING)

@@ -92,6 +92,12 @@ class Executor:
             kept.append(command)
         return tuple(kept) if len(kept) != len(batch) else batch
 
+    def highest_tag_seen(self, origin: int) -> int:
+        """The highest tag of `origin` the dedup window holds or passed (-1: none); a new
+        command of that origin below it would be dropped as a repeat."""
+        tags = self._dedup_tags[origin]
+        return max(self._dedup_low[origin] - 1, max(tags, default=-1))
+
     def ran(self, origin: int, tag: int) -> bool:
         """Whether (origin, tag) is known executed (Multi-Paxos: inside the dedup window)."""
         return tag in self._dedup_tags[origin]

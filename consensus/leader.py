@@ -527,6 +527,12 @@ class Leader:
             surplus, self._surplus_upto = self._surplus_upto, -1
             self.fill_to(surplus)
 
+    def highest_queued_tag(self, origin: int) -> int:
+        """The highest tag of `origin` among commands queued here, not yet proposed (-1:
+        none): Multi-Paxos's sequencer queues other origins' forwarded commands."""
+        return max((command.tag for command in self._pending if command.origin == origin),
+                   default=-1)
+
     def lowest_unfinished(self) -> int:
         return max(min(self._inflight, default=self.next_index), self._ctx.clog[self._ctx.id].base)
 

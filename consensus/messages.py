@@ -375,13 +375,37 @@ class SnapshotChunk(Message):
     data: bytes
 
 
+# --- Rejoining after a lost disk (`consensus.rejoin`) ----------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RejoinQuery(Message):
+    """A replica started over on an empty disk asks every other replica what it holds; the
+    receiver first forgets every promise and vote it holds from the sender's past life."""
+
+    TAG: ClassVar[int] = 48
+
+
+@dataclass(frozen=True, slots=True)
+class RejoinReport(Message):
+    """What the sender holds, for a replica that lost its disk: per space, the highest ballot
+    it promised and the highest index it holds; one past the highest O-slot it holds; and the
+    highest epoch it knows of the asker's command tags. `view` is the sender's view."""
+
+    TAG: ClassVar[int] = 49
+    c_promised: tuple[int, ...]
+    c_max_index: tuple[int, ...]
+    o_end: int
+    tag_epoch: int
+
+
 MESSAGE_TYPES: tuple[type[Message], ...] = (
     CAccept, CAck, CNack, CCommit, CRequest, CPrepare, CPromise,
     OAccept, OAck, OCommit,
     PreVoteRequest, PreVote, VoteRequest, Vote, NewView, NewViewRelay, ViewLogRequest,
     NewViewAck, Heartbeat, LeaseGrant, Suspect,
     ReadIndexRequest, ReadIndexReply, Forward, ReadyNotice, FetchRequest, FetchReply,
-    SnapshotChunk,
+    SnapshotChunk, RejoinQuery, RejoinReport,
 )
 
 def check_message(message: Message, replica_count: int) -> str | None:
@@ -463,8 +487,9 @@ def _nested(name: str, value: Any, replica_count: int) -> str | None:
 _CHECKS: dict[str, _Check] = {
     "sender": _replica, "space": _replica, "origin": _replica,
     "value": _replica_or_none, "values": _replica_ids, "o_values": _replica_ids,
-    "c_max_index": _one_per_replica, "exec_counts": _one_per_replica,
-    "o_counts": _one_per_replica, "dedup_low": _one_per_replica, "dedup_tags": _one_per_replica,
+    "c_max_index": _one_per_replica, "c_promised": _one_per_replica,
+    "exec_counts": _one_per_replica, "o_counts": _one_per_replica,
+    "dedup_low": _one_per_replica, "dedup_tags": _one_per_replica,
     "batch": _command_origins, "commands": _command_origins,
     "entries": _nested, "c_entries": _nested, "meta": _nested,
 }

@@ -21,14 +21,15 @@ from consensus.records import (
     OAcceptRecord,
     OCommitRecord,
     Record,
+    RejoinRecord,
     ReserveRecord,
     SnapshotRecord,
     ViewRecord,
 )
 
-# Records that only promise (a view, an epoch, a ballot, a reservation): compaction keeps the
-# highest of each, never less.
-PROMISE_RECORDS = (EpochRecord, ViewRecord, CPromiseRecord, ReserveRecord)
+# Records that only promise (a view, an epoch, a ballot, a reservation, what a replica that
+# lost its disk may not report yet): compaction keeps the highest (the latest rejoin) of each.
+PROMISE_RECORDS = (EpochRecord, ViewRecord, CPromiseRecord, ReserveRecord, RejoinRecord)
 
 
 def compact_records(records: Sequence[Record]) -> list[Record]:
@@ -90,6 +91,9 @@ def _promises(records: Sequence[Record]) -> list[Record]:
                    default=None)
     if reserved is not None:
         kept.append(ReserveRecord(reserved))
+    rejoins = [record for record in records if isinstance(record, RejoinRecord)]
+    if rejoins:
+        kept.append(rejoins[-1])
     return kept
 
 

@@ -117,7 +117,20 @@ class ReserveRecord(Record):
     upto: int
 
 
+@dataclass(frozen=True, slots=True)
+class RejoinRecord(Record):
+    """This log was started over on a replica that had lived before on a lost disk
+    (`consensus.rejoin`). Until `reported`, it has heard from too few replicas and takes part
+    in nothing; after, it answers no prepare and casts no vote that would report indexes below
+    `c_ends` (per space) or slots below `o_end` before it knows them decided."""
+
+    TAG: ClassVar[int] = 70
+    reported: bool
+    o_end: int
+    c_ends: tuple[int, ...]
+
+
 RECORD_TYPES: tuple[type[Record], ...] = (
     EpochRecord, ViewRecord, CPromiseRecord, CAcceptRecord, CCommitRecord, OAcceptRecord,
-    OCommitRecord, SnapshotRecord, InstallRecord, ReserveRecord,
+    OCommitRecord, SnapshotRecord, InstallRecord, ReserveRecord, RejoinRecord,
 )

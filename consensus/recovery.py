@@ -84,7 +84,7 @@ class Round:
 
 class Recovery:
     __slots__ = ("_ctx", "_failures", "_highest_seen", "_not_before", "_on_retaken",
-                 "_owner_retry_from", "order_unknown", "reserved_top", "rounds")
+                 "_owner_retry_from", "blind", "order_unknown", "reserved_top", "rounds")
 
     def __init__(self, ctx: Context, on_retaken: Callable[[Retaken], None]) -> None:
         self._ctx = ctx
@@ -100,6 +100,17 @@ class Recovery:
         # for it, its own acceptance lost in the crash), until an owner's round decides it.
         self.reserved_top = -1
         self.rounds: dict[int, Round] = {}
+        # Whether this replica's own promise in a space says too little (`consensus.rejoin`:
+        # it lost its disk): then a round needs a majority of promises besides its own.
+        self.blind: Callable[[int], bool] = lambda space: False
+
+    def forget(self, replica: int) -> None:
+        """`replica` started over on an empty disk: its old promises in rounds still in phase
+        1 no longer hold (`consensus.rejoin`)."""
+        for space in sorted(self.rounds):
+            round_ = self.rounds[space]
+            if not round_.proposals and round_.promises.pop(replica, None) is not None:
+                self._ctx.count("rejoin.promise_forgotten")
 
     def start(self, space: int, from_index: int) -> None:
         ctx = self._ctx
@@ -132,7 +143,8 @@ class Recovery:
         # Its own promise comes only once its record is durable (and never while this replica
         # does not serve): without it the ballot is on no disk here, and a restart could pick
         # it again for another value.
-        if len(round_.promises) >= self._ctx.majority and self._ctx.id in round_.promises \
+        needed = self._ctx.majority + (1 if self.blind(round_.space) else 0)
+        if len(round_.promises) >= needed and self._ctx.id in round_.promises \
                 and not self._awaits_order(round_):
             self._propose(round_)
 

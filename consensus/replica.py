@@ -20,12 +20,12 @@ from consensus.acceptor import Acceptor
 from consensus.catchup import CatchUp
 from consensus.codec import decode_messages
 from consensus.command_log import ballot_owner
-from consensus.config import Mode, ReplicaConfig
+from consensus.config import Defect, Mode, ReplicaConfig
 from consensus.context import Context, Status
 from consensus.election import Election
 from consensus.errors import InvalidMessage
 from consensus.executor import Executor
-from consensus.leader import Leader
+from consensus.leader import TAG_COUNTER_BITS, Leader, ProposalDropped
 from consensus.learner import Learner
 from consensus.messages import (
     NO_CL,
@@ -54,6 +54,8 @@ from consensus.messages import (
     ReadIndexReply,
     ReadIndexRequest,
     ReadyNotice,
+    RejoinQuery,
+    RejoinReport,
     SnapshotChunk,
     Suspect,
     ViewLogRequest,
@@ -73,11 +75,13 @@ from consensus.records import (
     OAcceptRecord,
     OCommitRecord,
     Record,
+    RejoinRecord,
     ReserveRecord,
     SnapshotRecord,
     ViewRecord,
 )
 from consensus.recovery import Recovery
+from consensus.rejoin import Rejoin
 from consensus.sequencer import Sequencer
 
 # Messages that state facts (chosen values, catch-up data) or run the view change itself;
@@ -177,6 +181,9 @@ class Replica:
         self._recovery = Recovery(ctx, self._leader.on_retaken)
         self._catchup = CatchUp(ctx, self._executor, self._learner)
         self._reads = Reads(ctx, self._executor, self._sequencer)
+        self._rejoin_gate = Rejoin(ctx, self._on_rejoin_reported)
+        self._acceptor.blind = self._recovery.blind = self._rejoin_gate.blind
+        self._election.may_vote = self._rejoin_gate.may_vote
         self._learner.on_own_commit = self._on_own_commit
         self._catchup.on_install = self._on_snapshot_installed
         self._catchup.before_truncation = self._leader.requeue_lost
@@ -210,6 +217,7 @@ class Replica:
             Forward: self._on_forward, ReadyNotice: self._leader.on_ready_notice,
             FetchRequest: self._catchup.on_request, FetchReply: self._catchup.on_reply,
             SnapshotChunk: self._catchup.on_chunk,
+            RejoinQuery: self._on_rejoin_query, RejoinReport: self._rejoin_gate.on_report,
         }
 
     # --- inputs -------------------------------------------------------------------------------
@@ -241,6 +249,9 @@ class Replica:
 
     def _handle(self, message: Message) -> None:
         ctx = self._ctx
+        if self._rejoin_gate.collecting and not isinstance(message, RejoinReport):
+            ctx.count("rejoin.dropped_while_asking")  # it knows no promise to keep yet
+            return
         if message.view > ctx.view:
             if ctx.is_sequencer and _promised_newer_view(message, ctx.view):
                 # A replica promised a view this healthy sequencer's lease keeps it from
@@ -257,7 +268,12 @@ class Replica:
                 self._handle(message)
 
     def propose(self, payload: bytes) -> int:
-        """Queue a client command; returns its tag (raises ProposalDropped when full)."""
+        """Queue a client command; returns its tag (raises ProposalDropped when full, or
+        while a replica that lost its disk waits for the others' reports: its tags' epoch
+        must be above every one its old life used, which the reports tell)."""
+        if self._rejoin_gate.collecting:
+            raise ProposalDropped("rejoining after a lost disk: waiting for every other "
+                                  "replica's report")
         return self._leader.propose(payload)
 
     def read(self, read_id: int) -> None:
@@ -278,6 +294,9 @@ class Replica:
     def tick(self) -> None:
         ctx = self._ctx
         ctx.now += 1
+        if self._rejoin_gate.collecting:
+            self._rejoin_gate.on_tick()
+            return
         self._sequencer.on_tick()
         self._leader.on_tick()
         self._election.on_tick()
@@ -515,8 +534,93 @@ class Replica:
         """Rebuild a replica from everything it persisted before a crash."""
         replica = cls(config, prng)
         replica._replay(records)
-        replica._rejoin()
+        if replica._rejoin_gate.collecting:
+            ctx = replica._ctx  # it asks again, in a new life: nothing else until answered
+            ctx.epoch += 1
+            ctx.persist(EpochRecord(ctx.epoch))
+            ctx.status = Status.AWAITING
+            replica._rejoin_gate.begin()
+        else:
+            replica._rejoin()
         return replica
+
+    @classmethod
+    def rejoining(cls, config: ReplicaConfig, prng: Prng, *, epoch_floor: int = 0) -> Replica:
+        """A replica that lived before, started over on an empty disk (`consensus.rejoin`):
+        it takes part in nothing until every other replica has told it what it holds.
+        `epoch_floor`: the highest epoch of its old life that the driver knows of (the
+        runtime: the life its peers' hellos say they heard). Its command tags start in an
+        epoch above it and above every tag the others report: commands of the old life that
+        ran and were compacted everywhere leave no tag to report."""
+        replica = cls(config, prng)
+        ctx = replica._ctx
+        ctx.epoch = epoch_floor
+        if epoch_floor:  # kept should it crash while it asks
+            ctx.persist(EpochRecord(epoch_floor))
+        if Defect.FORGETFUL_REJOIN in replica.config.defects:
+            # Starts as a new replica would, its tags above the old life's (so what goes
+            # wrong is the promises it forgot, not a tag used twice).
+            ctx.epoch += 1
+            ctx.persist(EpochRecord(ctx.epoch))
+            return replica
+        ctx.status = Status.AWAITING
+        replica._rejoin_gate.begin()
+        return replica
+
+    def raise_epoch_floor(self, epoch: int) -> None:
+        """While it waits for the reports, its driver learned that its old life reached
+        `epoch` (a peer's hello named it): its tags will start above it."""
+        if self._rejoin_gate.collecting and epoch > self._ctx.epoch:
+            self._ctx.epoch = epoch
+
+    @property
+    def rejoining_now(self) -> bool:
+        """Whether this replica still waits for every other replica's report."""
+        return self._rejoin_gate.collecting
+
+    @property
+    def rejoin_cleared(self) -> bool:
+        """Whether this replica knows decided everything its life before a lost disk may
+        have voted on (always, for a replica that never lost one)."""
+        return self._rejoin_gate.may_vote()
+
+    def _on_rejoin_query(self, message: RejoinQuery) -> None:
+        def forget(replica: int) -> None:
+            self._recovery.forget(replica)
+            self._election.forget(replica)
+
+        self._rejoin_gate.on_query(message, forget, self._tag_epoch_of)
+
+    def _tag_epoch_of(self, origin: int) -> int:
+        """The highest epoch of `origin`'s command tags this replica holds or executed."""
+        ctx = self._ctx
+        highest = max(self._executor.highest_tag_seen(origin),
+                      self._leader.highest_queued_tag(origin))
+        for space in range(ctx.replica_count):
+            for slot in ctx.clog[space].slots.values():
+                for command in slot.batch or ():
+                    if command.origin == origin and command.tag > highest:
+                        highest = command.tag
+        return max(0, highest) >> TAG_COUNTER_BITS
+
+    def _on_rejoin_reported(self, reports: list[RejoinReport]) -> None:
+        """Every other replica answered: keep their promises as its own, reserve every own
+        index anyone holds, and start as a restart does (the owner's retake first)."""
+        ctx, gate = self._ctx, self._rejoin_gate
+        view = max(report.view for report in reports)
+        if view > ctx.view:
+            ctx.view = view
+            ctx.persist(ViewRecord(view))
+        for space in range(ctx.replica_count):
+            promised = max(report.c_promised[space] for report in reports)
+            if promised > ctx.clog[space].promised:
+                ctx.clog[space].promise(promised)
+                ctx.persist(CPromiseRecord(space, promised))
+        ctx.epoch = max(ctx.epoch, *(report.tag_epoch for report in reports))
+        own_end = gate.c_ends[ctx.id]
+        if own_end > self._leader.reserved_upto:
+            self._leader.reserve_upto(own_end)
+        self._rejoin()
 
     def _reserve_after_upgrade(self) -> None:
         """A log written before reservations (format 1 or 2) says nothing of the own indexes
@@ -540,6 +644,8 @@ class Replica:
                 self._catchup.install(record.meta, record.state, from_peer=False)
             elif isinstance(record, ReserveRecord):
                 self._leader.restore_reservation(record.upto)
+            elif isinstance(record, RejoinRecord):
+                self._rejoin_gate.restore(record)
             else:
                 self._replay_log_record(record)
 
@@ -567,7 +673,7 @@ class Replica:
         ctx.epoch += 1
         ctx.persist(EpochRecord(ctx.epoch))
         ctx.status = Status.AWAITING if ctx.sequencer == ctx.id else Status.NORMAL
-        ctx.lease_until = ctx.config.lease_ticks  # it may have granted a lease before
+        ctx.lease_until = ctx.now + ctx.config.lease_ticks  # it may have granted a lease before
         self._election.highest_view_seen = ctx.view
         self._reads.life_epoch = ctx.epoch
         self._learner.reset_view()

@@ -164,6 +164,9 @@ def _print_result(result: SimResult, elapsed: float, args: argparse.Namespace,
     if result.peer_snapshot_bytes:
         print(f"snapshots installed from peers: {len(result.peer_snapshot_bytes)}, "
               f"{result.chunked_snapshots} of them in more than one chunk")
+    if result.wipes or result.wipes_refused:
+        print(f"disks lost: {result.wipes} (each rejoined), {result.wipes_refused} more left "
+              "plain crashes while another replica rejoined")
     for violation in result.violations:
         print(f"  {violation}")
     if not result.ok:

@@ -63,9 +63,11 @@ class SimNode:
     """One replica and what its driver keeps: disk, state machine, clients' waiting ops."""
 
     __slots__ = ("busy", "config", "cpu_free_at", "crashes_in_force", "disk", "flush_pending",
-                 "frames_waiting", "id", "incarnation", "last_read_id", "last_snapshot",
-                 "last_view", "paused_until", "pending_reads", "pending_tags", "proposed_at",
-                 "replica", "sm", "tick_period_us", "ticks_done", "ticks_origin_us")
+                 "frames_waiting", "heard_incarnation", "id", "incarnation", "last_epoch",
+                 "last_read_id",
+                 "last_snapshot", "last_view", "paused_until", "pending_reads", "pending_tags",
+                 "proposed_at", "rejoining", "replica", "sm", "tick_period_us",
+                 "ticks_done", "ticks_origin_us", "wiped")
 
     def __init__(self, config: ReplicaConfig, tick_period_us: int) -> None:
         self.id = config.replica_id
@@ -92,7 +94,15 @@ class SimNode:
         # Frames sent to it while it was down: the runtime's peers keep frames queued while
         # a connection is down and send them once the restarted replica is back, so its new
         # life hears what was meant for the old one (bounded, as the peers' queues are).
-        self.frames_waiting: list[tuple[bytes, int, int]] = []  # (frame, sender, `severed`)
+        # (frame, sender, `severed`, the sender's incarnation)
+        self.frames_waiting: list[tuple[bytes, int, int, int]] = []
+        # Per peer: its newest life a frame came from. A runtime replica drops the connection
+        # of a peer's older life once the newer one dialed: nothing of the old life comes
+        # after (`consensus.rejoin` relies on it), so frames of an older life are dropped.
+        self.heard_incarnation = [0] * config.replica_count
+        self.wiped = False  # its disk was lost: it restarts on an empty one and rejoins
+        self.rejoining = False  # wiped, and not yet known to hold all its old life voted on
+        self.last_epoch = 0  # its replica's epoch when it last crashed (peers' hellos name it)
         self.proposed_at: dict[int, int] = {}
 
 
@@ -122,6 +132,7 @@ class Cluster:
         # Per link, when the frames a held cut kept arrive: later frames arrive after them.
         self._reconnected_at: dict[tuple[int, int], int] = {}
         self.peer_snapshot_bytes: list[int] = []  # each snapshot installed from a peer, its size
+        self.wipes = self.wipes_refused = 0  # disks lost, and wipes left plain crashes
 
     def _tick_period(self, replica: int, options: SimOptions) -> int:
         drift = self._prng.fork(100 + replica).int_inclusive(-options.drift_ppm,
@@ -171,6 +182,7 @@ class Cluster:
     def crash(self, node: SimNode, *, torn: bool) -> None:
         if node.replica is None:
             return
+        node.last_epoch = max(node.last_epoch, node.replica.epoch)
         node.replica = None
         node.disk.crash(self._prng, torn=torn)
         self.network.forget_held_from(node.id)
@@ -179,6 +191,22 @@ class Cluster:
         node.pending_tags.clear()
         node.pending_reads.clear()
         node.proposed_at.clear()
+
+    def wipe(self, node: SimNode) -> bool:
+        """The crashed `node` lost its disk: it restarts on an empty one and rejoins. Not while
+        another replica is still rejoining (they rejoin one at a time, as an operator would
+        replace disks; two lost at once in a 3-replica group lose what a quorum chose):
+        False, and the crash stays a plain one."""
+        for other in self.nodes:
+            if other.rejoining and other.replica is not None and other.replica.rejoin_cleared:
+                other.rejoining = False
+        if any(other.rejoining for other in self.nodes if other is not node):
+            self.wipes_refused += 1
+            return False
+        node.disk = Disk()
+        node.wiped = node.rejoining = True
+        self.wipes += 1
+        return True
 
     def _request_flush(self, node: SimNode) -> None:
         if not node.flush_pending and node.replica is not None:
@@ -215,9 +243,12 @@ class Cluster:
 
     def _deliver(self, event: Event) -> None:
         node = self.nodes[event.node]
-        frame, source, severed = event.payload
+        frame, source, severed, life = event.payload
         if severed != self.network.severed(source, node.id):
             return  # a fault closed the connection it travelled on
+        if life < node.heard_incarnation[source]:
+            return  # from a life of the sender older than one this replica heard
+        node.heard_incarnation[source] = life
         if node.replica is None:
             if len(node.frames_waiting) < FRAMES_WAITING_MAX:
                 node.frames_waiting.append(event.payload)
@@ -248,7 +279,7 @@ class Cluster:
             after_us = self._reconnected_at.get((node.id, target), 0)
             for arrival in self.network.arrivals(self.now_us, node.id, target):
                 self.schedule(max(arrival, after_us), DELIVER, target,
-                              (frame, node.id, severed))
+                              (frame, node.id, severed, node.incarnation))
 
     def release_held(self, reconnect_us_max: int = HELD_RECONNECT_US_MAX) -> None:
         """Frames held on links that are up again leave in order, as a runtime peer sends its
@@ -258,8 +289,9 @@ class Cluster:
             arrival = reconnected_at + self.network.latency_us(source, target)
             self._reconnected_at[(source, target)] = arrival
             severed = self.network.severed(source, target)
+            life = self.nodes[source].incarnation  # a crash forgets what its life held
             for frame in frames:
-                self.schedule(arrival, DELIVER, target, (frame, source, severed))
+                self.schedule(arrival, DELIVER, target, (frame, source, severed, life))
 
     # --- the driver: one Ready at a time --------------------------------------------------------
 

@@ -53,6 +53,9 @@ class Fault(enum.StrEnum):
     DEAF_TO_SEQUENCER = "deaf-to-sequencer"
     CLOG = "clog"  # links to and from target slowed to a crawl: late, not lost
     CRASH = "crash"  # target crashes, restarts after the duration
+    # Target crashes and its disk is lost: it restarts after the duration on an empty one and
+    # rejoins (`consensus.rejoin`); a plain crash while another replica is still rejoining.
+    WIPE = "wipe"
     PAUSE = "pause"  # target stops (as under SIGSTOP) for the duration
 
 
@@ -85,6 +88,8 @@ def draw_schedule(options: SimOptions, prng: Prng) -> tuple[NemesisEvent, ...]:
     # Drawn last, so that a seed without long faults keeps the schedule it had before them.
     events.extend(_draw(options, prng, options.long_fault_every_ms, _LONG,
                         options.long_fault_ms))
+    events.extend(_draw(options, prng, options.wipe_every_ms, (Fault.WIPE,),
+                        options.fault_duration_ms))
     return tuple(sorted(events, key=lambda event: (event.at_ms, event.fault, event.target)))
 
 

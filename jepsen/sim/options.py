@@ -18,6 +18,7 @@ from consensus.prng import Prng
 # One seed in this many sends snapshots in chunks of a few bytes (the store's snapshots hold a
 # few hundred bytes: with the replicas' default sizes every transfer is one chunk).
 SMALL_CHUNKS_ONE_IN = 3
+WIPES_ONE_IN = 4  # seeds whose schedule loses replicas' disks (they rejoin)
 SMALL_CHUNK_BYTES = (8, 64)
 SMALL_WINDOW_CHUNKS = (2, 8)  # a window is this many chunks, give or take part of one
 # Compaction with small chunks: often enough that a replica left behind installs a snapshot.
@@ -49,6 +50,7 @@ class SimOptions:
     fault_duration_ms: int = 300
     long_fault_every_ms: int = 0  # one replica cut off or down for long (`nemesis._LONG`)
     long_fault_ms: int = 1200  # each lasts from half this to this
+    wipe_every_ms: int = 0  # a replica loses its disk and rejoins (`nemesis.Fault.WIPE`)
     snapshot_every_slots: int = 200
     snapshot_chunk_bytes: int = SNAPSHOT_CHUNK_BYTES  # each replica's ReplicaConfig's
     snapshot_window_bytes: int = SNAPSHOT_WINDOW_BYTES
@@ -106,7 +108,16 @@ def swarm(seed: int, base: SimOptions | None = None) -> SimOptions:
         long_fault_ms=long_prng.int_inclusive(800, 1500),
     )
     # Small snapshot chunks came later still: a stream of their own too.
-    return _small_chunks(Prng(seed ^ 0xC4C7A5), drawn)
+    drawn = _small_chunks(Prng(seed ^ 0xC4C7A5), drawn)
+    # Lost disks came last: a stream of their own, drawn after every other fault.
+    return _wipes(Prng(seed ^ 0x3A1E5), drawn)
+
+
+def _wipes(prng: Prng, options: SimOptions) -> SimOptions:
+    """For one seed in `WIPES_ONE_IN`, replicas lose their disks now and then and rejoin."""
+    if prng.int_inclusive(1, WIPES_ONE_IN) != 1:
+        return options
+    return dataclasses.replace(options, wipe_every_ms=prng.int_inclusive(400, 1200))
 
 
 def _small_chunks(prng: Prng, options: SimOptions) -> SimOptions:

@@ -52,6 +52,8 @@ class SimResult:
     views: int
     ready_latency_ms: tuple[float, ...]  # median per replica
     peer_snapshot_bytes: tuple[int, ...]  # the size of each snapshot installed from a peer
+    wipes: int = 0  # disks lost (replicas that rejoined)
+    wipes_refused: int = 0  # wipes left plain crashes: another replica was still rejoining
 
     @property
     def ok(self) -> bool:
@@ -136,9 +138,11 @@ def _inject(event: NemesisEvent) -> Callable[[Cluster], None]:
     def apply(cluster: Cluster) -> None:
         end_us = cluster.now_us + event.duration_ms * 1000
         node = cluster.nodes[event.target]
-        if event.fault is Fault.CRASH:  # overlapping crashes: down until the last one ends
+        if event.fault in (Fault.CRASH, Fault.WIPE):  # down until the last crash ends
             node.crashes_in_force += 1
             cluster.crash(node, torn=cluster.options.torn_writes)
+            if event.fault is Fault.WIPE:
+                cluster.wipe(node)
             cluster.call_at(end_us, lambda later: _end_crash(later, event.target))
             return
         if event.fault is Fault.PAUSE:
@@ -179,6 +183,10 @@ def _restart(cluster: Cluster, replica: int) -> None:
     if node.replica is not None:
         return
     prng = Prng(cluster.options.seed).fork(1000 * node.incarnation + replica)
+    if node.wiped:
+        node.wiped = False
+        cluster.start(node, Replica.rejoining(node.config, prng, epoch_floor=node.last_epoch))
+        return
     cluster.start(node, Replica.restore(node.config, prng, node.disk.records()))
 
 
@@ -205,6 +213,11 @@ def _liveness_violations(cluster: Cluster, heal_us: int) -> list[Violation]:
     replicas = [node.replica for node in cluster.nodes if node.replica is not None]
     executed = {replica.executed_slots for replica in replicas}
     digests = {node.sm.digest() for node in cluster.nodes}
+    rejoining = [node.id for node in cluster.nodes
+                 if node.replica is not None and not node.replica.rejoin_cleared]
+    if rejoining:
+        found.append(Violation(now, "liveness", f"replicas {rejoining} lost their disks and "
+                               "never knew again all that their old lives voted on"))
     if len(replicas) != len(cluster.nodes) or len(executed) != 1 or len(digests) != 1:
         found.append(Violation(now, "convergence", f"executed slots {sorted(executed)}, "
                                f"{len(digests)} distinct digests"))
@@ -229,6 +242,7 @@ def _result(cluster: Cluster, schedule: tuple[NemesisEvent, ...],
         executed_slots=max((replica.executed_slots for replica in replicas), default=0),
         views=max((replica.inspect.view for replica in replicas), default=0),
         ready_latency_ms=latencies, peer_snapshot_bytes=tuple(cluster.peer_snapshot_bytes),
+        wipes=cluster.wipes, wipes_refused=cluster.wipes_refused,
     )
 
 

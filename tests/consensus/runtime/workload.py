@@ -22,6 +22,7 @@ from consensus.records import (
     OAcceptRecord,
     OCommitRecord,
     Record,
+    RejoinRecord,
     ReserveRecord,
     SnapshotRecord,
     ViewRecord,
@@ -69,8 +70,11 @@ def stream(seed: int, *, snapshot_every: int = 0) -> Iterator[Record]:
             yield kind_of(view, slot - len(values), values)
         elif kind == 9:
             yield OCommitRecord((max(0, slot - 1),), (prng.randrange(SPACES),))
-        else:
+        elif prng.randrange(8):
             yield ReserveRecord(max(indexes) + prng.randrange(64))
+        else:  # what a replica that lost its disk may not report on yet
+            yield RejoinRecord(True, slot + prng.randrange(8),
+                               tuple(index + prng.randrange(8) for index in indexes))
 
 
 def take(seed: int, count: int, *, snapshot_every: int = 0) -> list[Record]:

@@ -28,7 +28,7 @@ from jepsen.sim.nemesis import (
     schedule_problems,
 )
 from jepsen.sim.network import Disturbance, LinkFaults, Network
-from jepsen.sim.options import SimOptions, swarm
+from jepsen.sim.options import WIPES_ONE_IN, SimOptions, swarm
 
 Link = tuple[int, int]
 
@@ -302,7 +302,8 @@ def test_overlapping_crashes_keep_a_replica_down_until_the_last_one_ends() -> No
 
 def test_long_faults_come_on_top_of_a_seed_schedule_and_leave_it_as_it_was() -> None:
     for seed in range(40):
-        options = swarm(seed, SimOptions(seed=seed, replica_count=5))
+        options = dataclasses.replace(swarm(seed, SimOptions(seed=seed, replica_count=5)),
+                                      wipe_every_ms=0)
         without = dataclasses.replace(options, long_fault_every_ms=0)
         schedule = draw_schedule(options, Prng(seed).fork(4))
         before = draw_schedule(without, Prng(seed).fork(4))
@@ -311,3 +312,19 @@ def test_long_faults_come_on_top_of_a_seed_schedule_and_leave_it_as_it_was() -> 
         assert bool(long_faults) == bool(options.long_fault_every_ms), seed
         assert all(options.long_fault_ms // 2 < event.duration_ms <= options.long_fault_ms
                    for event in long_faults)
+
+
+def test_lost_disks_come_on_top_of_a_seed_schedule_and_leave_it_as_it_was() -> None:
+    """Wipes are drawn last, from a stream of their own: a seed's other faults stay as they
+    were before wipes existed, and one seed in `WIPES_ONE_IN` or so gets them."""
+    wiped = 0
+    for seed in range(80):
+        options = swarm(seed, SimOptions(seed=seed, replica_count=3))
+        without = dataclasses.replace(options, wipe_every_ms=0)
+        schedule = draw_schedule(options, Prng(seed).fork(4))
+        before = draw_schedule(without, Prng(seed).fork(4))
+        assert [event for event in schedule if event.fault is not Fault.WIPE] == list(before)
+        wipes = [event for event in schedule if event.fault is Fault.WIPE]
+        assert bool(wipes) == bool(options.wipe_every_ms), seed
+        wiped += bool(wipes)
+    assert 80 // WIPES_ONE_IN // 2 <= wiped <= 80 * 2 // WIPES_ONE_IN

@@ -1,0 +1,142 @@
+"""Rejoining after a lost disk: a replica started over on an empty directory takes part again
+without breaking a promise it no longer remembers.
+
+A replica's promises and acceptances count in quorums; one that lost them could report
+"nothing accepted" where its old self's vote chose a value, or accept a ballot below one it
+promised. So a rejoining replica (`Replica.rejoining`) first asks every other replica what it
+holds (`RejoinQuery`), and does nothing else until all of them have answered
+(`RejoinReport`): any quorum its old life was part of has a member among them, so
+
+- the highest ballot each space was promised, and the highest view, are at least what any
+  completed phase 1 with its old vote promised: it adopts them (and will accept nothing
+  older);
+- every value its old vote may have helped choose is held by some reporter, at an index below
+  the highest one reported for its space, or an O-slot below the highest reported end: until
+  it knows each of those decided, it answers no other replica's prepare in that space
+  (`blind`), counts its own promise in its own rounds only beside a majority of others
+  (`consensus.recovery`), and votes for no sequencer and stands for none (`may_vote`);
+- its own space resumes above every index anyone holds, with a ballot above every promise,
+  through the owner's retake a restart runs (reserving the reported indexes), and its
+  command tags in an epoch above every one the others hold of it.
+
+A replica asked first forgets every promise and vote it holds from the asker's past life in
+a phase 1 still under way (`Recovery.forget`, `Election.forget`): with a vote of the old life,
+a round could complete after it reported, on a promise the new life does not keep. (The
+runtime closes the old life's connection before the new one's first frame, and the simulator
+drops an older life's frames once a newer one spoke: nothing of the old life arrives later.)
+
+Asking all the others, not a majority, is what makes the forgetting sound: a replica that
+missed the query could still complete a round on the old life's promise. So a replica rejoins
+only while every other replica is up, and one at a time (a rejoining replica answers no
+query: it knows nothing yet). The gate is on disk (`RejoinRecord`) from the start, so a
+rejoining replica that crashes before it is done asks again after its restart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from consensus.context import Context
+from consensus.messages import RejoinQuery, RejoinReport
+from consensus.records import RejoinRecord
+
+
+class Rejoin:
+    __slots__ = ("_ctx", "_cursors", "_on_reported", "_reports", "c_ends", "cleared",
+                 "collecting", "o_end")
+
+    def __init__(self, ctx: Context, on_reported: Callable[[list[RejoinReport]], None]) -> None:
+        self._ctx = ctx
+        self._on_reported = on_reported
+        self._reports: dict[int, RejoinReport] = {}
+        self.collecting = False  # asked the others; waiting for all of them
+        self.cleared = True  # knows every index and slot its old life may have voted on
+        self.c_ends: tuple[int, ...] = ()
+        self.o_end = 0
+        self._cursors = [0] * ctx.replica_count  # per space: no unknown index below
+
+    # --- the rejoining replica ----------------------------------------------------------------
+
+    def begin(self) -> None:
+        """A fresh start on an empty disk, by a replica that lived before: ask everyone."""
+        self.collecting, self.cleared = True, False
+        self._ctx.persist(RejoinRecord(False, 0, ()))
+        self._ctx.count("rejoin.began")
+        self._ask(self._ctx.peers())
+
+    def restore(self, record: RejoinRecord) -> None:
+        """Replayed from the log: the last one rules."""
+        self.collecting, self.cleared = not record.reported, False
+        self.o_end, self.c_ends = record.o_end, record.c_ends
+
+    def _ask(self, peers: tuple[int, ...] | list[int]) -> None:
+        ctx = self._ctx
+        for peer in peers:  # after the record's sync: a crash before it asks nobody
+            ctx.send(peer, RejoinQuery(ctx.id, ctx.view), after_persist=True)
+
+    def on_tick(self) -> None:
+        ctx = self._ctx
+        if self.collecting and ctx.now % ctx.config.resend_ticks == 0:
+            self._ask([peer for peer in ctx.peers() if peer not in self._reports])
+
+    def on_report(self, message: RejoinReport) -> None:
+        if not self.collecting:
+            return
+        self._reports[message.sender] = message
+        if len(self._reports) < self._ctx.replica_count - 1:
+            return
+        reports = [self._reports[sender] for sender in sorted(self._reports)]
+        count = self._ctx.replica_count
+        self.c_ends = tuple(max(report.c_max_index[space] for report in reports) + 1
+                            for space in range(count))
+        self.o_end = max(report.o_end for report in reports)
+        self.collecting = False
+        self._reports = {}
+        self._ctx.persist(RejoinRecord(True, self.o_end, self.c_ends))
+        self._ctx.count("rejoin.reported")
+        self._on_reported(reports)
+
+    def blind(self, space: int) -> bool:
+        """Whether this replica may not report on `space` yet: some index its old life may
+        have accepted there is not known decided here."""
+        if self.cleared:
+            return False
+        if self.collecting:
+            return True
+        self._advance(space)
+        return self._cursors[space] < self.c_ends[space]
+
+    def may_vote(self) -> bool:
+        """Whether this replica may vote for a sequencer, or stand: it knows every index and
+        slot its old life may have voted on decided."""
+        if not self.cleared and not self.collecting:
+            ctx = self._ctx
+            if ctx.olog.commit_prefix >= self.o_end and not any(
+                    self.blind(space) for space in range(ctx.replica_count)):
+                self.cleared = True
+                ctx.count("rejoin.cleared")
+        return self.cleared
+
+    def _advance(self, space: int) -> None:
+        clog = self._ctx.clog[space]
+        cursor, end = max(self._cursors[space], clog.base), self.c_ends[space]
+        while cursor < end and clog.is_committed(cursor):
+            cursor += 1
+        self._cursors[space] = cursor
+
+    # --- every other replica ------------------------------------------------------------------
+
+    def on_query(self, message: RejoinQuery, forget: Callable[[int], None],
+                 tag_epoch: Callable[[int], int]) -> None:
+        """Forget the asker's old life's votes in rounds under way, then report. A replica
+        still rejoining itself knows nothing worth reporting: it stays silent."""
+        ctx = self._ctx
+        if self.collecting:
+            ctx.count("rejoin.query_while_rejoining")
+            return
+        forget(message.sender)
+        ctx.count("rejoin.reported_to_peer")
+        count = ctx.replica_count
+        ctx.send(message.sender, RejoinReport(
+            ctx.id, ctx.view, tuple(ctx.clog[space].promised for space in range(count)),
+            ctx.clog.max_indexes(), ctx.olog.end, tag_epoch(message.sender)))
