@@ -138,12 +138,15 @@ class ReplicaProcess:
         self.log_path = layout.directory / f"replica-{replica}.log"
         self.started_before = False
 
-    def start(self) -> None:
+    def start(self, *, rejoin: bool = False) -> None:
         """Start the replica: with --init the first time only, as an operator would, so a
-        restart whose log is gone is refused rather than begun afresh with no promises."""
+        restart whose log is gone is refused rather than begun afresh with no promises; with
+        --rejoin when `rejoin` (its data directory was lost: it asks the others first)."""
         command = [sys.executable, "-m", "cellar", "replica", "--config",
                    str(self.layout.config_path(self.replica))]
-        if not self.started_before:
+        if rejoin:
+            command.append("--rejoin")
+        elif not self.started_before:
             command.append("--init")
         log = self.log_path.open("ab")
         environment = {**os.environ, "PYTHONUNBUFFERED": "1"}

@@ -26,6 +26,7 @@ from cellar.daemon_process import (
 from cellar.exception_groups import run_unwrapped
 from cellar.gc_tuning import quiet_garbage_collector
 from cellar.kv.machine import KvMachine
+from consensus.records import RejoinRecord
 from consensus.runtime.accept import CannotListen
 from consensus.runtime.data_identity import DataIdentity
 from consensus.runtime.node import ReplicaNode
@@ -43,12 +44,25 @@ SWITCH_INTERVAL_S = 0.0002
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=pathlib.Path, required=True,
                         help="the replica's TOML configuration")
-    parser.add_argument("--init", action="store_true",
-                        help="a new replica's first start: create the data directory and "
-                             "an empty log (only where the directory does not exist yet or "
-                             "is empty)")
+    first_start = parser.add_mutually_exclusive_group()
+    first_start.add_argument("--init", action="store_true",
+                             help="a new replica's first start: create the data directory "
+                                  "and an empty log (only where the directory does not exist "
+                                  "yet or is empty)")
+    first_start.add_argument("--rejoin", action="store_true",
+                             help="the first start of a replica whose data directory was "
+                                  "lost: create a new one, as --init does, and ask every "
+                                  "other replica (all must be up) what the lost one promised "
+                                  "before taking part")
     add_logging_arguments(parser)
     parser.set_defaults(handler=run)
+
+
+def _still_rejoining(log: DurableLog) -> bool:
+    """Whether the log is one a --rejoin start created and that never heard every report
+    (a restart in the middle: --rejoin again changes nothing)."""
+    rejoins = [record for record in log.records() if isinstance(record, RejoinRecord)]
+    return bool(rejoins) and not rejoins[-1].reported
 
 
 def tick_command(now_ms: int) -> bytes:
@@ -65,19 +79,27 @@ def run(args: argparse.Namespace) -> int:
         print(f"cellar replica: {error}", file=sys.stderr)
         return EXIT_CONFIG
     try:
-        log = DurableLog.open(config.data_dir, create=args.init, synced=config.sync,
+        log = DurableLog.open(config.data_dir, create=args.init or args.rejoin,
+                              synced=config.sync,
                               identity=DataIdentity(config.replica_id, len(config.peers),
                                                     config.machine))
     except StorageError as error:
         print(f"cellar replica: {error}", file=sys.stderr)
         return error.exit_code
+    if args.rejoin and not log.recovery.created and not _still_rejoining(log):
+        log.close()
+        print(f"cellar replica: {config.data_dir} holds this replica's log: --rejoin is only "
+              "for the first start on a new, empty data directory after the old one was "
+              "lost (start without it)", file=sys.stderr)
+        return EXIT_CONFIG
     try:
         if not config.sync:
             logger.warning("sync = false: acknowledged commands can be lost on power failure")
         if config.machine == "kv":
-            node = ReplicaNode(config, log, KvMachine())
+            node = ReplicaNode(config, log, KvMachine(), rejoin=args.rejoin)
         else:
-            node = ReplicaNode(config, log, Machine(), system_command=tick_command)
+            node = ReplicaNode(config, log, Machine(), system_command=tick_command,
+                               rejoin=args.rejoin)
         # The driver syncs in a worker thread: let it have the interpreter lock back within
         # 0.2 ms of its sync returning, not the default 5 ms.
         sys.setswitchinterval(SWITCH_INTERVAL_S)

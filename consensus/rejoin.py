@@ -42,8 +42,8 @@ from consensus.records import RejoinRecord
 
 
 class Rejoin:
-    __slots__ = ("_ctx", "_cursors", "_on_reported", "_reports", "c_ends", "cleared",
-                 "collecting", "o_end")
+    __slots__ = ("_ctx", "_cursors", "_old_epochs", "_on_reported", "_reports", "c_ends",
+                 "cleared", "collecting", "o_end")
 
     def __init__(self, ctx: Context, on_reported: Callable[[list[RejoinReport]], None]) -> None:
         self._ctx = ctx
@@ -54,6 +54,13 @@ class Rejoin:
         self.c_ends: tuple[int, ...] = ()
         self.o_end = 0
         self._cursors = [0] * ctx.replica_count  # per space: no unknown index below
+        # Per peer that rejoined: the epoch its lost life had reached, as the driver heard it
+        self._old_epochs: dict[int, int] = {}
+
+    def heard_old_life(self, peer: int, epoch: int) -> None:
+        """The driver took `peer` back on a new disk; its lost life had reached `epoch`:
+        reported to it, so that its tags start above (its own compacted commands leave none)."""
+        self._old_epochs[peer] = max(epoch, self._old_epochs.get(peer, 0))
 
     # --- the rejoining replica ----------------------------------------------------------------
 
@@ -76,8 +83,12 @@ class Rejoin:
 
     def on_tick(self) -> None:
         ctx = self._ctx
-        if self.collecting and ctx.now % ctx.config.resend_ticks == 0:
+        if self.cleared or ctx.now % ctx.config.resend_ticks:
+            return
+        if self.collecting:
             self._ask([peer for peer in ctx.peers() if peer not in self._reports])
+        else:
+            self.may_vote()  # counts `rejoin.cleared` once it is, for the operator to see
 
     def on_report(self, message: RejoinReport) -> None:
         if not self.collecting:
@@ -137,6 +148,7 @@ class Rejoin:
         forget(message.sender)
         ctx.count("rejoin.reported_to_peer")
         count = ctx.replica_count
+        epoch = max(tag_epoch(message.sender), self._old_epochs.get(message.sender, 0))
         ctx.send(message.sender, RejoinReport(
             ctx.id, ctx.view, tuple(ctx.clog[space].promised for space in range(count)),
-            ctx.clog.max_indexes(), ctx.olog.end, tag_epoch(message.sender)))
+            ctx.clog.max_indexes(), ctx.olog.end, epoch))

@@ -302,6 +302,7 @@ class Replica:
         self._election.on_tick()
         self._recovery.on_tick()
         self._reads.on_tick()
+        self._rejoin_gate.on_tick()
         self._repair()
         self._retake_if_stuck()
         self._run_loopback()
@@ -566,6 +567,11 @@ class Replica:
         ctx.status = Status.AWAITING
         replica._rejoin_gate.begin()
         return replica
+
+    def heard_old_life(self, peer: int, epoch: int) -> None:
+        """The driver took `peer` back on a new disk (it rejoins); its lost life had reached
+        `epoch`, which this replica reports to it (`consensus.rejoin`)."""
+        self._rejoin_gate.heard_old_life(peer, epoch)
 
     def raise_epoch_floor(self, epoch: int) -> None:
         """While it waits for the reports, its driver learned that its old life reached

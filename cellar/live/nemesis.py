@@ -3,7 +3,10 @@
 The schedule is the simulator's (`jepsen.sim.nemesis.draw_schedule`, from the same kind of
 seed), and so is what a network fault cuts or slows (`disturbance`): here the links are the
 relays of `cellar.live.relays`. A crash is `kill -9` and a restart when it ends; a pause is
-SIGSTOP and SIGCONT. Faults overlap as they are drawn: the links are recomputed from the
+SIGSTOP and SIGCONT; a wipe is a crash that also deletes the data directory, and the restart
+is with `--rejoin` (`consensus.rejoin`). Replicas rejoin one at a time, as an operator
+replaces disks: once one replica lost its disk in a run, a wipe of another is a plain crash
+(recorded so). Faults overlap as they are drawn: the links are recomputed from the
 network faults still in force, and a replica crashed (or paused) twice comes back when the
 last of them ends. Each fault's start and end go into the history (never checked, shown in
 the report).
@@ -12,6 +15,7 @@ the report).
 from __future__ import annotations
 
 import contextlib
+import shutil
 import signal
 from collections.abc import Awaitable, Callable
 
@@ -41,6 +45,8 @@ class LiveNemesis:
         self._network: dict[int, Disturbance] = {}
         self._crashed: dict[int, int] = {}  # replica -> crash faults in force
         self._paused: dict[int, int] = {}
+        self._wiped: set[int] = set()  # lost their disks: they start again with --rejoin
+        self._ever_wiped: set[int] = set()
         self._faults_started = 0
         self.exits: list[str] = []  # replicas that stopped without the nemesis
 
@@ -72,8 +78,10 @@ class LiveNemesis:
                      ) -> Callable[[], None] | None:
         """Put the fault in force; returns what ends it (None: its window passed first)."""
         target = event.target
-        if event.fault is Fault.CRASH:
+        if event.fault in (Fault.CRASH, Fault.WIPE):
             self._start_crash(target)
+            if event.fault is Fault.WIPE:
+                self._wipe(target)
             return lambda: self._end_crash(target)
         if event.fault is Fault.PAUSE:
             self._paused[target] = self._paused.get(target, 0) + 1
@@ -88,10 +96,25 @@ class LiveNemesis:
         self._apply_network()
         return lambda: self._end_network(number)
 
+    def _wipe(self, replica: int) -> None:
+        """The crashed replica's disk is lost; not while another one is (or was) rejoining."""
+        others = sorted(self._ever_wiped - {replica})
+        if others:
+            self._recorder.nemesis("plain", f"wipe {replica} left a plain crash: replica "
+                                            f"{others[0]} lost its disk in this run")
+            return
+        shutil.rmtree(self._cluster.layout.data_dir(replica), ignore_errors=True)
+        self._wiped.add(replica)
+        self._ever_wiped.add(replica)
+
+    def _restart(self, replica: int) -> None:
+        self._cluster.processes[replica].start(rejoin=replica in self._wiped)
+        self._wiped.discard(replica)
+
     def _end_crash(self, replica: int) -> None:
         self._crashed[replica] -= 1
         if not self._crashed[replica] and not self._cluster.processes[replica].running:
-            self._cluster.processes[replica].start()
+            self._restart(replica)
             if self._paused.get(replica, 0):  # a pause still in force holds the new process
                 self._signal(replica, signal.SIGSTOP)
 
@@ -148,5 +171,5 @@ class LiveNemesis:
         for replica, process in enumerate(self._cluster.processes):
             self._crashed[replica] = 0
             if not process.running:
-                process.start()
+                self._restart(replica)
         self._recorder.nemesis("heal")

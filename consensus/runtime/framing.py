@@ -62,6 +62,7 @@ IDENTITY_REFUSED = "transport.identity_refused"  # a valid certificate, but the 
 # A peer whose hello names other lease timing than ours (or that sent no hello): peers.py
 TIMING_REFUSED = "transport.peers_refused_timing"
 LIFE_REFUSED = "transport.peers_refused_life"  # a peer that forgot (peer_lives.py)
+PEER_REJOINED = "transport.peers_rejoined"  # a peer heard on a new disk, rejoining
 DIALS_FAILED = "transport.dials_failed"
 RECONNECTS = "transport.reconnects"
 

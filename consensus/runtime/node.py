@@ -20,7 +20,7 @@ import anyio
 
 from consensus.config import ReplicaConfig
 from consensus.prng import Prng
-from consensus.records import EpochRecord
+from consensus.records import EpochRecord, RejoinRecord
 from consensus.replica import Replica
 from consensus.runtime.driver import Driver, DriverConfig
 from consensus.runtime.framing import FramedConnection
@@ -53,16 +53,30 @@ def replica_config(config: NodeConfig) -> ReplicaConfig:
     ).validate()
 
 
+def start_replica(core_config: ReplicaConfig, log: DurableLog, *, rejoin: bool) -> Replica:
+    """The core, rebuilt from the log; with `rejoin`, on a log just created for a replica
+    whose data directory was lost, one that asks every other replica before it takes part
+    (`consensus.rejoin`). A log that is still asking, after a restart, goes on asking."""
+    seed = int.from_bytes(os.urandom(8), "big")  # randomized timeouts only
+    if rejoin and log.recovery.created:
+        # On disk before anything else: a crash before the core's first Ready must not
+        # leave a log that restarts as a replica that never lived.
+        log.append([RejoinRecord(False, 0, ())])
+        log.sync()
+        return Replica.rejoining(core_config, Prng(seed))
+    return Replica.restore(core_config, Prng(seed), log.records())
+
+
 class ReplicaNode:
     def __init__(self, config: NodeConfig, log: DurableLog, machine: StateMachine, *,
-                 system_command: Callable[[int], bytes] | None = None) -> None:
+                 system_command: Callable[[int], bytes] | None = None,
+                 rejoin: bool = False) -> None:
         self.config = config
         self.metrics = Metrics()
         self.transport: Counter[str] = Counter()
         self.metrics_endpoint: Counter[str] = Counter()  # its refusals and accept() retries
-        seed = int.from_bytes(os.urandom(8), "big")  # randomized timeouts only
         core_config = replica_config(config)
-        replica = Replica.restore(core_config, Prng(seed), log.records())
+        replica = start_replica(core_config, log, rejoin=rejoin)
         tls, limits = tls_of(config), config.limits
         # Who this replica is to its peers, and who they were (`peer_lives.py`): a log opened
         # without an identity (tests of the runtime) takes part in no such check.
@@ -82,7 +96,9 @@ class ReplicaNode:
             tls, on_frame=self._on_frame, queue_frames_max=limits["peer_queue_frames_max"],
             frame_bytes_max=limits["frame_bytes_max"], metrics=self.transport,
             insecure=config.insecure, timing=LinkTiming.of(config.tick_ms, core_config),
-            life=life, lives=lives)
+            life=life, lives=lives, rejoining=replica.rejoining_now,
+            on_old_life=lambda old: replica.raise_epoch_floor(old.epoch),
+            on_peer_rejoined=lambda peer, old: replica.heard_old_life(peer, old.epoch))
         self.driver = Driver(
             replica, log, machine, self.mesh.send, self.metrics,
             config=DriverConfig(tick_ms=config.tick_ms, idle_wake_ticks=config.idle_wake_ticks,

@@ -4,8 +4,9 @@ A replica's promises and acceptances live in its data directory, and a quorum ma
 any of them. One started over on an empty directory (a replaced disk, `--init` again) or on
 an older copy (a backup restored) has forgotten some, and with it a second value can be chosen
 for one instance (the simulator shows it: a command run twice, a history that is not
-linearizable). Cellar has no membership change that could take such a replica back safely,
-so it is refused, and it stops:
+linearizable). Such a replica is refused, and it stops, unless it says it rejoins (started
+with `--rejoin` on a new directory: `consensus.rejoin` makes it ask every other replica what
+its lost life promised before it takes part, and its peers then take its new directory):
 
 - a replica's life is its data directory's random id (`DataIdentity.disk`) and its epoch,
   one more at every start on that directory (`Replica.restore`);
@@ -16,7 +17,8 @@ so it is refused, and it stops:
   down durably (`peer_lives.json` in its own data directory) before it takes a frame of it:
   whatever a replica received from a life, it still knows that life after a restart;
 - a replica told by a peer that the peer heard it in a newer life, or on another directory,
-  stops (exit 78) instead of serving with a memory it no longer has.
+  stops (exit 78) instead of serving with a memory it no longer has; a rejoining one takes
+  the life it is told of as how far its lost life went (its command tags start above).
 
 What this cannot catch: a life that no running peer ever heard (a replica that forgot a life
 whose every message went to peers now down or started over themselves), and a copy taken

@@ -27,7 +27,10 @@ accepted, so the two directions between a pair fail and recover independently.
 - The hello also carries the dialer's life (its data directory's id and its start on it) and
   the life it last heard of the replica it dials: a peer that comes back having forgotten (on
   an empty directory, or an older copy) is refused by those that heard it (`LIFE_REFUSED`),
-  and stops when one tells it so (`peer_lives.py`).
+  and stops when one tells it so (`peer_lives.py`). One started with `--rejoin` on a new
+  directory says so in its hello: its peers take its new directory (`PEER_REJOINED`) and tell
+  their cores how far its lost life went, as the floor of its command tags' epoch
+  (`consensus.rejoin`); a peer whose hello still names the lost life tells it too.
 - Newest wins: a new authenticated connection from a peer closes its older one, so a peer that
   restarted is never shadowed by a half-open connection from its previous life.
 - Inbound connections are bounded twice: at most `handshakes_max` not yet authenticated (one
@@ -74,6 +77,7 @@ from consensus.runtime.framing import (
     FRAMES_TRUNCATED,
     IDENTITY_REFUSED,
     LIFE_REFUSED,
+    PEER_REJOINED,
     RECONNECTS,
     TIMING_REFUSED,
     WRITE_BYTES_MAX,
@@ -144,13 +148,17 @@ class Hello:
     timing: LinkTiming
     life: Life = UNKNOWN_LIFE
     yours: Life = UNKNOWN_LIFE
+    # The dialer lost its data directory and rejoins on a new one (`consensus.rejoin`); only
+    # a rejoining dialer sends the field, so other hellos read as before it existed.
+    rejoining: bool = False
 
     def encode(self) -> bytes:
         fields = {"replica_id": self.replica_id,
                   **{name: getattr(self.timing, name) for name in _TIMING_FIELDS},
                   "disk": self.life.disk, "epoch": self.life.epoch, "start": self.life.start,
                   "your_disk": self.yours.disk, "your_epoch": self.yours.epoch,
-                  "your_start": self.yours.start}
+                  "your_start": self.yours.start,
+                  **({"rejoining": True} if self.rejoining else {})}
         return PEER_HELLO + json.dumps(fields, sort_keys=True).encode()
 
     @classmethod
@@ -163,16 +171,18 @@ class Hello:
             fields = json.loads(body)
         except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested past the stack
             return None
-        if not isinstance(fields, dict) or set(fields) != _HELLO_FIELDS or \
+        if not isinstance(fields, dict) or set(fields) - {"rejoining"} != _HELLO_FIELDS or \
                 any(type(fields[name]) is not int for name in _HELLO_INT_FIELDS) or \
-                any(type(fields[name]) is not str for name in _HELLO_STR_FIELDS):
+                any(type(fields[name]) is not str for name in _HELLO_STR_FIELDS) or \
+                fields.get("rejoining", True) is not True:
             return None
+        rejoining = fields.pop("rejoining", False)
         life = Life(fields.pop("disk"), fields.pop("epoch"), fields.pop("start"))
         yours = Life(fields.pop("your_disk"), fields.pop("your_epoch"), fields.pop("your_start"))
         if not (life.is_valid() and yours.is_valid()):
             return None
         replica_id = fields.pop("replica_id")
-        return cls(replica_id, LinkTiming(**fields), life, yours)
+        return cls(replica_id, LinkTiming(**fields), life, yours, rejoining)
 
 
 _HELLO_INT_FIELDS = ("replica_id", *_TIMING_FIELDS, "epoch", "your_epoch")
@@ -268,7 +278,9 @@ class PeerMesh:
         connect_timeout_s: float = CONNECT_TIMEOUT_S, rng: random.Random | None = None,
         handshakes_max: int = HANDSHAKES_MAX_DEFAULT, guard: HandshakeGuard | None = None,
         timing: LinkTiming = LinkTiming(), life: Life = UNKNOWN_LIFE,
-        lives: PeerLives | None = None,
+        lives: PeerLives | None = None, rejoining: bool = False,
+        on_old_life: Callable[[Life], None] | None = None,
+        on_peer_rejoined: Callable[[int, Life], None] | None = None,
     ) -> None:
         check_security(tls, insecure=insecure, what=f"replica {replica_id} peer mesh")
         check_frame_bytes_max(frame_bytes_max)
@@ -303,6 +315,11 @@ class PeerMesh:
         self.timing = timing
         self.life = life  # this replica's (`peer_lives.py`)
         self.lives = lives  # the peers' as last heard; None: no check (tests of the mesh)
+        # This replica lost its data directory and rejoins on a new one: its hellos say so,
+        # and a peer naming its old life tells it how far that life went (`on_old_life`).
+        self.rejoining = rejoining
+        self.on_old_life = on_old_life
+        self.on_peer_rejoined = on_peer_rejoined  # a peer taken back on a new disk, its old life
         self.stopped_by: StorageError | None = None  # why the mesh stopped the replica
         self._scope: anyio.CancelScope | None = None
         self._hearing_lives: anyio.Lock | None = None
@@ -443,7 +460,8 @@ class PeerMesh:
         writer = FrameWriter(stream, frame_bytes_max=self.frame_bytes_max, metrics=Metrics())
         yours = self.lives.of(peer) if self.lives is not None else UNKNOWN_LIFE
         try:
-            await writer.send(Hello(self.replica_id, self.timing, self.life, yours).encode())
+            await writer.send(Hello(self.replica_id, self.timing, self.life, yours,
+                                    self.rejoining).encode())
         except CONNECTION_ERRORS:
             await anyio.aclose_forcefully(stream)
             return None
@@ -582,13 +600,27 @@ class PeerMesh:
         assert self._hearing_lives is not None
         async with self._hearing_lives:  # a second connection waits for the first's save
             forgotten = self.life.forgot(hello.yours)
-            if forgotten is not None:
+            if forgotten is not None and self.rejoining:
+                if self.on_old_life is not None:  # how far the lost life went
+                    self.on_old_life(hello.yours)
+            elif forgotten is not None:
                 self._stop(DataDirectoryForgotten(self.lives.path, peer=peer, reason=forgotten))
                 return False
-            refusal = hello.life.forgot(self.lives.of(peer))
+            heard = self.lives.of(peer)
+            refusal = hello.life.forgot(heard)
+            if refusal is not None and hello.rejoining and hello.life.disk != heard.disk:
+                refusal = None  # a new directory, and it asks before it takes part
+                self.metrics[PEER_REJOINED] += 1
+                if self.on_peer_rejoined is not None:  # before any frame of the new life
+                    self.on_peer_rejoined(peer, heard)
+                logger.warning("replica %d: replica %d rejoins on a new data directory (disk "
+                               "%s, was %s): it takes part once every replica has told it "
+                               "what it holds", self.replica_id, peer, hello.life.disk,
+                               heard.disk)
             if refusal is not None:
                 self._refuse(peer, f"{refusal}; it has forgotten promises a quorum may count "
-                                   "on, and Cellar has no membership change to take it back",
+                                   "on (a replica whose directory was lost comes back with "
+                                   "--rejoin, which asks before it takes part)",
                              metric=LIFE_REFUSED)
                 return False
             if self.lives.hear(peer, hello.life):

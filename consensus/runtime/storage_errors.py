@@ -37,10 +37,11 @@ _DELETING_IS_DANGEROUS = (
     "ballots, acceptances), and a replica that forgets them can let two different values be "
     "chosen, and one started over (an empty directory, or an older copy restored from a "
     "backup) reuses the command tags of its earlier incarnations, so commands run twice or "
-    "are dropped as repeats: this holds even while every other replica keeps its log. Cellar "
-    "has no membership change, so no replica id can be started over in a running cluster: "
-    "keep the directory as it is for diagnosis; the cluster serves on while a majority of "
-    "its replicas runs."
+    "are dropped as repeats: this holds even while every other replica keeps its log. Keep "
+    "the directory as it is for diagnosis; the cluster serves on while a majority of its "
+    "replicas runs. Only where the directory is truly lost, start the replica on a new, empty "
+    "one with --rejoin while every other replica runs: it asks them what it promised before "
+    "it takes part."
 )
 
 _FIXES = {
@@ -168,9 +169,11 @@ class DataDirectoryForgotten(StorageError):
                                "Fix: start it on its own latest data directory if that still "
                                "exists (where only its identity.json was lost or rewritten, "
                                "the log intact, put back the disk id the peer heard). "
-                               "Otherwise this replica id cannot rejoin: Cellar has "
-                               "no membership change; the cluster serves on while a majority "
-                               "of its replicas runs.")
+                               "If that directory is lost, move what is left aside and start "
+                               "the replica with --rejoin on a new, empty one while every "
+                               "other replica runs: it asks them what its lost life promised "
+                               "before it takes part. Meanwhile the cluster serves on while a "
+                               "majority of its replicas runs.")
         self.peer = peer
 
 

@@ -156,9 +156,40 @@ async def test_a_replica_started_over_on_an_empty_directory_is_refused_and_stops
             await anyio.sleep(0.05)
         assert replaced.process is not None and replaced.process.returncode == 78
         said = replaced.log_path.read_text()
-        assert "heard this replica before" in said and "no membership change" in said
+        assert "heard this replica before" in said and "--rejoin" in said
         assert "Traceback" not in said
         assert await submit_many(cluster, 2, "after-the-refusal")
+
+
+async def test_a_replica_whose_directory_was_lost_rejoins_and_counts_in_quorums_again(
+        tmp_path: pathlib.Path, anyio_backend: str) -> None:
+    """The same loss, started with `--rejoin`: its peers take its new directory, it asks them
+    what it promised, catches up, and serves; with another replica down it is part of the
+    quorum every later command needs, and nothing acknowledged before the loss is lost."""
+    with running(tmp_path, anyio_backend) as cluster, anyio.fail_after(120):
+        await configured(cluster)
+        before = await submit_many(cluster, 5, "before-the-loss")
+        lost = cluster.processes[1]
+        lost.stop()
+        shutil.rmtree(cluster.layout.data_dir(1))
+        after_loss = await submit_many(cluster, 3, "while-it-is-gone")
+        lost.start(rejoin=True)
+        cluster.wait_ports()
+        async with cluster.layout.client(IdentityRole.ADMIN, "root", FAST) as client:
+            while True:
+                statuses = [await client.status(endpoint)
+                            for endpoint in cluster.layout.endpoints]
+                if statuses[1]["counters"].get("rejoin.cleared", 0) and \
+                        statuses[1]["executed_slots"] >= statuses[0]["executed_slots"]:
+                    break
+                await anyio.sleep(0.2)
+        assert sum(status["transport"].get("transport.peers_rejoined", 0)
+                   for status in (statuses[0], statuses[2])) == 2
+        cluster.processes[2].stop()  # from here on every command needs the rejoined replica
+        later = await submit_many(cluster, 3, "with-it-in-the-quorum")
+        assert {*before, *after_loss, *later} <= await gangs_known(cluster)
+        said = lost.log_path.read_text()
+        assert "Traceback" not in said and "heard this replica before" not in said
 
 
 async def test_a_certificate_from_another_authority_is_refused(tmp_path: pathlib.Path,

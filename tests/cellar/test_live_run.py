@@ -158,6 +158,7 @@ class FakeReplica:
         self.process: subprocess.CompletedProcess[bytes] | None = None
         self.running = True
         self.starts = 0
+        self.rejoins = 0  # starts with --rejoin
 
     def exit(self, status: int) -> None:
         self.process = subprocess.CompletedProcess([], status)
@@ -166,8 +167,9 @@ class FakeReplica:
     def kill(self) -> None:
         self.exit(-9)
 
-    def start(self) -> None:
+    def start(self, *, rejoin: bool = False) -> None:
         self.running, self.starts = True, self.starts + 1
+        self.rejoins += rejoin
 
 
 def test_a_replica_that_stops_by_itself_is_a_failure_and_a_crash_is_not() -> None:
@@ -203,8 +205,8 @@ class SignalledReplica(FakeReplica):
         self.signals: list[signal.Signals] = []
         self.process = SimpleNamespace(send_signal=self.signals.append)  # type: ignore[assignment]
 
-    def start(self) -> None:
-        super().start()
+    def start(self, *, rejoin: bool = False) -> None:
+        super().start(rejoin=rejoin)
         self.process = SimpleNamespace(send_signal=self.signals.append)  # type: ignore[assignment]
 
 
@@ -216,6 +218,29 @@ def test_a_crash_that_ends_inside_a_pause_restarts_the_replica_paused() -> None:
     anyio.run(lambda: nemesis.run(schedule, anyio.current_time()))
     assert replica.starts == 1
     assert replica.signals == [signal.SIGSTOP, signal.SIGSTOP, signal.SIGCONT]  # paused again
+
+
+def test_a_wipe_deletes_the_data_directory_and_the_replica_rejoins(
+        tmp_path: pathlib.Path) -> None:
+    """One replica at a time: once one lost its disk in a run, a wipe of another is a plain
+    crash (recorded so); the same replica may lose its disk again."""
+    replicas = [FakeReplica() for _ in range(3)]
+    for replica in range(3):
+        (tmp_path / f"data-{replica}").mkdir()
+    recorder = HistoryRecorder()
+    layout = SimpleNamespace(data_dir=lambda replica: tmp_path / f"data-{replica}")
+    nemesis = LiveNemesis(SimpleNamespace(processes=replicas, layout=layout),  # type: ignore[arg-type]
+                          LinkRelays(3), recorder, find_sequencer=lambda: anyio.sleep(0),
+                          clog_ms=0)
+    schedule = (NemesisEvent(0, Fault.WIPE, 1, 50), NemesisEvent(100, Fault.WIPE, 2, 50),
+                NemesisEvent(200, Fault.WIPE, 1, 50))
+    anyio.run(lambda: nemesis.run(schedule, anyio.current_time()))
+    assert [replica.rejoins for replica in replicas] == [0, 2, 0]
+    assert [replica.starts for replica in replicas] == [0, 2, 1]
+    assert [(tmp_path / f"data-{replica}").exists() for replica in range(3)] == \
+        [True, False, True]
+    assert [event.value for event in recorder.history().events if event.f == "plain"] == [
+        "wipe 2 left a plain crash: replica 1 lost its disk in this run"]
 
 
 def test_a_held_cut_cuts_the_live_links_as_the_plain_cut_does() -> None:

@@ -198,3 +198,47 @@ def test_another_replicas_data_directory_is_refused_with_the_config_status(
                             "directory is replica 1 of 3's, but the configuration is replica "
                             "0 of 3 (")
     assert " machine)'s." in error
+
+
+def test_rejoin_on_a_directory_that_holds_a_replicas_log_is_refused(
+        tmp_path: pathlib.Path, quiet_cli: None, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--rejoin` is for the first start on a new directory after the old one was lost: on a
+    live replica's log it would take part in nothing it had not promised, so it is refused
+    before anything starts, and the log is left as it was."""
+    layout = Layout(tmp_path / "cluster", 3, insecure=True, loop="asyncio")
+    layout.write()
+    identity = DataIdentity(0, 3, "gpu")
+    with DurableLog.open(layout.data_dir(0), create=True, identity=identity):
+        pass
+    before = (layout.data_dir(0) / LOG_NAME).read_bytes()
+    assert main(["replica", "--config", str(layout.config_path(0)), "--rejoin"]) == EXIT_CONFIG
+    error = capsys.readouterr().err
+    assert "--rejoin is only for the first start on a new, empty data directory" in error
+    assert (layout.data_dir(0) / LOG_NAME).read_bytes() == before
+
+
+def test_init_and_rejoin_together_are_a_usage_error(
+        tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    layout = Layout(tmp_path / "cluster", 3, insecure=True, loop="asyncio")
+    layout.write()
+    with pytest.raises(SystemExit) as exit_:
+        main(["replica", "--config", str(layout.config_path(0)), "--init", "--rejoin"])
+    assert exit_.value.code == 2
+    assert "not allowed with argument" in capsys.readouterr().err
+    assert not layout.data_dir(0).exists()
+
+
+def test_a_local_replica_rejoins_with_rejoin_and_never_init(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    commands: list[list[str]] = []
+
+    class Started:
+        def __init__(self, command: list[str], **kwargs: Any) -> None:
+            commands.append(command)
+
+    monkeypatch.setattr(subprocess, "Popen", Started)
+    layout = Layout(tmp_path / "cluster", 3, insecure=True)
+    layout.directory.mkdir(parents=True)
+    process = ReplicaProcess(layout, 1)
+    process.start(rejoin=True)
+    assert "--rejoin" in commands[0] and "--init" not in commands[0]

@@ -142,6 +142,17 @@ def _commands_of(stepper: Stepper, replica: int, *, origin: int) -> list[Command
             if command.origin == origin]
 
 
+def test_a_peer_reports_how_far_the_lost_life_went_as_its_driver_heard() -> None:
+    """Its old commands ran and were compacted everywhere: no tag is left to report, but the
+    peers' drivers heard its lost life's epoch (the runtime: in its hellos)."""
+    stepper = busy_cluster()
+    node = wipe(stepper, 1)
+    stepper.node(2).heard_old_life(1, 40)
+    for _ in range(40):
+        stepper.round()
+    assert not asking(node) and node.epoch == 41
+
+
 def test_a_crash_while_it_asks_makes_it_ask_again_after_the_restart() -> None:
     stepper = busy_cluster()
     wipe(stepper, 1, epoch_floor=9)

@@ -181,7 +181,7 @@ async def test_a_replica_that_forgot_is_refused_and_stops(tmp_path: pathlib.Path
     assert isinstance(stopped, DataDirectoryForgotten)
     assert stopped.exit_code == EXIT_DATA_DIRECTORY_MISMATCH == 78
     assert "replica 0 heard this replica before" in str(stopped)
-    assert "no membership change" in str(stopped) and "identity.json" in str(stopped)
+    assert "--rejoin on a new, empty one" in str(stopped) and "identity.json" in str(stopped)
     assert "forgotten promises" in peer.mesh.refused[1]
 
 
