@@ -466,6 +466,17 @@ def _one_per_replica(name: str, value: Any, replica_count: int) -> str | None:
     return None
 
 
+# An epoch a tag can still carry with room for many lives after it: a tag is a uint64 of
+# (epoch << 32) | counter (`consensus.leader`).
+TAG_EPOCH_MAX = (1 << 31) - 1
+
+
+def _tag_epoch(name: str, value: Any, replica_count: int) -> str | None:
+    if isinstance(value, int) and value > TAG_EPOCH_MAX:
+        return f"{name}: {value} is past the highest epoch a command tag can carry"
+    return None
+
+
 def _command_origins(name: str, value: Any, replica_count: int) -> str | None:
     if isinstance(value, tuple) and value:
         origins = [command.origin for command in value]
@@ -491,5 +502,5 @@ _CHECKS: dict[str, _Check] = {
     "exec_counts": _one_per_replica, "o_counts": _one_per_replica,
     "dedup_low": _one_per_replica, "dedup_tags": _one_per_replica,
     "batch": _command_origins, "commands": _command_origins,
-    "entries": _nested, "c_entries": _nested, "meta": _nested,
+    "entries": _nested, "c_entries": _nested, "meta": _nested, "tag_epoch": _tag_epoch,
 }

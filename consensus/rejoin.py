@@ -17,7 +17,11 @@ holds (`RejoinQuery`), and does nothing else until all of them have answered
   (`consensus.recovery`), and votes for no sequencer and stands for none (`may_vote`);
 - its own space resumes above every index anyone holds, with a ballot above every promise,
   through the owner's retake a restart runs (reserving the reported indexes), and its
-  command tags in an epoch above every one the others hold of it.
+  command tags in an epoch above every one the others hold of it: in the tags of commands
+  they hold (or, Multi-Paxos, deduplicate), and the epoch their drivers heard its lost life
+  start in (`heard_old_life`; the runtime's peers name it in their hellos). A lost life that
+  moved to a new epoch mid-way (after 2**32 proposals) and whose every command of that epoch
+  ran and was compacted everywhere is the one case this misses.
 
 A replica asked first forgets every promise and vote it holds from the asker's past life in
 a phase 1 still under way (`Recovery.forget`, `Election.forget`): with a vote of the old life,
@@ -37,7 +41,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from consensus.context import Context
-from consensus.messages import RejoinQuery, RejoinReport
+from consensus.messages import TAG_EPOCH_MAX, RejoinQuery, RejoinReport
 from consensus.records import RejoinRecord
 
 
@@ -60,7 +64,8 @@ class Rejoin:
     def heard_old_life(self, peer: int, epoch: int) -> None:
         """The driver took `peer` back on a new disk; its lost life had reached `epoch`:
         reported to it, so that its tags start above (its own compacted commands leave none)."""
-        self._old_epochs[peer] = max(epoch, self._old_epochs.get(peer, 0))
+        if epoch <= TAG_EPOCH_MAX:  # beyond, no tag could carry it: not a life of ours
+            self._old_epochs[peer] = max(epoch, self._old_epochs.get(peer, 0))
 
     # --- the rejoining replica ----------------------------------------------------------------
 

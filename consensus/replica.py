@@ -29,6 +29,7 @@ from consensus.leader import TAG_COUNTER_BITS, Leader, ProposalDropped
 from consensus.learner import Learner
 from consensus.messages import (
     NO_CL,
+    TAG_EPOCH_MAX,
     Batch,
     CAccept,
     CAck,
@@ -576,7 +577,7 @@ class Replica:
     def raise_epoch_floor(self, epoch: int) -> None:
         """While it waits for the reports, its driver learned that its old life reached
         `epoch` (a peer's hello named it): its tags will start above it."""
-        if self._rejoin_gate.collecting and epoch > self._ctx.epoch:
+        if self._rejoin_gate.collecting and self._ctx.epoch < epoch <= TAG_EPOCH_MAX:
             self._ctx.epoch = epoch
 
     @property

@@ -11,6 +11,7 @@ import pytest
 
 from consensus.leader import TAG_COUNTER_BITS, ProposalDropped
 from consensus.messages import (
+    TAG_EPOCH_MAX,
     Command,
     CPrepare,
     CPromise,
@@ -19,6 +20,7 @@ from consensus.messages import (
     RejoinReport,
     Vote,
     VoteRequest,
+    check_message,
 )
 from consensus.prng import Prng
 from consensus.records import EpochRecord, RejoinRecord
@@ -226,3 +228,20 @@ def test_a_rejoining_replica_answers_no_query_itself() -> None:
     stepper.process(1)
     assert not [message for _, _, message in stepper.queue if isinstance(message, RejoinReport)]
     assert counters(node)["rejoin.dropped_while_asking"] == 1
+
+
+def test_an_epoch_no_tag_could_carry_is_refused() -> None:
+    """A report (or a driver's word) of an epoch past what a uint64 tag can carry with room
+    to spare is not a life of ours: the report is dropped as invalid, the word ignored."""
+    stepper = busy_cluster()
+    node = wipe(stepper, 1)
+    huge = TAG_EPOCH_MAX + 1
+    report = RejoinReport(0, 0, (0, 0, 0), (-1, -1, -1), 0, huge)
+    assert check_message(report, 3) is not None
+    node.step(report)
+    assert counters(node)["dropped.invalid_message"] == 1
+    node.raise_epoch_floor(huge)
+    stepper.node(2).heard_old_life(1, huge)
+    for _ in range(40):
+        stepper.round()
+    assert not asking(node) and node.epoch < 1000
