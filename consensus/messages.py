@@ -381,22 +381,27 @@ class SnapshotChunk(Message):
 @dataclass(frozen=True, slots=True)
 class RejoinQuery(Message):
     """A replica started over on an empty disk asks every other replica what it holds; the
-    receiver first forgets every promise and vote it holds from the sender's past life."""
+    receiver first forgets every promise and vote it holds from the sender's past life.
+    `nonce`: drawn afresh by each asking; the report names it, so an answer to an earlier
+    asking (a slow one, queued for a life since lost) is never taken for a fresh one."""
 
     TAG: ClassVar[int] = 48
+    nonce: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class RejoinReport(Message):
     """What the sender holds, for a replica that lost its disk: per space, the highest ballot
     it promised and the highest index it holds; one past the highest O-slot it holds; and the
-    highest epoch it knows of the asker's command tags. `view` is the sender's view."""
+    highest epoch it knows of the asker's command tags. `view` is the sender's view;
+    `nonce` the query's it answers."""
 
     TAG: ClassVar[int] = 49
     c_promised: tuple[int, ...]
     c_max_index: tuple[int, ...]
     o_end: int
     tag_epoch: int
+    nonce: int
 
 
 MESSAGE_TYPES: tuple[type[Message], ...] = (

@@ -44,10 +44,12 @@ from consensus.context import Context
 from consensus.messages import TAG_EPOCH_MAX, RejoinQuery, RejoinReport
 from consensus.records import RejoinRecord
 
+_NONCES = 1 << 62
+
 
 class Rejoin:
-    __slots__ = ("_ctx", "_cursors", "_old_epochs", "_on_reported", "_reports", "c_ends",
-                 "cleared", "collecting", "o_end")
+    __slots__ = ("_ctx", "_cursors", "_nonce", "_old_epochs", "_on_reported", "_reports",
+                 "c_ends", "cleared", "collecting", "o_end")
 
     def __init__(self, ctx: Context, on_reported: Callable[[list[RejoinReport]], None]) -> None:
         self._ctx = ctx
@@ -58,6 +60,9 @@ class Rejoin:
         self.c_ends: tuple[int, ...] = ()
         self.o_end = 0
         self._cursors = [0] * ctx.replica_count  # per space: no unknown index below
+        # This asking's: a report answering another (a query of a life since lost, slow, and
+        # answered after that life went on) says nothing of what that life did since.
+        self._nonce = 0
         # Per peer that rejoined: the epoch its lost life had reached, as the driver heard it
         self._old_epochs: dict[int, int] = {}
 
@@ -72,6 +77,8 @@ class Rejoin:
     def begin(self) -> None:
         """A fresh start on an empty disk, by a replica that lived before: ask everyone."""
         self.collecting, self.cleared = True, False
+        self._nonce = 1 + self._ctx.prng.below(_NONCES)
+        self._reports = {}
         self._ctx.persist(RejoinRecord(False, 0, ()))
         self._ctx.count("rejoin.began")
         self._ask(self._ctx.peers())
@@ -84,7 +91,7 @@ class Rejoin:
     def _ask(self, peers: tuple[int, ...] | list[int]) -> None:
         ctx = self._ctx
         for peer in peers:  # after the record's sync: a crash before it asks nobody
-            ctx.send(peer, RejoinQuery(ctx.id, ctx.view), after_persist=True)
+            ctx.send(peer, RejoinQuery(ctx.id, ctx.view, self._nonce), after_persist=True)
 
     def on_tick(self) -> None:
         ctx = self._ctx
@@ -96,7 +103,8 @@ class Rejoin:
             self.may_vote()  # counts `rejoin.cleared` once it is, for the operator to see
 
     def on_report(self, message: RejoinReport) -> None:
-        if not self.collecting:
+        if not self.collecting or message.nonce != self._nonce:
+            self._ctx.count("rejoin.stale_report")
             return
         self._reports[message.sender] = message
         if len(self._reports) < self._ctx.replica_count - 1:
@@ -108,9 +116,12 @@ class Rejoin:
         self.o_end = max(report.o_end for report in reports)
         self.collecting = False
         self._reports = {}
-        self._ctx.persist(RejoinRecord(True, self.o_end, self.c_ends))
         self._ctx.count("rejoin.reported")
         self._on_reported(reports)
+        # Last, after the promises, view and epoch it adopted: a write torn in this Ready
+        # keeps a prefix of its records, and one that kept this record but lost those
+        # would restart as if it held them.
+        self._ctx.persist(RejoinRecord(True, self.o_end, self.c_ends))
 
     def blind(self, space: int) -> bool:
         """Whether this replica may not report on `space` yet: some index its old life may
@@ -156,4 +167,4 @@ class Rejoin:
         epoch = max(tag_epoch(message.sender), self._old_epochs.get(message.sender, 0))
         ctx.send(message.sender, RejoinReport(
             ctx.id, ctx.view, tuple(ctx.clog[space].promised for space in range(count)),
-            ctx.clog.max_indexes(), ctx.olog.end, epoch))
+            ctx.clog.max_indexes(), ctx.olog.end, epoch, message.nonce))

@@ -60,8 +60,8 @@ def strategy_for(hint: Any, name: str) -> st.SearchStrategy[Any]:
         return st.binary(max_size=40)
     origin, arguments = typing.get_origin(hint), typing.get_args(hint)
     if origin is tuple:
-        size = REPLICAS if name in ("c_max_index", "exec_counts", "o_counts", "dedup_low",
-                                    "dedup_tags") else None
+        size = REPLICAS if name in ("c_max_index", "c_promised", "exec_counts", "o_counts",
+                                    "dedup_low", "dedup_tags") else None
         items = st.lists(strategy_for(arguments[0], name),
                          min_size=size or 0, max_size=size or 4)
         return items.map(tuple)

@@ -236,7 +236,7 @@ def test_an_epoch_no_tag_could_carry_is_refused() -> None:
     stepper = busy_cluster()
     node = wipe(stepper, 1)
     huge = TAG_EPOCH_MAX + 1
-    report = RejoinReport(0, 0, (0, 0, 0), (-1, -1, -1), 0, huge)
+    report = RejoinReport(0, 0, (0, 0, 0), (-1, -1, -1), 0, huge, 0)
     assert check_message(report, 3) is not None
     node.step(report)
     assert counters(node)["dropped.invalid_message"] == 1
