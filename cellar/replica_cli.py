@@ -26,10 +26,9 @@ from cellar.daemon_process import (
 from cellar.exception_groups import run_unwrapped
 from cellar.gc_tuning import quiet_garbage_collector
 from cellar.kv.machine import KvMachine
-from consensus.records import RejoinRecord
 from consensus.runtime.accept import CannotListen
 from consensus.runtime.data_identity import DataIdentity
-from consensus.runtime.node import ReplicaNode
+from consensus.runtime.node import RejoinRefused, ReplicaNode
 from consensus.runtime.node_config import NodeConfigError, check_tls_files, load_node_config
 from consensus.runtime.storage import DurableLog
 from consensus.runtime.storage_errors import StorageError
@@ -58,13 +57,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(handler=run)
 
 
-def _still_rejoining(log: DurableLog) -> bool:
-    """Whether the log is one a --rejoin start created and that never heard every report
-    (a restart in the middle: --rejoin again changes nothing)."""
-    rejoins = [record for record in log.records() if isinstance(record, RejoinRecord)]
-    return bool(rejoins) and not rejoins[-1].reported
-
-
 def tick_command(now_ms: int) -> bytes:
     del now_ms  # the envelope carries the time; Tick itself has no fields
     return encode_command(Tick())
@@ -86,12 +78,6 @@ def run(args: argparse.Namespace) -> int:
     except StorageError as error:
         print(f"cellar replica: {error}", file=sys.stderr)
         return error.exit_code
-    if args.rejoin and not log.recovery.created and not _still_rejoining(log):
-        log.close()
-        print(f"cellar replica: {config.data_dir} holds this replica's log: --rejoin is only "
-              "for the first start on a new, empty data directory after the old one was "
-              "lost (start without it)", file=sys.stderr)
-        return EXIT_CONFIG
     try:
         if not config.sync:
             logger.warning("sync = false: acknowledged commands can be lost on power failure")
@@ -111,6 +97,11 @@ def run(args: argparse.Namespace) -> int:
         logger.error("stopping: %s", error)
         print(f"cellar replica: {error}", file=sys.stderr)
         return error.exit_code
+    except RejoinRefused:
+        print(f"cellar replica: {config.data_dir} holds this replica's log: --rejoin is only "
+              "for the first start on a new, empty data directory after the old one was "
+              "lost (start without it)", file=sys.stderr)
+        return EXIT_CONFIG
     except CannotListen as error:
         print(f"cellar replica: {error}", file=sys.stderr)
         return EXIT_UNAVAILABLE

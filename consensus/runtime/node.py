@@ -13,14 +13,14 @@ import functools
 import logging
 import os
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import anyio
 
 from consensus.config import ReplicaConfig
 from consensus.prng import Prng
-from consensus.records import EpochRecord, RejoinRecord
+from consensus.records import EpochRecord, Record, RejoinRecord
 from consensus.replica import Replica
 from consensus.runtime.driver import Driver, DriverConfig
 from consensus.runtime.framing import FramedConnection
@@ -56,7 +56,9 @@ def replica_config(config: NodeConfig) -> ReplicaConfig:
 def start_replica(core_config: ReplicaConfig, log: DurableLog, *, rejoin: bool) -> Replica:
     """The core, rebuilt from the log; with `rejoin`, on a log just created for a replica
     whose data directory was lost, one that asks every other replica before it takes part
-    (`consensus.rejoin`). A log that is still asking, after a restart, goes on asking."""
+    (`consensus.rejoin`). A log that is still asking, after a restart, goes on asking (with
+    `rejoin` or not); `rejoin` on any other log raises RejoinRefused, before anything is
+    written."""
     seed = int.from_bytes(os.urandom(8), "big")  # randomized timeouts only
     if rejoin and log.recovery.created:
         # On disk before anything else: a crash before the core's first Ready must not
@@ -64,7 +66,21 @@ def start_replica(core_config: ReplicaConfig, log: DurableLog, *, rejoin: bool) 
         log.append([RejoinRecord(False, 0, ())])
         log.sync()
         return Replica.rejoining(core_config, Prng(seed))
-    return Replica.restore(core_config, Prng(seed), log.records())
+    records = log.records()  # handed over once: the check below reads the same list
+    if rejoin and not still_rejoining(records):
+        raise RejoinRefused("the data directory holds this replica's log")
+    return Replica.restore(core_config, Prng(seed), records)
+
+
+class RejoinRefused(Exception):
+    """`--rejoin` on a directory that holds a replica's log, not one still asking."""
+
+
+def still_rejoining(records: Sequence[Record]) -> bool:
+    """Whether the log is one a --rejoin start created and that never heard every report
+    (a restart in the middle: --rejoin again changes nothing)."""
+    rejoins = [record for record in records if isinstance(record, RejoinRecord)]
+    return bool(rejoins) and not rejoins[-1].reported
 
 
 class ReplicaNode:

@@ -23,7 +23,9 @@ from cellar import agent_cli, replica_cli
 from cellar.cli import main
 from cellar.daemon_process import EXIT_CONFIG, EXIT_UNAVAILABLE
 from cellar.local_cluster import HOST, AgentProcess, Layout, ReplicaProcess
+from consensus.records import RejoinRecord
 from consensus.runtime.data_identity import IDENTITY_NAME, DataIdentity
+from consensus.runtime.node import replica_config, start_replica
 from consensus.runtime.storage import LOG_NAME, DurableLog
 from consensus.runtime.storage_errors import (
     EXIT_DATA_DIRECTORY_MISSING,
@@ -242,3 +244,35 @@ def test_a_local_replica_rejoins_with_rejoin_and_never_init(
     process = ReplicaProcess(layout, 1)
     process.start(rejoin=True)
     assert "--rejoin" in commands[0] and "--init" not in commands[0]
+
+
+def test_rejoin_again_on_a_directory_still_asking_goes_on_asking(
+        tmp_path: pathlib.Path, quiet_cli: None, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The README: a restart in the middle of a rejoin goes on asking, with or without the
+    flag. With `--rejoin` again on the directory the first rejoining start created (it never
+    heard every report), the replica starts (still asking): no traceback, no refusal."""
+    layout = Layout(tmp_path / "cluster", 3, insecure=True, loop="asyncio")
+    layout.write()
+    with DurableLog.open(layout.data_dir(1), create=True,
+                         identity=DataIdentity(1, 3, "gpu")) as log:
+        log.append([RejoinRecord(False, 0, ())])
+        log.sync()
+    started: list[bool] = []
+
+    class Started:
+        """Builds the core as the node does, then stops the replica as a failed sync would."""
+
+        def __init__(self, config: Any, log: DurableLog, *args: Any, rejoin: bool = False,
+                     **kwargs: Any) -> None:
+            started.append(start_replica(replica_config(config), log,
+                                         rejoin=rejoin).rejoining_now)
+            raise StorageFailed(pathlib.Path(config.data_dir) / "log", "fdatasync",
+                                OSError(errno.EIO, "I/O error"))
+
+    monkeypatch.setattr(replica_cli, "ReplicaNode", Started)
+    for flags in (["--rejoin"], []):
+        assert main(["replica", "--config", str(layout.config_path(1)), *flags]) == \
+            EXIT_STORAGE_FAILED
+    assert started == [True, True]
+    assert "--rejoin is only for" not in capsys.readouterr().err
