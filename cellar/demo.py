@@ -35,12 +35,12 @@ from statemachine.commands import (
     ReportHealth,
     ReportPodExit,
     SubmitGroup,
-    Tick,
     Uncordon,
 )
 from statemachine.effects import Effect, EffectKind
 from statemachine.queries import stats
 from statemachine.results import GroupPhase, PodPhase
+from statemachine.rules import system_tick
 
 ADMIN = Principal(Role.ADMIN, "demo")
 SCHEDULER = Principal(Role.SCHEDULER, "demo")
@@ -108,7 +108,7 @@ class Demo:
             self.submit()
         self.bind_placed()
         self.agents_act()
-        self.send(Tick(), SYSTEM)
+        self.send(system_tick(), SYSTEM)
         return self.notes + self.read_outbox()
 
     def heartbeats(self) -> None:

@@ -5,7 +5,8 @@ Exit status: 0 after a clean stop (SIGTERM or SIGINT), 78 for a bad configuratio
 files that cannot serve included: refused before the data directory is touched), 69 when a
 client, peer or metrics port cannot be listened on (in use, or not this host's address), and
 the data directory's own codes for storage trouble (see consensus.runtime.storage_errors: a
-missing, locked or corrupt data directory, or a failed write or sync).
+missing, locked or corrupt data directory, or a failed write or sync), and 76 when the log
+raises the state machine's rules past what this build knows (statemachine/rules.py).
 """
 
 from __future__ import annotations
@@ -31,10 +32,10 @@ from consensus.runtime.data_identity import DataIdentity
 from consensus.runtime.node import RejoinRefused, ReplicaNode
 from consensus.runtime.node_config import NodeConfigError, check_tls_files, load_node_config
 from consensus.runtime.storage import DurableLog
-from consensus.runtime.storage_errors import StorageError
+from consensus.runtime.storage_errors import EXIT_LOG_VERSION_UNSUPPORTED, StorageError
 from statemachine.codec import encode_command
-from statemachine.commands import Tick
 from statemachine.machine import Machine
+from statemachine.rules import RulesTooNew, system_tick
 
 logger = logging.getLogger("cellar.replica")
 SWITCH_INTERVAL_S = 0.0002
@@ -59,7 +60,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def tick_command(now_ms: int) -> bytes:
     del now_ms  # the envelope carries the time; Tick itself has no fields
-    return encode_command(Tick())
+    return encode_command(system_tick())
 
 
 def run(args: argparse.Namespace) -> int:
@@ -105,6 +106,10 @@ def run(args: argparse.Namespace) -> int:
     except CannotListen as error:
         print(f"cellar replica: {error}", file=sys.stderr)
         return EXIT_UNAVAILABLE
+    except RulesTooNew as error:
+        logger.error("stopping: %s", error)
+        print(f"cellar replica: {error}", file=sys.stderr)
+        return EXIT_LOG_VERSION_UNSUPPORTED
     finally:
         log.close()
     return 0

@@ -44,6 +44,7 @@ from statemachine.commands import (
 )
 from statemachine.errors import Code
 from statemachine.record_codec import DecodeError, Record, checked, open_body
+from statemachine.rules import RULES_BEFORE_VERSIONS
 from statemachine.spec import FailurePolicy
 from statemachine.spec_codec import SPEC_FIELDS, decode_spec, encode_spec
 
@@ -276,7 +277,10 @@ COMMANDS: dict[str, tuple[tuple[str, ...], Callable[[Record], Any], Callable[[An
         ("group", "reason"),
         lambda record: ReleaseGroup(group=record.text("group"), reason=_reason(record)),
         lambda command: {"group": command.group, "reason": command.reason}),
-    "tick": ((), lambda record: Tick(), lambda command: {}),
+    "tick": (("rules",), lambda record: Tick(
+        rules=record.integer("rules", high=limits.RULES_VERSION_MAX) if record.has("rules")
+        else RULES_BEFORE_VERSIONS),
+        lambda command: {"rules": command.rules} if command.rules else {}),
 }
 
 NAMES: dict[type[Any], str] = {

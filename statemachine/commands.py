@@ -196,7 +196,11 @@ class ReleaseGroup:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Tick:
     """Advance logical time (the one command that moves it freely: `logical_time`): leases,
-    preemption deadlines, then one scheduling pass."""
+    preemption deadlines, then one scheduling pass. `rules`: the newest rules the proposing
+    build applies, in force from the next command on (`statemachine.rules`; 0 from a build
+    before rule versions)."""
+
+    rules: int = 0
 
 
 Command = (

@@ -14,6 +14,7 @@ SCHEMA_VERSION = 1  # the `v` field every command and query carries
 
 COMMAND_BYTES_MAX = 1 << 20  # one command body, the cluster configuration included
 QUERY_BYTES_MAX = 4096
+RULES_VERSION_MAX = (1 << 31) - 1  # a Tick's rules: a later build's may name any below
 NAME_LENGTH_MAX = 128  # node ids, group ids, VC names, cell type names, pod uids
 REASON_LENGTH_MAX = 256  # free text in health reports and admin marks
 EFFECT_REASON_LENGTH_MAX = 4096  # an effect's reason; a longer one is cut (outbox.emit)

@@ -22,6 +22,7 @@ from statemachine.groups import Group, Pod
 from statemachine.nodes import GpuHealth, Liveness, NodeRecord
 from statemachine.record_codec import Record
 from statemachine.results import GroupPhase, PodPhase
+from statemachine.rules import RULES_BEFORE_VERSIONS
 from statemachine.sessions import NO_CHECKSUM, Session, Sessions
 from statemachine.spec import FailurePolicy
 from statemachine.spec_codec import SPEC_FIELDS, decode_spec, encode_spec
@@ -35,12 +36,19 @@ from statemachine.state import (
 )
 
 SNAPSHOT_TAG = "cellar-statemachine-snapshot"
-SNAPSHOT_FORMAT = 6  # 3: a gang's failures are (GPU, why) pairs; 4: sessions' checksums;
+SNAPSHOT_FORMAT = 7  # 3: a gang's failures are (GPU, why) pairs; 4: sessions' checksums;
 # 5: where the next Tick's scheduling pass starts, and the latest Tick's stamp; 6: a gang's
-# pod failure policy, after its pods
-SNAPSHOT_FORMATS_READ = (2, 3, 4, 5, 6)  # 2: a gang's failures were "GPU: why" lines
+# pod failure policy, after its pods; 7: the rules version (statemachine/rules.py)
+SNAPSHOT_FORMATS_READ = (2, 3, 4, 5, 6, 7)  # 2: a gang's failures were "GPU: why" lines
 SCHEDULE_RESUME_SINCE = 5  # the format that added both (None when read from an older one)
-LATER_FIELDS = 2  # those two, after the sessions
+RULES_VERSION_SINCE = 7  # older formats: the rules before versions
+
+
+def _later_fields(version: int) -> int:
+    """How many fields follow the sessions in a snapshot of format `version`."""
+    if version < SCHEDULE_RESUME_SINCE:
+        return 0
+    return 2 if version < RULES_VERSION_SINCE else 3
 POD_FAILURE_POLICY_SINCE = 6  # older formats' gangs: submitted before the policy (codec.py)
 SNAPSHOT_BYTES_MAX = 1 << 30
 
@@ -59,6 +67,7 @@ def encode_snapshot(state: State, sessions: Sessions, applied_index: int) -> byt
          for key, session in sorted(sessions.table.items())],
         None if state.schedule_resume is None else list(state.schedule_resume),
         state.tick_ms,
+        state.rules_version,
     ])
 
 
@@ -101,12 +110,15 @@ def decode_snapshot(data: bytes) -> tuple[State, Sessions, int]:
     if tag != SNAPSHOT_TAG or version not in SNAPSHOT_FORMATS_READ:
         raise ValueError(f"not a Cellar snapshot of format {SNAPSHOT_FORMATS_READ}: {tag!r} "
                          f"{version!r}")
-    if len(later) != (LATER_FIELDS if version >= SCHEDULE_RESUME_SINCE else 0):
+    if len(later) != _later_fields(version):
         raise ValueError(f"a snapshot of format {version} with {len(raw)} fields")
     state = State()
     state.now_ms, state.next_submit = now_ms, next_submit
     state.capacity_epoch, state.change_epoch = capacity_epoch, change_epoch
-    resume, state.tick_ms = later or (None, None)  # none before format 5
+    resume, state.tick_ms = later[:2] if later else (None, None)  # none before format 5
+    state.rules_version = later[2] if len(later) > 2 else RULES_BEFORE_VERSIONS  # before 7
+    if type(state.rules_version) is not int or state.rules_version < 0:
+        raise ValueError(f"a snapshot's rules version {state.rules_version!r}")
     if resume is not None:
         priority, submit_index, group = resume
         state.schedule_resume = (priority, submit_index, group)

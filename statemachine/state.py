@@ -45,8 +45,8 @@ class Configured:
 
 class State:
     __slots__ = ("capacity_epoch", "change_epoch", "config", "groups", "journal", "next_submit",
-                 "nodes", "now_ms", "outbox", "queue", "schedule_resume", "tick_ms",
-                 "uuid_owner")
+                 "nodes", "now_ms", "outbox", "queue", "rules_version", "schedule_resume",
+                 "tick_ms", "uuid_owner")
 
     def __init__(self) -> None:
         self.journal = Journal()
@@ -62,6 +62,7 @@ class State:
         self.capacity_epoch = 0  # bumped whenever GPUs may have become available
         self.change_epoch = 0  # bumped on capacity changes and on new holders (new victims)
         self.schedule_resume: QueueKey | None = None  # where the next Tick's pass starts
+        self.rules_version = 0  # the rules commands are applied by (statemachine/rules.py)
 
     # Lookups that refuse with the right code.
 

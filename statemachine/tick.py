@@ -20,12 +20,13 @@ from statemachine.groups import Group
 from statemachine.lifecycle import LIVE_PHASES, hardware_failed, release, resend_kills
 from statemachine.nodes import Liveness
 from statemachine.results import Done, GroupPhase
+from statemachine.rules import raise_rules
 from statemachine.scheduler import schedule
 from statemachine.state import State, refresh_usable
 
 
 def tick(state: State, command: Tick) -> Done:
-    del command
+    raise_rules(state, command.rules)
     if state.config is None:
         return Done(note=f"now {state.now_ms}; no configuration")
     suspect, down = _expire_leases(state)

@@ -46,12 +46,12 @@ from statemachine.commands import (
     ReleaseGroup,
     ReportPodExit,
     SubmitGroup,
-    Tick,
 )
 from statemachine.errors import Rejection
 from statemachine.lifecycle import pod_uuids
 from statemachine.result_codec import decode_result
 from statemachine.results import GroupPhase, GroupStatus, PodPhase
+from statemachine.rules import system_tick
 from statemachine.spec import (
     CellTypeSpec,
     ClusterSpec,
@@ -242,7 +242,7 @@ class MixedWorkload:
         self.driver.send(Heartbeat(node=node, incarnation=1), Principal(Role.NODE, node))
 
     def tick(self) -> None:
-        self.driver.send(Tick(), SYSTEM, step_ms=50)
+        self.driver.send(system_tick(), SYSTEM, step_ms=50)
 
 
 def build_workload(seed: int, commands: int) -> tuple[list[bytes], list[bytes], Machine]:

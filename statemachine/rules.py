@@ -1,0 +1,56 @@
+"""Which rules the machine applies commands by: a replicated version, raised at one log entry
+for every replica at once.
+
+Replicas replay the log from their own latest snapshots, and those sit at different entries.
+A build that changed how a command is applied would, after an upgrade, apply the entries after
+each replica's snapshot by its new rules while a replica whose snapshot is later holds the old
+rules' result for them: the replicas would disagree. So the rules in force are part of the
+replicated state (`State.rules_version`), and only a log entry changes them:
+
+- a build that changes a rule keeps the old one beside the new, chosen by
+  `state.rules_version`, and raises `RULES_VERSION`;
+- the system's Tick carries the version its proposer's build knows (`Tick.rules`); applying
+  it raises the state's version to that (never lowers it). After an upgrade every replica
+  switches at the same entry, the first Tick an upgraded sequencer proposed, whichever
+  snapshot it replayed from;
+- a replica whose build does not know the version a Tick names stops (`RulesTooNew`) rather
+  than apply rules it does not have: a replica left on an older build halts instead of
+  diverging.
+
+Version 0 is the rules of every build before versions existed, as this build applies them
+(the changes of those builds were not gated: an upgrade from one of them can still split
+replicas whose snapshots sit at different entries, as before). Version 1 changes no rule: it
+is the first version a Tick names.
+"""
+
+from __future__ import annotations
+
+from statemachine.commands import Tick
+from statemachine.state import State
+
+RULES_BEFORE_VERSIONS = 0  # a Tick without the field, a snapshot of format 6 or older
+RULES_VERSION = 1  # the newest rules this build applies
+
+
+def system_tick() -> Tick:
+    """The Tick a replica's driver proposes: it names this build's rules."""
+    return Tick(rules=RULES_VERSION)
+
+
+class RulesTooNew(Exception):
+    """The log raises the rules to a version this build does not know: upgrade it."""
+
+    def __init__(self, version: int) -> None:
+        super().__init__(
+            f"the log names state machine rules of version {version}, and this build knows "
+            f"them up to version {RULES_VERSION}: upgrade this replica to the build the others "
+            "run (it stopped rather than apply a command by rules it does not have)")
+        self.version = version
+
+
+def raise_rules(state: State, version: int) -> None:
+    """A Tick named `version`: the rules in force from the next command on, never lower."""
+    if version > RULES_VERSION:
+        raise RulesTooNew(version)
+    if version > state.rules_version:
+        state.set(state, "rules_version", version)
