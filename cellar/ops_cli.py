@@ -116,6 +116,8 @@ def status_table(statuses: list[dict[str, Any]]) -> list[str]:
             f"{furthest - status['executed_slots']:>5} {peers:>7}")
         lines.extend(f"{'':>7} refuses replica {peer}: {reason}"
                      for peer, reason in sorted(status.get("peers_refused", {}).items()))
+        if status.get("rejoin"):
+            lines.append(f"{'':>7} rejoin: {status['rejoin']}")
     return lines
 
 

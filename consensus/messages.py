@@ -394,7 +394,8 @@ class RejoinReport(Message):
     """What the sender holds, for a replica that lost its disk: per space, the highest ballot
     it promised and the highest index it holds; one past the highest O-slot it holds; and the
     highest epoch it knows of the asker's command tags. `view` is the sender's view;
-    `nonce` the query's it answers."""
+    `nonce` the query's it answers. `cleared`: False from a replica that lost its disk itself
+    and does not yet know all its own lost life voted on: what it holds says too little."""
 
     TAG: ClassVar[int] = 49
     c_promised: tuple[int, ...]
@@ -402,6 +403,7 @@ class RejoinReport(Message):
     o_end: int
     tag_epoch: int
     nonce: int
+    cleared: bool = True
 
 
 MESSAGE_TYPES: tuple[type[Message], ...] = (

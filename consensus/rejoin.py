@@ -31,8 +31,13 @@ drops an older life's frames once a newer one spoke: nothing of the old life arr
 
 Asking all the others, not a majority, is what makes the forgetting sound: a replica that
 missed the query could still complete a round on the old life's promise. So a replica rejoins
-only while every other replica is up, and one at a time (a rejoining replica answers no
-query: it knows nothing yet). The gate is on disk (`RejoinRecord`) from the start, so a
+only while every other replica is up. One that lost its disk too answers as well, saying it
+knows too little (`RejoinReport.cleared` False: while it asks it holds nothing, and until it
+is cleared it may lack its own lost life's votes); the asker takes what it holds only from the
+others, and only once fewer than f of them know too little, so that every quorum of f + 1
+that held its lost life still has a member among them: in 5 replicas two rejoin together, in
+3 one at a time (two lost at once in 3 wait for ever: a quorum that chose a value may have no
+member left that knows it). The gate is on disk (`RejoinRecord`) from the start, so a
 rejoining replica that crashes before it is done asks again after its restart.
 """
 
@@ -51,7 +56,8 @@ class Rejoin:
     __slots__ = ("_ctx", "_cursors", "_nonce", "_old_epochs", "_on_reported", "_reports",
                  "c_ends", "cleared", "collecting", "o_end")
 
-    def __init__(self, ctx: Context, on_reported: Callable[[list[RejoinReport]], None]) -> None:
+    def __init__(self, ctx: Context,
+                 on_reported: Callable[[list[RejoinReport], int], None]) -> None:
         self._ctx = ctx
         self._on_reported = on_reported
         self._reports: dict[int, RejoinReport] = {}
@@ -106,22 +112,44 @@ class Rejoin:
         if not self.collecting or message.nonce != self._nonce:
             self._ctx.count("rejoin.stale_report")
             return
+        ctx = self._ctx
         self._reports[message.sender] = message
-        if len(self._reports) < self._ctx.replica_count - 1:
+        if len(self._reports) < ctx.replica_count - 1:
             return
         reports = [self._reports[sender] for sender in sorted(self._reports)]
-        count = self._ctx.replica_count
-        self.c_ends = tuple(max(report.c_max_index[space] for report in reports) + 1
+        informative = [report for report in reports if report.cleared]
+        if ctx.replica_count - 1 - len(informative) >= ctx.config.faults_tolerated:
+            # Too many of the others lost their disks too: some quorum its lost life was in
+            # may have no member left that knows what it chose. Ask them again until enough
+            # of them know all their own lost lives voted on.
+            ctx.count("rejoin.waiting_for_others_rejoining")
+            self._reports = {report.sender: report for report in informative}
+            return
+        count = ctx.replica_count
+        self.c_ends = tuple(max(report.c_max_index[space] for report in informative) + 1
                             for space in range(count))
-        self.o_end = max(report.o_end for report in reports)
+        self.o_end = max(report.o_end for report in informative)
         self.collecting = False
         self._reports = {}
-        self._ctx.count("rejoin.reported")
-        self._on_reported(reports)
+        ctx.count("rejoin.reported")
+        self._on_reported(informative, max(report.tag_epoch for report in reports))
         # Last, after the promises, view and epoch it adopted: a write torn in this Ready
         # keeps a prefix of its records, and one that kept this record but lost those
         # would restart as if it held them.
         self._ctx.persist(RejoinRecord(True, self.o_end, self.c_ends))
+
+    def describe(self) -> str | None:
+        """Where a rejoin stands, for an operator; None where there is none."""
+        if self.collecting:
+            waiting = [peer for peer in self._ctx.peers() if peer not in self._reports]
+            return ("lost its data directory: it asks every other replica what its lost life "
+                    "promised and takes part in nothing meanwhile; no report yet from replicas "
+                    f"{', '.join(map(str, waiting))} (each must be up, and know all its own "
+                    "lost life voted on if it lost its directory too)")
+        if not self.may_vote():
+            return ("rejoined after a lost data directory: it serves, but votes for no "
+                    "sequencer until it knows decided all its lost life may have voted on")
+        return None
 
     def blind(self, space: int) -> bool:
         """Whether this replica may not report on `space` yet: some index its old life may
@@ -156,15 +184,21 @@ class Rejoin:
     def on_query(self, message: RejoinQuery, forget: Callable[[int], None],
                  tag_epoch: Callable[[int], int]) -> None:
         """Forget the asker's old life's votes in rounds under way, then report. A replica
-        still rejoining itself knows nothing worth reporting: it stays silent."""
+        rejoining itself says so (`cleared` False): while it asks it holds nothing (no
+        promise of anyone's, it took part in nothing), and until it is cleared what it holds
+        may lack its own lost life's votes."""
         ctx = self._ctx
+        count = ctx.replica_count
         if self.collecting:
-            ctx.count("rejoin.query_while_rejoining")
+            ctx.count("rejoin.reported_to_peer")
+            ctx.send(message.sender, RejoinReport(
+                ctx.id, ctx.view, (0,) * count, (-1,) * count, 0,
+                self._old_epochs.get(message.sender, 0), message.nonce, cleared=False))
             return
         forget(message.sender)
         ctx.count("rejoin.reported_to_peer")
-        count = ctx.replica_count
         epoch = max(tag_epoch(message.sender), self._old_epochs.get(message.sender, 0))
         ctx.send(message.sender, RejoinReport(
             ctx.id, ctx.view, tuple(ctx.clog[space].promised for space in range(count)),
-            ctx.clog.max_indexes(), ctx.olog.end, epoch, message.nonce))
+            ctx.clog.max_indexes(), ctx.olog.end, epoch, message.nonce,
+            cleared=self.may_vote()))

@@ -250,7 +250,7 @@ class Replica:
 
     def _handle(self, message: Message) -> None:
         ctx = self._ctx
-        if self._rejoin_gate.collecting and not isinstance(message, RejoinReport):
+        if self._rejoin_gate.collecting and not isinstance(message, RejoinReport | RejoinQuery):
             ctx.count("rejoin.dropped_while_asking")  # it knows no promise to keep yet
             return
         if message.view > ctx.view:
@@ -585,6 +585,10 @@ class Replica:
         """Whether this replica still waits for every other replica's report."""
         return self._rejoin_gate.collecting
 
+    def rejoin_state(self) -> str | None:
+        """Where a rejoin after a lost disk stands, in words; None where there is none."""
+        return self._rejoin_gate.describe()
+
     @property
     def rejoin_cleared(self) -> bool:
         """Whether this replica knows decided everything its life before a lost disk may
@@ -610,7 +614,7 @@ class Replica:
                         highest = command.tag
         return max(0, highest) >> TAG_COUNTER_BITS
 
-    def _on_rejoin_reported(self, reports: list[RejoinReport]) -> None:
+    def _on_rejoin_reported(self, reports: list[RejoinReport], tag_epoch: int) -> None:
         """Every other replica answered: keep their promises as its own, reserve every own
         index anyone holds, and start as a restart does (the owner's retake first)."""
         ctx, gate = self._ctx, self._rejoin_gate
@@ -623,7 +627,7 @@ class Replica:
             if promised > ctx.clog[space].promised:
                 ctx.clog[space].promise(promised)
                 ctx.persist(CPromiseRecord(space, promised))
-        ctx.epoch = max(ctx.epoch, *(report.tag_epoch for report in reports))
+        ctx.epoch = max(ctx.epoch, tag_epoch)
         own_end = gate.c_ends[ctx.id]
         if own_end > self._leader.reserved_upto:
             self._leader.reserve_upto(own_end)

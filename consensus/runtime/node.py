@@ -112,7 +112,7 @@ class ReplicaNode:
             tls, on_frame=self._on_frame, queue_frames_max=limits["peer_queue_frames_max"],
             frame_bytes_max=limits["frame_bytes_max"], metrics=self.transport,
             insecure=config.insecure, timing=LinkTiming.of(config.tick_ms, core_config),
-            life=life, lives=lives, rejoining=replica.rejoining_now,
+            life=life, lives=lives, rejoining=lambda: replica.rejoining_now,
             on_old_life=lambda old: replica.raise_epoch_floor(old.epoch),
             on_peer_rejoined=lambda peer, old: replica.heard_old_life(peer, old.epoch))
         self.driver = Driver(
@@ -142,6 +142,9 @@ class ReplicaNode:
         status["peers_connected"] = sorted(self.mesh.connected())
         # e.g. a peer whose lease timing differs: refused until it is configured as this one
         status["peers_refused"] = {str(peer): reason for peer, reason in self.mesh.refused.items()}
+        rejoin = self.driver.replica.rejoin_state()
+        if rejoin is not None:
+            status["rejoin"] = rejoin
         status["transport"] = dict(self.transport)
         return status
 
@@ -175,6 +178,9 @@ class ReplicaNode:
                     self.render_metrics, metrics=self.metrics_endpoint))
             logger.info("replica %d serving clients on %s, peers on %s",
                         self.config.replica_id, self.config.me.client, self.config.me.peer)
+            if self.driver.replica.rejoining_now:
+                logger.warning("replica %d %s; `cellar status` says how far it is",
+                               self.config.replica_id, self.driver.replica.rejoin_state())
             if self.config.defects:
                 logger.warning("replica %d runs with DELIBERATE PROTOCOL DEFECTS %s: it is "
                                "not safe, and is only for showing that the harness finds them",

@@ -278,7 +278,7 @@ class PeerMesh:
         connect_timeout_s: float = CONNECT_TIMEOUT_S, rng: random.Random | None = None,
         handshakes_max: int = HANDSHAKES_MAX_DEFAULT, guard: HandshakeGuard | None = None,
         timing: LinkTiming = LinkTiming(), life: Life = UNKNOWN_LIFE,
-        lives: PeerLives | None = None, rejoining: bool = False,
+        lives: PeerLives | None = None, rejoining: Callable[[], bool] = lambda: False,
         on_old_life: Callable[[Life], None] | None = None,
         on_peer_rejoined: Callable[[int, Life], None] | None = None,
     ) -> None:
@@ -315,8 +315,9 @@ class PeerMesh:
         self.timing = timing
         self.life = life  # this replica's (`peer_lives.py`)
         self.lives = lives  # the peers' as last heard; None: no check (tests of the mesh)
-        # This replica lost its data directory and rejoins on a new one: its hellos say so,
-        # and a peer naming its old life tells it how far that life went (`on_old_life`).
+        # Whether this replica lost its data directory and still asks the others (its core
+        # says): its hellos say so, and a peer naming its old life tells it how far that
+        # life went (`on_old_life`) instead of stopping it.
         self.rejoining = rejoining
         self.on_old_life = on_old_life
         self.on_peer_rejoined = on_peer_rejoined  # a peer taken back on a new disk, its old life
@@ -461,7 +462,7 @@ class PeerMesh:
         yours = self.lives.of(peer) if self.lives is not None else UNKNOWN_LIFE
         try:
             await writer.send(Hello(self.replica_id, self.timing, self.life, yours,
-                                    self.rejoining).encode())
+                                    self.rejoining()).encode())
         except CONNECTION_ERRORS:
             await anyio.aclose_forcefully(stream)
             return None
@@ -600,7 +601,7 @@ class PeerMesh:
         assert self._hearing_lives is not None
         async with self._hearing_lives:  # a second connection waits for the first's save
             forgotten = self.life.forgot(hello.yours)
-            if forgotten is not None and self.rejoining:
+            if forgotten is not None and self.rejoining():
                 if self.on_old_life is not None:  # how far the lost life went
                     self.on_old_life(hello.yours)
             elif forgotten is not None:
@@ -609,7 +610,9 @@ class PeerMesh:
             heard = self.lives.of(peer)
             refusal = hello.life.forgot(heard)
             if refusal is not None and hello.rejoining and hello.life.disk != heard.disk:
-                refusal = None  # a new directory, and it asks before it takes part
+                refusal = self._rejoin_refusal()
+            if refusal is None and hello.rejoining and heard.known and \
+                    hello.life.disk != heard.disk:
                 self.metrics[PEER_REJOINED] += 1
                 if self.on_peer_rejoined is not None:  # before any frame of the new life
                     self.on_peer_rejoined(peer, heard)
@@ -630,6 +633,15 @@ class PeerMesh:
                     self._stop(error)
                     return False
         return True
+
+    def _rejoin_refusal(self) -> str | None:
+        """None: a peer on a new directory that says it rejoins is taken (it asks before it
+        takes part). Not without TLS: nothing proves who sent the hello, and taking a forged
+        one would refuse the real replica's directory from then on."""
+        if self.tls is None:
+            return ("it says it rejoins on a new data directory, and without TLS nothing "
+                    "proves the hello is its own: a rejoin needs TLS")
+        return None
 
     def _refuse(self, peer: int, reason: str, *, metric: str = TIMING_REFUSED) -> None:
         """Count a peer refused for its hello; log the reason at its first time in a row."""

@@ -193,14 +193,15 @@ class Cluster:
         node.proposed_at.clear()
 
     def wipe(self, node: SimNode) -> bool:
-        """The crashed `node` lost its disk: it restarts on an empty one and rejoins. Not while
-        another replica is still rejoining (they rejoin one at a time, as an operator would
-        replace disks; two lost at once in a 3-replica group lose what a quorum chose):
-        False, and the crash stays a plain one."""
+        """The crashed `node` lost its disk: it restarts on an empty one and rejoins. Not
+        while as many other replicas as the group tolerates faults are still rejoining (one
+        in 3 replicas, two in 5: more lost at once could lose what a quorum chose): False,
+        and the crash stays a plain one."""
         for other in self.nodes:
             if other.rejoining and other.replica is not None and other.replica.rejoin_cleared:
                 other.rejoining = False
-        if any(other.rejoining for other in self.nodes if other is not node):
+        rejoining = sum(other.rejoining for other in self.nodes if other is not node)
+        if rejoining >= node.config.faults_tolerated:
             self.wipes_refused += 1
             return False
         node.disk = Disk()

@@ -123,6 +123,15 @@ def test_status_names_the_peers_a_replica_refuses_and_why() -> None:
                         "10 here")
 
 
+def test_status_says_where_a_rejoin_stands() -> None:
+    status = {"endpoint": "127.0.0.1:7101", "running": True, "replica_id": 1,
+              "is_sequencer": False, "view": 0, "status": "awaiting", "sequencer": 0,
+              "executed_slots": 0, "commit_prefix": 0, "peers_connected": [0, 2],
+              "rejoin": "lost its data directory: ... no report yet from replicas 2"}
+    lines = ops_cli.status_table([status])
+    assert lines[2] == "        rejoin: lost its data directory: ... no report yet from replicas 2"
+
+
 @pytest.mark.parametrize(("argv", "message"), [
     (["status", "--insecure", "--endpoints", "nonsense"],
      "argument --endpoints: 'nonsense' is not HOST:PORT"),

@@ -219,15 +219,40 @@ def test_an_asked_replica_forgets_the_old_lifes_promises_in_rounds_under_way() -
     assert reports[0].c_max_index == asked._ctx.clog.max_indexes()
 
 
-def test_a_rejoining_replica_answers_no_query_itself() -> None:
+def test_a_rejoining_replica_answers_a_query_saying_it_knows_nothing_yet() -> None:
     stepper = busy_cluster()
     node = wipe(stepper, 1)
     stepper.process(1)
     stepper.queue = []
-    node.step(RejoinQuery(2, 0))
+    node.step(RejoinQuery(2, 0, 5))
     stepper.process(1)
-    assert not [message for _, _, message in stepper.queue if isinstance(message, RejoinReport)]
-    assert counters(node)["rejoin.dropped_while_asking"] == 1
+    reports = [message for _, _, message in stepper.queue if isinstance(message, RejoinReport)]
+    assert len(reports) == 1 and not reports[0].cleared and reports[0].nonce == 5
+    assert reports[0].c_max_index == (-1, -1, -1) and reports[0].o_end == 0
+
+
+def test_two_replicas_rejoining_at_once_in_five_both_finish() -> None:
+    """Each counts the other's report (it knows nothing yet) towards everyone having been
+    asked, and takes what it holds from the three that kept their disks: every quorum of
+    three that held one's lost life also holds one of them."""
+    stepper = busy_cluster(5)
+    first, second = wipe(stepper, 1), wipe(stepper, 3)
+    for _ in range(300):
+        stepper.round()
+    assert not asking(first) and not asking(second)
+    assert cleared(first) and cleared(second)
+    assert counters(first)["rejoin.reported"] == counters(second)["rejoin.reported"] == 1
+
+
+def test_two_replicas_rejoining_at_once_in_three_wait_for_ever() -> None:
+    """Two of three disks lost at once: a quorum that chose a value may have no member left
+    that knows it. Neither takes part; each goes on asking (the README says so)."""
+    stepper = busy_cluster(3)
+    first, second = wipe(stepper, 1), wipe(stepper, 2)
+    for _ in range(200):
+        stepper.round()
+    assert asking(first) and asking(second)
+    assert counters(first)["rejoin.waiting_for_others_rejoining"] > 0
 
 
 def test_an_epoch_no_tag_could_carry_is_refused() -> None:
@@ -245,3 +270,23 @@ def test_an_epoch_no_tag_could_carry_is_refused() -> None:
     for _ in range(40):
         stepper.round()
     assert not asking(node) and node.epoch < 1000
+
+
+def test_its_state_says_whom_it_waits_for_then_that_it_catches_up() -> None:
+    stepper = busy_cluster()
+    node = wipe(stepper, 1)
+    stepper.process(1)
+    stepper.drop(to(2, RejoinQuery))
+    stepper.deliver(to(0))
+    stepper.process(0)
+    stepper.deliver(to(1))
+    state = node.rejoin_state()
+    assert state is not None and "no report yet from replicas 2 " in state
+    assert stepper.node(0).rejoin_state() is None
+    for _ in range(40):
+        stepper.round()
+    state = node.rejoin_state()
+    assert state is not None and "votes for no sequencer" in state
+    for _ in range(300):
+        stepper.round()
+    assert node.rejoin_state() is None

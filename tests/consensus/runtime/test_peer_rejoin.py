@@ -20,7 +20,11 @@ from consensus.runtime.peers import Hello, LinkTiming
 from consensus.runtime.storage import DurableLog
 from consensus.runtime.storage_errors import DataDirectoryForgotten
 from tests.consensus.runtime.test_peer_lives import DISK_A, DISK_B, MeshReplica, _exchange
-from tests.consensus.runtime.test_peers import free_ports
+from tests.consensus.runtime.test_peers import (
+    certificates,  # noqa: F401  (fixture)
+    free_ports,
+    mesh_of,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -35,24 +39,34 @@ def test_only_a_rejoining_hello_says_so() -> None:
         assert Hello.parse(rejoining.encode().replace(b'"rejoining": true', garbage)) is None
 
 
+class TlsMeshReplica(MeshReplica):
+    """A mesh of a group with certificates: only there is a rejoin taken."""
+
+    def __init__(self, tmp_path: pathlib.Path, replica_id: int, ports: dict[int, int],
+                 life: Life, authority: pathlib.Path | None) -> None:
+        super().__init__(tmp_path, replica_id, ports, life)
+        self.mesh = mesh_of(authority, replica_id, ports, self.inbox, life=life,
+                            lives=PeerLives.load(self.directory))
+
+
 def rejoiner(tmp_path: pathlib.Path, ports: dict[int, int], life: Life,
-             old_lives: list[Life]) -> MeshReplica:
-    replica = MeshReplica(tmp_path / "new-directory", 1, ports, life)
-    replica.mesh.rejoining = True
+             old_lives: list[Life], authority: pathlib.Path | None) -> MeshReplica:
+    replica = TlsMeshReplica(tmp_path / "new-directory", 1, ports, life, authority)
+    replica.mesh.rejoining = lambda: True
     replica.mesh.on_old_life = old_lives.append
     return replica
 
 
 async def test_a_rejoining_replica_is_taken_on_its_new_directory_and_learns_its_old_life(
-        tmp_path: pathlib.Path) -> None:
+        tmp_path: pathlib.Path, certificates: pathlib.Path) -> None:  # noqa: F811
     ports = dict(enumerate(free_ports(2)))
-    await _exchange(MeshReplica(tmp_path, 0, ports, Life(DISK_B, 1)),
-                    MeshReplica(tmp_path, 1, ports, Life(DISK_A, 5)))
-    peer = MeshReplica(tmp_path, 0, ports, Life(DISK_B, 2))
+    await _exchange(TlsMeshReplica(tmp_path, 0, ports, Life(DISK_B, 1), certificates),
+                    TlsMeshReplica(tmp_path, 1, ports, Life(DISK_A, 5), certificates))
+    peer = TlsMeshReplica(tmp_path, 0, ports, Life(DISK_B, 2), certificates)
     taken_back: list[tuple[int, Life]] = []
     peer.mesh.on_peer_rejoined = lambda replica, old: taken_back.append((replica, old))
     new_disk, old_lives = new_disk_id(), list[Life]()
-    back = rejoiner(tmp_path, ports, Life(new_disk, 0), old_lives)
+    back = rejoiner(tmp_path, ports, Life(new_disk, 0), old_lives, certificates)
     await _exchange(peer, back)  # frames both ways: nobody refused, nobody stopped
     assert peer.mesh.metrics[PEER_REJOINED] == 1 and peer.mesh.metrics[LIFE_REFUSED] == 0
     assert PeerLives.load(peer.directory).of(1) == Life(new_disk, 0)
@@ -62,13 +76,17 @@ async def test_a_rejoining_replica_is_taken_on_its_new_directory_and_learns_its_
     assert all((life.disk, life.epoch) == (DISK_A, 5) for life in old_lives)
 
 
-async def test_a_new_directory_that_does_not_say_it_rejoins_is_still_refused(
-        tmp_path: pathlib.Path) -> None:
+@pytest.mark.parametrize("says_it_rejoins", [False, True], ids=["plain", "insecure-rejoin"])
+async def test_a_new_directory_is_refused_unless_it_rejoins_with_tls(
+        tmp_path: pathlib.Path, says_it_rejoins: bool) -> None:
+    """Without TLS a hello proves nothing: a forged "rejoining" one taken would make the peer
+    refuse the real replica's directory from then on."""
     ports = dict(enumerate(free_ports(2)))
     await _exchange(MeshReplica(tmp_path, 0, ports, Life(DISK_B, 1)),
                     MeshReplica(tmp_path, 1, ports, Life(DISK_A, 5)))
     peer = MeshReplica(tmp_path, 0, ports, Life(DISK_B, 2))
     plain = MeshReplica(tmp_path / "new-directory", 1, ports, Life(new_disk_id(), 0))
+    plain.mesh.rejoining = lambda: says_it_rejoins
     with anyio.fail_after(10):
         async with anyio.create_task_group() as group:
             await group.start(peer.mesh.run)
@@ -78,6 +96,8 @@ async def test_a_new_directory_that_does_not_say_it_rejoins_is_still_refused(
                 await anyio.sleep(0.01)
             group.cancel_scope.cancel()
     assert peer.inbox.frames == [] and peer.mesh.metrics[PEER_REJOINED] == 0
+    assert ("a rejoin needs TLS" in peer.mesh.refused[1]) is says_it_rejoins
+    assert PeerLives.load(peer.directory).of(1) == Life(DISK_A, 5)
 
 
 async def _run_quietly(replica: MeshReplica) -> None:

@@ -68,6 +68,13 @@ def test_a_wipe_while_another_replica_still_rejoins_is_a_plain_crash() -> None:
     assert (result.wipes, result.wipes_refused) == (1, 1)
 
 
+def test_two_of_five_replicas_lose_their_disks_at_once_and_both_rejoin() -> None:
+    options = SimOptions(seed=3, replica_count=5, **SHORT)  # type: ignore[arg-type]
+    result = run(options, parse_schedule("100:wipe:1:300,150:wipe:3:400,900:crash:0:200"))
+    assert_passed(result)
+    assert (result.wipes, result.wipes_refused) == (2, 0)
+
+
 def test_a_swarm_seed_with_wipes_passes() -> None:
     seed = next(seed for seed in range(100) if swarm(seed).wipe_every_ms)
     options = dataclasses.replace(swarm(seed, SimOptions(seed=seed)), safety_ms=1500,
