@@ -33,10 +33,12 @@ Asking all the others, not a majority, is what makes the forgetting sound: a rep
 missed the query could still complete a round on the old life's promise. So a replica rejoins
 only while every other replica is up. One that lost its disk too answers as well, saying it
 knows too little (`RejoinReport.cleared` False: while it asks it holds nothing, and until it
-is cleared it may lack its own lost life's votes); the asker takes what it holds only from the
-others, and only once fewer than f of them know too little, so that every quorum of f + 1
-that held its lost life still has a member among them: in 5 replicas two rejoin together, in
-3 one at a time (two lost at once in 3 wait for ever: a quorum that chose a value may have no
+is cleared it may lack its own lost life's votes); the asker completes only once fewer than f
+of them know too little (it still takes every report's bounds and promises: what a replica
+not yet cleared leads or accepted in its new life may be all that records a value chosen
+with the asker's lost vote), so that every quorum of f + 1 that held its lost life still has
+a member among them that knows all it voted on: in 5 replicas two rejoin together, in 3 one
+at a time (two lost at once in 3 wait for ever: a quorum that chose a value may have no
 member left that knows it). The gate is on disk (`RejoinRecord`) from the start, so a
 rejoining replica that crashes before it is done asks again after its restart.
 """
@@ -125,14 +127,18 @@ class Rejoin:
             ctx.count("rejoin.waiting_for_others_rejoining")
             self._reports = {report.sender: report for report in informative}
             return
+        # The bounds, promises and view come from every report, cleared or not: one not yet
+        # cleared may lack its own lost life's votes, but what its new life holds (the
+        # instances it leads, what it accepted above its bounds) may be all that records a
+        # value chosen with this replica's lost vote.
         count = ctx.replica_count
-        self.c_ends = tuple(max(report.c_max_index[space] for report in informative) + 1
+        self.c_ends = tuple(max(report.c_max_index[space] for report in reports) + 1
                             for space in range(count))
-        self.o_end = max(report.o_end for report in informative)
+        self.o_end = max(report.o_end for report in reports)
         self.collecting = False
         self._reports = {}
         ctx.count("rejoin.reported")
-        self._on_reported(informative, max(report.tag_epoch for report in reports))
+        self._on_reported(reports, max(report.tag_epoch for report in reports))
         # Last, after the promises, view and epoch it adopted: a write torn in this Ready
         # keeps a prefix of its records, and one that kept this record but lost those
         # would restart as if it held them.
