@@ -93,7 +93,8 @@ def test_init_on_a_used_directory_whose_log_is_gone_is_refused(
 def test_a_local_replica_is_started_with_init_the_first_time_only(
         tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Restarts (a crash fault, `cellar dev`'s failover) go without --init, as an operator's
-    do: a restart whose log is gone is refused, not begun afresh."""
+    do: a restart whose log is gone is refused, not begun afresh; a replica whose directory
+    was deleted (a live run's wipe) starts with --rejoin, never --init."""
     commands: list[list[str]] = []
 
     class Started:
@@ -106,7 +107,9 @@ def test_a_local_replica_is_started_with_init_the_first_time_only(
     process = ReplicaProcess(layout, 1)
     process.start()
     process.start()
-    assert ["--init" in command for command in commands] == [True, False]
+    process.start(rejoin=True)
+    assert [("--init" in command, "--rejoin" in command) for command in commands] == [
+        (True, False), (False, False), (False, True)]
     assert all(str(layout.config_path(1)) in command for command in commands)
 
 
@@ -228,22 +231,6 @@ def test_init_and_rejoin_together_are_a_usage_error(
     assert exit_.value.code == 2
     assert "not allowed with argument" in capsys.readouterr().err
     assert not layout.data_dir(0).exists()
-
-
-def test_a_local_replica_rejoins_with_rejoin_and_never_init(
-        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    commands: list[list[str]] = []
-
-    class Started:
-        def __init__(self, command: list[str], **kwargs: Any) -> None:
-            commands.append(command)
-
-    monkeypatch.setattr(subprocess, "Popen", Started)
-    layout = Layout(tmp_path / "cluster", 3, insecure=True)
-    layout.directory.mkdir(parents=True)
-    process = ReplicaProcess(layout, 1)
-    process.start(rejoin=True)
-    assert "--rejoin" in commands[0] and "--init" not in commands[0]
 
 
 def test_rejoin_again_on_a_directory_still_asking_goes_on_asking(

@@ -126,12 +126,17 @@ def test_its_tags_start_above_every_epoch_its_old_life_used() -> None:
     assert EpochRecord(old_epoch) in stepper.records[1]
 
 
-def test_without_a_floor_it_still_tags_above_every_tag_the_others_hold() -> None:
-    stepper = busy_cluster()
-    stepper.node(1).propose(b"in flight")  # a command of the old life the others still hold
+def old_command_in_flight(stepper: Stepper) -> int:
+    """Replica 1 proposes a command the others still hold when it loses its disk; its tag."""
+    stepper.node(1).propose(b"in flight")
     stepper.process(1)
     stepper.deliver()
-    held = max(command.tag for command in _commands_of(stepper, 0, origin=1))
+    return max(command.tag for command in _commands_of(stepper, 0, origin=1))
+
+
+def test_without_a_floor_it_still_tags_above_every_tag_the_others_hold() -> None:
+    stepper = busy_cluster()
+    held = old_command_in_flight(stepper)
     node = wipe(stepper, 1)
     for _ in range(40):
         stepper.round()

@@ -22,7 +22,14 @@ from consensus.prng import Prng
 from consensus.records import Record, RejoinRecord
 from consensus.replica import Replica
 from tests.consensus.stepper import Stepper
-from tests.consensus.test_rejoin import _commands_of, asking, busy_cluster, cleared, to, wipe
+from tests.consensus.test_rejoin import (
+    asking,
+    busy_cluster,
+    cleared,
+    old_command_in_flight,
+    to,
+    wipe,
+)
 
 
 def _torn_after_reported(records: list[Record]) -> list[Record]:
@@ -35,10 +42,7 @@ def _torn_after_reported(records: list[Record]) -> list[Record]:
 
 def test_a_torn_write_after_the_reports_keeps_the_adopted_promises_view_and_epoch() -> None:
     stepper = busy_cluster()
-    stepper.node(1).propose(b"in flight")  # a command of the old life the others still hold
-    stepper.process(1)
-    stepper.deliver()
-    held = max(command.tag for command in _commands_of(stepper, 0, origin=1))
+    held = old_command_in_flight(stepper)
     old_epoch = stepper.node(1).epoch
     peers = [stepper.node(0)._ctx, stepper.node(2)._ctx]  # a look inside, for the test
     view = max(ctx.view for ctx in peers)
