@@ -109,6 +109,11 @@ logger = logging.getLogger("cellar.transport")
 
 Address = tuple[str, int]
 PEER_HELLO = b"cellar-peer "  # followed by the dialer's `Hello`, as a JSON object
+# What replicas say to each other, and what they replicate, changes between builds (messages,
+# records, commands): builds of different protocols refuse each other's hellos, so a cluster
+# is never run by two (upgrade every replica together). A hello without the field is an
+# older build's. 3: the rejoin messages, and Ticks that name the machine's rules.
+PEER_PROTOCOL = 3
 HELLO_BYTES_MAX = 1024
 CONNECT_TIMEOUT_S = 5.0
 BACKOFF_INITIAL_S = 0.05
@@ -149,15 +154,16 @@ class Hello:
     life: Life = UNKNOWN_LIFE
     yours: Life = UNKNOWN_LIFE
     # The dialer lost its data directory and rejoins on a new one (`consensus.rejoin`); only
-    # a rejoining dialer sends the field, so other hellos read as before it existed.
+    # a rejoining dialer sends the field.
     rejoining: bool = False
+    protocol: int = PEER_PROTOCOL
 
     def encode(self) -> bytes:
         fields = {"replica_id": self.replica_id,
                   **{name: getattr(self.timing, name) for name in _TIMING_FIELDS},
                   "disk": self.life.disk, "epoch": self.life.epoch, "start": self.life.start,
                   "your_disk": self.yours.disk, "your_epoch": self.yours.epoch,
-                  "your_start": self.yours.start,
+                  "your_start": self.yours.start, "protocol": self.protocol,
                   **({"rejoining": True} if self.rejoining else {})}
         return PEER_HELLO + json.dumps(fields, sort_keys=True).encode()
 
@@ -181,11 +187,11 @@ class Hello:
         yours = Life(fields.pop("your_disk"), fields.pop("your_epoch"), fields.pop("your_start"))
         if not (life.is_valid() and yours.is_valid()):
             return None
-        replica_id = fields.pop("replica_id")
-        return cls(replica_id, LinkTiming(**fields), life, yours, rejoining)
+        replica_id, protocol = fields.pop("replica_id"), fields.pop("protocol")
+        return cls(replica_id, LinkTiming(**fields), life, yours, rejoining, protocol)
 
 
-_HELLO_INT_FIELDS = ("replica_id", *_TIMING_FIELDS, "epoch", "your_epoch")
+_HELLO_INT_FIELDS = ("replica_id", *_TIMING_FIELDS, "epoch", "your_epoch", "protocol")
 _HELLO_STR_FIELDS = ("disk", "start", "your_disk", "your_start")
 _HELLO_FIELDS = {*_HELLO_INT_FIELDS, *_HELLO_STR_FIELDS}
 
@@ -579,6 +585,11 @@ class PeerMesh:
             identity = None
         if hello is None or identity is None or not self._is_peer(identity):
             self.metrics[IDENTITY_REFUSED] += 1
+            return None
+        if hello.protocol != PEER_PROTOCOL:
+            self._refuse(hello.replica_id, f"it runs peer protocol {hello.protocol}, this "
+                         f"replica {PEER_PROTOCOL}: another build; every replica must run the "
+                         "same one (stop them all, upgrade, start them all)")
             return None
         if hello.timing != self.timing:
             self._refuse(hello.replica_id, "its lease timing differs: "

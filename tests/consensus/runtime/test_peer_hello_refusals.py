@@ -4,13 +4,20 @@ make it wait for, and buffer, a whole frame's worth of bytes."""
 
 from __future__ import annotations
 
+import json
 import pathlib
 
 import anyio
 import pytest
 
 from consensus.runtime.framing import HEADER, IDENTITY_REFUSED, TIMING_REFUSED, encode_frames
-from consensus.runtime.peers import HELLO_BYTES_MAX, PEER_HELLO, Hello, LinkTiming
+from consensus.runtime.peers import (
+    HELLO_BYTES_MAX,
+    PEER_HELLO,
+    PEER_PROTOCOL,
+    Hello,
+    LinkTiming,
+)
 from consensus.runtime.tls import Identity
 from tests.consensus.runtime.test_peers import (
     TIME_LIMIT_S,
@@ -101,3 +108,35 @@ async def test_frames_past_the_hello_cap_pass_once_the_hello_named_a_peer() -> N
             await stream.aclose()
             await running.stop()
             group.cancel_scope.cancel()
+
+
+def test_a_hello_of_a_build_before_protocols_parses_as_none() -> None:
+    """The hello of the build before (a49d2a1), which would apply this build's Ticks as
+    malformed and diverge: no protocol field, so no hello."""
+    older = PEER_HELLO + json.dumps({
+        "replica_id": 1, "tick_ms": 10, "lease_ticks": 40, "lease_drift_ticks": 4,
+        "disk": "", "epoch": 0, "start": "", "your_disk": "", "your_epoch": 0,
+        "your_start": ""}, sort_keys=True).encode()
+    assert Hello.parse(older) is None
+    assert Hello.parse(older.replace(b'{"disk"', b'{"protocol": 3, "disk"')) is not None
+
+
+async def test_a_peer_of_another_protocol_is_refused_and_told_why(
+        certificates: pathlib.Path) -> None:  # noqa: F811
+    ports = dict(enumerate(free_ports(2)))
+    inbox = Inbox()
+    mesh = mesh_of(certificates, 0, ports, inbox)
+    replica_1 = client_context(certificates, Identity.replica(1))
+    other = Hello(1, LinkTiming(), protocol=PEER_PROTOCOL + 1)
+    with anyio.fail_after(TIME_LIMIT_S):
+        async with anyio.create_task_group() as group:
+            running = await start(group, mesh)
+            stream = await dial(ports[0], replica_1)
+            await stream.send(encode_frames([other.encode(), b"from another build"]))
+            await eventually(lambda: 1 in mesh.refused)
+            await stream.aclose()
+            await running.stop()
+            group.cancel_scope.cancel()
+    assert inbox.frames == []
+    assert f"peer protocol {PEER_PROTOCOL + 1}, this replica {PEER_PROTOCOL}" in \
+        mesh.refused[1]
