@@ -59,7 +59,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def tick_command(now_ms: int) -> bytes:
-    del now_ms  # the envelope carries the time; Tick itself has no fields
+    del now_ms  # the envelope carries the time; the Tick names this build's rules
     return encode_command(system_tick())
 
 

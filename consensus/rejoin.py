@@ -59,7 +59,7 @@ class Rejoin:
                  "c_ends", "cleared", "collecting", "o_end")
 
     def __init__(self, ctx: Context,
-                 on_reported: Callable[[list[RejoinReport], int], None]) -> None:
+                 on_reported: Callable[[list[RejoinReport]], None]) -> None:
         self._ctx = ctx
         self._on_reported = on_reported
         self._reports: dict[int, RejoinReport] = {}
@@ -138,11 +138,11 @@ class Rejoin:
         self.collecting = False
         self._reports = {}
         ctx.count("rejoin.reported")
-        self._on_reported(reports, max(report.tag_epoch for report in reports))
+        self._on_reported(reports)
         # Last, after the promises, view and epoch it adopted: a write torn in this Ready
         # keeps a prefix of its records, and one that kept this record but lost those
         # would restart as if it held them.
-        self._ctx.persist(RejoinRecord(True, self.o_end, self.c_ends))
+        ctx.persist(RejoinRecord(True, self.o_end, self.c_ends))
 
     def describe(self) -> str | None:
         """Where a rejoin stands, for an operator; None where there is none."""
@@ -193,18 +193,16 @@ class Rejoin:
         rejoining itself says so (`cleared` False): while it asks it holds nothing (no
         promise of anyone's, it took part in nothing), and until it is cleared what it holds
         may lack its own lost life's votes."""
-        ctx = self._ctx
+        ctx, asker = self._ctx, message.sender
         count = ctx.replica_count
+        epoch = self._old_epochs.get(asker, 0)
         if self.collecting:
-            ctx.count("rejoin.reported_to_peer")
-            ctx.send(message.sender, RejoinReport(
-                ctx.id, ctx.view, (0,) * count, (-1,) * count, 0,
-                self._old_epochs.get(message.sender, 0), message.nonce, cleared=False))
-            return
-        forget(message.sender)
+            promised, max_indexes, o_end = (0,) * count, (-1,) * count, 0
+        else:
+            forget(asker)
+            promised = tuple(ctx.clog[space].promised for space in range(count))
+            max_indexes, o_end = ctx.clog.max_indexes(), ctx.olog.end
+            epoch = max(epoch, tag_epoch(asker))
         ctx.count("rejoin.reported_to_peer")
-        epoch = max(tag_epoch(message.sender), self._old_epochs.get(message.sender, 0))
-        ctx.send(message.sender, RejoinReport(
-            ctx.id, ctx.view, tuple(ctx.clog[space].promised for space in range(count)),
-            ctx.clog.max_indexes(), ctx.olog.end, epoch, message.nonce,
-            cleared=self.may_vote()))
+        ctx.send(asker, RejoinReport(ctx.id, ctx.view, promised, max_indexes, o_end, epoch,
+                                     message.nonce, cleared=self.may_vote()))

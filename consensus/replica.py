@@ -614,7 +614,7 @@ class Replica:
                         highest = command.tag
         return max(0, highest) >> TAG_COUNTER_BITS
 
-    def _on_rejoin_reported(self, reports: list[RejoinReport], tag_epoch: int) -> None:
+    def _on_rejoin_reported(self, reports: list[RejoinReport]) -> None:
         """Every other replica answered: keep their promises as its own, reserve every own
         index anyone holds, and start as a restart does (the owner's retake first)."""
         ctx, gate = self._ctx, self._rejoin_gate
@@ -627,7 +627,7 @@ class Replica:
             if promised > ctx.clog[space].promised:
                 ctx.clog[space].promise(promised)
                 ctx.persist(CPromiseRecord(space, promised))
-        ctx.epoch = max(ctx.epoch, tag_epoch)
+        ctx.epoch = max(ctx.epoch, *(report.tag_epoch for report in reports))
         own_end = gate.c_ends[ctx.id]
         if own_end > self._leader.reserved_upto:
             self._leader.reserve_upto(own_end)

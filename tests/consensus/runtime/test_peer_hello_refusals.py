@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import ssl
 
 import anyio
 import pytest
@@ -17,6 +18,7 @@ from consensus.runtime.peers import (
     PEER_PROTOCOL,
     Hello,
     LinkTiming,
+    PeerMesh,
 )
 from consensus.runtime.tls import Identity
 from tests.consensus.runtime.test_peers import (
@@ -58,12 +60,18 @@ async def test_a_deeply_nested_hello_is_refused_and_the_mesh_keeps_serving() -> 
             group.cancel_scope.cancel()
 
 
-async def test_a_certified_peer_sending_a_nested_hello_is_refused(
-        certificates: pathlib.Path) -> None:  # noqa: F811
+def certified_mesh(authority: pathlib.Path
+                   ) -> tuple[dict[int, int], Inbox, PeerMesh, ssl.SSLContext]:
+    """Replica 0's mesh of a group with certificates, and replica 1's client context."""
     ports = dict(enumerate(free_ports(2)))
     inbox = Inbox()
-    mesh = mesh_of(certificates, 0, ports, inbox)
-    replica_1 = client_context(certificates, Identity.replica(1))
+    mesh = mesh_of(authority, 0, ports, inbox)
+    return ports, inbox, mesh, client_context(authority, Identity.replica(1))
+
+
+async def test_a_certified_peer_sending_a_nested_hello_is_refused(
+        certificates: pathlib.Path) -> None:  # noqa: F811
+    ports, inbox, mesh, replica_1 = certified_mesh(certificates)
     with anyio.fail_after(TIME_LIMIT_S):
         async with anyio.create_task_group() as group:
             running = await start(group, mesh)
@@ -123,10 +131,7 @@ def test_a_hello_of_a_build_before_protocols_parses_as_none() -> None:
 
 async def test_a_peer_of_another_protocol_is_refused_and_told_why(
         certificates: pathlib.Path) -> None:  # noqa: F811
-    ports = dict(enumerate(free_ports(2)))
-    inbox = Inbox()
-    mesh = mesh_of(certificates, 0, ports, inbox)
-    replica_1 = client_context(certificates, Identity.replica(1))
+    ports, inbox, mesh, replica_1 = certified_mesh(certificates)
     other = Hello(1, LinkTiming(), protocol=PEER_PROTOCOL + 1)
     with anyio.fail_after(TIME_LIMIT_S):
         async with anyio.create_task_group() as group:
