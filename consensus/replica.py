@@ -254,10 +254,14 @@ class Replica:
             ctx.count("rejoin.dropped_while_asking")  # it knows no promise to keep yet
             return
         if message.view > ctx.view:
-            if ctx.is_sequencer and _promised_newer_view(message, ctx.view):
+            if ctx.is_sequencer and _promised_newer_view(message, ctx.view) and \
+                    self._sequencer.lease_valid():
                 # A replica promised a view this healthy sequencer's lease keeps it from
                 # winning, and it ignores this view meanwhile: move everyone past it. (One
                 # still in this view or an older one gets this view's log relayed instead.)
+                # Without a lease (a majority stopped renewing it: they suspect a straggler,
+                # or cannot hear it) the candidate can win, and must: bumping re-elected the
+                # suspected straggler itself.
                 self._election.bump(message.view)
             elif not isinstance(message, _VIEW_INDEPENDENT):
                 self._election.on_newer_view(message.view)

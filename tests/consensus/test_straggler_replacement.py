@@ -1,0 +1,34 @@
+"""Straggler detection must end with another sequencer: once a majority suspects the
+sequencer and lets its lease run out, the election they start must not hand the role
+straight back to it. (It did: the sequencer, seeing a vote request for a newer view,
+re-elected itself above it, as it does to keep a healthy view, and the voters, no longer
+suspecting anyone once they had adopted the candidate's view, voted for it.)"""
+
+from __future__ import annotations
+
+from consensus.messages import Suspect
+from tests.consensus.stepper import Stepper
+
+ROUNDS_MAX = 1500
+
+
+def test_a_sequencer_a_majority_suspects_is_not_re_elected() -> None:
+    cluster = Stepper(3)
+    for _ in range(20):
+        cluster.round()
+    assert cluster.node(0).inspect.is_sequencer
+    for replica in (1, 2):  # white-box: each follower's own straggler window fired
+        cluster.node(replica)._election._suspicions.add(replica)
+    for sender, target in ((1, 2), (2, 1), (1, 0), (2, 0)):  # and they told each other
+        cluster.node(target).step(Suspect(sender, 0))
+    assert all(cluster.node(replica)._election._suspecting for replica in (1, 2))
+    for _ in range(ROUNDS_MAX):
+        cluster.round()
+        serving = [replica for replica in cluster.live()
+                   if cluster.node(replica).inspect.is_sequencer]
+        if serving and cluster.node(serving[0]).inspect.view > 0:
+            break
+    else:
+        raise AssertionError("no new view was established")
+    views = {replica: cluster.node(replica).inspect.view for replica in cluster.live()}
+    assert serving != [0], f"the suspected sequencer won again: views {views}"
