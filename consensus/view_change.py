@@ -20,6 +20,13 @@ Slots no voter reports are holes:
   lost: the extra slots order C-instances m did propose.) The old sequencer, when it did not
   vote, is filled for last: its ready commands had slots a majority accepted, so a hole is
   never its own, and filled first it took the hole of R_m's ready command.
+  Known gap, the paper's too: a surplus slot given to m may order a C-instance m had not yet
+  proposed. If m, cut off and still in the old view, proposes a command there after a command
+  of a later slot became ready, the new command runs first (the paper's invariant 7 broken;
+  found by a review with a hand-stepped 5-replica schedule). Clients cannot see it: an answer
+  waits for execution, which waits for the surplus slot, so the two commands overlap in time.
+  Closing it would need m to retake its surplus indexes as no-ops on learning the view, and
+  to tell them from commands it proposed before the view change, which it cannot.
 
 The result is the log from `start` to the new end; the new sequencer has a majority accept it in
 the new view before it serves.
