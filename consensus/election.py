@@ -23,6 +23,9 @@ sequencer serves and that measure never fires; the delays do not adapt. When ord
 more than twice as long as replication (and `straggler_margin_ticks` more) for
 `straggler_rounds` windows in a row, the replica tells the others; once a majority agree, they
 stop renewing the lease and elect a new sequencer, at most once per `straggler_cooldown_ticks`.
+A replica still finding the sequencer slow says so again every `straggler_rounds` windows, so
+only suspicions heard within twice that count towards the majority: two slow patches an hour
+apart are no majority.
 """
 
 from __future__ import annotations
@@ -99,7 +102,7 @@ class Election:
         self.highest_view_seen = 0
         self._window_start = 0
         self._demand = self._served = self._slow_rounds = self._samples = 0
-        self._suspicions: set[int] = set()
+        self._suspicions: dict[int, int] = {}  # replica -> tick its suspicion was heard
         self._suspecting = False
         # False while this replica, started over on an empty disk, does not yet know every
         # slot its old life may have voted on (`consensus.rejoin`): it votes for no one.
@@ -114,7 +117,7 @@ class Election:
             self._votes.pop(replica, None)
         self._pre_votes.discard(replica)
         self._new_view_acks.discard(replica)
-        self._suspicions.discard(replica)
+        self._suspicions.pop(replica, None)
 
     # --- failure detection ------------------------------------------------------------------
 
@@ -424,17 +427,21 @@ class Election:
                 and ctx.now - self._last_change >= config.straggler_cooldown_ticks):
             self._slow_rounds = 0
             ctx.count("election.straggler_suspected")
-            self._suspicions.add(ctx.id)
+            self._suspicions[ctx.id] = ctx.now
             ctx.broadcast(Suspect(ctx.id, ctx.view))
             self._check_suspicions()
 
     def on_suspect(self, message: Suspect) -> None:
         if message.view == self._ctx.view and self._ctx.status is Status.NORMAL:
-            self._suspicions.add(message.sender)
+            self._suspicions[message.sender] = self._ctx.now
             self._check_suspicions()
 
     def _check_suspicions(self) -> None:
         ctx = self._ctx
+        config = ctx.config
+        fresh_ticks = 2 * config.straggler_rounds * config.straggler_window_ticks
+        self._suspicions = {replica: heard for replica, heard in self._suspicions.items()
+                            if ctx.now - heard <= fresh_ticks}
         if ctx.id in self._suspicions and len(self._suspicions) >= ctx.majority and \
                 not self._suspecting:
             self._suspecting = True  # no more lease renewals; elect once the lease ends
