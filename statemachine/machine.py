@@ -27,6 +27,7 @@ from statemachine.query_codec import decode_query, encode_answer
 from statemachine.record_codec import DecodeError
 from statemachine.result_codec import encode_result
 from statemachine.results import Result
+from statemachine.rules import check_known
 from statemachine.sessions import Sessions, command_checksum, session_key
 from statemachine.snapshot_codec import decode_snapshot, digest_of, encode_snapshot
 from statemachine.state import State
@@ -100,7 +101,9 @@ class Machine:
         return encode_snapshot(self.state, self.sessions, self.applied_index)
 
     def restore(self, snapshot: bytes) -> None:
-        self.state, self.sessions, self.applied_index = decode_snapshot(snapshot)
+        state, sessions, applied_index = decode_snapshot(snapshot)
+        check_known(state.rules_version)  # a later build's state: stop, as its Tick would
+        self.state, self.sessions, self.applied_index = state, sessions, applied_index
 
     def digest(self) -> bytes:
         return digest_of(self.snapshot())

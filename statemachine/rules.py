@@ -15,7 +15,8 @@ replicated state (`State.rules_version`), and only a log entry changes them:
   snapshot it replayed from;
 - a replica whose build does not know the version a Tick names stops (`RulesTooNew`) rather
   than apply rules it does not have: a replica left on an older build halts instead of
-  diverging.
+  diverging. So does one handed a snapshot whose state already holds such a version (an
+  upgraded peer's, at catch-up): it would apply the commands after it by its own rules.
 
 Version 0 is the rules of every build before versions existed, as this build applies them
 (the changes of those builds were not gated: an upgrade from one of them can still split
@@ -48,9 +49,14 @@ class RulesTooNew(Exception):
         self.version = version
 
 
-def raise_rules(state: State, version: int) -> None:
-    """A Tick named `version`: the rules in force from the next command on, never lower."""
+def check_known(version: int) -> None:
+    """RulesTooNew unless this build applies the rules of `version`."""
     if version > RULES_VERSION:
         raise RulesTooNew(version)
+
+
+def raise_rules(state: State, version: int) -> None:
+    """A Tick named `version`: the rules in force from the next command on, never lower."""
+    check_known(version)
     if version > state.rules_version:
         state.set(state, "rules_version", version)
