@@ -61,6 +61,7 @@ TLS_REFUSED = "transport.tls_refused"  # handshake failed: no certificate, wrong
 IDENTITY_REFUSED = "transport.identity_refused"  # a valid certificate, but the wrong identity
 # A peer whose hello names other lease timing than ours (or that sent no hello): peers.py
 TIMING_REFUSED = "transport.peers_refused_timing"
+PROTOCOL_REFUSED = "transport.peers_refused_protocol"  # a peer of another build (peers.py)
 LIFE_REFUSED = "transport.peers_refused_life"  # a peer that forgot (peer_lives.py)
 PEER_REJOINED = "transport.peers_rejoined"  # a peer heard on a new disk, rejoining
 DIALS_FAILED = "transport.dials_failed"

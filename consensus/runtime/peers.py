@@ -23,7 +23,8 @@ accepted, so the two directions between a pair fail and recover independently.
   own clock, so a replica counting longer ticks than its followers would trust its lease past
   their promises and could serve a stale read: the acceptor refuses a peer whose timing differs
   from its own (or that sent no hello), logs an error naming both values, and counts it
-  (`TIMING_REFUSED`). Each side dials the other, so both refuse, and both say why.
+  (`TIMING_REFUSED`). Each side dials the other, so both refuse, and both say why. A hello
+  naming another build's peer protocol is refused the same way (`PROTOCOL_REFUSED`).
 - The hello also carries the dialer's life (its data directory's id and its start on it) and
   the life it last heard of the replica it dials: a peer that comes back having forgotten (on
   an empty directory, or an older copy) is refused by those that heard it (`LIFE_REFUSED`),
@@ -78,6 +79,7 @@ from consensus.runtime.framing import (
     IDENTITY_REFUSED,
     LIFE_REFUSED,
     PEER_REJOINED,
+    PROTOCOL_REFUSED,
     RECONNECTS,
     TIMING_REFUSED,
     WRITE_BYTES_MAX,
@@ -589,7 +591,8 @@ class PeerMesh:
         if hello.protocol != PEER_PROTOCOL:
             self._refuse(hello.replica_id, f"it runs peer protocol {hello.protocol}, this "
                          f"replica {PEER_PROTOCOL}: another build; every replica must run the "
-                         "same one (stop them all, upgrade, start them all)")
+                         "same one (stop them all, upgrade, start them all)",
+                         metric=PROTOCOL_REFUSED)
             return None
         if hello.timing != self.timing:
             self._refuse(hello.replica_id, "its lease timing differs: "
