@@ -3,7 +3,8 @@
 Under load a connection carries many small frames (a response per command, a request per
 call); writing each on its own costs a TLS record and a system call apiece. Callers `put`
 frames (never blocking: the caller bounds how many can be queued, e.g. by requests in flight)
-and one writer task takes everything queued since its last write and sends it with one
+and one writer task takes everything queued since its last write (up to one merged write's
+WRITE_BYTES_MAX, so `on_written` hears of progress a megabyte at a time) and sends it with one
 `send_many`. The writer ends, and `put` raises, once the connection is broken or the outbox
 closed.
 
@@ -19,6 +20,7 @@ from collections.abc import Callable
 import anyio
 
 from consensus.runtime.deadlines import Doorbell
+from consensus.runtime.framing import HEADER_BYTES, WRITE_BYTES_MAX, merged_batch_end
 from consensus.runtime.streams import FrameStream
 
 
@@ -55,6 +57,22 @@ class Outbox:
         self.queued_bytes = 0
         self._doorbell.ring()
 
+    def _take(self) -> tuple[list[bytes], int]:
+        """The frames of the next write and their bytes: all those queued, or, past
+        WRITE_BYTES_MAX, as many as one merged write holds (at least one). A write of all of
+        them (hundreds of megabytes of answers to a slow reader) told `on_written` nothing
+        until its very end: the server took a reader for one that stopped, and dropped it."""
+        frames, queued_bytes = self._frames, self.queued_bytes
+        if queued_bytes + HEADER_BYTES * len(frames) <= WRITE_BYTES_MAX:
+            self._frames, self.queued_bytes = [], 0
+            return frames, queued_bytes
+        end = merged_batch_end(frames, 0, WRITE_BYTES_MAX)
+        taken = frames[:end]
+        del frames[:end]
+        taken_bytes = sum(map(len, taken))
+        self.queued_bytes -= taken_bytes
+        return taken, taken_bytes
+
     async def run(self) -> None:
         """Write queued frames until the stream breaks or `close` (or this task is
         cancelled)."""
@@ -63,8 +81,7 @@ class Outbox:
                 if not self._frames:
                     await self._doorbell.sleep()
                     continue
-                frames, written_bytes = self._frames, self.queued_bytes
-                self._frames, self.queued_bytes = [], 0
+                frames, written_bytes = self._take()
                 await self._stream.send_many(frames)
                 if self._on_written is not None:
                     self._on_written(len(frames), written_bytes)

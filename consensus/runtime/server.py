@@ -34,7 +34,10 @@ ANSWERS_QUEUED_BYTES_MAX of them wait unwritten, the server takes no new request
 client whose answers stay over that bound with no write going through for ANSWERS_STALL_S (it
 stopped reading) is dropped and counted, so a thousand large answers do not stay in the
 replica's memory for as long as it idles. A burst over the bound that a reader drains is only
-paused, never dropped. The bound is checked between requests, while the answers come later: a
+paused, never dropped. That stall is also looked for once every ANSWERS_STALL_S by a task of
+its own: a client silent after one burst leaves the reader waiting in `receive` for good, and
+its answers (those being written included) held the server's budget for as long as its kernel
+kept the connection. The bound is checked between requests, while the answers come later: a
 client that sends a thousand requests in one burst has them all taken before the first is
 answered. So no connection holds more than ANSWERS_HELD_FACTOR times the bound: an answer past
 that is replaced by a short error (OVERLOADED for a query, UNKNOWN for a command's reply, which
@@ -140,6 +143,7 @@ class ClientServer:
         try:
             async with anyio.create_task_group() as tasks:
                 tasks.start_soon(answers.write_until_broken, tasks.cancel_scope)
+                tasks.start_soon(answers.drop_when_stalled, tasks.cancel_scope)
                 while not outbox.broken:
                     if answers.over() and \
                             not await answers.drained():  # (no coroutine per request otherwise)
@@ -263,8 +267,8 @@ class _Answers:
     frame cap (TOO_LARGE in its place when it is over), each returning its request's permit
     once written, its bytes counted in the server's budget until then."""
 
-    __slots__ = ("_budget", "_limiter", "_metrics", "_written", "held_bytes", "outbox",
-                 "watches")
+    __slots__ = ("_budget", "_limiter", "_metrics", "_writes", "_written", "held_bytes",
+                 "outbox", "watches")
 
     def __init__(self, connection: FrameStream, limiter: anyio.Semaphore, metrics: Metrics,
                  budget: _AnswerBudget) -> None:
@@ -272,6 +276,7 @@ class _Answers:
         self._metrics = metrics
         self._budget = budget
         self._written = Doorbell()  # rung after each write
+        self._writes = 0  # writes gone through, for `drop_when_stalled`
         self.held_bytes = 0  # of the answers queued or being written, all in `budget` too
         self.outbox = Outbox(connection, on_written=self._wrote)
         self.watches: dict[int, anyio.CancelScope] = {}  # waiting, by request id (a Cancel's)
@@ -280,7 +285,7 @@ class _Answers:
         """Whether to take no request now: over this connection's own bound, or over its fair
         share while the server is over its budget (module docstring)."""
         budget = self._budget
-        return self.outbox.queued_bytes > ANSWERS_QUEUED_BYTES_MAX or (
+        return self.held_bytes > ANSWERS_QUEUED_BYTES_MAX or (
             budget.held_bytes > budget.bytes_max and self.held_bytes > ANSWERS_FAIR_BYTES)
 
     def end(self) -> None:
@@ -290,6 +295,7 @@ class _Answers:
         self._hold(-self.held_bytes)
 
     def _wrote(self, permits: int, size: int) -> None:
+        self._writes += 1
         self._hold(-size)
         self._release(permits)
 
@@ -307,6 +313,23 @@ class _Answers:
                 await self.outbox.run()
         finally:
             connection.cancel()
+
+    async def drop_when_stalled(self, connection: anyio.CancelScope) -> None:
+        """End the `connection` (counted) once its answers stayed over the bound through a
+        whole ANSWERS_STALL_S with no write going through, whatever its reader waits for: a
+        client silent after one burst leaves the reader in `receive` (or waiting for a
+        permit) for ever, so the reader's own check (`drained`) never runs, and its answers
+        held their place in the server's budget for as long as its kernel kept the
+        connection open. One look per ANSWERS_STALL_S: a timer, not a task per answer."""
+        writes, was_over = self._writes, False
+        while True:
+            await anyio.sleep(ANSWERS_STALL_S)
+            over = self.over()
+            if over and was_over and self._writes == writes:
+                self._metrics.count("server.slow_clients_dropped")
+                connection.cancel()
+                return
+            writes, was_over = self._writes, over
 
     async def drained(self) -> bool:
         """Once this connection may take requests again (`over` no longer; at once if so);
@@ -344,7 +367,7 @@ class _Answers:
             return
         budget = self._budget
         size = len(frame)
-        if outbox.queued_bytes + size > ANSWERS_HELD_FACTOR * ANSWERS_QUEUED_BYTES_MAX or (
+        if self.held_bytes + size > ANSWERS_HELD_FACTOR * ANSWERS_QUEUED_BYTES_MAX or (
                 budget.held_bytes + size > budget.held_max and
                 self.held_bytes + size > ANSWERS_FAIR_BYTES):
             self._metrics.count("server.answers_shed")
