@@ -150,13 +150,20 @@ def _encode_status(request_id: int) -> bytes:
 
 
 def _no_result(handed_over: bool, deadline_s: float, session: str, sequence: int,
-               unreached: _NotSent | None = None) -> ClientError:
+               unreached: _NotSent | None = None, *, refused: str = "") -> ClientError:
     """The error for a command whose deadline passed without a result."""
     if handed_over:
         return OutcomeUnknown(f"no result within {deadline_s:.1f} s; the command (session "
                               f"{session}, sequence {sequence}) may still be applied")
     return Unavailable(f"no replica took the command within {deadline_s:.1f} s"
-                       f"{_last_failure(unreached)}")
+                       f"{_last_failure(unreached)}{_last_refusal(refused)}")
+
+
+def _last_refusal(refused: str) -> str:
+    """What the last replica that refused the request (OVERLOADED) said, for an Unavailable:
+    a budget too small for the request refuses it at every try, and only the replica says
+    why."""
+    return f" (last refused: {refused})" if refused else ""
 
 
 def _last_failure(unreached: _NotSent | None) -> str:
@@ -445,6 +452,7 @@ class CellarClient:
 
         handed_over = False  # whether a try may have reached a replica
         unreached: _NotSent | None = None  # the last try that could not connect
+        refused = ""  # what the last OVERLOADED answer said
         try:  # not contextlib.suppress: that costs 0.6 us, and this runs once per command
             while True:
                 for endpoint in self._rotation(now):
@@ -464,10 +472,13 @@ class CellarClient:
                     if (refusal := _refusal(response)) is not None:
                         raise refusal
                     handed_over |= response.code is Code.UNKNOWN
+                    if response.code is Code.OVERLOADED:
+                        refused = response.message
                     await self._pause(deadline)
                 await self._pause(deadline)
         except _Expired:  # _attempt raises it once the deadline passed
-            raise _no_result(handed_over, deadline_s, name, sequence, unreached) from None
+            raise _no_result(handed_over, deadline_s, name, sequence, unreached,
+                             refused=refused) from None
         finally:
             self._sessions.give_back(session)
 
@@ -570,6 +581,7 @@ class CellarClient:
         (anyio's clock): a refusal is raised, and Unavailable once the deadline passed. An
         OK answer at a slot below `after_slot` (a watch's) counts as none (`_behind`)."""
         unreached: _NotSent | None = None  # the last try that could not connect
+        refused = ""  # what the last OVERLOADED answer said
         try:  # not contextlib.suppress, as in propose
             while True:
                 for endpoint in self._rotation(self._now()):
@@ -584,10 +596,13 @@ class CellarClient:
                         return response
                     if response is not None and (refusal := _refusal(response)) is not None:
                         raise refusal
+                    if response is not None and response.code is Code.OVERLOADED:
+                        refused = response.message
                 await self._pause(deadline)
         except _Expired:
             pass
-        raise Unavailable(f"no replica answered the {what} in time{_last_failure(unreached)}")
+        raise Unavailable(f"no replica answered the {what} in time{_last_failure(unreached)}"
+                          f"{_last_refusal(refused)}")
 
     async def status(self, endpoint: str) -> dict[str, Any]:
         deadline = self._now() + self.config.deadline_s

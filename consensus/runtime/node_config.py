@@ -31,7 +31,8 @@ each other where they differ (consensus/runtime/peers.py).
 
 A limit below its floor in LIMIT_MINIMUMS is refused: the peer mesh drops a frame over
 `frame_bytes_max`, so a cap below the largest frame the protocol builds (a catch-up reply)
-would leave a lagging replica asking for ever.
+would leave a lagging replica asking for ever, and a byte budget below one valid request
+(`proposal_bytes_max`, `watch_bytes_max`) would refuse it OVERLOADED at every try.
 
 Every error names the key and the reason, e.g. `peers[1].client: "localhost" is not
 HOST:PORT`, and the process exits before touching its data directory. The TLS files are loaded
@@ -46,8 +47,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from consensus.catchup import FETCH_REPLY_BYTES_MAX
-from consensus.codec import BATCH_COMMANDS_MAX, MESSAGE_BYTES_MAX
+from consensus.codec import BATCH_COMMANDS_MAX, ENVELOPE_BYTES_MAX, MESSAGE_BYTES_MAX
 from consensus.config import REPLICA_COUNT_MAX, Defect
+from consensus.envelope import BODY_BYTES_MAX
 from consensus.runtime.certs import identity_in_file
 from consensus.runtime.config_fields import (
     Address,
@@ -63,6 +65,7 @@ from consensus.runtime.config_fields import (
     tls_files,
 )
 from consensus.runtime.tls import Identity, IdentityRefused, TlsConfig, TlsFileRefused
+from consensus.runtime.watch_budget import PRINCIPAL_SHARE
 
 __all__ = ["Address", "NodeConfig", "NodeConfigError", "PeerEntry", "TlsFiles",
            "check_tls_files", "load_node_config", "load_peers", "parse_node_config"]
@@ -80,7 +83,13 @@ LIMIT_DEFAULTS = {
     "proposal_bytes_max": 256 << 20,  # client commands held and not yet executed
     "watch_bytes_max": 64 << 20,  # watches' queries while they wait (watch_budget.py)
 }
-LIMIT_MINIMUMS = {"frame_bytes_max": FETCH_REPLY_BYTES_MAX}
+# A budget below one valid request refuses it OVERLOADED at every try, for ever, its budget
+# empty: the client retries its whole deadline and says no replica took it. So the proposal
+# budget takes the largest command, and a principal's share of the watches' budget (an eighth,
+# watch_budget.py) the largest query.
+LIMIT_MINIMUMS = {"frame_bytes_max": FETCH_REPLY_BYTES_MAX,
+                  "proposal_bytes_max": ENVELOPE_BYTES_MAX,
+                  "watch_bytes_max": PRINCIPAL_SHARE * BODY_BYTES_MAX}
 # A C-instance with more commands decodes nowhere: not at the peers, not from the replica's
 # own log at its next start. A frame larger than the codec's cap no client reads (it drops the
 # connection instead of getting TOO_LARGE).
