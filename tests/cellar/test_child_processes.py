@@ -84,8 +84,9 @@ def test_the_grace_period_is_shared_not_one_per_process(
 # A parent that starts a sleeping child the way the commands start replicas, says its pid,
 # then waits to be killed.
 PARENT = """
-import subprocess, sys, time
+import signal, subprocess, sys, time
 from cellar.child_processes import bound_to_parent
+signal.signal(signal.SIGHUP, signal.SIG_DFL)  # started under nohup, it would ignore SIGHUP
 child = subprocess.Popen(bound_to_parent([sys.executable, "-c", "import time; time.sleep(60)"]))
 print(child.pid, flush=True)
 time.sleep(60)
