@@ -534,7 +534,14 @@ class Leader:
                    default=-1)
 
     def lowest_unfinished(self) -> int:
-        return max(min(self._inflight, default=self.next_index), self._ctx.clog[self._ctx.id].base)
+        """Where a retake starts: the lowest own index in flight, or accepted here and not
+        committed. The latter may hold a proposal of an earlier retake cut short by a crash,
+        at a ballot a restart does not resume: left below the retake, it waits for other
+        replicas to recover it, one stalled index per recovery period when their quorum
+        misses it, and every replica's execution (and so every proposal) waits with it."""
+        space = self._ctx.clog[self._ctx.id]
+        undecided = [index for index, slot in space.slots.items() if not slot.committed]
+        return max(min([self.next_index, *self._inflight, *undecided]), space.base)
 
     def forget_below(self, base: int) -> None:
         """A snapshot covers own indexes below `base`: they were decided elsewhere, with a
