@@ -35,6 +35,7 @@ from agent.pods import Pods
 from agent.registered_gpus import RegisteredGpus
 from agent.store_link import NodeGpus, StoreLink, is_stale
 from consensus.runtime.metrics_http import serve_metrics
+from consensus.runtime.storage_lock import DirectoryLock
 from statemachine.commands import GpuLink
 from statemachine.store import EffectsTrimmed, GpuStore
 
@@ -62,6 +63,16 @@ class Agent:
         self._offered: tuple[DeviceInfo, ...] = ()  # the GPUs of the last registration tried
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Serve until cancelled; raises DataDirectoryLocked when another agent runs on the
+        state directory (both would start the same pods and drop each other's job records)."""
+        self.config.state_dir.mkdir(parents=True, exist_ok=True)
+        lock = DirectoryLock.acquire(self.config.state_dir)
+        try:
+            await self._run(task_status)
+        finally:
+            lock.release()
+
+    async def _run(self, task_status: TaskStatus[None]) -> None:
         devices = await self._start_backend()
         self.view.devices = devices
         tracker = self._tracker(devices)
@@ -72,7 +83,6 @@ class Agent:
                           poll_ms=intervals.poll_ms, event_wait_ms=intervals.event_wait_ms,
                           retry_ms_max=intervals.retry_ms_max)
         await self._first_look(monitor)
-        self.config.state_dir.mkdir(parents=True, exist_ok=True)
         async with JobRunner(self.config.state_dir, local_gpu_uuids=[d.uuid for d in devices],
                              gpus=self.backend, limits=self.config.jobs,
                              leftovers=monitor) as runner:

@@ -9,8 +9,10 @@ resolves one sample's Readings into `Values`:
   cannot be read;
 - each signal's last good value, and when it was read, is the base of its counter deltas, so a
   failed read between two good ones loses no increment;
-- a signal that failed `failed_reads_to_unknown` polls in a row opens an UNKNOWN incident on its
-  watch ("<signal>_unreadable"), which closes at the next read that does not fail;
+- a signal that failed `failed_reads_to_unknown` polls in a row, or failed with no good value
+  read yet (there is none to keep: a GPU whose every read fails is not healthy), opens an
+  UNKNOWN incident on its watch ("<signal>_unreadable"), which closes at the next read that
+  does not fail;
 - an essential signal (the policy lists them) that is unsupported opens an UNKNOWN incident
   ("<signal>_unsupported"): that watch is blind on this GPU;
 - any read of the sample, tracked or not, that failed with a corrupted InfoROM (NVML 14) opens
@@ -177,12 +179,12 @@ class SignalMemory:
     def _failed(self, name: str, failure: Failed, threshold: int) -> Iterator[Check]:
         count = self._failures.get(name, (0, failure))[0] + 1
         self._failures[name] = (count, failure)
-        if count < threshold:
-            return
         last = self._last_good.get(name)
+        if count < threshold and last is not None:
+            return
         known = f"last good value {last[0]} read at {last[1]} ms" if last else "no good value yet"
-        message = (f"{name} unreadable {threshold}+ polls in a row (NVML {failure.code}: "
-                   f"{failure.message}); {known}")
+        runs = f" {threshold}+ polls in a row" if last else ""
+        message = f"{name} unreadable{runs} (NVML {failure.code}: {failure.message}); {known}"
         yield Check(watch_of(name), f"{name}_unreadable", HealthStatus.UNKNOWN, capped(message))
 
 

@@ -6,10 +6,11 @@ removed once the job's exit has been seen. The file is one JSON object:
 
     {"format": "cellar-agent-jobs", "version": 1,
      "jobs": [{"group", "pod_uid", "gpu_uuids", "command", "env": [[name, value], ...],
-               "pid", "pgid", "start_ticks", "started_unix_ns", "log_path"}, ...]}
+               "pid", "pgid", "start_ticks", "started_unix_ns", "log_path", "boot_id"}, ...]}
 
 with the jobs sorted by pod uid. `start_ticks` is field 22 of /proc/<pid>/stat: with the pid
-it names the process across pid reuse.
+it names the process across pid reuse, within the boot `boot_id` names (the kernel's; absent
+from records written before it was kept).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class JobRecord:
     start_ticks: int
     started_unix_ns: int
     log_path: str
+    boot_id: str = ""  # the kernel's boot id at the launch; "" when not known
 
 
 class JobRecords:
@@ -70,7 +72,8 @@ def _encode(record: JobRecord) -> dict[str, Any]:
             "gpu_uuids": list(binding.gpu_uuids), "command": list(binding.command),
             "env": [list(pair) for pair in binding.env], "pid": record.pid,
             "pgid": record.pgid, "start_ticks": record.start_ticks,
-            "started_unix_ns": record.started_unix_ns, "log_path": record.log_path}
+            "started_unix_ns": record.started_unix_ns, "log_path": record.log_path,
+            "boot_id": record.boot_id}
 
 
 def _load(path: pathlib.Path) -> dict[str, JobRecord]:
@@ -102,7 +105,7 @@ def _decode(job: dict[str, Any]) -> JobRecord:
     return JobRecord(binding=binding, pid=_number(job["pid"]), pgid=_number(job["pgid"]),
                      start_ticks=_number(job["start_ticks"]),
                      started_unix_ns=_number(job["started_unix_ns"]),
-                     log_path=_text(job["log_path"]))
+                     log_path=_text(job["log_path"]), boot_id=_text(job.get("boot_id", "")))
 
 
 def _text(value: object) -> str:

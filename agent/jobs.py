@@ -51,7 +51,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from agent import job_group, procfs
-from agent.binding import Binding, job_environment, refusal
+from agent.binding import POD_UID_MARK, Binding, job_environment, refusal
 from agent.gpu_release import GpuProcesses, ReleaseCheck, wait_released
 from agent.job_limits import JobLimits
 from agent.job_logs import LOGS_NAME, cap_log, log_path, open_log, prune_logs
@@ -114,6 +114,12 @@ class JobRunner:
         self._logs.mkdir(parents=True, exist_ok=True)
         self._ledger = StartedLedger(state_dir, self.limits.started_remembered_max)
         self._records = JobRecords(state_dir)
+        self._boot_id = procfs.boot_id()
+        # The last uid launched, when no record names it: an agent killed between a launch and
+        # its record left that job running; the first reconcile finds it by its mark.
+        newest = self._ledger.newest()
+        recorded = {record.binding.pod_uid for record in self._records.all()}
+        self._unrecorded = newest if newest not in recorded else None
         self._jobs: dict[str, _Job] = {}
         # Jobs that ended, whose exit is on its way to the store: neither running nor lost,
         # and never to start again (the store still has them bound until it hears).
@@ -262,7 +268,8 @@ class JobRunner:
         ticks = procfs.start_ticks(pid)
         assert ticks is not None, "an unreaped child is in /proc"
         return JobRecord(binding=binding, pid=pid, pgid=pid, start_ticks=ticks,
-                         started_unix_ns=time.time_ns(), log_path=str(path))
+                         started_unix_ns=time.time_ns(), log_path=str(path),
+                         boot_id=self._boot_id)
 
     async def _abandon(self, record: JobRecord) -> None:
         """Kill a job whose record could not be written: no restarted agent could find it."""
@@ -421,45 +428,71 @@ class JobRunner:
         """Match the store's bindings for this node against the ledger and the live processes;
         adopt every recorded job still running. See `ReconcileReport` for what the caller
         must do with the answer."""
-        wanted: dict[str, Binding] = {}
+        # By gang and uid: uids are unique only within a gang, and another gang's job of the
+        # same uid is neither this pod (to adopt) nor one the store wants (not to stop).
+        wanted: dict[tuple[str, str], Binding] = {}
         for binding in expected:
-            wanted.setdefault(binding.pod_uid, binding)
+            wanted.setdefault((binding.group, binding.pod_uid), binding)
         async with self._locked():
             dead = await self._adopt_records()
+            dead.update(await self._find_unrecorded({b.pod_uid: b for b in reversed(expected)}))
         async with anyio.create_task_group() as tasks:
             for record in dead.values():
                 tasks.start_soon(functools.partial(self._end_leftovers, record,
                                                    marked_only=True))
-        running = {uid: job.record.binding for uid, job in self._jobs.items()}
-        gone = {uid: binding for uid, binding in wanted.items()
-                if uid not in running and uid not in self._unreported}  # its exit is on its way
-        started = {uid for uid in gone if uid in self._ledger or uid in dead}
+        running = {(job.record.binding.group, uid): job.record.binding
+                   for uid, job in self._jobs.items()}
+        gone = {key: binding for key, binding in wanted.items()
+                if key not in running and key[1] not in self._unreported}  # exit on its way
+        started = {key for key in gone if key[1] in self._ledger or key[1] in dead}
         return ReconcileReport(
-            adopted=_by_uid(binding for uid, binding in running.items() if uid in wanted),
-            lost=tuple(Exited(pod_uid=uid, group=gone[uid].group, exit_code=EXIT_CODE_UNKNOWN,
-                              reason=REASON_LOST) for uid in sorted(started)),
-            to_start=_by_uid(binding for uid, binding in gone.items() if uid not in started),
-            to_stop=_by_uid(binding for uid, binding in running.items() if uid not in wanted))
+            adopted=_by_uid(binding for key, binding in running.items() if key in wanted),
+            lost=tuple(Exited(pod_uid=uid, group=group, exit_code=EXIT_CODE_UNKNOWN,
+                              reason=REASON_LOST)
+                       for group, uid in sorted(started, key=lambda key: (key[1], key[0]))),
+            to_start=_by_uid(binding for key, binding in gone.items() if key not in started),
+            to_stop=_by_uid(binding for key, binding in running.items() if key not in wanted))
 
     async def _adopt_records(self) -> dict[str, JobRecord]:
         """Watch every recorded job whose first process still runs; forget the others and
-        return them."""
+        return those of this boot (a reboot ended every process of an earlier one, and a
+        process of this boot may hold a recorded pid and start time: it is no job's)."""
         dead: dict[str, JobRecord] = {}
+        earlier_boot: list[str] = []
         for record in self._records.all():
             uid = record.binding.pod_uid
             if uid in self._jobs:
                 continue
-            if procfs.is_alive(record.pid, record.start_ticks):
+            if record.boot_id and record.boot_id != self._boot_id:
+                earlier_boot.append(uid)
+            elif procfs.is_alive(record.pid, record.start_ticks):
                 logger.info("adopting %s (pid %d)", uid, record.pid)
                 self._track(record, child=False)
             else:
                 dead[uid] = record
-        if dead:
+        if dead or earlier_boot:
             try:
-                await anyio.to_thread.run_sync(lambda: self._records.forget(*dead))
+                await anyio.to_thread.run_sync(
+                    lambda: self._records.forget(*dead, *earlier_boot))
             except OSError:
                 logger.exception("cannot forget ended jobs in %s", self._records.path)
         return dead
+
+    async def _find_unrecorded(self, wanted: Mapping[str, Binding]) -> dict[str, JobRecord]:
+        """The job launched last by an earlier runner and never recorded, if it still runs: a
+        record to end it by (its processes carry its mark), as a dead job's leftovers are; the
+        store hears it lost, or never knew it. Looked for once per runner."""
+        uid, self._unrecorded = self._unrecorded, None
+        if uid is None or uid in self._jobs:
+            return {}
+        leaders = await anyio.to_thread.run_sync(procfs.marked_leaders, POD_UID_MARK, uid)
+        if not leaders:
+            return {}
+        pid, ticks = min(leaders.items())
+        logger.warning("%s (pid %d) was launched but never recorded: stopping it", uid, pid)
+        binding = wanted.get(uid) or Binding(group="", pod_uid=uid, gpu_uuids=(), command=())
+        return {uid: JobRecord(binding=binding, pid=pid, pgid=pid, start_ticks=ticks,
+                               started_unix_ns=0, log_path="")}
 
     def _locked(self) -> anyio.Lock:
         assert self._lock is not None, "use the runner inside `async with`"
@@ -480,4 +513,4 @@ async def _signal_job(record: JobRecord, sig: signal.Signals, *, marked_only: bo
 
 
 def _by_uid(bindings: Iterable[Binding]) -> tuple[Binding, ...]:
-    return tuple(sorted(bindings, key=lambda binding: binding.pod_uid))
+    return tuple(sorted(bindings, key=lambda binding: (binding.pod_uid, binding.group)))

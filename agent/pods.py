@@ -83,7 +83,7 @@ class Pods:
         and begin stopping what the store does not know, in `stops`: a stop can outlast a
         lease (grace, kill wait, GPU release), and nothing here waits for one."""
         report = await self.runner.reconcile([binding_of(pod) for pod in registered.pods])
-        evicting = {pod.pod_uid for pod in registered.pods if pod.evicting}
+        evicting = {(pod.group, pod.pod_uid) for pod in registered.pods if pod.evicting}
         for binding in report.adopted:
             await self._acknowledge(binding)
         for exited in report.lost:
@@ -92,7 +92,7 @@ class Pods:
         for binding in report.to_stop:  # first: a pod to start may need their GPUs
             stops.start_soon(self.stop, binding.pod_uid)
         for binding in report.to_start:
-            if binding.pod_uid in evicting:
+            if (binding.group, binding.pod_uid) in evicting:
                 await self._killed_before_start(binding.group, binding.pod_uid)
             else:
                 await self._start_or_defer(binding, stops)

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 PROC = pathlib.Path("/proc")
+KERNEL_BOOT_ID = PROC / "sys/kernel/random/boot_id"
 NOT_RUNNING_STATES = frozenset({"Z", "X", "x"})
 # Fields after the command name: state is field 3 of stat, start time field 22.
 _STATE, _PPID, _PGID, _SID, _START = 0, 1, 2, 3, 19
@@ -31,6 +32,15 @@ class ProcStat:
     @property
     def running(self) -> bool:
         return self.state not in NOT_RUNNING_STATES
+
+
+def boot_id(path: pathlib.Path = KERNEL_BOOT_ID) -> str:
+    """The kernel's boot id (a pid and start time name a process within one boot only), or
+    "" when it cannot be read."""
+    try:
+        return path.read_text(encoding="ascii").strip()
+    except (OSError, ValueError):
+        return ""
 
 
 def parse_stat(pid: int, text: str) -> ProcStat:
@@ -82,6 +92,13 @@ def environ_has(pid: int, name: str, value: str, proc: pathlib.Path = PROC) -> b
     except OSError:
         return False
     return entry in environ.split(b"\0")
+
+
+def marked_leaders(name: str, value: str) -> dict[int, int]:
+    """The running session leaders started with `name=value` in their environment, pid to
+    start ticks: a job's first process found by its mark alone, when no record names it."""
+    return {stat.pid: stat.start_ticks for stat in all_stats()
+            if stat.running and stat.sid == stat.pid and environ_has(stat.pid, name, value)}
 
 
 def job_members(leader: int, leader_ticks: int, pgid: int,

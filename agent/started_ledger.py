@@ -34,6 +34,11 @@ class StartedLedger:
     def __len__(self) -> int:
         return len(self._uids)
 
+    def newest(self) -> str | None:
+        """The uid remembered last: the only one a crash can have left launched and unrecorded
+        (starts are made one at a time, each recorded before the next)."""
+        return next(reversed(self._uids), None)
+
     def remember(self, pod_uid: str) -> None:
         """Durably record `pod_uid` as started; raises OSError when the disk refuses."""
         assert pod_uid not in self._uids

@@ -5,7 +5,8 @@ trials without a GPU), registers them with the store under the node's certificat
 their health, and runs the jobs the store binds to them. Exit status: 0 after a clean stop
 (SIGTERM or SIGINT; the jobs keep running and the next start adopts them), 78 for a bad
 configuration file, a certificate that does not name this node or a state_dir that cannot be
-created or written, 69 when the metrics address cannot be listened on.
+created or written, 69 when the metrics address cannot be listened on, 75 when another agent
+runs on the state_dir.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from consensus.runtime.accept import CannotListen
 from consensus.runtime.certs import identity_in_file
 from consensus.runtime.client import CellarClient, ClientConfig
 from consensus.runtime.connect import connector
+from consensus.runtime.storage_errors import DataDirectoryLocked
 from consensus.runtime.tls import IdentityRefused, IdentityRole, TlsConfig
 from statemachine.store import GpuStore
 
@@ -71,6 +73,12 @@ def run(args: argparse.Namespace) -> int:
     except CannotListen as error:  # the metrics address, as `cellar replica` says it
         print(f"cellar agent: {error}", file=sys.stderr)
         return EXIT_UNAVAILABLE
+    except DataDirectoryLocked as error:
+        who = f"process {error.holder}" if error.holder is not None else "another process"
+        print(f"cellar agent: state_dir: {config.state_dir} is in use by {who}, another agent: "
+              "two would start the same jobs twice. Stop it, or give this one its own "
+              "state_dir", file=sys.stderr)
+        return error.exit_code
     return 0
 
 
