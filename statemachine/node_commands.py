@@ -57,6 +57,7 @@ from statemachine.lifecycle import (
 )
 from statemachine.nodes import GpuHealth, Liveness, NodeRecord
 from statemachine.results import Done, GroupPhase, NodeRegistered, PodAssignment, PodPhase
+from statemachine.rules import ONE_REPORT_PER_GPU
 from statemachine.scheduler import schedule
 from statemachine.state import State, refresh_usable
 
@@ -66,7 +67,7 @@ def register_node(state: State, command: RegisterNode) -> NodeRegistered:
     record = state.node(command.node)
     gpus = _check_inventory(state, record, command.gpus)
     links = _check_links(record, command.links, len(gpus))
-    _check_health(record, command.health, gpus)
+    _check_health(state, record, command.health, gpus)
     if not (record.registered and record.boot_id == command.boot_id and record.gpus == gpus):
         _record_boot(state, record, command.boot_id, gpus)
     if record.links != links:
@@ -127,13 +128,28 @@ def _check_links(record: NodeRecord, links: tuple[GpuLink, ...],
     return ordered
 
 
-def _check_health(record: NodeRecord, reports: tuple[HealthReport, ...],
+def _check_health(state: State, record: NodeRecord, reports: tuple[HealthReport, ...],
                   gpus: tuple[GpuInventory, ...]) -> None:
     registered = {gpu.uuid for gpu in gpus}
     for report in reports:
         if report.uuid not in registered:
             raise refuse(Code.UNKNOWN_GPU,
                          f"node {record.node} registers no GPU {report.uuid}")
+    _check_once(state, record, reports)
+
+
+def _check_once(state: State, record: NodeRecord, reports: tuple[HealthReport, ...]) -> None:
+    """One report per GPU: a GPU named twice would count its passes twice, and a failed GPU
+    would come back before `recover_reports` reports in a row. A rule of version 2
+    (`statemachine.rules`): a log written before applies such a report as it did then."""
+    if state.rules_version < ONE_REPORT_PER_GPU:
+        return
+    seen: set[str] = set()
+    for report in reports:
+        if report.uuid in seen:
+            raise refuse(Code.MALFORMED, f"node {record.node}: GPU {report.uuid} is reported "
+                                         "twice in one report")
+        seen.add(report.uuid)
 
 
 def _record_boot(state: State, record: NodeRecord, boot_id: str,
@@ -197,6 +213,7 @@ def report_health(state: State, command: ReportHealth) -> Done:
     for report in command.reports:
         if record.gpu_by_uuid(report.uuid) < 0:
             raise refuse(Code.UNKNOWN_GPU, f"node {record.node} has no GPU {report.uuid}")
+    _check_once(state, record, command.reports)
     failed, recovered = _apply_reports(state, record, command.reports)
     return _after_health_change(state, record, failed,
                                 f"{len(failed)} failed, {recovered} recovered")

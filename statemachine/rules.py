@@ -21,7 +21,9 @@ replicated state (`State.rules_version`), and only a log entry changes them:
 Version 0 is the rules of every build before versions existed, as this build applies them
 (the changes of those builds were not gated: an upgrade from one of them can still split
 replicas whose snapshots sit at different entries, as before). Version 1 changes no rule: it
-is the first version a Tick names.
+is the first version a Tick names. Version 2: a health report (or a registration's) naming one
+GPU twice is refused MALFORMED (`statemachine/node_commands.py`); before, each copy counted,
+and three passes in one report brought a failed GPU back at once.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from statemachine.commands import Tick
 from statemachine.state import State
 
 RULES_BEFORE_VERSIONS = 0  # a Tick without the field, a snapshot of format 6 or older
-RULES_VERSION = 1  # the newest rules this build applies
+RULES_VERSION = 2  # the newest rules this build applies
+ONE_REPORT_PER_GPU = 2  # from this version on: a report naming a GPU twice is refused
 
 
 def system_tick() -> Tick:
