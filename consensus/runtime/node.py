@@ -54,19 +54,21 @@ def replica_config(config: NodeConfig) -> ReplicaConfig:
 
 
 def start_replica(core_config: ReplicaConfig, log: DurableLog, *, rejoin: bool) -> Replica:
-    """The core, rebuilt from the log; with `rejoin`, on a log just created for a replica
-    whose data directory was lost, one that asks every other replica before it takes part
-    (`consensus.rejoin`). A log that is still asking, after a restart, goes on asking (with
-    `rejoin` or not); `rejoin` on any other log raises RejoinRefused, before anything is
-    written."""
+    """The core, rebuilt from the log; with `rejoin`, on a log just created (or still empty)
+    for a replica whose data directory was lost, one that asks every other replica before it
+    takes part (`consensus.rejoin`). A log that is still asking, after a restart, goes on
+    asking (with `rejoin` or not); `rejoin` on any other log raises RejoinRefused, before
+    anything is written."""
     seed = int.from_bytes(os.urandom(8), "big")  # randomized timeouts only
-    if rejoin and log.recovery.created:
-        # On disk before anything else: a crash before the core's first Ready must not
-        # leave a log that restarts as a replica that never lived.
+    records = log.records()  # handed over once: the checks below read the same list
+    if rejoin and not records:
+        # Just created, or left empty by a start cut short before its first record (an
+        # empty log never said hello: its start's epoch is on disk first). On disk before
+        # anything else: a crash before the core's first Ready must not leave a log that
+        # restarts as a replica that never lived.
         log.append([RejoinRecord(False, 0, ())])
-        log.sync()
+        log.sync(always=True)  # with sync = false too
         return Replica.rejoining(core_config, Prng(seed))
-    records = log.records()  # handed over once: the check below reads the same list
     if rejoin and not still_rejoining(records):
         raise RejoinRefused("the data directory holds this replica's log")
     return Replica.restore(core_config, Prng(seed), records)
@@ -103,7 +105,7 @@ class ReplicaNode:
             # higher one, so a process at the epoch a peer heard with another start id is
             # one whose directory forgot that start (a restored copy: `peer_lives.py`).
             log.append([EpochRecord(replica.epoch)])
-            log.sync()
+            log.sync(always=True)  # with sync = false too
         lives = PeerLives.load(log.path.parent) if disk else None
         self.mesh = PeerMesh(
             config.replica_id, (config.me.peer.host, config.me.peer.port),

@@ -255,14 +255,17 @@ class DurableLog:
         return self._unsynced and (self._snapshot_durable or self._snapshot_unsynced) and \
             grown >= max(self._compact_after_bytes, self._compacted_size)
 
-    def sync(self) -> None:
-        """Make every appended record durable (fdatasync), then compact if that is due."""
+    def sync(self, *, always: bool = False) -> None:
+        """Make every appended record durable (fdatasync), then compact if that is due.
+        `always`: fdatasync even in a log opened with `synced=False`, for the records a node
+        writes before its core starts (a rejoin, a start's epoch), which its peers' checks
+        count on being on disk."""
         self._check_usable()
         if not self._unsynced:
             return
         compact = self.compaction_due
         try:
-            if self._synced:
+            if self._synced or always:
                 _datasync(self._fd)
         except OSError as error:
             raise self._fail(StorageFailed(self._path, "fdatasync", error)) from error

@@ -23,7 +23,7 @@ from cellar import agent_cli, replica_cli
 from cellar.cli import main
 from cellar.daemon_process import EXIT_CONFIG, EXIT_UNAVAILABLE
 from cellar.local_cluster import HOST, AgentProcess, Layout, ReplicaProcess
-from consensus.records import RejoinRecord
+from consensus.records import EpochRecord, RejoinRecord
 from consensus.runtime.data_identity import IDENTITY_NAME, DataIdentity
 from consensus.runtime.node import replica_config, start_replica
 from consensus.runtime.storage import LOG_NAME, DurableLog
@@ -213,8 +213,9 @@ def test_rejoin_on_a_directory_that_holds_a_replicas_log_is_refused(
     layout = Layout(tmp_path / "cluster", 3, insecure=True, loop="asyncio")
     layout.write()
     identity = DataIdentity(0, 3, "gpu")
-    with DurableLog.open(layout.data_dir(0), create=True, identity=identity):
-        pass
+    with DurableLog.open(layout.data_dir(0), create=True, identity=identity) as log:
+        log.append([EpochRecord(1)])  # a replica that started once (an empty log never did)
+        log.sync()
     before = (layout.data_dir(0) / LOG_NAME).read_bytes()
     assert main(["replica", "--config", str(layout.config_path(0)), "--rejoin"]) == EXIT_CONFIG
     error = capsys.readouterr().err
