@@ -5,8 +5,6 @@ running once a restarted runner has called it lost: the store frees its GPUs on 
 from __future__ import annotations
 
 import os
-import pathlib
-from collections.abc import Iterator
 
 import pytest
 
@@ -14,16 +12,9 @@ from agent import procfs
 from agent.binding import job_environment
 from agent.spawn import spawn
 from agent.started_ledger import StartedLedger
-from tests.agent.jobs_support import QUICK, GpuDouble, Reaper, Rig, binding, reap, wait_dead
+from tests.agent.jobs_support import QUICK, binding, reap, wait_dead
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def rig(tmp_path: pathlib.Path) -> Iterator[Rig]:
-    setup = Rig(state=tmp_path / "state", gpus=GpuDouble(), reaper=Reaper())
-    yield setup
-    setup.reaper.kill_all()
 
 
 async def test_a_job_launched_but_never_recorded_is_stopped_when_called_lost(rig) -> None:

@@ -7,13 +7,12 @@ from __future__ import annotations
 import dataclasses
 import os
 import pathlib
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from agent.job_logs import cap_log, open_log, prev_path, prune_logs
-from tests.agent.jobs_support import QUICK, GpuDouble, Reaper, Rig, binding, next_exit, runner
+from tests.agent.jobs_support import QUICK, binding, next_exit, runner
 
 BYTES_MAX = 64 * 1024
 TAIL_BYTES = 4 * 1024
@@ -28,13 +27,6 @@ CHATTY = ("import os, time; "
           f"[time.sleep(0.01) for _ in iter(lambda: os.fstat(1).st_size > {BYTES_MAX} "
           "and time.monotonic() < deadline, False)]; "
           f"print('cut' if os.fstat(1).st_size <= {BYTES_MAX} else 'never cut', flush=True)")
-
-
-@pytest.fixture
-def rig(tmp_path: pathlib.Path) -> Iterator[Rig]:
-    setup = Rig(state=tmp_path / "state", gpus=GpuDouble(), reaper=Reaper())
-    yield setup
-    setup.reaper.kill_all()
 
 
 @pytest.mark.anyio

@@ -22,9 +22,6 @@ from agent.job_outcomes import Started, Termination
 from agent.job_state import JobRecord, JobRecords
 from tests.agent.jobs_support import (
     WAIT_S,
-    GpuDouble,
-    Reaper,
-    Rig,
     binding,
     next_exit,
     wait_for_output,
@@ -33,13 +30,6 @@ from tests.agent.jobs_support import (
 pytestmark = pytest.mark.anyio
 
 LIST_FDS = "import os; print(sorted(int(fd) for fd in os.listdir('/proc/self/fd')))"
-
-
-@pytest.fixture
-def rig(tmp_path: pathlib.Path) -> Iterator[Rig]:
-    setup = Rig(state=tmp_path / "state", gpus=GpuDouble(), reaper=Reaper())
-    yield setup
-    setup.reaper.kill_all()
 
 
 async def test_a_job_inherits_no_descriptor_of_the_agent(rig, tmp_path) -> None:

@@ -9,7 +9,6 @@ import functools
 import os
 import pathlib
 import signal
-from collections.abc import Iterator
 
 import anyio
 import pytest
@@ -36,9 +35,6 @@ from tests.agent.jobs_support import (
     LEAVES_CHILD,
     STUBBORN_CHILD,
     WAIT_S,
-    GpuDouble,
-    Reaper,
-    Rig,
     binding,
     child_of,
     next_exit,
@@ -49,14 +45,6 @@ from tests.agent.jobs_support import (
 pytestmark = pytest.mark.anyio
 SHOW_ENV = ("import os; print(repr(os.environ.get('CUDA_VISIBLE_DEVICES')), "
             "os.environ.get('CUDA_DEVICE_ORDER'), os.environ.get('FROM_STORE'))")
-
-
-
-@pytest.fixture
-def rig(tmp_path: pathlib.Path) -> Iterator[Rig]:
-    setup = Rig(state=tmp_path / "state", gpus=GpuDouble(), reaper=Reaper())
-    yield setup
-    setup.reaper.kill_all()
 
 
 async def test_a_job_sees_its_gpus_by_uuid_in_pci_order(rig) -> None:

@@ -5,22 +5,13 @@ started nor reported: its gang waited for it for ever."""
 
 from __future__ import annotations
 
-import pathlib
-from collections.abc import Iterator
 from dataclasses import replace
 
 import pytest
 
-from tests.agent.jobs_support import GpuDouble, Reaper, Rig, binding
+from tests.agent.jobs_support import binding
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def rig(tmp_path: pathlib.Path) -> Iterator[Rig]:
-    setup = Rig(state=tmp_path / "state", gpus=GpuDouble(), reaper=Reaper())
-    yield setup
-    setup.reaper.kill_all()
 
 
 async def test_a_released_gangs_job_is_not_adopted_for_another_gang_of_its_uid(rig) -> None:

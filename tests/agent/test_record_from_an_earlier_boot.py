@@ -7,25 +7,15 @@ longer wants. The record keeps the kernel's boot id; one from another boot is de
 from __future__ import annotations
 
 import json
-import pathlib
 import subprocess
 import sys
-from collections.abc import Iterator
 
 import pytest
 
 from agent import procfs
 from agent.job_state import FORMAT, JOBS_NAME, VERSION
-from tests.agent.jobs_support import GpuDouble, Reaper, Rig
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def rig(tmp_path: pathlib.Path) -> Iterator[Rig]:
-    setup = Rig(state=tmp_path / "state", gpus=GpuDouble(), reaper=Reaper())
-    yield setup
-    setup.reaper.kill_all()
 
 
 async def test_a_record_from_an_earlier_boot_never_adopts_a_stranger(rig) -> None:
