@@ -11,7 +11,13 @@ import ssl
 import anyio
 import pytest
 
-from consensus.runtime.framing import HEADER, IDENTITY_REFUSED, TIMING_REFUSED, encode_frames
+from consensus.runtime.framing import (
+    HEADER,
+    IDENTITY_REFUSED,
+    PROTOCOL_REFUSED,
+    TIMING_REFUSED,
+    encode_frames,
+)
 from consensus.runtime.peers import (
     HELLO_BYTES_MAX,
     PEER_HELLO,
@@ -145,3 +151,6 @@ async def test_a_peer_of_another_protocol_is_refused_and_told_why(
     assert inbox.frames == []
     assert f"peer protocol {PEER_PROTOCOL + 1}, this replica {PEER_PROTOCOL}" in \
         mesh.refused[1]
+    # Counted as what it is: an operator reading peers_refused_timing looks for a tick_ms.
+    assert mesh.metrics[PROTOCOL_REFUSED] == 1
+    assert mesh.metrics[TIMING_REFUSED] == 0
