@@ -25,10 +25,17 @@ is called off at the replica with a Cancel, which answers nothing: else the repl
 its place in the watch budget, for its whole wait, and 16 given up on locked this identity out
 of watches there (OVERLOADED). A replica of an earlier build answers the Cancel BAD_REQUEST
 under the watch's id, which nobody waits for any more; the connection goes on. Async on anyio.
+
+A request refused (OVERLOADED, UNKNOWN, UNAVAILABLE) or unanswered round the replicas pauses
+before its next try, each pause twice the last (from `retry_backoff_s` up to
+`retry_backoff_max_s`), drawn in [half, whole] from the client's generator (`rng`, seedable),
+and never past the caller's deadline. It paused a fixed 50 ms: a crowd of clients a busy
+replica shed came back together twenty times a second, for their whole deadlines.
 """
 
 from __future__ import annotations
 
+import random
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -42,6 +49,7 @@ from anyio.abc import TaskGroup
 
 from consensus.envelope import BODY_BYTES_MAX
 from consensus.errors import ConsensusError, InvalidMessage
+from consensus.runtime.backoff import Backoff
 from consensus.runtime.client_codec import (
     TIMEOUT_MS_MAX,
     Cancel,
@@ -199,7 +207,8 @@ class ClientConfig:
     attempt_timeout_s: float = 2.0  # one try at one replica
     deadline_s: float = 15.0  # the whole command, across replicas; at most DEADLINE_S_MAX
     sessions: int = 64  # commands in flight at once
-    retry_backoff_s: float = 0.05
+    retry_backoff_s: float = 0.05  # the first pause before a retry (module docstring)
+    retry_backoff_max_s: float = 1.0  # the longest pause, however many retries
     # Send to the sequencer's replica when known (fewest hops on a LAN), instead of staying
     # with one replica (`first`, or one at random): see consensus/runtime/sequencer_route.py.
     prefer_sequencer: bool = False
@@ -210,6 +219,9 @@ class ClientConfig:
             raise ValueError(f"attempt_timeout_s must be positive, retry_backoff_s at least 0 "
                              f"and sessions at least 1, got {self.attempt_timeout_s}, "
                              f"{self.retry_backoff_s} and {self.sessions}")
+        if not self.retry_backoff_max_s >= self.retry_backoff_s:
+            raise ValueError(f"retry_backoff_max_s must be at least retry_backoff_s "
+                             f"({self.retry_backoff_s}), got {self.retry_backoff_max_s}")
 
 
 def _check_deadline(deadline_s: float) -> None:
@@ -328,7 +340,8 @@ class _Dial:
 class CellarClient:
     def __init__(self, endpoints: Sequence[str], connect: Connect,
                  config: ClientConfig = ClientConfig(), *, first: int | None = None,
-                 wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000) -> None:
+                 wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+                 rng: random.Random | None = None) -> None:
         if not endpoints:
             raise ValueError("a client needs at least one replica endpoint")
         self._endpoints = list(endpoints)
@@ -336,6 +349,7 @@ class CellarClient:
         self._wall_ms = wall_ms  # a command's send time, which bounds its replica's stamp
         self._connect = connect
         self.config = config
+        self._rng = rng or random.Random()  # the retry pauses' jitter (module docstring)
         # Clients start at different replicas (`first`, or one at random), so each replica
         # leads its share of the commands: SDPaxos spreads replication over every replica.
         self._preferred = secrets.randbelow(len(self._endpoints)) if first is None else first
@@ -411,11 +425,16 @@ class CellarClient:
                 rotation.insert(0, route.endpoint)
         return rotation
 
-    def _move_on(self) -> None:
-        """The endpoint tried first failed a request: start the next try elsewhere."""
-        self._preferred += 1
-        if self._route is not None:
-            self._route.forget()
+    def _move_on(self, endpoint: str) -> None:
+        """`endpoint` failed a request: if it is the one tried first, start the next try
+        elsewhere. Only then: callers failing together at one replica (its connection broke
+        under them, or its one dial failed) stepped on once each, and two of them, with two
+        replicas, stepped round to the one that failed."""
+        if self._endpoints[self._preferred % len(self._endpoints)] == endpoint:
+            self._preferred += 1
+        route = self._route
+        if route is not None and route.endpoint == endpoint:
+            route.forget()
 
     async def _ask_status(self, endpoint: str) -> dict[str, Any] | None:
         """`endpoint`'s status, or None whatever kept it from answering."""
@@ -453,11 +472,13 @@ class CellarClient:
         handed_over = False  # whether a try may have reached a replica
         unreached: _NotSent | None = None  # the last try that could not connect
         refused = ""  # what the last OVERLOADED answer said
+        backoff: Backoff | None = None  # made at the first pause: most commands take none
         try:  # not contextlib.suppress: that costs 0.6 us, and this runs once per command
             while True:
                 for endpoint in self._rotation(now):
                     try:
-                        response = self._judged(await self._attempt(endpoint, encode, deadline))
+                        response = self._judged(
+                            endpoint, await self._attempt(endpoint, encode, deadline))
                     except _NotSent as error:
                         unreached = _unreached(unreached, error)
                         continue
@@ -474,8 +495,8 @@ class CellarClient:
                     handed_over |= response.code is Code.UNKNOWN
                     if response.code is Code.OVERLOADED:
                         refused = response.message
-                    await self._pause(deadline)
-                await self._pause(deadline)
+                    backoff = await self._pause(deadline, backoff)
+                backoff = await self._pause(deadline, backoff)
         except _Expired:  # _attempt raises it once the deadline passed
             raise _no_result(handed_over, deadline_s, name, sequence, unreached,
                              refused=refused) from None
@@ -491,9 +512,17 @@ class CellarClient:
                               f"{self.config.sessions} in use); the command was not sent")
         return session
 
-    async def _pause(self, deadline: float) -> None:
-        await anyio.sleep(max(0.0, min(self.config.retry_backoff_s,
-                                       deadline - self._now())))
+    def _backoff(self) -> Backoff:
+        """One request's retry pauses (module docstring)."""
+        return Backoff(self.config.retry_backoff_s, self.config.retry_backoff_max_s, self._rng)
+
+    async def _pause(self, deadline: float, backoff: Backoff | None) -> Backoff:
+        """Sleep the next of a request's pauses (`backoff`, made when None), cut to what is
+        left before `deadline`; returns `backoff`."""
+        if backoff is None:
+            backoff = self._backoff()
+        await anyio.sleep(max(0.0, min(backoff.next_delay_s(), deadline - self._now())))
+        return backoff
 
     def _attempt(self, endpoint: str, encode: Encode, deadline: float, held_s: float = 0.0
                  ) -> Awaitable[Response | None]:
@@ -528,14 +557,15 @@ class CellarClient:
             with anyio.fail_after(deadline - self._now()):
                 connection = await self._connection(endpoint)
         except (*_BROKEN, TimeoutError) as error:
-            self._move_on()
+            self._move_on(endpoint)
             raise _NotSent from error
         return await self._request_on(connection, encode, self._now(), deadline, held_s)
 
-    def _judged(self, response: Response | None) -> Response | None:
-        """`response`, after moving on from its replica if it gave none or cannot serve."""
+    def _judged(self, endpoint: str, response: Response | None) -> Response | None:
+        """`response`, after moving on from its replica, `endpoint`, if it gave none or
+        cannot serve."""
         if response is None or response.code in _MOVE_ON:
-            self._move_on()
+            self._move_on(endpoint)
         return response
 
     async def read(self, query: bytes, *, deadline_s: float | None = None) -> bytes:
@@ -582,11 +612,12 @@ class CellarClient:
         OK answer at a slot below `after_slot` (a watch's) counts as none (`_behind`)."""
         unreached: _NotSent | None = None  # the last try that could not connect
         refused = ""  # what the last OVERLOADED answer said
+        backoff: Backoff | None = None
         try:  # not contextlib.suppress, as in propose
             while True:
                 for endpoint in self._rotation(self._now()):
                     try:
-                        response = self._judged(_behind(
+                        response = self._judged(endpoint, _behind(
                             await self._attempt(endpoint, encode, deadline, held_s),
                             after_slot))
                     except _NotSent as error:
@@ -598,7 +629,7 @@ class CellarClient:
                         raise refusal
                     if response is not None and response.code is Code.OVERLOADED:
                         refused = response.message
-                await self._pause(deadline)
+                backoff = await self._pause(deadline, backoff)
         except _Expired:
             pass
         raise Unavailable(f"no replica answered the {what} in time{_last_failure(unreached)}"
@@ -607,7 +638,8 @@ class CellarClient:
     async def status(self, endpoint: str) -> dict[str, Any]:
         deadline = self._now() + self.config.deadline_s
         try:
-            response = self._judged(await self._attempt(endpoint, _encode_status, deadline))
+            response = self._judged(
+                endpoint, await self._attempt(endpoint, _encode_status, deadline))
         except _NotSent as error:  # say why (a TLS handshake refused), not only "did not answer"
             why = str(error.__cause__).removeprefix(f"{endpoint}: ") or "no connection"
             raise Unavailable(f"{endpoint} could not be reached: {why}") from error

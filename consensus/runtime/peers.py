@@ -64,6 +64,7 @@ import anyio.abc
 from consensus.codec import MESSAGE_BYTES_MAX
 from consensus.config import ReplicaConfig
 from consensus.runtime.accept import Slots, accept_forever, authenticated, holding, listen_tcp
+from consensus.runtime.backoff import Backoff
 from consensus.runtime.deadlines import Doorbell
 from consensus.runtime.framing import (
     CONNECTIONS_ACCEPTED,
@@ -243,24 +244,6 @@ class Outbox:
         self.queued_bytes -= total
         assert self.queued_bytes >= 0
         return batch
-
-
-@dataclass
-class Backoff:
-    """Exponential delays from `initial_s` to `max_s`, each drawn in [half, whole]."""
-
-    initial_s: float
-    max_s: float
-    rng: random.Random
-    attempts: int = 0
-
-    def next_delay_s(self) -> float:
-        ceiling = min(self.max_s, self.initial_s * float(1 << min(self.attempts, 32)))
-        self.attempts += 1
-        return ceiling * (0.5 + 0.5 * self.rng.random())
-
-    def reset(self) -> None:
-        self.attempts = 0
 
 
 @dataclass

@@ -13,6 +13,13 @@ It looks again at most once per `LOOK_EVERY_S`, and once per `RECHECK_S` even wh
 since a view change moves the sequencer; while it rechecks, commands still go to the replica
 it found (a former sequencer serves them too, one hop slower), and a look that finds no
 sequencer forgets it.
+
+A replica cut off from its peers still says it serves the view it was in, and names that
+view's sequencer (often itself: the sequencer that lost its peers), which commits nothing. So
+a look takes the sequencer of the latest view a replica serves, asking until a majority of the
+replicas name the same view and sequencer (no later view can be served then) or all were
+asked. It took the first sequencer named: with the cut-off one asked first, every command
+went there and waited out its try, and the next look found it again.
 """
 
 from __future__ import annotations
@@ -58,24 +65,32 @@ class SequencerRoute:
         self.endpoint = None
 
     async def look(self, ask: AskStatus, now: Callable[[], float]) -> None:
-        """Ask replicas, in order, until one is the sequencer or names one whose endpoint is
-        known; finding none, forget the one found before (the next look is `LOOK_EVERY_S`
-        later)."""
+        """Ask replicas, in order, until a majority name one view's sequencer whose endpoint
+        is known, or all were asked; take the sequencer of the latest view named, if its
+        endpoint is known (module docstring). Finding none, forget the one found before (the
+        next look is `LOOK_EVERY_S` later)."""
         if not self.looking:  # not claimed first
             self._started(now())
         try:
+            naming: dict[tuple[int, int], int] = {}  # (view, sequencer): replicas naming it
             for endpoint in self._endpoints:
-                sequencer = self._sequencer_named(endpoint, await ask(endpoint))
-                found = self._endpoint_of(sequencer)
-                if found is not None:
-                    self.endpoint = found
-                    self._trusted_until = now() + RECHECK_S
-                    return
-            self.endpoint = None
+                claim = self._sequencer_named(endpoint, await ask(endpoint))
+                if claim is not None:
+                    naming[claim] = naming.get(claim, 0) + 1
+                    if (2 * naming[claim] > len(self._endpoints)
+                            and self._endpoint_of(claim[1]) is not None):
+                        break
+            found = self._endpoint_of(max(naming)[1]) if naming else None
+            self.endpoint = found
+            if found is not None:
+                self._trusted_until = now() + RECHECK_S
         finally:
             self.looking = False
 
-    def _sequencer_named(self, endpoint: str, status: dict[str, Any] | None) -> int | None:
+    def _sequencer_named(self, endpoint: str, status: dict[str, Any] | None
+                         ) -> tuple[int, int] | None:
+        """The view `endpoint` serves and its sequencer (view -1 when the status does not
+        say), or None."""
         if status is None:
             return None
         replica_id, sequencer = status.get("replica_id"), status.get("sequencer")
@@ -83,7 +98,10 @@ class SequencerRoute:
             self._replica_ids[endpoint] = replica_id
         if status.get("status") != "normal":  # electing: the sequencer it names may not last
             return None
-        return sequencer if type(sequencer) is int and sequencer >= 0 else None
+        view = status.get("view")
+        if type(sequencer) is not int or sequencer < 0:
+            return None
+        return (view if type(view) is int else -1), sequencer
 
     def _endpoint_of(self, replica_id: int | None) -> str | None:
         if replica_id is None:

@@ -25,6 +25,7 @@ import trustme
 from anyio.streams.tls import TLSStream
 
 from consensus.config import ReplicaConfig
+from consensus.runtime.backoff import Backoff
 from consensus.runtime.certs import identities, init_directory
 from consensus.runtime.driver import DriverConfig
 from consensus.runtime.framing import (
@@ -46,7 +47,7 @@ from consensus.runtime.framing import (
     encode_frames,
 )
 from consensus.runtime.handshake_guard import HandshakeGuard
-from consensus.runtime.peers import Backoff, Hello, LinkTiming, Outbox, PeerMesh
+from consensus.runtime.peers import Hello, LinkTiming, Outbox, PeerMesh
 from consensus.runtime.tls import Identity, IdentityRole, TlsConfig
 
 pytestmark = pytest.mark.anyio
