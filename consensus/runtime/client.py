@@ -571,10 +571,14 @@ class CellarClient:
     async def read(self, query: bytes, *, deadline_s: float | None = None) -> bytes:
         """A linearizable read of `query`."""
         _check_body(query, "a query")
+        if deadline_s is None:
+            deadline_s = self.config.deadline_s
+        elif not deadline_s > 0:  # 0 had meant the default deadline
+            raise ValueError(f"a read's deadline_s must be positive, got {deadline_s}")
         timeout_ms = int(self.config.attempt_timeout_s * 1000)
         response = await self._ask_around(
             lambda request_id: encode_request(Read(request_id, query, timeout_ms)),
-            self._now() + (deadline_s or self.config.deadline_s), "read")
+            self._now() + deadline_s, "read")
         return response.payload
 
     async def watch(self, query: bytes, after_slot: int, *, wait_s: float = 10.0

@@ -277,6 +277,17 @@ async def test_a_command_deadline_past_the_bound_is_refused_before_anything_is_s
     assert connect.dialled == []
 
 
+@pytest.mark.parametrize("deadline_s", [0.0, -1.0])
+async def test_a_read_deadline_not_positive_is_refused_before_anything_is_sent(
+        deadline_s: float) -> None:
+    """A deadline of 0 had meant the default one (15 s), a negative one no try at all."""
+    connect = NeverDialled()
+    async with CellarClient(["a"], connect, ClientConfig()) as client:
+        with pytest.raises(ValueError, match="deadline_s must be positive"):
+            await client.read(b"get", deadline_s=deadline_s)
+    assert connect.dialled == []
+
+
 async def test_a_watch_rides_out_a_moment_with_no_replica_up_as_a_read_does() -> None:
     """Both replicas refuse connections for a moment (a restart, a failover): a watch, as a
     read, tries again until its deadline; it raised Unavailable at once, which ended the node
