@@ -68,7 +68,10 @@ class Learner:
         if message.sender == ctx.sequencer:
             self._sequencer_durable_upto(message.end)
             return
-        for slot in range(message.start, message.end):
+        # Only the slots held here can be counted (`_count`): a peer's range is a claim, and
+        # one naming [0, 2**62) would hold this replica's task for ever.
+        for slot in range(max(message.start, ctx.olog.commit_prefix),
+                          min(message.end, ctx.olog.end)):
             self._count(slot, message.sender)
 
     def _fresh_view(self) -> None:
