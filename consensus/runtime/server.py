@@ -16,7 +16,8 @@ answer (and its permit) came back at once while the command stayed queued in the
 connection could queue commands without bound (the driver's byte budget now bounds that too).
 A node agent's commands (a node-role principal's, no other) may use the reserve the driver keeps
 for them past that budget (consensus/runtime/proposal_budget.py): its heartbeats go through a
-flood of other clients' commands.
+flood of other clients' commands. Each agent has a share of that reserve, so that one agent
+cannot hold all of it (consensus/runtime/node_reserve.py).
 
 A state machine that gates queries (`consensus.state_machine.QueryGate`) is asked before a read
 or watch goes to the driver: one it refuses is answered REFUSED with its reason, and counted;
@@ -96,6 +97,7 @@ from consensus.runtime.deadlines import Doorbell
 from consensus.runtime.driver import Done, Driver, Overloaded, QueryFailed
 from consensus.runtime.framing import TransportError
 from consensus.runtime.metrics import Metrics
+from consensus.runtime.node_reserve import NodeReserve
 from consensus.runtime.outbox import Outbox
 from consensus.runtime.streams import FrameStream
 
@@ -127,6 +129,7 @@ class ClientServer:
         self._status = status or driver.status
         self._check_query = check_query
         self._budget = _AnswerBudget(answers_bytes_max)  # shared by every connection
+        self._node_reserve = NodeReserve(driver.metrics)  # each node agent's share
 
     @property
     def answers_held_bytes(self) -> int:
@@ -180,9 +183,11 @@ class ClientServer:
         elif isinstance(request, Propose):
             command = encode_envelope_of(principal, request.session, request.sequence,
                                          self._stamp_ms(request.sent_ms), request.body)
-            self._driver.submit(command, max(request.timeout_ms, WAIT_MS_MIN) / 1000,
-                                answers.responder(request.request_id, _REPLY),
-                                reserved=principal.role is Role.NODE)
+            done, reserved = answers.responder(request.request_id, _REPLY), False
+            if principal.role is Role.NODE:  # a share of the reserve (node_reserve.py)
+                done, reserved = self._node_reserve.claim(principal.name, len(command), done)
+            self._driver.submit(command, max(request.timeout_ms, WAIT_MS_MIN) / 1000, done,
+                                reserved=reserved)
         elif isinstance(request, Cancel):
             answers.call_off(request.request_id)
         elif isinstance(request, Status) or self._allowed(principal, request, answers):
