@@ -40,7 +40,8 @@ async def test_a_valid_command_over_a_small_budget_is_refused_for_ever() -> None
             refused = sum(driver.metrics.counter("driver.proposals_refused_bytes")
                           for driver in cluster.drivers)
             held = [driver.proposal_bytes for driver in cluster.drivers]
-    assert refused > 10 and held == [0, 0, 0]  # refused again and again, every budget empty
+    # refused again and again (the client backs off between tries), every budget empty
+    assert refused >= 4 and held == [0, 0, 0]
 
 
 @pytest.mark.parametrize("key, value", [("proposal_bytes_max", BUDGET),
