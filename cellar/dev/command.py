@@ -99,7 +99,11 @@ def run(args: argparse.Namespace) -> int:
     cluster.start()
     state = Run(args, cluster)
     try:
-        cluster.wait_ports()
+        try:
+            cluster.wait_ports()
+        except RuntimeError as error:  # a replica exited, or never listened (a port taken)
+            print(f"cellar dev: the cluster could not start: {error}", file=sys.stderr)
+            return EXIT_USAGE
         run_unwrapped(_main, state)
     except KeyboardInterrupt:
         print("\ninterrupted")
@@ -158,13 +162,15 @@ async def _main(state: Run) -> None:
 async def _watch(state: Run, client: CellarClient) -> None:
     screen, args = Screen(), state.args
     applied_before, latency_before, count_before = 0.0, list(state.activity.latency.counts), 0
+    asked_before = time.monotonic()
     while (elapsed := time.monotonic() - state.started) < args.seconds:
         await anyio.sleep(1.0)
         replicas = await _statuses(state, client)
+        asked = time.monotonic()  # a refresh is 1 s and the queries: per second of it
         applied = max((float(replica.get("metrics", {}).get("driver.commands_applied", 0))
                        for replica in replicas), default=0.0)
-        commits = max(0.0, applied - applied_before)
-        applied_before = applied
+        commits = max(0.0, applied - applied_before) / max(asked - asked_before, 1e-3)
+        applied_before, asked_before = applied, asked
         p50, p99 = latency_window(state.activity, latency_before, count_before)
         latency_before = list(state.activity.latency.counts)
         count_before = state.activity.latency.count
