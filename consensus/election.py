@@ -76,6 +76,7 @@ class Election:
         "_suspecting",
         "_suspicions",
         "_view_log",
+        "_vote_from",
         "_votes",
         "_window_start",
         "highest_view_seen",
@@ -89,6 +90,7 @@ class Election:
         self._learner = learner
         self._leader = leader
         self._votes: dict[int, Vote] = {}
+        self._vote_from = 0  # the from_index of this candidacy's vote request
         self._new_view: NewView | None = None
         self._view_log: NewView | None = None  # the log of the view installed here, to relay
         self._new_view_acks: set[int] = set()
@@ -247,8 +249,9 @@ class Election:
         view = self._next_own_view()
         self._adopt_view(view, Status.CANDIDATE)
         self._votes = {}
+        self._vote_from = ctx.olog.commit_prefix
         ctx.count("election.candidacies")
-        request = VoteRequest(ctx.id, view, ctx.olog.commit_prefix)
+        request = VoteRequest(ctx.id, view, self._vote_from)
         ctx.send(ctx.id, request)
         ctx.broadcast(request, after_persist=True)
 
@@ -290,6 +293,11 @@ class Election:
         ctx = self._ctx
         if ctx.status is not Status.CANDIDATE or message.view != ctx.view:
             return
+        if message.from_index != self._vote_from:
+            # Every voter echoes the request's; another is a peer's claim, and as the rebuild's
+            # start it had the candidate count (assert) over slots it does not hold.
+            ctx.count("election.vote_from_mismatch")
+            return
         self._votes[message.sender] = message
         if len(self._votes) >= ctx.majority:
             self._rebuild()
@@ -307,6 +315,10 @@ class Election:
         start = max(start, ctx.olog.base)  # a snapshot installed since covers [start, base)
         counts = [ctx.olog.count(replica, start) for replica in range(ctx.replica_count)]
         values = rebuild_log(votes, start, ctx.replica_count, counts)
+        if values is None:
+            ctx.count("election.rebuild_too_long")  # no NewView could carry it
+            ctx.status = Status.AWAITING
+            return
         if ctx.olog.conflicts(start, values):
             ctx.count("election.rebuild_superseded")  # learned since: a newer view chose
             ctx.status = Status.AWAITING

@@ -29,22 +29,29 @@ Slots no voter reports are holes:
   to tell them from commands it proposed before the view change, which it cannot.
 
 The result is the log from `start` to the new end; the new sequencer has a majority accept it in
-the new view before it serves.
+the new view before it serves. A log longer than one NewView can carry (`ITEMS_MAX` values: no
+peer decodes more) could never be accepted: it is refused (None) before it is built, for the
+slots and counts a vote names are a peer's claims (one naming slot 2**62 had the candidate
+build a list of 2**62 holes).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from consensus.codec import ITEMS_MAX
 from consensus.messages import NO_CL, Vote
 
 HOLE = -2
 
 
 def rebuild_log(votes: Sequence[Vote], start: int, replica_count: int,
-                counts_before_start: Sequence[int]) -> tuple[int, ...]:
-    """The new sequencer's log from `start`: one value (replica id or NO_CL) per slot."""
+                counts_before_start: Sequence[int]) -> tuple[int, ...] | None:
+    """The new sequencer's log from `start`: one value (replica id or NO_CL) per slot; None
+    when it would be longer than a NewView can carry."""
     values = _highest_per_slot(votes, start)
+    if values is None:
+        return None
     if replica_count == 5:
         voters = {vote.sender for vote in votes}
         newest = max([vote.installed_view for vote in votes]
@@ -54,11 +61,14 @@ def rebuild_log(votes: Sequence[Vote], start: int, replica_count: int,
             # The old sequencer last: its C-instances take holes only past R_m's.
             if replica not in voters:
                 accepted = max(vote.c_max_index[replica] for vote in votes) + 1
+                missing = accepted - counts_before_start[replica] - values.count(replica)
+                if len(values) + missing > ITEMS_MAX:  # each missing slot may be appended
+                    return None
                 _fill_for(values, replica, accepted, counts_before_start[replica])
     return tuple(NO_CL if value == HOLE else value for value in values)
 
 
-def _highest_per_slot(votes: Sequence[Vote], start: int) -> list[int]:
+def _highest_per_slot(votes: Sequence[Vote], start: int) -> list[int] | None:
     best: dict[int, tuple[bool, int, int]] = {}  # slot -> (committed, view, value)
     installed = max(votes, key=lambda vote: (vote.installed_view, vote.sender))
     for vote in sorted(votes, key=lambda vote: vote.sender):
@@ -75,6 +85,8 @@ def _highest_per_slot(votes: Sequence[Vote], start: int) -> list[int]:
                     assert candidate[2] == current[2], f"two committed values at {entry.index}"
                 best[entry.index] = candidate
     end = max(best, default=start - 1) + 1
+    if end - start > ITEMS_MAX:
+        return None
     return [best[slot][2] if slot in best else HOLE for slot in range(start, end)]
 
 
