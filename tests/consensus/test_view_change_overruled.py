@@ -31,7 +31,7 @@ def test_rebuild_fills_for_the_invisible_leader_before_the_old_sequencer() -> No
     votes = [five(1, [(1, 1, 0, False)], accepted), five(2, [], accepted),
              five(3, [], accepted)]
     values = rebuild_log(votes, 0, 5, [0] * 5)
-    assert values[0] == 4, values
+    assert values is not None and values[0] == 4, values
 
 
 def _settle_losing_slot_0(cluster: Stepper, also: Callable[[int, int], bool]) -> None:
