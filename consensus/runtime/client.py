@@ -205,6 +205,7 @@ def _refused_after_retry(why: str, session: str, sequence: int) -> ClientError:
 @dataclass(frozen=True, slots=True)
 class ClientConfig:
     attempt_timeout_s: float = 2.0  # one try at one replica
+    connect_timeout_s: float = 2.0  # one dial to one replica: TCP, TLS and the hello
     deadline_s: float = 15.0  # the whole command, across replicas; at most DEADLINE_S_MAX
     sessions: int = 64  # commands in flight at once
     retry_backoff_s: float = 0.05  # the first pause before a retry (module docstring)
@@ -215,9 +216,11 @@ class ClientConfig:
 
     def __post_init__(self) -> None:
         _check_deadline(self.deadline_s)
-        if not (self.attempt_timeout_s > 0 and self.retry_backoff_s >= 0 and self.sessions >= 1):
-            raise ValueError(f"attempt_timeout_s must be positive, retry_backoff_s at least 0 "
-                             f"and sessions at least 1, got {self.attempt_timeout_s}, "
+        if not (self.attempt_timeout_s > 0 and self.connect_timeout_s > 0
+                and self.retry_backoff_s >= 0 and self.sessions >= 1):
+            raise ValueError(f"attempt_timeout_s and connect_timeout_s must be positive, "
+                             f"retry_backoff_s at least 0 and sessions at least 1, got "
+                             f"{self.attempt_timeout_s}, {self.connect_timeout_s}, "
                              f"{self.retry_backoff_s} and {self.sessions}")
         if not self.retry_backoff_max_s >= self.retry_backoff_s:
             raise ValueError(f"retry_backoff_max_s must be at least retry_backoff_s "
@@ -553,8 +556,8 @@ class CellarClient:
 
     async def _connect_and_request(self, endpoint: str, encode: Encode, deadline: float,
                                    held_s: float) -> Response | None:
-        try:
-            with anyio.fail_after(deadline - self._now()):
+        try:  # a replica whose host drops packets costs connect_timeout_s, not the deadline
+            with anyio.fail_after(min(deadline - self._now(), self.config.connect_timeout_s)):
                 connection = await self._connection(endpoint)
         except (*_BROKEN, TimeoutError) as error:
             self._move_on(endpoint)
