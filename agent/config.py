@@ -52,12 +52,11 @@ from consensus.runtime.config_fields import (
     TlsFiles,
     address,
     choice,
-    flag,
     integer,
     load_toml,
     refuse_unknown,
+    security,
     text,
-    tls_files,
 )
 from statemachine.spec import PolicySpec
 
@@ -119,13 +118,13 @@ def load_agent_config(path: pathlib.Path) -> AgentConfig:
 
 def parse_agent_config(raw: dict[str, Any], *, base: pathlib.Path) -> AgentConfig:
     refuse_unknown(raw, KEYS, error=AgentConfigError)
-    insecure = flag(raw, "insecure", default=False, error=AgentConfigError)
+    insecure, tls = security(raw, base, AgentConfigError)
     loop = choice(raw, "loop", LOOPS, default="uvloop", error=AgentConfigError)
     return AgentConfig(
         node=text(raw, "node", error=AgentConfigError),
         store=_store(raw.get("store")),
         state_dir=base / text(raw, "state_dir", error=AgentConfigError),
-        tls=None if insecure else tls_files(raw.get("tls"), base, AgentConfigError),
+        tls=tls,
         insecure=insecure,
         metrics=address(raw["metrics"], "metrics", AgentConfigError) if "metrics" in raw
         else None,

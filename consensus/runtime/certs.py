@@ -13,6 +13,13 @@ format); replica certificates also name the hosts they serve on (`localhost` and
 unless told otherwise), for tools that check host names. Keys are ECDSA P-256 and written
 readable by their owner only; existing files are never overwritten.
 
+Everything that can be refused is refused before the first file is written: a host name that
+cannot go into a certificate (`--host` with a space or a non-ASCII letter) once left `init` with
+a CA and no certificates, and `init` refuses a directory that has a CA. A CA that cannot issue
+usable certificates is refused too: a `ca.key` that is not the key of `ca.pem` (its certificates
+would name one CA and carry another's signature) or a CA past its end (its certificates would
+be expired as issued), where `issue` had written both kinds and said they were written.
+
 The standard library cannot issue certificates, so this module uses `cryptography`.
 """
 
@@ -23,6 +30,7 @@ import datetime
 import ipaddress
 import os
 import pathlib
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -40,6 +48,10 @@ BACKDATE = datetime.timedelta(hours=1)  # tolerate clocks a little behind the is
 SERVER_HOSTS_DEFAULT = ("localhost", "127.0.0.1")
 CA_CERT_NAME = "ca.pem"
 CA_KEY_NAME = "ca.key"
+# A DNS name a certificate can carry: ASCII labels (an IDN in its xn-- form), a leading "*." for
+# a wildcard; IP addresses are tried first (ipaddress), so "::1" never reaches this.
+_DNS_NAME = re.compile(r"(\*\.)?[A-Za-z0-9_]([A-Za-z0-9_-]*)(\.[A-Za-z0-9_]([A-Za-z0-9_-]*))*\.?")
+DNS_NAME_LENGTH_MAX = 253
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,10 +70,22 @@ def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
 
 
 def _host_name(host: str) -> x509.GeneralName:
+    """The subject alternative name for `host`; ValueError if it is neither an IP address nor
+    a DNS name."""
     try:
         return x509.IPAddress(ipaddress.ip_address(host))
     except ValueError:
-        return x509.DNSName(host)
+        pass
+    if len(host) > DNS_NAME_LENGTH_MAX or not _DNS_NAME.fullmatch(host):
+        raise ValueError(f"host {host!r} is neither an IP address nor a DNS name (ASCII "
+                         f"letters, digits, '-' and '.'; an IDN in its xn-- form)")
+    return x509.DNSName(host)
+
+
+def check_hosts(hosts: Iterable[str]) -> None:
+    """ValueError naming the first of `hosts` a certificate cannot carry."""
+    for host in hosts:
+        _host_name(host)
 
 
 class CertificateAuthority:
@@ -104,6 +128,10 @@ class CertificateAuthority:
                              f"this command cannot use") from None
         if not isinstance(key, ec.EllipticCurvePrivateKey):
             raise ValueError(f"{directory / CA_KEY_NAME}: not an ECDSA key")
+        if _public_bytes(key.public_key()) != _public_bytes(certificate.public_key()):
+            raise ValueError(f"{directory / CA_KEY_NAME}: not the key of the CA certificate "
+                             f"{directory / CA_CERT_NAME}; no peer would accept what it "
+                             f"signs")
         return cls(certificate, key)
 
     @property
@@ -119,7 +147,15 @@ class CertificateAuthority:
         """A certificate for `identity`, serving `hosts` too if it is a replica's.
 
         `identity=None` and `extra_uris` exist for tests of what the transport refuses.
+        ValueError if the CA has expired (what it issued now would be expired as issued) or
+        a host cannot be named in a certificate.
         """
+        now = datetime.datetime.now(datetime.UTC)
+        ends = self.certificate.not_valid_after_utc
+        if ends <= now:
+            raise ValueError(f"the CA expired at {ends:%Y-%m-%d %H:%M} UTC: every certificate "
+                             f"it issues is expired as issued; make a new CA (`cellar certs "
+                             f"init` in another directory) and issue every certificate anew")
         key = _new_key()
         names: list[x509.GeneralName] = [x509.UniformResourceIdentifier(uri) for uri in
                                          ([identity.uri] if identity else []) + list(extra_uris)]
@@ -128,7 +164,6 @@ class CertificateAuthority:
         if identity is None or identity.role is IdentityRole.REPLICA:
             usages.append(ExtendedKeyUsageOID.SERVER_AUTH)
         common_name = identity.uri if identity else "no cellar identity"
-        now = datetime.datetime.now(datetime.UTC)
         # never past the CA's own end: the chain could not be verified then
         not_after = min(now + datetime.timedelta(days=days),
                         self.certificate.not_valid_after_utc)
@@ -209,6 +244,7 @@ def init_directory(directory: pathlib.Path, wanted: Sequence[Identity], *,
         if os.path.lexists(directory / name):
             raise FileExistsError(f"{directory / name} exists")
     _refuse_existing(directory, wanted)  # before the CA is written: a refusal changes nothing
+    check_hosts(hosts)
     authority = CertificateAuthority.create()
     written = authority.save(directory)
     return written + issue_into(directory, authority, wanted, hosts=hosts, days=days)
@@ -219,6 +255,7 @@ def issue_into(directory: pathlib.Path, authority: CertificateAuthority,
                days: int = LEAF_DAYS) -> list[pathlib.Path]:
     """Issue certificates for `wanted` with an existing CA; refuses to replace any file."""
     _refuse_existing(directory, wanted)
+    check_hosts(hosts)
     written: list[pathlib.Path] = []
     for identity in wanted:
         config = write_identity(directory, authority, identity, hosts=hosts, days=days)
@@ -232,6 +269,14 @@ def _refuse_existing(directory: pathlib.Path, wanted: Sequence[Identity]) -> Non
         for path in (config.cert_file, config.key_file):
             if os.path.lexists(path):  # a dangling link too: O_EXCL would refuse it midway
                 raise FileExistsError(f"{path} exists")
+
+
+def _public_bytes(key: ec.EllipticCurvePublicKey | object) -> bytes:
+    """A public key's encoding, to compare two keys (b"" for a kind that has none here)."""
+    if not isinstance(key, ec.EllipticCurvePublicKey):
+        return b""
+    return key.public_bytes(serialization.Encoding.DER,
+                            serialization.PublicFormat.SubjectPublicKeyInfo)
 
 
 def identity_in_file(path: pathlib.Path) -> Identity:

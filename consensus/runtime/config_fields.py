@@ -87,10 +87,24 @@ def address(value: Any, key: str, error: type[ConfigError] = ConfigError) -> Add
     if not isinstance(value, str) or value.count(":") < 1:
         raise error(f"{key}: {value!r} is not HOST:PORT")
     host, _, port = value.rpartition(":")
+    host = host.strip("[]")  # "[]:9400" had left "", which listens on every interface
     # isdigit() alone admits digits int() refuses ("²"), which escaped as a ValueError
     if not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
         raise error(f"{key}: {value!r} is not HOST:PORT with a port in 1..65535")
-    return Address(host.strip("[]"), int(port))
+    return Address(host, int(port))
+
+
+def security(raw: dict[str, Any], base: pathlib.Path,
+             error: type[ConfigError] = ConfigError) -> tuple[bool, TlsFiles | None]:
+    """`insecure` and the `[tls]` files of a config file: exactly one of them. Both together
+    are refused (as `tls.check_security` refuses the pair): the table had been dropped without
+    a word, and the process served plain TCP to an operator who wrote where its certificates
+    are."""
+    insecure = flag(raw, "insecure", default=False, error=error)
+    if insecure and "tls" in raw:
+        raise error("insecure: true beside a [tls] table: choose one (plain TCP for local "
+                    "development only, or the [tls] files)")
+    return insecure, None if insecure else tls_files(raw.get("tls"), base, error)
 
 
 def tls_files(value: Any, base: pathlib.Path,

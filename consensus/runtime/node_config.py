@@ -34,6 +34,10 @@ A limit below its floor in LIMIT_MINIMUMS is refused: the peer mesh drops a fram
 would leave a lagging replica asking for ever, and a byte budget below one valid request
 (`proposal_bytes_max`, `watch_bytes_max`) would refuse it OVERLOADED at every try.
 
+`insecure = true` beside a `[tls]` table is refused, as `tls.check_security` refuses the pair:
+the table was dropped without a word and the replica served plain TCP to an operator who had
+written where its certificates are.
+
 Every error names the key and the reason, e.g. `peers[1].client: "localhost" is not
 HOST:PORT`, and the process exits before touching its data directory. The TLS files are loaded
 as the listeners will by `check_tls_files` (a replica calls it before opening its log), so a key
@@ -61,8 +65,8 @@ from consensus.runtime.config_fields import (
     integer,
     load_toml,
     refuse_unknown,
+    security,
     text,
-    tls_files,
 )
 from consensus.runtime.tls import Identity, IdentityRefused, TlsConfig, TlsFileRefused
 from consensus.runtime.watch_budget import PRINCIPAL_SHARE
@@ -173,8 +177,7 @@ def parse_node_config(raw: dict[str, Any], *, base: pathlib.Path) -> NodeConfig:
     replica_id = integer(raw, "replica_id", 0, REPLICA_COUNT_MAX - 1, error=NodeConfigError)
     if replica_id not in {peer.replica_id for peer in peers}:
         raise NodeConfigError(f"replica_id: {replica_id} is not among the peers' ids")
-    insecure = flag(raw, "insecure", default=False, error=NodeConfigError)
-    tls = None if insecure else tls_files(raw.get("tls"), base, NodeConfigError)
+    insecure, tls = security(raw, base, NodeConfigError)
     loop = choice(raw, "loop", LOOPS, default="uvloop", error=NodeConfigError)
     machine = choice(raw, "machine", MACHINES, default="gpu", error=NodeConfigError)
     metrics = address(raw["metrics"], "metrics", NodeConfigError) if "metrics" in raw else None

@@ -59,6 +59,8 @@ application_xids = [13, 31]
         ({"loop": "tokio"}, "loop: 'tokio' is not one of"),
         ({"backend": "cuda"}, "backend: 'cuda' is neither"),
         ({"insecure": False}, "tls: required unless insecure"),
+        ({"tls": {"ca": "ca.pem"}}, r"insecure: true beside a \[tls\] table"),
+        ({"metrics": "[]:9400"}, r"metrics: '\[\]:9400' is not HOST:PORT"),
         ({"intervals": {"poll_ms": 1}}, r"intervals\.poll_ms: 1 is outside"),
         ({"intervals": {"poll_s": 1}}, r"intervals\.poll_s: unknown key"),
         ({"jobs": {"grace_ms": "10s"}}, r"jobs\.grace_ms: required, an integer"),
