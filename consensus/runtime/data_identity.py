@@ -110,7 +110,7 @@ def _decode(data: bytes) -> DataIdentity | None:
         return None
     try:
         raw = json.loads(data)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # "[[[[..." nests past the limit
         return None
     if not isinstance(raw, dict) or \
             sorted(set(raw) - {"machine", "disk"}) != ["replica_count", "replica_id"]:

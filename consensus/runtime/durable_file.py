@@ -3,9 +3,11 @@ replacement that is atomic across a crash, and appends that are on disk when the
 
 `replace_file` writes a temporary file beside the target, fsyncs it, renames it over the target
 and fsyncs the directory, so a reader after any crash sees the old content or the new, never a
-mix. `append_durably` adds bytes at the end and fsyncs; a failed append is cut off again, but
-a crash mid-append can leave a torn last line, which readers must ignore. Errors are
-`OSError`s, for the caller to name the file.
+mix. `append_durably` adds bytes at the end and fsyncs the file, then the directory (every
+time: a process killed between creating the file and the directory's fsync left a file whose
+name a power failure could take, with every line appended to it later); a failed append is cut
+off again, but a crash mid-append can leave a torn last line, which readers must ignore. Errors
+are `OSError`s, for the caller to name the file.
 """
 
 from __future__ import annotations
@@ -44,7 +46,6 @@ def write_file_durably(path: pathlib.Path, data: bytes, mode: int = 0o600) -> No
 
 
 def append_durably(path: pathlib.Path, data: bytes) -> None:
-    created = not path.exists()
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
     try:
         size = os.fstat(fd).st_size
@@ -57,8 +58,7 @@ def append_durably(path: pathlib.Path, data: bytes) -> None:
             raise
     finally:
         os.close(fd)
-    if created:
-        fsync_directory(path.parent)
+    fsync_directory(path.parent)
 
 
 def fsync_directory(directory: pathlib.Path) -> None:

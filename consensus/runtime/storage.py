@@ -7,7 +7,8 @@ worker thread, one at a time (the log is not thread-safe).
 
 The data directory holds `records.log` (format: `consensus.runtime.storage_format`) and
 `cellar.lock` (`consensus.runtime.storage_lock`). Opening takes the lock, fdatasyncs the log
-(what a process killed before its fdatasync wrote is made durable before it is replayed as
+and fsyncs the directory (what a process killed before its fdatasync wrote, and a rename it
+made but killed before the directory's fsync, are made durable before they are replayed as
 durable), reads and checks the whole log, cuts off a torn tail (reported in `Recovery.lines()`
 and the log), and refuses anything else that is wrong (`consensus.runtime.storage_errors`). A
 log of an older format version is rewritten in the current one as it is opened, the way
@@ -388,6 +389,11 @@ def _load(directory: pathlib.Path, *,
     # only: make them durable before replaying them as durable (a sync after the replay could
     # come too late, the replica having acted on them).
     _datasync_path(path)
+    # Likewise the directory: a process killed between a rename and the directory's fsync (a
+    # compaction's, this log's format rewrite, the identity file's) leaves the new name in the
+    # page cache only. Records appended and synced to the new file would then be lost with
+    # its name in a power failure, the old file coming back in its place.
+    _fsync_directory(directory)
     try:
         data = path.read_bytes()
     except OSError as error:
@@ -460,6 +466,14 @@ def _remove(path: pathlib.Path, directory: pathlib.Path) -> None:
         fsync_directory(directory)
     except OSError as error:
         raise StorageFailed(path, "removing an unfinished compaction", error) from error
+
+
+def _fsync_directory(directory: pathlib.Path) -> None:
+    try:
+        fsync_directory(directory)
+    except OSError as error:
+        raise StorageFailed(directory, "fsync of the data directory before reading the log",
+                            error) from error
 
 
 def _datasync_path(path: pathlib.Path) -> None:
