@@ -10,7 +10,8 @@ that explains every result?
 3. Search every part with Wing-Gong-Lowe (`jepsen.search`), fairly: smallest part first, then
    round-robin with step slices that double each round, so one hard part cannot starve the
    others. The first refutation wins. When the time or step budget runs out before every part
-   is settled, the verdict is `unknown`.
+   is settled, the verdict is `unknown`. A slice runs in pieces short in time (`Pace`), so the
+   time budget is kept however long a model's step takes.
 4. Explain a refutation (`jepsen.diagnosis`): the longest linearizable prefix and the smallest
    window found, under a budget of their own (steps, and what is left of the time budget). The
    verdict is settled before they start and never depends on them.
@@ -23,16 +24,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from jepsen.diagnosis import diagnose
 from jepsen.history import EventType, History, Operation
 from jepsen.models import Model, Part
-from jepsen.search import CACHE_BYTES_MAX, Item, Search
+from jepsen.search import CACHE_BYTES_MAX, Item, Pace, Search
 from jepsen.verdict import CheckResult, PartitionResult, Verdict
 
 SLICE_STEPS_FIRST = 1_024
-SLICE_STEPS_MAX = 65_536  # about 0.1 s of search: how late a time budget can be noticed
+SLICE_STEPS_MAX = 65_536  # a slice runs in pieces of about 0.1 s each (`Pace`)
 EXPLAIN_STEPS = 1_000_000
 EXPLAIN_S_MIN = 1.0
 
@@ -76,6 +77,10 @@ class _Budget:
     cache_bytes_max: int
     cache_bytes: int = 0  # what the searches' memoisation holds, at most
     out_of_memory: bool = False
+    pace: Pace = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.pace = Pace(self.deadline, self.clock)
 
     def slice(self, wanted: int, entry_bytes: int) -> int:
         """Steps the next slice of a search whose cache entries take up to `entry_bytes` may
@@ -110,10 +115,12 @@ def _schedule(searches: Sequence[Search], budget: _Budget) -> tuple[Verdict, int
             if allowed <= 0:
                 return Verdict.UNKNOWN, None
             before, cached_before = search.steps, search.cache_bytes
-            verdict = search.run(allowed, budget.cache_bytes_max - budget.cache_bytes
-                                 + search.cache_bytes)
+            verdict, late = budget.pace.run(search, allowed, budget.cache_bytes_max
+                                            - budget.cache_bytes + search.cache_bytes)
             budget.spend(search.steps - before)
             budget.cache_bytes += search.cache_bytes - cached_before
+            if late:
+                return Verdict.UNKNOWN, None
             if verdict is Verdict.NOT_LINEARIZABLE:
                 return verdict, index
             if verdict is None:

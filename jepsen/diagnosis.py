@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from jepsen.history import Operation
 from jepsen.models import Model, Stepper, as_unknown_outcome
-from jepsen.search import CACHE_BYTES_MAX, Item, Search
+from jepsen.search import CACHE_BYTES_MAX, Item, Pace, Search
 from jepsen.verdict import Failure, Step, Verdict
 
 TRIAL_STEPS_MIN = 20_000
@@ -45,6 +45,10 @@ class _Trials:
     exact: bool = True
     _unknown_steps: dict[int, Stepper | None] = field(default_factory=dict)
     _known_steps: dict[int, Stepper] = field(default_factory=dict)
+    _pace: Pace = field(init=False)  # a trial stops at the deadline, not only between trials
+
+    def __post_init__(self) -> None:
+        self._pace = Pace(self.deadline, self.clock)
 
     def _unknown(self, operation: Operation) -> Stepper | None:
         """The step of the operation with its outcome unknown; None when it changes nothing."""
@@ -86,10 +90,10 @@ class _Trials:
             self.exact = False
             return None
         search = Search(self.items(cut, relaxed, dropped), self.model.initial_state())
-        verdict = search.run(min(budget, CACHE_BYTES_MAX // search.entry_bytes),
-                             CACHE_BYTES_MAX)
+        verdict, _ = self._pace.run(search, min(budget, CACHE_BYTES_MAX // search.entry_bytes),
+                                    CACHE_BYTES_MAX)
         self.budget_steps -= search.steps
-        if verdict is None:
+        if verdict is None:  # out of steps, memory or time
             self.exact = False
             return None
         return search
@@ -169,7 +173,7 @@ def diagnose(model: Model, operations: Sequence[Operation], label: str, *,
              clock: Callable[[], float] = time.monotonic) -> Failure:
     """Explain why one partition's operations (fail ops and unknown reads already removed)
     cannot be linearized. `budget_steps` bounds all trials together, `deadline` (by `clock`)
-    the time they may start in."""
+    the time they may run in."""
     trials = _Trials(model, tuple(operations), budget_steps,
                      max(TRIAL_STEPS_MIN, trial_steps), deadline, clock)
     completed = sorted((operation for operation in trials.operations

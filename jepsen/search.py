@@ -21,12 +21,16 @@ come after every other entry, so the search reaching one of them has linearized 
 that must be, and the optional ones still in the list simply never took effect.
 
 `Search.run(budget)` stops after `budget` model steps and can be resumed, so the checker can
-round-robin partitions and give up on time without threads.
+round-robin partitions and give up on time without threads. `Pace` runs one such slice in
+pieces short in time, so that a deadline is noticed within about `PACE_S` whatever a model's
+step costs: a register's step takes a microsecond, the GPU state machine's a millisecond, and a
+slice of 65,536 of those had overrun a time budget by a minute.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from jepsen.models import ILLEGAL, State, Stepper
@@ -227,3 +231,50 @@ class Search:
         return tuple(Step(self.items[self._item_of[entry]].operation, after)
                      for (entry, _, _), after in zip(self._stack, states, strict=True)
                      if entry > 0)
+
+
+PACE_S = 0.1  # how late a deadline may be noticed within one slice of a search
+PACE_STEPS_FIRST = 64  # the first piece's steps, before the rate of steps is known
+
+
+@dataclass(slots=True)
+class Pace:
+    """Runs slices of searches in pieces that take about `PACE_S` each at the rate of steps
+    measured so far, checking `deadline` (by `clock`) between them. Without a deadline a slice
+    runs whole, and the clock is never read."""
+
+    deadline: float | None
+    clock: Callable[[], float]
+    steps: int = 0  # steps measured, and the seconds they took
+    seconds: float = 0.0
+
+    def _piece(self) -> int:
+        if self.steps == 0:
+            return PACE_STEPS_FIRST
+        if self.seconds <= 0:  # a clock too coarse to tell yet: grow the pieces
+            return 2 * self.steps
+        return max(1, int(PACE_S * self.steps / self.seconds))
+
+    def run(self, search: Search, budget: int, bytes_max: int = UNBOUNDED
+            ) -> tuple[Verdict | None, bool]:
+        """`search.run(budget, bytes_max)`, in pieces: its verdict (None if not done yet) and
+        whether the deadline passed before the slice was done. The caller has seen the
+        deadline ahead: the first piece runs."""
+        deadline = self.deadline
+        if deadline is None:
+            return search.run(budget, bytes_max), False
+        started = self.clock()
+        while True:
+            piece = min(budget, self._piece())
+            before = search.steps
+            verdict = search.run(piece, bytes_max)
+            ended = self.clock()
+            taken = search.steps - before
+            self.steps += taken
+            self.seconds += ended - started
+            budget -= taken
+            if verdict is not None or taken < piece or budget <= 0:  # done, or out of memory
+                return verdict, False
+            if ended >= deadline:
+                return None, True
+            started = ended
