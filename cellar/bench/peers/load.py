@@ -4,9 +4,18 @@ a fixed time over shared `KvClient`s, counting what completed, failed and timed 
 Callers are spread round-robin over a few client connections (the same number for every
 system), so each system sees the same concurrency over the same number of connections. Each
 caller cycles over its own `KEYS_PER_CALLER` keys. A failed call is counted, never raised: the
-phase reports how many calls completed per second over its actual length (to the deadline, or
-to the end of the last call that completed after it; a call that hangs until the cut-off does
-not stretch it), their p50 and p99, and the failures beside them.
+phase reports how many calls completed per second over its window (from its start to its
+deadline), their p50 and p99, and the failures beside them.
+
+The window is the phase's `seconds`, never stretched by the calls still open at the deadline:
+a call that completes after it counts towards the throughput for the share of its time that
+lay inside the window (`share_in_window`). So a slow but successful last call neither
+stretches the divisor (the window had run to the end of the last completed call: one call
+begun just before the deadline that took twice the phase's length, within the limit, cut the
+rate to a third) nor adds a whole operation for a fraction of its work. Every caller is busy
+from the phase's start, so these shares add up to what the callers completed per second of
+the window, whatever their latency: neither a system with long calls (whose last ones
+straddle the deadline) nor one with a straggler is charged for the drain.
 
 A call that takes longer than the timeout counts as a timeout, not a completed call (whether it
 then returns or raises); calls
@@ -42,8 +51,9 @@ class PhaseResult:
     """What `callers` callers completed in one phase."""
 
     callers: int
-    elapsed_s: float
-    ops: int
+    elapsed_s: float  # the window: from the phase's start to its deadline
+    ops: int  # calls completed within the limit, those ending after the deadline included
+    ops_in_window: float  # the same, each counted for its share of time inside the window
     errors: int
     timeouts: int
     p50_ms: float | None  # None when no call completed
@@ -52,7 +62,7 @@ class PhaseResult:
 
     @property
     def ops_per_s(self) -> float:
-        return self.ops / self.elapsed_s if self.elapsed_s > 0 else 0.0
+        return self.ops_in_window / self.elapsed_s if self.elapsed_s > 0 else 0.0
 
     @property
     def all_failed(self) -> bool:
@@ -69,7 +79,7 @@ class _Tally:
     timeouts: int = 0
     open_calls: int = 0  # calls started and not yet ended
     first_error: str | None = None
-    last_completed: float = 0.0  # time.monotonic() at which the last completed call ended
+    ops_in_window: float = 0.0  # completed calls, each for its share inside the window
 
     def failed(self, error: Exception, took_s: float) -> None:
         if isinstance(error, TimeoutError):
@@ -90,8 +100,17 @@ class _Tally:
                           *([timeout_s] * cut_off)])
         p50_ms = percentile(ordered, 0.5) * 1000 if ops else None
         p99_ms = percentile(ordered, 0.99) * 1000 if ops else None
-        return PhaseResult(callers, elapsed_s, ops, self.errors, self.timeouts,
+        return PhaseResult(callers, elapsed_s, ops, self.ops_in_window, self.errors,
+                           self.timeouts,
                            p50_ms, p99_ms, self.first_error)
+
+
+def share_in_window(began: float, ended: float, deadline: float) -> float:
+    """The share of a completed call, begun at `began` (not after `deadline`) and ended at
+    `ended`, that lay inside a window ending at `deadline`: 1 when it ended by then."""
+    if ended <= deadline:
+        return 1.0
+    return max(0.0, deadline - began) / (ended - began)
 
 
 def key_for(caller: int, number: int, keys: int = KEYS_PER_CALLER) -> bytes:
@@ -140,11 +159,9 @@ async def run_phase(clients: Sequence[KvClient], callers: int, seconds: float,
             for caller in range(callers):
                 tasks.start_soon(_caller, phase, clients[caller % len(clients)], caller)
     phase.tally.timeouts += phase.tally.open_calls  # cut off at the end
-    # The phase lasts to its deadline, or to the end of the last call that completed after
-    # it: a call that hangs until the cut-off (or fails late) does not stretch the window
-    # the completed calls are divided by.
-    ended = min(time.monotonic(), max(phase.deadline, phase.tally.last_completed))
-    return phase.tally.result(callers, ended - started, timeout_s)
+    # The window is the phase's own length: calls still open at the deadline count for their
+    # share inside it, so neither a hung call nor a slow completed one stretches it.
+    return phase.tally.result(callers, phase.deadline - started, timeout_s)
 
 
 async def _caller(phase: _Phase, client: KvClient, caller: int) -> None:
@@ -172,4 +189,5 @@ async def _caller(phase: _Phase, client: KvClient, caller: int) -> None:
             phase.tally.failed(TimeoutError(f"a call took {took_s:.3f} s"), took_s)
         else:
             phase.tally.latencies_s.append(took_s)
-            phase.tally.last_completed = began + took_s
+            phase.tally.ops_in_window += share_in_window(began, began + took_s,
+                                                         phase.deadline)
