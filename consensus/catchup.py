@@ -16,9 +16,11 @@ the sender computed before it is installed. A fetch is answered with one window 
 snapshot (`snapshot_window_bytes`, ending at a multiple of it): a peer link queues only so many
 bytes and drops the rest, so a large snapshot sent whole would never arrive past that point.
 The receiver asks the same sender for the next window, from the bytes it holds, as soon as a
-window is complete (or, when chunks were lost, after a repair period), for as long as a chunk
-came in the last TRANSFER_PATIENCE_REPAIRS repair periods: one lost fetch or chunk must not
-send it to another peer, which would start over from the first byte. The sender goes on
+window is complete (or, when chunks were lost, once none came for a repair period: asked
+while the window's chunks still come in, on a slow link, the sender would send them again
+ahead of the next window), for as long as a chunk came in the last TRANSFER_PATIENCE_REPAIRS
+repair periods: one lost fetch or chunk must not send it to another peer, which would start
+over from the first byte. The sender goes on
 serving the snapshot a transfer started on after it compacts again, for as long as the
 transfer asks: a large snapshot under load would otherwise start over at every compaction.
 
@@ -204,14 +206,22 @@ class CatchUp:
         if ctx.now - self._asked_at < ctx.config.repair_ticks:
             return
         self._asked_at = ctx.now
+        self._drop_overtaken_transfer()
+        transfer = self._receiving
+        alive = transfer is not None and self._transfer_alive()
+        if alive and self._window_arriving():
+            # Asked again now, the sender would send the window's rest a second time, behind
+            # the chunks still on their way: on a link slower than a window per repair period
+            # the copies piled up ahead of the next window until the transfer looked dead and
+            # started over at another peer, for ever. Asked once no chunk came for a period.
+            ctx.count("catchup.fetch_deferred")
+            return
         peers = ctx.peers()
         peer = ctx.sequencer if self._next_peer == 0 and ctx.sequencer != ctx.id else \
             peers[self._next_peer % len(peers)]
         self._next_peer += 1
         snapshot_slot = snapshot_offset = 0
-        self._drop_overtaken_transfer()
-        transfer = self._receiving
-        if transfer is not None and self._transfer_alive():
+        if transfer is not None and alive:
             # A snapshot under way: its sender sends the rest (another would start over).
             peer, snapshot_slot, snapshot_offset = \
                 transfer.sender, transfer.meta.slot, len(self._received)
@@ -362,6 +372,13 @@ class CatchUp:
         current = self._receiving
         return (current is None or current.sender == transfer.sender
                 or current.meta.slot < transfer.meta.slot or not self._transfer_alive())
+
+    def _window_arriving(self) -> bool:
+        """Whether the window asked for is still coming in: part of it is held and a chunk of
+        it came within the last repair period."""
+        ctx = self._ctx
+        return len(self._received) % ctx.config.snapshot_window_bytes != 0 and \
+            ctx.now - self._received_at < ctx.config.repair_ticks
 
     def _transfer_alive(self) -> bool:
         """Whether the transfer under way had a chunk lately (see the module docstring)."""
