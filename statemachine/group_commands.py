@@ -1,11 +1,13 @@
 """Gang commands: SubmitGroup, BindPod, ReleaseGroup.
 
 A submission is validated against the configuration (tenant, GPU model, shapes that can never
-fit are refused up front, pai#4029 style), queued, and tried at once. At most GROUPS_MAX gangs
-are held, pending ones included: past that a submission is refused (GROUPS_FULL). Resubmitting
-the same id with the same spec returns the gang's current status (idempotent); a different spec
-is a conflict. Binding claims the lowest free slot of a member for a pod and puts the start effect,
-with the GPUs' UUIDs and the environment to inject, in the outbox.
+fit are refused up front, pai#4029 style), queued, and tried at once; when that attempt freed
+GPUs on the spot (victims with no pod to wait for), a scheduling pass hands what it left to the
+queue. At most GROUPS_MAX gangs are held, pending ones included: past that a submission is
+refused (GROUPS_FULL). Resubmitting the same id with the same spec returns the gang's current
+status (idempotent); a different spec is a conflict. Binding claims the lowest free slot of a
+member for a pod and puts the start effect, with the GPUs' UUIDs and the environment to inject,
+in the outbox.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from statemachine.errors import Code, refuse
 from statemachine.groups import Group, make_pods
 from statemachine.lifecycle import pod_env, pod_uuids, release
 from statemachine.results import Done, GroupPhase, GroupStatus, PodBound, PodPhase
+from statemachine.rules import PASS_AFTER_SUBMIT_FREES
 from statemachine.scheduler import schedule, try_place
 from statemachine.state import Configured, State
 from statemachine.views import group_status
@@ -46,7 +49,15 @@ def submit_group(state: State, command: SubmitGroup) -> GroupStatus:
     state.set(state, "next_submit", state.next_submit + 1)
     state.journal.set_item(state.groups, group.group, group)
     state.enqueue(group)
+    capacity_epoch = state.capacity_epoch
     try_place(state, group, preempt=True)
+    if state.capacity_epoch != capacity_epoch and \
+            state.rules_version >= PASS_AFTER_SUBMIT_FREES:
+        # Its preemption freed GPUs or quota at once (a victim with no pod started left, a
+        # lazy victim gave its cells back, a preemptor lost its reservation): what the gang
+        # did not take goes to the queue now, not at the next command that runs a pass. A
+        # rule of version 3 (statemachine/rules.py): a log written before replays as it ran.
+        schedule(state)
     return group_status(state, group)
 
 
