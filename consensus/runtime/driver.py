@@ -230,23 +230,29 @@ class Driver:
         return False
 
     def submit(self, command: bytes, timeout_s: float, done: Done, *,
-               reserved: bool = False) -> None:
+               reserved: bool = False, released: Callable[[], None] | None = None) -> None:
         """Replicate `command`: `done(reply, None)` with the state machine's reply, or
         `done(None, error)` (Overloaded: nothing was proposed; OutcomeUnknown: no result within
         `timeout_s`, the command may still be applied), called exactly once, from the driver's
         task (or at once when the input queue or the budget of command bytes is full).
         `reserved`: a node agent's command, which may use the reserve kept for them
-        (consensus/runtime/proposal_budget.py)."""
+        (consensus/runtime/proposal_budget.py). `released`: called once this driver lets go
+        of the command's bytes (executed, covered by a snapshot, or refused), which may be
+        long after `done` (a node agent's share of the reserve: consensus/runtime/
+        node_reserve.py)."""
         if len(command) > ENVELOPE_BYTES_MAX:  # the core refuses it (consensus/leader.py)
             self.metrics.count("driver.proposals_refused_size")
             done(None, ValueError(f"a command of {len(command)} bytes; at most "
                                   f"{ENVELOPE_BYTES_MAX}"))
-            return
-        if not self._admit(len(command), done, "driver.proposals_refused_bytes", reserved):
-            return
-        if not self._submit("propose", command, timeout_s, done, "driver.proposals_refused",
-                            reserved=reserved):
+        elif not self._admit(len(command), done, "driver.proposals_refused_bytes", reserved):
+            pass
+        elif not self._submit("propose", command, timeout_s, done, "driver.proposals_refused",
+                              reserved=reserved, released=released):
             self._budget.refund(len(command))
+        else:
+            return
+        if released is not None:  # refused: nothing held
+            released()
 
     def submit_read(self, query: bytes, timeout_s: float, done: Done) -> None:
         """A linearizable read, answered through `done` as `submit` answers: the query runs once
@@ -276,7 +282,8 @@ class Driver:
                           f"yet answered or executed (at most {self._budget.bytes_max})")
 
     def _submit(self, kind: str, payload: bytes, timeout_s: float, done: Done,
-                refused: str, *, reserved: bool = False) -> bool:
+                refused: str, *, reserved: bool = False,
+                released: Callable[[], None] | None = None) -> bool:
         places = self._client_inputs_max if reserved else self._client_inputs_shared
         if self._client_inputs >= places:  # the rest is for peers' frames (and node agents')
             self.metrics.count(refused)
@@ -284,8 +291,8 @@ class Driver:
                                   "it takes"))
             return False
         now = self._clock()
-        if not self._offer((kind, payload, _Callback(done, now, now + timeout_s), reserved),
-                           refused):
+        if not self._offer((kind, payload, _Callback(done, now, now + timeout_s), reserved,
+                            released), refused):
             done(None, Overloaded("the replica's input queue is full"))
             return False
         self._client_inputs += 1
@@ -413,7 +420,7 @@ class Driver:
             self.replica.receive(item[2], item[1])
         elif kind == "propose":
             self._client_inputs -= 1
-            self._take_proposal(item[1], item[2], item[3])
+            self._take_proposal(item[1], item[2], item[3], item[4])
         elif kind == "read":
             self._client_inputs -= 1
             self._read_ids += 1
@@ -441,7 +448,8 @@ class Driver:
                 self.replica.cancel_read(key)  # or the core keeps asking for it
                 read[1].fail(OutcomeUnknown("no read index in time (no sequencer lease?)"))
 
-    def _take_proposal(self, command: bytes, waiter: _Callback, reserved: bool) -> None:
+    def _take_proposal(self, command: bytes, waiter: _Callback, reserved: bool,
+                       released: Callable[[], None] | None) -> None:
         try:
             if not reserved and self.replica.pending_proposals >= self._core_queue_shared:
                 raise ProposalDropped(f"{self.replica.pending_proposals} proposals already "
@@ -450,9 +458,11 @@ class Driver:
         except ProposalDropped as error:
             self.metrics.count("driver.proposals_dropped")
             self._budget.refund(len(command))
+            if released is not None:
+                released()
             waiter.fail(Overloaded(str(error)))
             return
-        self._budget.hold(tag, len(command))
+        self._budget.hold(tag, len(command), released)
         self._proposals[tag] = waiter
         self._watch_deadline(waiter, "propose", tag)
         self.metrics.count("driver.proposals")

@@ -5,19 +5,26 @@ The driver keeps places and bytes that only node agents' commands may take
 the agents' heartbeats and let healthy nodes' leases lapse. Every agent shared that reserve
 whole: one agent sending commands without waiting for answers (a bug, or a stolen key) could
 hold all of it and starve every other node's heartbeats, the very lapse the reserve is there
-to prevent. So the server counts each node's commands in flight, from submit until their
-answer, and asks for the reserve only while the node holds fewer than `COMMANDS_PER_NODE_MAX`
-of them and under `BYTES_PER_NODE_MAX` of their bytes; past either, its commands compete for
-the shared budget like any other client's (counted in `server.node_reserve_exceeded`). An agent
-has a heartbeat, a health report or an exit in flight at a time: a few commands of a few
-kilobytes, far within its share.
+to prevent. So the server counts each node's commands in flight, from submit until the driver
+lets go of their bytes (the command executed, was covered by a snapshot, or was refused: the
+driver calls the `released` callback it was handed), and asks for the reserve only while the
+node holds fewer than `COMMANDS_PER_NODE_MAX` of them and under `BYTES_PER_NODE_MAX` of their
+bytes; past either, its commands compete for the shared budget like any other client's
+(counted in `server.node_reserve_exceeded`). An agent has a heartbeat, a health report or an
+exit in flight at a time: a few commands of a few kilobytes, far within its share.
+
+The share was once given back at the command's answer, but an answer (UNKNOWN at the client's
+deadline, at least WAIT_MS_MIN) comes while the command still waits in the core holding its
+bytes in the reserve: an agent asking for no wait sent its share again and again and held the
+whole reserve (tests/consensus/runtime/test_node_reserve_held_until_executed.py).
 
 Bounded: a node has an entry only while it has a command in flight under the reserve.
 """
 
 from __future__ import annotations
 
-from consensus.runtime.driver import Done
+from collections.abc import Callable
+
 from consensus.runtime.metrics import Metrics
 
 COMMANDS_PER_NODE_MAX = 32
@@ -37,20 +44,24 @@ class NodeReserve:
     def held(self, node: str) -> tuple[int, int]:
         return self._held.get(node, (0, 0))
 
-    def claim(self, node: str, size_bytes: int, done: Done) -> tuple[Done, bool]:
-        """Whether `node`'s command of `size_bytes` may use the reserve, and the callback to
-        hand the driver: `done`, which then also gives the command's share back."""
+    def claim(self, node: str, size_bytes: int) -> Callable[[], None] | None:
+        """None when `node`'s command of `size_bytes` may not use the reserve; else the
+        callback to hand the driver as `released`, which gives the command's share back (once,
+        however often it is called)."""
         commands, held_bytes = self.held(node)
         if commands >= COMMANDS_PER_NODE_MAX or held_bytes + size_bytes > BYTES_PER_NODE_MAX:
             self.metrics.count(RESERVE_EXCEEDED)
-            return done, False
+            return None
         self._held[node] = (commands + 1, held_bytes + size_bytes)
+        given_back = False
 
-        def answered(reply: bytes | None, error: Exception | None) -> None:
-            self._give_back(node, size_bytes)
-            done(reply, error)
+        def released() -> None:
+            nonlocal given_back
+            if not given_back:
+                given_back = True
+                self._give_back(node, size_bytes)
 
-        return answered, True
+        return released
 
     def _give_back(self, node: str, size_bytes: int) -> None:
         commands, held_bytes = self._held[node]

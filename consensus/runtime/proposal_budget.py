@@ -51,7 +51,7 @@ class ProposalBudget:
     """Bytes held per command tag, within `bytes_max` (node agents' reserve past it); see the
     module docstring."""
 
-    __slots__ = ("_held", "_release_at_deadline", "bytes_max", "held_bytes")
+    __slots__ = ("_held", "_on_release", "_release_at_deadline", "bytes_max", "held_bytes")
 
     def __init__(self, bytes_max: int) -> None:
         if bytes_max <= 0:
@@ -60,6 +60,8 @@ class ProposalBudget:
         self.held_bytes = 0  # admitted: queued in the inbox, or held under a tag
         self._held: dict[int, int] = {}  # tag -> bytes, for commands the core took
         self._release_at_deadline: set[int] = set()
+        # tag -> called once its bytes are released (a node agent's share: node_reserve.py)
+        self._on_release: dict[int, Callable[[], None]] = {}
 
     def __len__(self) -> int:
         """Commands held under a tag."""
@@ -79,10 +81,13 @@ class ProposalBudget:
         self.held_bytes -= size
         assert self.held_bytes >= 0
 
-    def hold(self, tag: int, size: int) -> None:
-        """The core took an admitted command under `tag`."""
+    def hold(self, tag: int, size: int, on_release: Callable[[], None] | None = None) -> None:
+        """The core took an admitted command under `tag`; `on_release` is called once its
+        bytes are released."""
         assert tag not in self._held, tag
         self._held[tag] = size
+        if on_release is not None:
+            self._on_release[tag] = on_release
 
     def release(self, tag: int) -> None:
         """The command under `tag` left the core (executed, or covered by a snapshot); a tag
@@ -91,6 +96,9 @@ class ProposalBudget:
         if size is not None:
             self.held_bytes -= size
             self._release_at_deadline.discard(tag)
+            on_release = self._on_release.pop(tag, None)
+            if on_release is not None:
+                on_release()
 
     def forget_after_snapshot(self, waiting: Callable[[int], bool]) -> None:
         """A peer's snapshot was installed: release each held command whose client no longer

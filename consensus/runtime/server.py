@@ -17,7 +17,8 @@ connection could queue commands without bound (the driver's byte budget now boun
 A node agent's commands (a node-role principal's, no other) may use the reserve the driver keeps
 for them past that budget (consensus/runtime/proposal_budget.py): its heartbeats go through a
 flood of other clients' commands. Each agent has a share of that reserve, so that one agent
-cannot hold all of it (consensus/runtime/node_reserve.py).
+cannot hold all of it (consensus/runtime/node_reserve.py), held until the driver lets go of the
+command's bytes (its `released` callback), not only until its answer.
 
 A state machine that gates queries (`consensus.state_machine.QueryGate`) is asked before a read
 or watch goes to the driver: one it refuses is answered REFUSED with its reason, and counted;
@@ -183,11 +184,14 @@ class ClientServer:
         elif isinstance(request, Propose):
             command = encode_envelope_of(principal, request.session, request.sequence,
                                          self._stamp_ms(request.sent_ms), request.body)
-            done, reserved = answers.responder(request.request_id, _REPLY), False
-            if principal.role is Role.NODE:  # a share of the reserve (node_reserve.py)
-                done, reserved = self._node_reserve.claim(principal.name, len(command), done)
-            self._driver.submit(command, max(request.timeout_ms, WAIT_MS_MIN) / 1000, done,
-                                reserved=reserved)
+            done = answers.responder(request.request_id, _REPLY)
+            timeout_s = max(request.timeout_ms, WAIT_MS_MIN) / 1000
+            released = (self._node_reserve.claim(principal.name, len(command))
+                        if principal.role is Role.NODE else None)  # node_reserve.py
+            if released is None:
+                self._driver.submit(command, timeout_s, done, reserved=False)
+            else:  # its share held until the driver lets go of its bytes, not its answer
+                self._driver.submit(command, timeout_s, done, reserved=True, released=released)
         elif isinstance(request, Cancel):
             answers.call_off(request.request_id)
         elif isinstance(request, Status) or self._allowed(principal, request, answers):

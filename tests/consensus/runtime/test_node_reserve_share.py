@@ -3,9 +3,12 @@
 One agent sending commands without waiting had every one of them take the reserve, so it could
 hold all of it and starve every other node's heartbeats (the lease lapse the reserve is there to
 prevent). Past its share an agent's commands compete for the shared budget; the other agents
-keep theirs, and a command answered gives its share back."""
+keep theirs, and a command the driver lets go of (executed, covered or refused: its `released`
+callback) gives its share back."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import anyio
 import pytest
@@ -28,17 +31,18 @@ pytestmark = pytest.mark.anyio
 
 
 class RecordingDriver:
-    """Keeps each submitted command's callback and whether it asked for the reserve."""
+    """Keeps each submitted command's `released` callback and whether it asked for the
+    reserve."""
 
     running = True
 
     def __init__(self) -> None:
         self.metrics = Metrics()
-        self.submitted: list[tuple[Done, bool]] = []
+        self.submitted: list[tuple[Callable[[], None] | None, bool]] = []
 
     def submit(self, command: bytes, timeout_s: float, done: Done, *,
-               reserved: bool = False) -> None:
-        self.submitted.append((done, reserved))
+               reserved: bool = False, released: Callable[[], None] | None = None) -> None:
+        self.submitted.append((released, reserved))
 
     def status(self) -> dict[str, object]:
         return {}
@@ -66,8 +70,9 @@ async def test_one_agent_flooding_keeps_only_its_share_and_others_keep_theirs() 
     assert flags[COMMANDS_PER_NODE_MAX:-2] == [False] * 100  # past its share: shared budget
     assert flags[-2:] == [True, False]  # the other agent's heartbeat; a scheduler's never
     assert driver.metrics.snapshot().get(RESERVE_EXCEEDED) == 100
-    done, _ = driver.submitted[0]
-    done(b"ok", None)  # an answer gives its share back
+    released, _ = driver.submitted[0]
+    assert released is not None
+    released()  # the driver let go of its bytes: its share back
     async with anyio.create_task_group() as tasks:
         dispatch(server, flooder, 1, tasks)
     assert driver.submitted[-1][1] is True
@@ -75,12 +80,11 @@ async def test_one_agent_flooding_keeps_only_its_share_and_others_keep_theirs() 
 
 def test_the_share_is_bounded_in_bytes_too_and_freed_entries_go() -> None:
     reserve = NodeReserve(Metrics())
-    answered: list[bytes | None] = []
-    done, reserved = reserve.claim("n0", BYTES_PER_NODE_MAX, lambda reply, _: answered.append(
-        reply))
-    assert reserved
-    assert reserve.claim("n0", 1, lambda *_: None)[1] is False
-    assert reserve.claim("n1", 1, lambda *_: None)[1] is True
-    done(b"ok", None)
-    assert answered == [b"ok"]
+    released = reserve.claim("n0", BYTES_PER_NODE_MAX)
+    assert released is not None
+    assert reserve.claim("n0", 1) is None
+    assert reserve.claim("n1", 1) is not None
+    released()
+    released()  # once only
     assert reserve.held("n0") == (0, 0) and "n0" not in reserve._held
+    assert reserve.held("n1") == (1, 1)
