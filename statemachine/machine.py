@@ -27,7 +27,7 @@ from statemachine.query_codec import decode_query, encode_answer
 from statemachine.record_codec import DecodeError
 from statemachine.result_codec import encode_result
 from statemachine.results import Result
-from statemachine.rules import check_known
+from statemachine.rules import PLAIN_MSGPACK_REFUSALS, check_known
 from statemachine.sessions import Sessions, command_checksum, session_key
 from statemachine.snapshot_codec import decode_snapshot, digest_of, encode_snapshot
 from statemachine.state import State
@@ -73,6 +73,8 @@ class Machine:
         try:
             command = decode_command(envelope.body)
         except DecodeError as error:
+            if self.state.rules_version < PLAIN_MSGPACK_REFUSALS:
+                return error.rejection_before  # the reply an older build cached for it
             return error.rejection
         result = apply(self.state, command,
                        Context(principal=envelope.principal, now_ms=envelope.now_ms))

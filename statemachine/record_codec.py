@@ -21,11 +21,16 @@ T = TypeVar("T")
 
 
 class DecodeError(Exception):
-    """A body that is not a valid command or query; carries the rejection to reply with."""
+    """A body that is not a valid command or query; carries the rejection to reply with, and
+    the one the rules before `rules.PLAIN_MSGPACK_REFUSALS` replied with (`rejection_before`:
+    for a body that is not msgpack, the library's words, which differ between its C extension
+    and its pure-Python fallback; the same rejection otherwise)."""
 
-    def __init__(self, code: Code, message: str) -> None:
+    def __init__(self, code: Code, message: str, *, message_before: str | None = None) -> None:
         super().__init__(message)
         self.rejection = Rejection(code=code, message=message)
+        self.rejection_before = self.rejection if message_before is None else Rejection(
+            code=code, message=message_before)
 
 
 class Record:
@@ -92,8 +97,9 @@ def unpack_body(data: bytes, *, bytes_max: int, what: str) -> Any:
         raise DecodeError(Code.TOO_LARGE, f"{what}: {len(data)} bytes, more than {bytes_max}")
     try:
         return unpack(data, bytes_max=bytes_max, what=what)
-    except InvalidMessage as error:
-        raise DecodeError(Code.MALFORMED, error.reason) from error
+    except InvalidMessage as error:  # the library's words stay out of a replicated reply
+        raise DecodeError(Code.MALFORMED, f"{what}: not valid msgpack",
+                          message_before=error.reason) from error
 
 
 def open_body(data: bytes, *, bytes_max: int, what: str,

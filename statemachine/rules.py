@@ -23,10 +23,13 @@ Version 0 is the rules of every build before versions existed, as this build app
 replicas whose snapshots sit at different entries, as before). Version 1 changes no rule: it
 is the first version a Tick names. Version 2: a health report (or a registration's) naming one
 GPU twice is refused MALFORMED (`statemachine/node_commands.py`); before, each copy counted,
-and three passes in one report brought a failed GPU back at once. Version 3: a submission whose
-preemption freed GPUs on the spot runs a scheduling pass (`statemachine/group_commands.py`);
-before, what the new gang did not take stayed idle, with gangs that fit it pending, until the
-next command that ran one.
+and three passes in one report brought a failed GPU back at once. Version 3, two rules: a
+submission whose preemption freed GPUs on the spot runs a scheduling pass
+(`statemachine/group_commands.py`; before, what the new gang did not take stayed idle, with
+gangs that fit it pending, until the next command that ran one), and a body that is not valid
+msgpack is refused with a message of its own (`statemachine/record_codec.py`; before, the
+message quoted the msgpack library's error, which its C extension and its pure-Python fallback
+word differently, so two replicas could cache different replies).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ RULES_BEFORE_VERSIONS = 0  # a Tick without the field, a snapshot of format 6 or
 RULES_VERSION = 3  # the newest rules this build applies
 ONE_REPORT_PER_GPU = 2  # from this version on: a report naming a GPU twice is refused
 PASS_AFTER_SUBMIT_FREES = 3  # from this version on: a submission that freed GPUs runs a pass
+PLAIN_MSGPACK_REFUSALS = 3  # from this version on: no library's words in a MALFORMED reply
 
 
 def system_tick() -> Tick:

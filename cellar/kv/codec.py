@@ -14,7 +14,7 @@ import enum
 
 from consensus.codec import pack, unpack
 from consensus.errors import InvalidMessage
-from consensus.validation import expect_bytes, expect_int, expect_list
+from consensus.validation import expect_bytes, expect_fields, expect_int, expect_list
 from statemachine.sessions import NO_CHECKSUM
 
 KEY_BYTES_MAX = 1024
@@ -127,7 +127,8 @@ def decode_snapshot(data: bytes) -> tuple[dict[bytes, bytes], list[SessionRow], 
     if len(raw) != 3:
         raise InvalidMessage("kv snapshot: expected [items, sessions, now_ms]")
     items = expect_list(raw[0], "kv.items", length_max=ITEMS_MAX)
-    pairs = (expect_list(item, "kv.item", length_max=2) for item in items)
+    pairs = (expect_fields(expect_list(item, "kv.item", length_max=2), "kv.item", 2)
+             for item in items)
     data_out = {expect_bytes(pair[0], "kv.key", length_max=KEY_BYTES_MAX):
                 expect_bytes(pair[1], "kv.value", length_max=VALUE_BYTES_MAX) for pair in pairs}
     sessions = []
