@@ -36,6 +36,7 @@ from agent.job_outcomes import Exited, Started, StopOutcome, Termination
 from agent.jobs import JobRunner
 from agent.store_link import Standing, StoreLink
 from consensus.runtime.durable_file import replace_file
+from consensus.validation import INT64_MAX
 from statemachine.effects import EffectKind
 from statemachine.errors import Rejection
 from statemachine.results import NodeRegistered, PodAssignment
@@ -76,7 +77,8 @@ class Pods:
         # Pods whose start is deferred or under way: a replayed START_POD (the registration's
         # reconcile deferred it, then the effect came again) must not start it a second time,
         # which the runner refuses and `start` would report as "could not start" (exit 127).
-        self._starting: set[str] = set()
+        # By gang and uid: another gang's pod of the same uid is no replay of it.
+        self._starting: set[tuple[str, str]] = set()
 
     async def reconcile(self, registered: NodeRegistered, stops: anyio.abc.TaskGroup) -> None:
         """After registering: adopt what runs, report what was lost, start what never ran,
@@ -101,11 +103,11 @@ class Pods:
         """Start the pod now, or, while jobs still run on its GPUs (the store hands a gang's
         GPUs on as soon as it asks for their pods' kill), once they have ended, in `tasks`:
         nothing here waits for a stop."""
-        if binding.pod_uid in self._starting:
+        if (binding.group, binding.pod_uid) in self._starting:
             return  # a replayed START_POD: its start is deferred or under way already
         if self.runner.holders(binding.gpu_uuids):
             self.counts["starts_deferred"] += 1
-            self._starting.add(binding.pod_uid)
+            self._starting.add((binding.group, binding.pod_uid))
             tasks.start_soon(self._start_when_free, binding)
         else:
             await self.start(binding)
@@ -119,20 +121,20 @@ class Pods:
             if await self.link.standing(binding.group, binding.pod_uid) is Standing.BOUND:
                 await self._start(binding)  # else: released or evicting meanwhile
         finally:
-            self._starting.discard(binding.pod_uid)
+            self._starting.discard((binding.group, binding.pod_uid))
 
     async def start(self, binding: Binding) -> None:
-        uid = binding.pod_uid
-        if uid in self._starting:
+        key = (binding.group, binding.pod_uid)
+        if key in self._starting:
             return  # a replayed START_POD: its start is under way
-        self._starting.add(uid)
+        self._starting.add(key)
         try:
             await self._start(binding)
         finally:
-            self._starting.discard(uid)
+            self._starting.discard(key)
 
     async def _start(self, binding: Binding) -> None:
-        """Start the pod, its uid held in `_starting` by the caller."""
+        """Start the pod, held in `_starting` by the caller."""
         if self.runner.group_of(binding.pod_uid) not in (None, binding.group):
             pass  # another gang's job holds this uid: the runner refuses it, reported below
         elif self.runner.runs(binding.pod_uid) or self.runner.exit_pending(binding.pod_uid):
@@ -201,7 +203,7 @@ class Pods:
         if resume_after != after:
             logger.info("effects after %d are not kept: the registration covers them, the "
                         "watch resumes after %d", after, resume_after)
-            self._remember(resume_after)
+            await self._save(resume_after)
 
     async def follow_effects(self) -> None:
         """Forever: act on this node's effects, from where the last run stopped. When some
@@ -216,10 +218,10 @@ class Pods:
             try:
                 async for effect in effects:
                     await self._effect(effect, stops)
-                    self._remember(int(effect["index"]))
+                    await self._save(int(effect["index"]))
             except EffectsTrimmed as gap:
                 logger.warning("%s: reconciling", gap)
-                self._remember(gap.resume_after)
+                await self._save(gap.resume_after)
                 raise
 
     async def _effect(self, effect: dict[str, Any], stops: anyio.abc.TaskGroup) -> None:
@@ -249,13 +251,25 @@ class Pods:
         if outcome.termination is not Termination.NOT_RUNNING:
             return  # its exit is reported by whoever saw it end
         if not await self.runner.forbid_start(pod_uid):  # a deferred start's too
-            return  # its exit is, or was, reported by whoever saw it end
+            # It started: before the stop looked (its exit is, or was, reported by whoever
+            # saw it end), or while the stop looked, a deferred start holding the runner's
+            # lock. That job runs now, and this kill is the only one it gets (the store
+            # resends kills to a preemption's victims only, and takes its ack): stop it.
+            if self.runner.group_of(pod_uid) == group:
+                await self.stop(pod_uid)
+            return
         if await self.link.standing(group, pod_uid) is not Standing.GONE:
             await self._killed_before_start(group, pod_uid)
 
     def _cursor(self) -> int:
+        """The cursor saved last; 0 (replay every effect) when there is none, or none the
+        store could take as an index (the effects query refuses one out of range as malformed,
+        which no retry mends)."""
         try:
-            return int(self.cursor_path.read_text(encoding="ascii").strip() or 0)
+            index = int(self.cursor_path.read_text(encoding="ascii").strip() or 0)
+            if not 0 <= index <= INT64_MAX:
+                raise ValueError(f"{index} is not an effect index")
+            return index
         except FileNotFoundError:
             return 0
         except (OSError, ValueError) as error:
@@ -265,10 +279,17 @@ class Pods:
 
     def _cursor_moved(self, index: int) -> None:
         """The watch moved the cursor past others' effects (every effect of this node up to
-        `index` was handled): saved now and then, not at every idle page."""
+        `index` was handled): saved now and then, not at every idle page (on the event loop,
+        as the watch calls this: at most once every `CURSOR_SAVE_EVERY_S` while idle)."""
         if (index - self._saved_index >= CURSOR_SAVE_EVERY_EFFECTS
                 or self.clock_s() - self._saved_at_s >= CURSOR_SAVE_EVERY_S):
             self._remember(index)
+
+    async def _save(self, index: int) -> None:
+        """`_remember` in a worker thread: its two fsyncs follow every effect, and a page of
+        effects handled with no checkpoint between them (kills) would hold the heartbeats for
+        all of them in a row on a busy disk."""
+        await anyio.to_thread.run_sync(self._remember, index)
 
     def _remember(self, index: int) -> None:
         try:
