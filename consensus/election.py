@@ -5,8 +5,10 @@ double as O-instance ballots. A follower that hears nothing from the sequencer f
 timeout (and whose read lease to it has expired) becomes a candidate: it promises the new view
 and asks for votes, which also O-prepare every slot from its committed prefix on. A voter
 promises the view (it will accept nothing older), and reports its O-entries and, per replica,
-the highest C-index it accepted. With a majority of votes the candidate rebuilds the log
-(`consensus.view_change`), has a majority accept it in the new view, and only then serves.
+the highest C-index it accepted. A replica that learned of the view from another message first
+(and so awaits its log) still votes for its candidate. With a majority of votes the candidate
+rebuilds the log (`consensus.view_change`), has a majority accept it in the new view, and only
+then serves.
 Replicas that missed the new view get the rebuilt log again until they acknowledge it. One
 that cannot hear the sequencer (a lost link) gets it from a peer instead: a replica serving the
 view passes its copy on when it refuses that replica's pre-vote (`NewViewRelay`), with how far
@@ -274,8 +276,16 @@ class Election:
         ctx = self._ctx
         self.highest_view_seen = max(self.highest_view_seen, message.view)
         own_candidacy = message.sender == ctx.id and message.view == ctx.view
+        # A replica that joined this view from another of its messages (a recovery prepare
+        # leaves before the vote request, which waits for the candidate's view record) has
+        # promised it but not voted: it votes for the view's own sequencer, the only one that
+        # may stand in it (a vote given twice to it reports the same: nothing is accepted
+        # in a view before its log is installed).
+        joined = message.view == ctx.view and ctx.status is Status.AWAITING and \
+            message.sender == ctx.sequencer
         if not own_candidacy:
-            if message.view <= ctx.view or self._leased_elsewhere(message.sender) or (
+            if (message.view <= ctx.view and not joined) or \
+                    self._leased_elsewhere(message.sender) or (
                     ctx.is_sequencer and self._sequencer.lease_valid()) or (
                     self._suspecting and message.sender == ctx.sequencer) or (
                     not self.may_vote()):
