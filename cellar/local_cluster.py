@@ -28,6 +28,7 @@ from consensus.runtime.tls import Identity, IdentityRole, TlsConfig
 HOST = "127.0.0.1"
 SETTLE_TIMEOUT_S = 20.0  # a new cluster's first election, at the most
 SETTLE_POLL_S = 0.05
+TCP_LISTEN = "0A"  # a socket's state in /proc/net/tcp
 
 
 def free_ports(count: int) -> list[int]:
@@ -257,19 +258,52 @@ class ProcessCluster:
                         if process.process is not None], grace_s)
 
     def wait_ports(self, timeout_s: float = 20.0) -> None:
-        """Until every replica accepts connections on its client port."""
+        """Until every replica listens on its client port: the replica itself, where Linux's
+        /proc tells whose the listener is. Another process that took the port between
+        `free_ports` and the replica's start accepts connections too, while the replica exits
+        (EXIT_UNAVAILABLE): a connection alone would take that listener for the replica's."""
         deadline = time.monotonic() + timeout_s
         for replica, port in enumerate(self.layout.client_ports):
-            while True:
-                try:
-                    socket.create_connection((HOST, port), timeout=0.5).close()
-                    break
-                except OSError:
-                    if time.monotonic() > deadline or not self.processes[replica].running:
-                        log = self.processes[replica].log_path
-                        raise RuntimeError(f"replica {replica} did not start; see {log}: "
-                                           f"{log.read_text()[-2000:]}") from None
-                    time.sleep(0.05)
+            process = self.processes[replica]
+            while not _listening(process, port):
+                if time.monotonic() > deadline or not process.running:
+                    log = process.log_path
+                    raise RuntimeError(f"replica {replica} did not start; see {log}: "
+                                       f"{log.read_text()[-2000:]}") from None
+                time.sleep(0.05)
+
+
+def _listening(process: ReplicaProcess, port: int) -> bool:
+    """Whether `process` listens on loopback `port`: one of its descriptors is a socket that
+    /proc/net/tcp lists as listening there. Where there is no /proc, whether anything accepts
+    connections on the port."""
+    try:
+        table = pathlib.Path("/proc/net/tcp").read_text(encoding="ascii")
+    except OSError:
+        try:
+            socket.create_connection((HOST, port), timeout=0.5).close()
+        except OSError:
+            return False
+        return True
+    listeners = set()
+    for line in table.splitlines()[1:]:
+        fields = line.split()
+        local, state, inode = fields[1], fields[3], fields[9]
+        if state == TCP_LISTEN and int(local.rsplit(":", 1)[1], 16) == port:
+            listeners.add(f"socket:[{inode}]")
+    if not listeners or process.process is None:
+        return False
+    try:
+        descriptors = list(pathlib.Path(f"/proc/{process.process.pid}/fd").iterdir())
+    except OSError:  # it has exited
+        return False
+    for descriptor in descriptors:
+        try:
+            if os.readlink(descriptor) in listeners:
+                return True
+        except OSError:  # closed meanwhile
+            continue
+    return False
 
 
 async def settled(client: CellarClient, endpoints: list[str]) -> None:

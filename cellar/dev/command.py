@@ -45,7 +45,10 @@ ADMIN = "dev"
 RESTART_AFTER_S = 4.0
 CLIENT = ClientConfig(attempt_timeout_s=1.0, deadline_s=20.0, sessions=16)
 EXIT_USAGE = 2  # as argparse's: the run could not start as asked
+EXIT_FAILED = 1  # the cluster stopped answering during the run
 FAILOVER_CALLERS = 8  # heartbeats back to back while the sequencer is killed
+DEFAULT_DATA_DIR = pathlib.Path(".cellar-dev")
+MARKER = ".cellar-dev-cluster"  # in the cluster directory: a run may replace it
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -59,7 +62,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="gangs the scheduler keeps busy")
     parser.add_argument("--kill-sequencer", action="store_true",
                         help="kill -9 the sequencer a third of the way in, to show failover")
-    parser.add_argument("--data-dir", type=pathlib.Path, default=pathlib.Path(".cellar-dev"),
+    parser.add_argument("--data-dir", type=pathlib.Path, default=DEFAULT_DATA_DIR,
                         help="where the cluster's files go (replaced on each run)")
     parser.add_argument("--seed", type=at_least(0), default=7, help="workload seed")
     parser.set_defaults(handler=run)
@@ -98,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"starting {args.replicas} replicas on 127.0.0.1 (data and logs in {directory})")
     cluster.start()
     state = Run(args, cluster)
+    failure = ""
     try:
         try:
             cluster.wait_ports()
@@ -107,26 +111,51 @@ def run(args: argparse.Namespace) -> int:
         run_unwrapped(_main, state)
     except KeyboardInterrupt:
         print("\ninterrupted")
+    except ClientError as error:  # no quorum past the client's deadline: replicas gone
+        failure = f"cellar dev: the cluster stopped answering: {error}"
     finally:
         cluster.stop()
     for line in summary(state):
         print(line)
+    if failure:
+        print(failure, file=sys.stderr)
+        return EXIT_FAILED
     return 0
 
 
 def _fresh_layout(args: argparse.Namespace) -> Layout | None:
     """The cluster's files, written afresh under `--data-dir`; None (after saying why in one
-    line) when they cannot be written there: a regular file in the way, no permission."""
+    line) when they cannot be written there: a regular file in the way, no permission, or a
+    `cluster` directory there that no earlier run wrote (it is the user's: never deleted)."""
     directory = args.data_dir / "cluster"
+    if _foreign(directory, args.data_dir):
+        print(f"cellar dev: --data-dir {args.data_dir}: {directory} exists and is not a "
+              "cluster an earlier `cellar dev` wrote; move it aside or choose another "
+              "--data-dir", file=sys.stderr)
+        return None
     shutil.rmtree(directory, ignore_errors=True)
     layout = Layout(directory, args.replicas)
     try:
         layout.write(admins=[ADMIN], schedulers=[SCHEDULER.name], nodes=node_names(args.nodes))
+        (layout.directory / MARKER).write_text("written by `cellar dev`; replaced on each run\n",
+                                               encoding="utf-8")
     except OSError as error:
         print(f"cellar dev: --data-dir {args.data_dir}: cannot write "
               f"{error.filename or layout.directory}: {error.strerror or error}", file=sys.stderr)
         return None
     return layout
+
+
+def _foreign(directory: pathlib.Path, data_dir: pathlib.Path) -> bool:
+    """Whether `directory` holds files that are no dev cluster's: not under the default
+    --data-dir (this command's own), and without the marker each run leaves there."""
+    try:
+        if not directory.is_dir() or not any(directory.iterdir()):
+            return False
+    except OSError:  # unreadable: writing there fails, and says why
+        return False
+    return data_dir.resolve() != DEFAULT_DATA_DIR.resolve() and \
+        not (directory / MARKER).is_file()
 
 
 @asynccontextmanager
@@ -256,7 +285,9 @@ def _kill_note(state: Run) -> str:
 def summary(state: Run) -> list[str]:
     counts, latency = state.activity.counts, state.activity.latency
     seconds = max(1e-9, time.monotonic() - state.started)
-    calls = sum(count for name, count in counts.items() if "." not in name)
+    # Every call that returned observed its latency; the counts also hold events (pods killed,
+    # gangs finished or withdrawn), which are no calls.
+    calls = latency.count
     lines = ["", "summary",
              f"  ran {seconds:.0f} s with {state.args.replicas} replicas, "
              f"{state.args.nodes} nodes of 8 GPUs",

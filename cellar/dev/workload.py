@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+import anyio.abc
 
 from cellar.dev.spec import TENANTS, inventory
 from consensus.envelope import Principal, Role
@@ -80,9 +81,23 @@ class SimulatedNode:
             async with anyio.create_task_group() as tasks:
                 tasks.start_soon(self._heartbeats, store)
                 tasks.start_soon(self._health, store)
-                async with aclosing(store.watch_effects(self.name, 0, wait_s=2)) as effects:
+                await self._watch(store, tasks)
+
+    async def _watch(self, store: GpuStore, tasks: anyio.abc.TaskGroup) -> None:
+        """Hand each of this node's effects to `_effect`, forever. A watch that fails (no
+        quorum past the client's deadline: replicas down) is counted as a call of unknown
+        outcome and resumed after the last effect handed out, as an agent would: it must not
+        end the run with a traceback."""
+        after = 0
+        while True:
+            try:
+                async with aclosing(store.watch_effects(self.name, after, wait_s=2)) as effects:
                     async for effect in effects:
+                        after = max(after, int(effect["index"]))
                         tasks.start_soon(self._effect, store, effect)
+            except ClientError:
+                self.activity.counts["watch.unknown"] += 1
+                await anyio.sleep(1)
 
     async def _heartbeats(self, store: GpuStore) -> None:
         while True:
