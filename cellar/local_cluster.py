@@ -285,25 +285,36 @@ def _listening(process: ReplicaProcess, port: int) -> bool:
         except OSError:
             return False
         return True
+    listeners = _listening_sockets(table, port)
+    return bool(listeners) and process.process is not None and \
+        not listeners.isdisjoint(_sockets_of(process.process.pid))
+
+
+def _listening_sockets(table: str, port: int) -> set[str]:
+    """The sockets (as /proc/<pid>/fd links name them) that `table`, /proc/net/tcp's text,
+    lists as listening on `port`."""
     listeners = set()
     for line in table.splitlines()[1:]:
         fields = line.split()
         local, state, inode = fields[1], fields[3], fields[9]
         if state == TCP_LISTEN and int(local.rsplit(":", 1)[1], 16) == port:
             listeners.add(f"socket:[{inode}]")
-    if not listeners or process.process is None:
-        return False
+    return listeners
+
+
+def _sockets_of(pid: int) -> set[str]:
+    """What process `pid`'s open descriptors point at; empty once it has exited."""
     try:
-        descriptors = list(pathlib.Path(f"/proc/{process.process.pid}/fd").iterdir())
-    except OSError:  # it has exited
-        return False
+        descriptors = list(pathlib.Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:
+        return set()
+    targets = set()
     for descriptor in descriptors:
         try:
-            if os.readlink(descriptor) in listeners:
-                return True
+            targets.add(os.readlink(descriptor))
         except OSError:  # closed meanwhile
             continue
-    return False
+    return targets
 
 
 async def settled(client: CellarClient, endpoints: list[str]) -> None:

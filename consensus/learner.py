@@ -71,8 +71,8 @@ class Learner:
         # Only the slots held here can be counted (`_count`): a peer's range is a claim, and
         # one naming [0, 2**62) would hold this replica's task for ever (so would one over a
         # log a peer's commit of slot 2**62 stretched: `OrderLog.held`).
-        for slot in list(ctx.olog.held(max(message.start, ctx.olog.commit_prefix),
-                                       min(message.end, ctx.olog.end))):
+        for slot in ctx.olog.held(max(message.start, ctx.olog.commit_prefix),
+                                  min(message.end, ctx.olog.end)):
             self._count(slot, message.sender)
 
     def _fresh_view(self) -> None:
@@ -86,7 +86,7 @@ class Learner:
             return
         first = max(self._sequencer_durable, ctx.olog.commit_prefix)
         self._sequencer_durable = end
-        for slot in list(ctx.olog.held(first, min(end, ctx.olog.end))):
+        for slot in ctx.olog.held(first, min(end, ctx.olog.end)):
             self._count(slot, ctx.sequencer)
 
     def _count(self, slot: int, voter: int) -> None:

@@ -147,13 +147,12 @@ class OrderLog:
         self._accepted_prefix = prefix
         return prefix
 
-    def held(self, start: int, end: int) -> Iterator[int]:
+    def held(self, start: int, end: int) -> list[int]:
         """The slots in [start, end) held here, in order: a range a peer names may be far wider
         than this log (a peer's commit can name any slot), so it costs at most the slots held."""
         if end - start <= len(self.slots):
-            yield from (slot for slot in range(start, end) if slot in self.slots)
-        else:
-            yield from sorted(slot for slot in self.slots if start <= slot < end)
+            return [slot for slot in range(start, end) if slot in self.slots]
+        return sorted(slot for slot in self.slots if start <= slot < end)
 
     def entries_from(self, start: int) -> Iterator[OEntry]:
         """Every slot known here from `start` on, in slot order (for votes)."""

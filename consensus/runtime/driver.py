@@ -240,19 +240,25 @@ class Driver:
         of the command's bytes (executed, covered by a snapshot, or refused), which may be
         long after `done` (a node agent's share of the reserve: consensus/runtime/
         node_reserve.py)."""
+        if not self._queued(command, timeout_s, done, reserved, released) and \
+                released is not None:  # refused: nothing held
+            released()
+
+    def _queued(self, command: bytes, timeout_s: float, done: Done, reserved: bool,
+                released: Callable[[], None] | None) -> bool:
+        """Whether `command` is queued for the core; if not, `done` has its refusal."""
         if len(command) > ENVELOPE_BYTES_MAX:  # the core refuses it (consensus/leader.py)
             self.metrics.count("driver.proposals_refused_size")
             done(None, ValueError(f"a command of {len(command)} bytes; at most "
                                   f"{ENVELOPE_BYTES_MAX}"))
-        elif not self._admit(len(command), done, "driver.proposals_refused_bytes", reserved):
-            pass
-        elif not self._submit("propose", command, timeout_s, done, "driver.proposals_refused",
-                              reserved=reserved, released=released):
+            return False
+        if not self._admit(len(command), done, "driver.proposals_refused_bytes", reserved):
+            return False
+        if not self._submit("propose", command, timeout_s, done, "driver.proposals_refused",
+                            reserved=reserved, released=released):
             self._budget.refund(len(command))
-        else:
-            return
-        if released is not None:  # refused: nothing held
-            released()
+            return False
+        return True
 
     def submit_read(self, query: bytes, timeout_s: float, done: Done) -> None:
         """A linearizable read, answered through `done` as `submit` answers: the query runs once

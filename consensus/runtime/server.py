@@ -186,12 +186,11 @@ class ClientServer:
                                          self._stamp_ms(request.sent_ms), request.body)
             done = answers.responder(request.request_id, _REPLY)
             timeout_s = max(request.timeout_ms, WAIT_MS_MIN) / 1000
+            # a node agent's share, held until the driver lets go of the bytes (node_reserve.py)
             released = (self._node_reserve.claim(principal.name, len(command))
-                        if principal.role is Role.NODE else None)  # node_reserve.py
-            if released is None:
-                self._driver.submit(command, timeout_s, done, reserved=False)
-            else:  # its share held until the driver lets go of its bytes, not its answer
-                self._driver.submit(command, timeout_s, done, reserved=True, released=released)
+                        if principal.role is Role.NODE else None)
+            self._driver.submit(command, timeout_s, done, reserved=released is not None,
+                                released=released)
         elif isinstance(request, Cancel):
             answers.call_off(request.request_id)
         elif isinstance(request, Status) or self._allowed(principal, request, answers):
