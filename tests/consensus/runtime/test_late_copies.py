@@ -5,6 +5,7 @@ and ran a second time. The replica now stamps it no later than the client's send
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -35,7 +36,7 @@ class ApplyingDriver:
         self.machine, self.metrics, self.running = machine, Metrics(), True
 
     def submit(self, command: bytes, timeout_s: float, done: Done, *,
-               reserved: bool = False) -> None:
+               reserved: bool = False, released: Callable[[], None] | None = None) -> None:
         done(self.machine.apply(command), None)
 
     def status(self) -> dict[str, Any]:

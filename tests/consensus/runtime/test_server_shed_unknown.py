@@ -70,7 +70,7 @@ class LateApplyingDriver:
 
     def submit(self, command: bytes, timeout_s: float,
                done: Callable[[bytes | None, Exception | None], None], *,
-               reserved: bool = False) -> None:
+               reserved: bool = False, released: Callable[[], None] | None = None) -> None:
         done(None, DriverOutcomeUnknown("no result in time; the command may still be applied"))
         self.machine.apply(command)
 
