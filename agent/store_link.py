@@ -200,8 +200,9 @@ class StoreLink:
 
     async def standing(self, group: str, pod_uid: str) -> Standing:
         """What the store has of `pod_uid` on this node now: an effect is a hint, the gang's
-        current state decides."""
-        answer: Any = await self._until_answered("gang query", lambda: self.store.gang(group))
+        current state decides (this node's share of it, all an agent may ask)."""
+        answer: Any = await self._until_answered(
+            "gang query", lambda: self.store.gang(group, node=self.node))
         if isinstance(answer, Rejection):
             return Standing.GONE
         if not any(pod.get("pod_uid") == pod_uid and pod.get("node") == self.node

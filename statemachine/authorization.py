@@ -8,9 +8,12 @@
 A violation is a rejection (UNAUTHORIZED), replicated like any other.
 
 Queries (`query_refusal`): a node agent asks only about its own node, its effects (the start
-effects carry other nodes' pod commands and environments) and the gangs it runs pods of (any
-gang by id; a gang's status carries no command); everything else is for administrators and
-schedulers.
+effects carry other nodes' pod commands and environments) and its own node's share of a gang
+(`GroupQuery` naming its node: its pods there, the failures of its GPUs; a gang with none of
+its pods is answered unknown). A gang's whole status is not its to ask: it names the gang's
+other nodes, their pods and, in its failure lines, their GPUs' UUIDs, which an agent could
+then claim for its own node once theirs is deregistered. Everything else is for
+administrators and schedulers.
 """
 
 from __future__ import annotations
@@ -65,11 +68,12 @@ def authorize(command: Command, principal: Principal) -> None:
 
 def query_refusal(query: Query, principal: Principal) -> str | None:
     """None if `principal` may ask `query`, else why not (see the module docstring)."""
-    if principal.role is not Role.NODE or isinstance(query, GroupQuery):
+    if principal.role is not Role.NODE:
         return None
     asked = f"{type(query).__name__}"
-    if isinstance(query, EffectsQuery | NodeQuery):
+    if isinstance(query, EffectsQuery | NodeQuery | GroupQuery):
         if query.node == principal.name:
             return None
-        asked += f" for {query.node!r}"
+        whole = isinstance(query, GroupQuery) and query.node is None
+        asked += " of the whole gang" if whole else f" for {query.node!r}"
     return f"{principal} may ask only about node {principal.name!r}: not {asked}"

@@ -1,7 +1,10 @@
 """Read-only queries: what clients, agents and operators ask without going through the log.
 
 - `GroupQuery`: one gang's status with its "why pending", plus doomed cells of its tenant;
-  its failure lines up to a bound on bytes, and `failures_omitted`, how many more there are;
+  its failure lines up to a bound on bytes, and `failures_omitted`, how many more there are.
+  With `node`, that node's share of it, what its agent may see (`authorization`): only its
+  pods and the failures of its GPUs, no victims and no doomed cells; a gang with no pod placed
+  on the node is answered as unknown (UNKNOWN_GROUP), as one that is gone;
 - `GroupsQuery`: gangs by id, optionally one tenant or one phase, paged;
 - `NodesQuery` / `NodeQuery`: nodes paged, or one node with every GPU's inventory, health and
   holder;
@@ -24,16 +27,18 @@ from typing import Any
 from consensus.codec import pack
 from statemachine.effect_codec import EFFECT_BYTES_MAX
 from statemachine.errors import Code, Rejection
+from statemachine.groups import Group
 from statemachine.limits import (
     CLUSTER_VCS_BYTES_MAX,
     EFFECTS_ANSWER_BYTES_MAX,
+    GROUP_FAILURES_BYTES_MAX,
     GROUPS_ANSWER_BYTES_MAX,
 )
 from statemachine.nodes import NodeRecord
 from statemachine.result_codec import effect_to_plain, status_to_plain
 from statemachine.results import GroupPhase
 from statemachine.state import State
-from statemachine.views import doomed, group_status, healthy_obtainable
+from statemachine.views import doomed, group_status, healthy_obtainable, within_bytes
 
 assert EFFECT_BYTES_MAX < EFFECTS_ANSWER_BYTES_MAX, "an answer of one effect always fits"
 
@@ -41,6 +46,7 @@ assert EFFECT_BYTES_MAX < EFFECTS_ANSWER_BYTES_MAX, "an answer of one effect alw
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GroupQuery:
     group: str
+    node: str | None = None  # None: the whole gang; a node id: that node's share of it
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -85,6 +91,8 @@ Query = GroupQuery | GroupsQuery | NodesQuery | NodeQuery | ClusterQuery | Effec
 def answer(state: State, query: Query) -> dict[str, Any] | Rejection:
     if isinstance(query, GroupQuery):
         group = state.groups.get(query.group)
+        if query.node is not None:
+            return _node_share(state, group, query.group, query.node)
         if group is None:
             return Rejection(code=Code.UNKNOWN_GROUP, message=f"no gang {query.group!r}")
         plain = status_to_plain(group_status(state, group))
@@ -111,6 +119,29 @@ def answer(state: State, query: Query) -> dict[str, Any] | Rejection:
         return {"type": "effects", **_effects(state, query)}
     assert isinstance(query, StatsQuery)
     return {"type": "stats", **stats(state)}
+
+
+def _node_share(state: State, group: Group | None, group_id: str,
+                node: str) -> dict[str, Any] | Rejection:
+    """A gang as the agent of `node` sees it: its pods on the node and its failures on the
+    node's GPUs; the other nodes' pods (their nodes, pod uids, exits), their GPUs' UUIDs in
+    the failure lines, the victims and the tenant's doomed cells are not the agent's to see.
+    A gang with no pod placed on the node is answered as one that does not exist."""
+    record = state.nodes.get(node)
+    if record is None:
+        return Rejection(code=Code.UNKNOWN_NODE, message=f"no node {node!r}")
+    if group is None or group.phase is GroupPhase.PENDING or not any(
+            pod.node == record.index for pod in group.pods):
+        return Rejection(code=Code.UNKNOWN_GROUP,
+                         message=f"no gang {group_id!r} on node {node!r}")
+    plain = status_to_plain(group_status(state, group))
+    uuids = {gpu.uuid for gpu in record.gpus} if record.registered else set()
+    failures = tuple(sorted(f"{uuid}: {why}" for uuid, why in group.failures if uuid in uuids))
+    lines, omitted = within_bytes(failures, GROUP_FAILURES_BYTES_MAX)
+    plain.update(pods=[pod for pod in plain["pods"] if pod["node"] == node],
+                 victims=[], failures=list(lines), failures_omitted=omitted,
+                 downgraded=group.downgraded, doomed={})
+    return {"type": "group", **plain}
 
 
 def _effects(state: State, query: EffectsQuery) -> dict[str, Any]:

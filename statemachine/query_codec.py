@@ -25,7 +25,7 @@ from statemachine.record_codec import Record, open_body, unpack_body
 
 _LIMIT = {"low": 1, "high": limits.QUERY_LIMIT_MAX}
 QUERIES: dict[str, tuple[str, ...]] = {
-    "group": ("group",), "groups": ("vc", "phase", "after", "limit"),
+    "group": ("group", "node"), "groups": ("vc", "phase", "after", "limit"),
     "nodes": ("after", "limit"), "node": ("node",), "cluster": (),
     "effects": ("after", "node", "limit"), "stats": (),
 }
@@ -36,7 +36,9 @@ def decode_query(data: bytes) -> Query:
                           types=tuple(QUERIES))
     record = Record(raw, kind, ("v", "type", *QUERIES[kind]))
     if kind == "group":
-        return GroupQuery(group=record.text("group"))
+        # node: absent for the whole gang (and in a query of a client before it)
+        node = record.text("node") if record.has("node") else None
+        return GroupQuery(group=record.text("group"), node=node)
     if kind == "groups":
         return GroupsQuery(vc=record.text("vc", allow_empty=True),
                            phase=record.text("phase", allow_empty=True),

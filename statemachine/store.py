@@ -148,11 +148,15 @@ class GpuStore:
     async def release_gang(self, group: str, reason: str = "done") -> Result | Rejection:
         return await self.command(ReleaseGroup(group=group, reason=reason))
 
-    async def gang(self, group: str) -> Answer:
+    async def gang(self, group: str, *, node: str | None = None) -> Answer:
         """A gang's phase, placement and, while it waits, why it is pending; its failures,
         the first of them up to about 1 MiB (GROUP_FAILURES_BYTES_MAX) and
-        `failures_omitted`, the count of those left out."""
-        return await self.query("group", group=group)
+        `failures_omitted`, the count of those left out. With `node`, only that node's share
+        (its pods, its GPUs' failures; UNKNOWN_GROUP with none of its pods): all a node agent
+        may ask, of its own node."""
+        if node is None:
+            return await self.query("group", group=group)
+        return await self.query("group", group=group, node=node)
 
     async def gangs(self, *, vc: str = "", phase: str = "", after: str = "",
                     limit: int = QUERY_LIMIT_MAX) -> Answer:

@@ -58,7 +58,7 @@ class RecordingStore:
         self._log("exit", node, group, pod_uid, exit_code, reason)
         return Done(note="exited")
 
-    async def gang(self, group: str) -> Any:
+    async def gang(self, group: str, *, node: str | None = None) -> Any:
         return self.gangs.get(group, Rejection(code=Code.UNKNOWN_GROUP, message=group))
 
     async def effects_resume_after(self, node: str, after: int) -> int:

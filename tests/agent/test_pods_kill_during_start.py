@@ -28,7 +28,7 @@ class EvictedAfterFirstLook(RecordingStore):
         super().__init__(node, gangs={gang["group"]: gang})
         self.looked = anyio.Event()
 
-    async def gang(self, group: str) -> Any:
+    async def gang(self, group: str, *, node: str | None = None) -> Any:
         answer = dict(self.gangs[group])
         if not self.looked.is_set():
             self.looked.set()

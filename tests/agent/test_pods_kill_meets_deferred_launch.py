@@ -29,7 +29,7 @@ class DrainedAfterFirstLook(RecordingStore):
     """The gang is bound at the first query and drained right after it: every later query
     says evicting, as the KILL_POD effect that follows does."""
 
-    async def gang(self, group: str) -> Any:
+    async def gang(self, group: str, *, node: str | None = None) -> Any:
         answer = dict(self.gangs[group])
         self.gangs[group] = {**answer, "evicting": "node n0 draining"}
         return answer

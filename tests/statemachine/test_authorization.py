@@ -85,7 +85,9 @@ def test_the_message_names_the_principal_and_the_node() -> None:
 @pytest.mark.parametrize(("kind", "fields", "refused"), [
     ("effects", {"after": 0, "node": "n0", "limit": 10}, False),
     ("node", {"node": "n0"}, False),
-    ("group", {"group": "any"}, False),
+    ("group", {"group": "any", "node": "n0"}, False),  # its own node's share
+    ("group", {"group": "any"}, True),  # the whole gang names other nodes' pods and GPUs
+    ("group", {"group": "any", "node": "n1"}, True),
     ("effects", {"after": 0, "node": "n1", "limit": 10}, True),
     ("effects", {"after": 0, "node": None, "limit": 10}, True),  # every node's
     ("effects", {"after": 0, "node": "", "limit": 10}, True),
