@@ -2,8 +2,9 @@
 
 A command body is a msgpack map `{"v": 1, "type": "submit_group", ...fields}`. Decoding refuses
 with a code and a message naming the field (see `record_codec`): TOO_LARGE for a body over the
-cap, MALFORMED for anything that is not a valid command, UNKNOWN_COMMAND for an unknown type,
-UNSUPPORTED_VERSION for another schema version.
+cap, MALFORMED for anything that is not a valid command (a schema version that is not an
+integer included), UNKNOWN_COMMAND for an unknown type, UNSUPPORTED_VERSION for another schema
+version.
 Unknown fields are refused, not ignored, so a newer client cannot be half understood.
 
 msgpack itself is reached through `consensus.codec` (pack with bin types, unpack with size caps,
@@ -57,10 +58,12 @@ from statemachine.spec_codec import SPEC_FIELDS, decode_spec, encode_spec
 POD_FAILURE_POLICY_ABSENT = None
 
 
-def decode_command(data: bytes) -> Command:
-    """Bytes to a command, or `DecodeError` with the rejection to reply with."""
+def decode_command(data: bytes, *, exact_version: bool = True) -> Command:
+    """Bytes to a command, or `DecodeError` with the rejection to reply with. Not
+    `exact_version`: a schema version of `true` or `1.0` reads as 1, as under the rules before
+    `rules.EXACT_SCHEMA_VERSION` (the machine says which rules are in force)."""
     kind, raw = open_body(data, bytes_max=limits.COMMAND_BYTES_MAX, what="command",
-                          types=tuple(COMMANDS))
+                          types=tuple(COMMANDS), exact_version=exact_version)
     fields, decode, _ = COMMANDS[kind]
     command: Command = decode(Record(raw, kind, ("v", "type", *fields)))
     return command

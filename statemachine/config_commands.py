@@ -6,9 +6,11 @@ to leave first, then by priority, then in submission order (HiveD's work-preserv
 reconfiguration, reference/hived.md 1.12): allocated gangs keep their GPUs (found again by node
 and GPU index) and, if guaranteed, have their tenant's cells bound again around them; a gang
 that no longer fits its tenant is downgraded to opportunistic and listed in the reply.
-Preempting gangs go back to the queue (listed too). Each list names its first gangs, by id, up
-to CONFIG_NAMES_BYTES_MAX, and counts those left out. A configuration that would remove or
-reshape a node under a live gang is refused
+Preempting gangs go back to the queue (listed too). A pending gang the new configuration
+could never place (no chain of its model or of its tenant's cells, or, from rules version 4,
+pods those cells or nodes can never hold, as submission would refuse them) is released.
+Each list names its first gangs, by id, up to CONFIG_NAMES_BYTES_MAX, and counts those left
+out. A configuration that would remove or reshape a node under a live gang is refused
 (CONFIG_CONFLICT): drain it first.
 """
 
@@ -21,12 +23,14 @@ from statemachine.commands import ApplyConfig
 from statemachine.config_check import check_spec
 from statemachine.effects import EffectKind
 from statemachine.errors import Code, refuse
+from statemachine.group_commands import never_fits
 from statemachine.groups import Group
 from statemachine.lifecycle import release
 from statemachine.limits import CONFIG_NAMES_BYTES_MAX, OPPORTUNISTIC_PRIORITY
 from statemachine.node_commands import carry_over
 from statemachine.nodes import NodeRecord
 from statemachine.results import ConfigApplied, GroupPhase
+from statemachine.rules import PODS_PACKED_AT_SUBMIT
 from statemachine.scheduler import eligible_chains, schedule
 from statemachine.state import Configured, State, derive_uuid_owner, leaf_usable
 from statemachine.topology import Topology
@@ -135,13 +139,22 @@ def _reattach(state: State, previous: Configured | None, config: Configured,
         if not vc_exists and group.guaranteed:
             release(state, group, f"the configuration no longer has VC {group.vc}")
             return "released"
-        if not eligible_chains(config, group):
+        chains = eligible_chains(config, group)
+        if not chains:
             # As submission would refuse it (UNKNOWN_MODEL, MODEL_NOT_IN_VC): it could never
             # be placed, and would wait for ever.
             what = (f"guaranteed cells of VC {group.vc}" if group.guaranteed else "GPUs")
             release(state, group, f"the configuration no longer has {what} of model "
                                   f"{group.gpu_model or 'any'}")
             return "released"
+        if state.rules_version >= PODS_PACKED_AT_SUBMIT:
+            # As submission would refuse it (NEVER_SATISFIABLE): its tenant's cells, or the
+            # chains' nodes, shrank under it. A rule of version 4 (statemachine/rules.py).
+            reason = never_fits(config.topology, group.vc, group.guaranteed, chains,
+                                group.members, packed=True)
+            if reason is not None:
+                release(state, group, f"the configuration can never place it: {reason}")
+                return "released"
         if requeued:
             state.outbox.emit(EffectKind.GANG_REQUEUED, node="", group=group.group,
                               reason=group.why_pending)

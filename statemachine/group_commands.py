@@ -1,7 +1,9 @@
 """Gang commands: SubmitGroup, BindPod, ReleaseGroup.
 
 A submission is validated against the configuration (tenant, GPU model, shapes that can never
-fit are refused up front, pai#4029 style), queued, and tried at once; when that attempt freed
+fit are refused up front, pai#4029 style: too many GPUs, a pod no place holds, and, from rules
+version 4, pods that no way of packing them into the places they may go can hold, `never_fits`;
+capacity down or held only makes a gang wait), queued, and tried at once; when that attempt freed
 GPUs on the spot (victims with no pod to wait for), a scheduling pass hands what it left to the
 queue. At most GROUPS_MAX gangs are held, pending ones included: past that a submission is
 refused (GROUPS_FULL). Resubmitting the same id with the same spec returns the gang's current
@@ -12,6 +14,8 @@ in the outbox.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from statemachine import limits
 from statemachine.commands import BindPod, Member, ReleaseGroup, SubmitGroup
 from statemachine.effects import EffectKind
@@ -19,9 +23,10 @@ from statemachine.errors import Code, refuse
 from statemachine.groups import Group, make_pods
 from statemachine.lifecycle import pod_env, pod_uuids, release
 from statemachine.results import Done, GroupPhase, GroupStatus, PodBound, PodPhase
-from statemachine.rules import PASS_AFTER_SUBMIT_FREES
+from statemachine.rules import PASS_AFTER_SUBMIT_FREES, PODS_PACKED_AT_SUBMIT
 from statemachine.scheduler import schedule, try_place
 from statemachine.state import Configured, State
+from statemachine.topology import Chain, Topology
 from statemachine.views import group_status
 
 
@@ -37,7 +42,7 @@ def submit_group(state: State, command: SubmitGroup) -> GroupStatus:
             raise refuse(Code.GROUP_CONFLICT,
                          f"gang {command.group!r} exists with a different spec")
         return group_status(state, existing)
-    _check_against_config(config, command)
+    _check_against_config(config, command, state.rules_version)
     if len(state.groups) >= limits.GROUPS_MAX:  # every gang is kept until released
         raise refuse(Code.GROUPS_FULL, f"{len(state.groups)} gangs are held, at most "
                                        f"{limits.GROUPS_MAX}: release some first")
@@ -85,7 +90,7 @@ def _gpus(members: tuple[Member, ...]) -> int:
     return sum(member.pods * member.gpus for member in members)
 
 
-def _check_against_config(config: Configured, command: SubmitGroup) -> None:
+def _check_against_config(config: Configured, command: SubmitGroup, rules_version: int) -> None:
     topology = config.topology
     if command.vc not in topology.quota:
         raise refuse(Code.UNKNOWN_VC, f"no virtual cluster {command.vc!r}")
@@ -100,12 +105,31 @@ def _check_against_config(config: Configured, command: SubmitGroup) -> None:
             raise refuse(Code.MODEL_NOT_IN_VC,
                          f"VC {command.vc} has no guaranteed cells of model "
                          f"{command.gpu_model or 'any'}")
-    largest_pod = max(member.gpus for member in command.members)
-    total = _gpus(command.members)
+    reason = never_fits(topology, command.vc, guaranteed, chains, command.members,
+                        packed=rules_version >= PODS_PACKED_AT_SUBMIT)
+    if reason is not None:
+        raise refuse(Code.NEVER_SATISFIABLE, reason)
+
+
+def never_fits(topology: Topology, vc: str, guaranteed: bool, chains: Sequence[Chain],
+               members: tuple[Member, ...], *, packed: bool) -> str | None:
+    """Why no placement of the gang's pods can exist on any of `chains`, every GPU free and
+    usable, or None when one may: a guaranteed gang's pods go inside its tenant's guaranteed
+    cells, an opportunistic gang's on the chain's nodes, each pod inside one node (or one cell
+    below a node). Capacity that is down, failed or held is not looked at: a gang waits for it.
+
+    The total and the largest pod are always checked; `packed` (the rules from
+    `rules.PODS_PACKED_AT_SUBMIT` on) also checks, for each pod size, that the places a pod
+    may go have room for all the pods of that size or more, as many to a place as fit whole
+    (three pods of 5 GPUs on two nodes of 8 never fit, though 15 <= 16). A necessary
+    condition: a gang it passes may still not pack, but one it refuses never could."""
+    largest_pod = max(member.gpus for member in members)
+    total = _gpus(members)
+    sizes = sorted({member.gpus for member in members})
     reasons = []
     for chain in chains:
-        if guaranteed:
-            quota = topology.quota[command.vc][chain.index]
+        quota = topology.quota[vc][chain.index] if guaranteed else None
+        if quota is not None:
             cell = max(chain.size[level] for level in range(1, chain.top_level + 1)
                        if quota[level])
             room = sum(quota[level] * chain.size[level] for level in range(len(quota)))
@@ -113,12 +137,39 @@ def _check_against_config(config: Configured, command: SubmitGroup) -> None:
             cell = chain.size[chain.node_level]
             room = chain.size[chain.top_level] * chain.level_count[chain.top_level]
         pod_room = min(cell, chain.size[chain.node_level])
-        if largest_pod <= pod_room and total <= room:
-            return
-        reasons.append(f"{chain.name}: pods of at most {pod_room} GPUs, {room} GPUs in all")
-    raise refuse(Code.NEVER_SATISFIABLE,
-                 f"{total} GPUs in pods of up to {largest_pod} can never fit: "
-                 + "; ".join(reasons))
+        if largest_pod > pod_room or total > room:
+            reasons.append(f"{chain.name}: pods of at most {pod_room} GPUs, {room} GPUs in all")
+            continue
+        short = _first_short_size(chain, quota, members, sizes) if packed else None
+        if short is None:
+            return None
+        size, places = short
+        pods = sum(member.pods for member in members if member.gpus >= size)
+        where = f"VC {vc}'s cells" if quota is not None else "its nodes"
+        reasons.append(f"{chain.name}: {where} have room for {places} of its {pods} pods of "
+                       f"{size} GPUs or more")
+    return (f"{total} GPUs in pods of up to {largest_pod} can never fit: "
+            + "; ".join(reasons))
+
+
+def _first_short_size(chain: Chain, quota: tuple[int, ...] | None,
+                      members: tuple[Member, ...], sizes: Sequence[int]) -> tuple[int, int] | None:
+    """The smallest pod size whose pods (with the larger ones) outnumber the places for them,
+    as (size, places), or None. A place is a node, or a guaranteed cell below the node level;
+    one of `gpus` GPUs holds `gpus // size` pods of `size` or more."""
+    node = chain.node_level
+    if quota is None:
+        places = [(chain.size[node], chain.level_count[node])]
+    else:
+        places = [(chain.size[min(level, node)],
+                   quota[level] * (chain.size[level] // chain.size[node] if level >= node else 1))
+                  for level in range(1, chain.top_level + 1) if quota[level]]
+    for size in sizes:
+        pods = sum(member.pods for member in members if member.gpus >= size)
+        room = sum(count * (gpus // size) for gpus, count in places)
+        if pods > room:
+            return size, room
+    return None
 
 
 def bind_pod(state: State, command: BindPod) -> PodBound:

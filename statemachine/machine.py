@@ -27,7 +27,7 @@ from statemachine.query_codec import decode_query, encode_answer
 from statemachine.record_codec import DecodeError
 from statemachine.result_codec import encode_result
 from statemachine.results import Result
-from statemachine.rules import PLAIN_MSGPACK_REFUSALS, check_known
+from statemachine.rules import EXACT_SCHEMA_VERSION, PLAIN_MSGPACK_REFUSALS, check_known
 from statemachine.sessions import Sessions, command_checksum, session_key
 from statemachine.snapshot_codec import decode_snapshot, digest_of, encode_snapshot
 from statemachine.state import State
@@ -71,7 +71,8 @@ class Machine:
 
     def _run(self, envelope: Envelope) -> Result:
         try:
-            command = decode_command(envelope.body)
+            command = decode_command(
+                envelope.body, exact_version=self.state.rules_version >= EXACT_SCHEMA_VERSION)
         except DecodeError as error:
             if self.state.rules_version < PLAIN_MSGPACK_REFUSALS:
                 return error.rejection_before  # the reply an older build cached for it

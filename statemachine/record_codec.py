@@ -102,13 +102,20 @@ def unpack_body(data: bytes, *, bytes_max: int, what: str) -> Any:
                           message_before=error.reason) from error
 
 
-def open_body(data: bytes, *, bytes_max: int, what: str,
-              types: Sequence[str]) -> tuple[str, Any]:
-    """Check size, msgpack, the version and the type; return (type, raw map)."""
+def open_body(data: bytes, *, bytes_max: int, what: str, types: Sequence[str],
+              exact_version: bool = True) -> tuple[str, Any]:
+    """Check size, msgpack, the version and the type; return (type, raw map).
+
+    A version that is present but not an integer (`true`, `1.0`: Python's bool is an int, and
+    1.0 == 1) is MALFORMED, in the words of every other integer field. Not `exact_version`:
+    the rules before `rules.EXACT_SCHEMA_VERSION`, which compared it with `==` and so took
+    those for 1 (a command replayed from a log written then applies as it did)."""
     raw = unpack_body(data, bytes_max=bytes_max, what=what)
     if type(raw) is not dict:
         raise DecodeError(Code.MALFORMED, f"{what}: expected a map, got {type(raw).__name__}")
     version = raw.get("v")
+    if exact_version and version is not None and type(version) is not int:
+        checked(expect_int, version, f"{what}.v")  # raises, naming the type it got
     if version != limits.SCHEMA_VERSION:
         raise DecodeError(Code.UNSUPPORTED_VERSION,
                           f"{what}.v: {version!r}, this replica speaks {limits.SCHEMA_VERSION}")

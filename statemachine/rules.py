@@ -29,7 +29,13 @@ submission whose preemption freed GPUs on the spot runs a scheduling pass
 gangs that fit it pending, until the next command that ran one), and a body that is not valid
 msgpack is refused with a message of its own (`statemachine/record_codec.py`; before, the
 message quoted the msgpack library's error, which its C extension and its pure-Python fallback
-word differently, so two replicas could cache different replies).
+word differently, so two replicas could cache different replies). Version 4, two rules: a
+submission whose pods the tenant's cells (or the chain's nodes, for an opportunistic gang) can
+never hold, even all free, is refused NEVER_SATISFIABLE, and a reconfiguration releases a
+pending gang it leaves so (`statemachine/group_commands.py`, `statemachine/config_commands.py`;
+before, only the total and the largest pod were checked, at submission alone, and such a gang
+pended for ever), and a command body whose schema version is not an integer (`true`, `1.0`) is
+refused MALFORMED (`statemachine/record_codec.py`; before, Python's equality took it for 1).
 """
 
 from __future__ import annotations
@@ -38,10 +44,12 @@ from statemachine.commands import Tick
 from statemachine.state import State
 
 RULES_BEFORE_VERSIONS = 0  # a Tick without the field, a snapshot of format 6 or older
-RULES_VERSION = 3  # the newest rules this build applies
+RULES_VERSION = 4  # the newest rules this build applies
 ONE_REPORT_PER_GPU = 2  # from this version on: a report naming a GPU twice is refused
 PASS_AFTER_SUBMIT_FREES = 3  # from this version on: a submission that freed GPUs runs a pass
 PLAIN_MSGPACK_REFUSALS = 3  # from this version on: no library's words in a MALFORMED reply
+PODS_PACKED_AT_SUBMIT = 4  # from this version on: a gang whose pods never pack is refused
+EXACT_SCHEMA_VERSION = 4  # from this version on: a body's "v" must be an integer, not a bool
 
 
 def system_tick() -> Tick:
