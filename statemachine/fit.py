@@ -8,7 +8,8 @@ plan has tentatively taken so that later pods of the same gang see them as gone:
 - `PreemptView(priority)`: also GPUs whose holder and reserver both have a lower priority;
   counts are computed by scanning and cached. Used only when a guaranteed gang must preempt.
   `evictions(cell)` says how many GPUs and gangs taking the cell would evict, so the search
-  can try the cells that cost the fewest victims first.
+  can try the cells that cost the fewest victims first; `plan_evictions(pods)` says what the
+  GPUs a plan chose evict, so the search can compare whole plans.
 
 `fit_in_cell` places a gang's pods inside one cell: largest pod first, each on the node with
 the fewest usable GPUs that still fit it (packing); inside a node, the GPUs come from the
@@ -21,7 +22,7 @@ Every choice is a deterministic function of the counts, evictions and ids.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import ClassVar
 
 from statemachine.bound_index import FREE_CEILING
@@ -37,10 +38,11 @@ class FreeView:
     """Free GPUs only, minus what the plan has taken."""
 
     preempts: ClassVar[bool] = False
-    __slots__ = ("_cells", "_delta", "_log", "_parent")
+    __slots__ = ("_cells", "_delta", "_gang_gpus", "_log", "_parent")
 
     def __init__(self, cells: Cells) -> None:
         self._cells = cells
+        self._gang_gpus: Callable[[str], int] | None = None
         self._parent = cells.topology.parent
         self._delta: dict[int, int] = {}
         self._log: list[tuple[int, ...]] = []
@@ -71,6 +73,25 @@ class FreeView:
     def evictions(self, cell: int) -> Evictions:
         """What taking all of `cell` would evict: none, only free GPUs count."""
         return NO_EVICTIONS
+
+    def plan_evictions(self, pods: Sequence[Sequence[int]]) -> Evictions:
+        """(highest priority, GPUs, gangs) that taking the GPUs `pods` name would evict: the
+        highest priority among their holders and reservers, how many GPUs those hold in all
+        (a victim leaves whole; without `gang_gpus`, how many of the named GPUs are not free),
+        and how many distinct holders and reservers. One read per GPU and one call per gang;
+        none evicted in a view that offers free GPUs only."""
+        cells = self._cells
+        top, taken, gangs = FREE_PRIORITY, 0, set[str]()
+        for pod in pods:
+            for leaf in pod:
+                if cells.is_free(leaf):
+                    continue
+                taken += 1
+                top = max(top, cells.leaf_priority(leaf))
+                gangs.update(name for name in (cells.holder[leaf], cells.reserver[leaf]) if name)
+        sizes = self._gang_gpus
+        gpus = taken if sizes is None else sum(sizes(name) for name in gangs)
+        return top, gpus, len(gangs)
 
     def take(self, leaves: Sequence[int]) -> None:
         for leaf in leaves:
@@ -105,9 +126,13 @@ class PreemptView(FreeView):
     preempts: ClassVar[bool] = True
     __slots__ = ("_cache", "_priority")
 
-    def __init__(self, cells: Cells, priority: int) -> None:
+    def __init__(self, cells: Cells, priority: int,
+                 gang_gpus: Callable[[str], int] | None = None) -> None:
+        """`gang_gpus`: the GPUs a gang holds or reserves in all, by name, for
+        `plan_evictions` to count the GPUs a plan's victims give up."""
         super().__init__(cells)
         self._priority = priority
+        self._gang_gpus = gang_gpus
         self._cache: dict[int, int] = {}
 
     def base(self, cell: int) -> int:

@@ -29,13 +29,19 @@ submission whose preemption freed GPUs on the spot runs a scheduling pass
 gangs that fit it pending, until the next command that ran one), and a body that is not valid
 msgpack is refused with a message of its own (`statemachine/record_codec.py`; before, the
 message quoted the msgpack library's error, which its C extension and its pure-Python fallback
-word differently, so two replicas could cache different replies). Version 4, two rules: a
+word differently, so two replicas could cache different replies). Version 4, three rules: a
 submission whose pods the tenant's cells (or the chain's nodes, for an opportunistic gang) can
 never hold, even all free, is refused NEVER_SATISFIABLE, and a reconfiguration releases a
 pending gang it leaves so (`statemachine/group_commands.py`, `statemachine/config_commands.py`;
 before, only the total and the largest pod were checked, at submission alone, and such a gang
 pended for ever), and a command body whose schema version is not an integer (`true`, `1.0`) is
-refused MALFORMED (`statemachine/record_codec.py`; before, Python's equality took it for 1).
+refused MALFORMED (`statemachine/record_codec.py`; before, Python's equality took it for 1),
+and a guaranteed gang that must preempt takes, of the plans its search tries (every cell level
+and eligible chain), the one whose victims' highest priority is lowest, then that evicts the
+fewest GPUs and gangs, then the first found (`statemachine/search.py`,
+`statemachine/scheduler.py`; before, the first plan that fit won, smaller cells first, so a
+priority-9 gang in a socket cell was preempted where a priority-1 gang in a node cell would
+do).
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ PASS_AFTER_SUBMIT_FREES = 3  # from this version on: a submission that freed GPU
 PLAIN_MSGPACK_REFUSALS = 3  # from this version on: no library's words in a MALFORMED reply
 PODS_PACKED_AT_SUBMIT = 4  # from this version on: a gang whose pods never pack is refused
 EXACT_SCHEMA_VERSION = 4  # from this version on: a body's "v" must be an integer, not a bool
+LEAST_VICTIMS = 4  # from this version on: a preemptor evicts the lowest priorities it can
 
 
 def system_tick() -> Tick:

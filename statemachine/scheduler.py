@@ -10,7 +10,10 @@ opportunistic instead (they keep running) and placing the gang without preemptio
 fails the downgrade is rolled back; before victims of which one is guaranteed are preempted,
 downgrading instead one willing gang of the tenant that is not among them and ranks no higher
 than they do is tried (a few, lowest priority first), and only then are the victims preempted
-normally. Opportunistic gangs never preempt.
+normally. Opportunistic gangs never preempt. From rules version 4 (`LEAST_VICTIMS`) a plan
+that preempts is the one, of every eligible chain and every cell the search tries, whose
+victims' highest priority is lowest, then that evicts the fewest GPUs and gangs, then the
+first found (packing, chains in configuration order); before, the first that fit won.
 
 The pass walks the queue in order and tries at most `schedule_attempts_max` gangs, and stops
 early once its attempts would look at more than `SCHEDULE_LOOKS_MAX` cells (a guaranteed gang's
@@ -37,6 +40,8 @@ first too, bound how long any gang waits.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from statemachine.bound_index import FREE_CEILING
 from statemachine.fit import FreeView, PreemptView
 from statemachine.groups import Group
@@ -44,7 +49,8 @@ from statemachine.lifecycle import allocate, downgrade, start_preemption
 from statemachine.limits import FIT_SCAN_MAX, OPPORTUNISTIC_PRIORITY, SCHEDULE_LOOKS_MAX
 from statemachine.pending import QueueKey
 from statemachine.results import GroupPhase
-from statemachine.search import Plan, Request, plan_guaranteed, plan_opportunistic
+from statemachine.rules import LEAST_VICTIMS
+from statemachine.search import Cheapest, Plan, Request, plan_guaranteed, plan_opportunistic
 from statemachine.state import Configured, State
 from statemachine.topology import Chain
 
@@ -66,18 +72,26 @@ def _request(group: Group) -> Request:
     return Request(vc=group.vc, pods=tuple(pod.gpus for pod in group.pods))
 
 
-def _plan(config: Configured, group: Group, view: FreeView) -> Plan | None:
+def _plan(config: Configured, group: Group, view: FreeView, *,
+          least: bool = False) -> Plan | None:
+    """The first chain's plan; with `least` under preemption, the chains' plan that evicts
+    least (the first of equals)."""
     request = _request(group)
+    cheapest = Cheapest(view) if least and view.preempts and group.guaranteed else None
     for chain in eligible_chains(config, group):
         if type(view) is FreeView and not _may_fit(config, group, chain, request.gpus):
             continue
         if group.guaranteed:
-            plan = plan_guaranteed(config.topology, config.buddy, view, chain, request)
+            plan = plan_guaranteed(config.topology, config.buddy, view, chain, request,
+                                   least=least)
         else:
             plan = plan_opportunistic(config.buddy, config.cells, view, chain, request)
         if plan is not None:
-            return plan
-    return None
+            if cheapest is None:
+                return plan
+            if cheapest.offer(plan):
+                break
+    return None if cheapest is None else cheapest.result()
 
 
 def _may_fit(config: Configured, group: Group, chain: Chain, need: int) -> bool:
@@ -112,7 +126,8 @@ def try_place(state: State, group: Group, *, preempt: bool) -> bool:
         allocate(state, group, plan)
         return True
     if preempt and group.guaranteed:
-        plan = _plan_preempting(config, group)
+        plan = _plan_preempting(config, group, least=state.rules_version >= LEAST_VICTIMS,
+                                gang_gpus=lambda name: state.groups[name].gpus)
         if plan is not None:
             if not plan.victims and not plan.cancelled:
                 allocate(state, group, plan)
@@ -129,11 +144,14 @@ def try_place(state: State, group: Group, *, preempt: bool) -> bool:
     return False
 
 
-def _plan_preempting(config: Configured, group: Group) -> Plan | None:
+def _plan_preempting(config: Configured, group: Group, *, least: bool,
+                     gang_gpus: Callable[[str], int]) -> Plan | None:
     """A plan taking free and opportunistic GPUs only, else one that may also take those of
-    lower-priority guaranteed gangs; with its victims and cancelled preemptors."""
+    lower-priority guaranteed gangs; with its victims and cancelled preemptors. With `least`,
+    each is the plan that evicts least, its victims' GPUs counted whole by `gang_gpus`."""
     for priority in sorted({OPPORTUNISTIC_PRIORITY + 1, group.priority}):
-        plan = _plan(config, group, PreemptView(config.cells, priority))
+        view = PreemptView(config.cells, priority, gang_gpus=gang_gpus if least else None)
+        plan = _plan(config, group, view, least=least)
         if plan is not None:
             _add_victims(config, plan)
             return plan

@@ -7,12 +7,22 @@ ones bound by buddy allocation from the VC's unbound quota, each binding checked
 first. The search tries to pack the whole gang into one cell, smallest level first (bound
 cells before new bindings, fewest free GPUs first; when preempting, the cells with the fewest
 victims first); only a gang too big for any one cell is spread pod by pod over several.
+Under preemption with `least` (rules version 4 on, `statemachine/rules.py`), the search does
+not stop at the first cell that fits: of every cell it would have tried, it takes the plan
+whose victims' highest priority is lowest, then that evicts the fewest GPUs and gangs, and
+among equals the first in the order above (packing). Before, a priority-9 gang in a socket
+cell was preempted where a priority-1 gang in a node cell would do, the smaller level being
+tried first. It tries no more cells than a search that finds nothing. A spread with `least`
+weighs, per pod, the first `SPREAD_CHOICES_MAX` bound cells that fit it and a new binding, and
+takes the one whose GPUs evict least (a bound cell among equals); before, a pod went to the
+first bound cell that fit, whoever it evicted, and a new binding only when none did.
 Opportunistic gangs (-1) take free GPUs anywhere on the chain, in the smallest cell that fits,
 found through the best-fit index, away from the cells bound to tenants where they can.
 
 All loops are bounded: per level at most `BUDDY_SCAN_MAX` free cells are looked at and
 `BUDDY_CANDIDATES_MAX` of them tried for a binding, and `FIT_SCAN_MAX` cells looked at and
-`FIT_CANDIDATES_MAX` tried for the smallest cell that fits.
+`FIT_CANDIDATES_MAX` tried for the smallest cell that fits; a spread with `least` fits each pod
+into at most `SPREAD_CHOICES_MAX` bound cells and one new binding.
 """
 
 from __future__ import annotations
@@ -24,7 +34,7 @@ from itertools import islice
 
 from statemachine.buddy import Buddy, CountsAfter
 from statemachine.cells import Cells
-from statemachine.fit import FreeView, fit_in_cell, fit_on_roots
+from statemachine.fit import NO_EVICTIONS, Evictions, FreeView, fit_in_cell, fit_on_roots
 from statemachine.limits import (
     BUDDY_CANDIDATES_MAX,
     BUDDY_SCAN_MAX,
@@ -32,6 +42,8 @@ from statemachine.limits import (
     FIT_SCAN_MAX,
 )
 from statemachine.topology import Chain, Topology
+
+SPREAD_CHOICES_MAX = 4  # bound cells a spread with `least` weighs per pod
 
 
 @dataclass(slots=True)
@@ -89,18 +101,49 @@ class Request:
         return sum(self.pods)
 
 
+class Cheapest:
+    """Of the plans offered, in order, the one that evicts least (`FreeView.plan_evictions`:
+    lowest highest priority, then fewest GPUs, then fewest gangs); the first of equals wins.
+    The view is rolled back after each offer, and `result` takes the winner's GPUs in it."""
+
+    __slots__ = ("_checkpoint", "_view", "evictions", "plan")
+
+    def __init__(self, view: FreeView) -> None:
+        self._view = view
+        self._checkpoint = view.checkpoint()
+        self.evictions: Evictions | None = None
+        self.plan: Plan | None = None
+
+    def offer(self, plan: Plan) -> bool:
+        """Weigh `plan` (its GPUs taken in the view); True when no plan can evict less."""
+        evictions = self._view.plan_evictions(plan.pods)
+        self._view.restore(self._checkpoint)
+        if self.evictions is None or evictions < self.evictions:
+            self.evictions, self.plan = evictions, plan
+        return evictions == NO_EVICTIONS
+
+    def result(self) -> Plan | None:
+        if self.plan is not None:
+            self._view.take([leaf for pod in self.plan.pods for leaf in pod])
+        return self.plan
+
+
 def plan_guaranteed(topology: Topology, buddy: Buddy, view: FreeView, chain: Chain,
-                    request: Request) -> Plan | None:
-    plan = _one_cell(topology, buddy, view, chain, request)
+                    request: Request, *, least: bool = False) -> Plan | None:
+    """A plan for a guaranteed gang on `chain`, its GPUs taken in `view`; with `least` and a
+    view that preempts, the one-cell plan that evicts least."""
+    least = least and view.preempts
+    plan = _one_cell(topology, buddy, view, chain, request, least=least)
     if plan is None:
-        plan = _spread(topology, buddy, view, chain, request)
+        plan = _spread(topology, buddy, view, chain, request, least=least)
     return plan
 
 
 def _one_cell(topology: Topology, buddy: Buddy, view: FreeView, chain: Chain,
-              request: Request) -> Plan | None:
+              request: Request, *, least: bool = False) -> Plan | None:
     """The whole gang in one cell: levels ascending; at each, the VC's bound cells, then a new
-    binding if the VC may bind one there."""
+    binding if the VC may bind one there. The first that fits; with `least`, the one of them
+    all that evicts least (the first of equals)."""
     need = request.gpus
     unbound = buddy.unbound[request.vc][chain.index]
     bound: dict[int, list[int]] = {}
@@ -110,19 +153,28 @@ def _one_cell(topology: Topology, buddy: Buddy, view: FreeView, chain: Chain,
             bound.setdefault(level, []).append(cell)
     levels = sorted({*bound, *(level for level in range(1, chain.top_level + 1)
                                if unbound[level] > 0 and chain.size[level] >= need)})
+    cheapest = Cheapest(view) if least else None
     for level in levels:
         for cell in _rank_bound(view, bound.get(level, ()), need):
             pods = fit_in_cell(topology, view, cell, request.pods)
             if pods is not None:
-                return Plan(chain=chain.index, pods=pods)
+                plan = Plan(chain=chain.index, pods=pods)
+                if cheapest is None:
+                    return plan
+                if cheapest.offer(plan):
+                    return cheapest.result()
         if unbound[level] > 0:
             for cell in _binding_candidates(buddy, view, chain, level, need=need,
                                             planned=Planned(buddy, chain.index),
                                             largest=max(request.pods)):
                 pods = fit_in_cell(topology, view, cell, request.pods)
                 if pods is not None:
-                    return Plan(chain=chain.index, pods=pods, bindings=[cell])
-    return None
+                    plan = Plan(chain=chain.index, pods=pods, bindings=[cell])
+                    if cheapest is None:
+                        return plan
+                    if cheapest.offer(plan):
+                        return cheapest.result()
+    return None if cheapest is None else cheapest.result()
 
 
 def _rank_bound(view: FreeView, cells: Iterable[int], need: int) -> list[int]:
@@ -184,11 +236,13 @@ def _roomy_cells(buddy: Buddy, view: FreeView, chain: Chain, level: int, *, need
 
 
 def _spread(topology: Topology, buddy: Buddy, view: FreeView, chain: Chain,
-            request: Request) -> Plan | None:
+            request: Request, *, least: bool = False) -> Plan | None:
     """Pod by pod, largest first: into a bound (or newly bound) cell with the fewest GPUs
     available that fit it, else into a new binding at the lowest level that can hold it. The
     cells are ranked once by (level, available GPUs, id) and re-ranked as pods land (a bound
-    cell the view offers no GPU of never takes a pod, and is not ranked)."""
+    cell the view offers no GPU of never takes a pod, and is not ranked). With `least`, of the
+    first SPREAD_CHOICES_MAX ranked cells that fit the pod and a new binding, the one whose
+    GPUs evict least (the first of equals, a new binding last)."""
     checkpoint = view.checkpoint()
     level = topology.level
     ranked = sorted((level[cell], view.count(cell), cell)
@@ -199,13 +253,29 @@ def _spread(topology: Topology, buddy: Buddy, view: FreeView, chain: Chain,
     order = sorted(range(len(request.pods)), key=lambda index: (-request.pods[index], index))
     for position in order:
         need = request.pods[position]
-        cell, leaves = _into_ranked(topology, view, ranked, need)
-        if leaves is None:
+        mark = view.checkpoint()
+        cell, leaves = _into_ranked(topology, view, ranked, need,
+                                    choices=SPREAD_CHOICES_MAX if least else 1)
+        new = leaves is None
+        if least and leaves is not None and \
+                (evictions := view.plan_evictions((leaves,))) != NO_EVICTIONS:
+            view.restore(mark)  # a new binding evicts opportunistic gangs at most: weigh one
+            fresh, fresh_leaves = _into_new(buddy, view, chain, need=need, unbound=unbound,
+                                            planned=planned)
+            if fresh_leaves is not None and view.plan_evictions((fresh_leaves,)) < evictions:
+                cell, leaves, new = fresh, fresh_leaves, True
+            else:
+                view.restore(mark)
+                view.take(leaves)
+        elif new:
             cell, leaves = _into_new(buddy, view, chain, need=need, unbound=unbound,
                                      planned=planned)
-            if leaves is None:
-                view.restore(checkpoint)
-                return None
+        if leaves is None:
+            view.restore(checkpoint)
+            return None
+        if new:
+            planned.add(topology, cell)
+            unbound[level[cell]] -= 1
             bisect.insort(ranked, (level[cell], view.count(cell), cell))
         else:
             entry = bisect.bisect_left(ranked, (level[cell], view.count(cell) + need, cell))
@@ -216,23 +286,44 @@ def _spread(topology: Topology, buddy: Buddy, view: FreeView, chain: Chain,
 
 
 def _into_ranked(topology: Topology, view: FreeView, ranked: list[tuple[int, int, int]],
-                 need: int) -> tuple[int, list[int] | None]:
-    """The first ranked cell, level by level, with `need` GPUs available that fits the pod.
-    Each level's span is found by bisection, not by a walk of the list."""
+                 need: int, *, choices: int = 1) -> tuple[int, list[int] | None]:
+    """The first ranked cell, level by level, with `need` GPUs available that fits the pod;
+    with `choices` above 1, of the first `choices` that fit, the one whose GPUs evict least
+    (the first of equals). The pod's GPUs are taken in `view`. Each level's span is found by
+    bisection, not by a walk of the list."""
+    mark = view.checkpoint()
+    best: tuple[Evictions, int, list[int]] | None = None
+    tried = 0
     position = 0
-    while position < len(ranked):
+    while position < len(ranked) and tried < choices:
         level = ranked[position][0]
         end = bisect.bisect_left(ranked, (level + 1, -1, -1), position)
         for entry in range(bisect.bisect_left(ranked, (level, need, -1), position, end), end):
             pods = fit_in_cell(topology, view, ranked[entry][2], (need,))
-            if pods is not None:
+            if pods is None:
+                continue
+            if choices == 1:
                 return ranked[entry][2], pods[0]
+            evictions = view.plan_evictions(pods)
+            view.restore(mark)
+            if best is None or evictions < best[0]:
+                best = (evictions, ranked[entry][2], pods[0])
+            tried += 1
+            if tried == choices or evictions == NO_EVICTIONS:
+                break
+        if best is not None and best[0] == NO_EVICTIONS:
+            break
         position = end
-    return -1, None
+    if best is None:
+        return -1, None
+    view.take(best[2])
+    return best[1], best[2]
 
 
 def _into_new(buddy: Buddy, view: FreeView, chain: Chain, *, need: int, unbound: list[int],
               planned: Planned) -> tuple[int, list[int] | None]:
+    """A new binding at the lowest level that can hold the pod, and its GPUs, taken in `view`;
+    the caller adds it to `planned` and the `unbound` quota."""
     topology = buddy.topology
     for level in range(1, chain.top_level + 1):
         if unbound[level] <= 0 or chain.size[level] < need:
@@ -241,8 +332,6 @@ def _into_new(buddy: Buddy, view: FreeView, chain: Chain, *, need: int, unbound:
                                         planned=planned, largest=need):
             pods = fit_in_cell(topology, view, cell, (need,))
             if pods is not None:
-                planned.add(topology, cell)
-                unbound[level] -= 1
                 return cell, pods[0]
     return -1, None
 

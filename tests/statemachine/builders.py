@@ -22,6 +22,7 @@ from statemachine.context import Context
 from statemachine.errors import Code, Rejection
 from statemachine.invariants import check_invariants
 from statemachine.results import GroupStatus, NodeRegistered, Result
+from statemachine.rules import RULES_VERSION
 from statemachine.spec import (
     CellTypeSpec,
     ClusterSpec,
@@ -89,6 +90,14 @@ def gang(group: str, vc_name: str, priority: int, *members: tuple[int, int],
     return SubmitGroup(group=group, vc=vc_name, priority=priority,
                        members=tuple(Member(pods=pods, gpus=gpus) for pods, gpus in members),
                        gpu_model=model, lazy_preemption=lazy, on_pod_failure=on_pod_failure)
+
+
+def newest_rules() -> State:
+    """A fresh state under this build's newest rules, as a cluster's first Tick leaves it (a
+    bare `State()` applies the rules of version 0, those of a log written before versions)."""
+    state = State()
+    state.rules_version = RULES_VERSION  # outside a command: no undo record to leave
+    return state
 
 
 @dataclass

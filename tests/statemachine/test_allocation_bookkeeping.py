@@ -70,6 +70,7 @@ from tests.statemachine.builders import (
     Driver,
     gang,
     inventory,
+    newest_rules,
     node_principal,
 )
 from tests.statemachine.test_lifecycle_stateful import lifecycle_violations
@@ -161,8 +162,8 @@ def reclaim_violations(state: State) -> list[str]:
 class BookkeepingMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.driver = Driver()
-        self.twin = State()
+        self.driver = Driver(state=newest_rules())
+        self.twin = newest_rules()
         self.second = False
         self.boots = 0
         self.count = 0

@@ -26,7 +26,15 @@ from statemachine.effects import Effect, EffectKind
 from statemachine.lifecycle import LIVE_PHASES
 from statemachine.limits import FREE_PRIORITY
 from statemachine.results import GroupPhase, GroupStatus, PodBound, PodPhase
-from tests.statemachine.builders import SCHEDULER, Driver, gang, node_principal, rack_spec, vc
+from tests.statemachine.builders import (
+    SCHEDULER,
+    Driver,
+    gang,
+    newest_rules,
+    node_principal,
+    rack_spec,
+    vc,
+)
 from tests.statemachine.reference import packs
 
 QUOTA = (vc("a", ("A100-RACK", "A100-NODE", 2)), vc("b", ("A100-RACK", "A100-SOCK", 2)),
@@ -146,7 +154,7 @@ def submit_and_check(driver: Driver, number: int, op: tuple[Any, ...], tally: Ta
 def play(crowd: int, script: list[Any]) -> Tally:
     """Run a script on three racks after `crowd` opportunistic gangs took whole nodes,
     checking both claims at each submission."""
-    driver = Driver()
+    driver = Driver(state=newest_rules())
     driver.configure(rack_spec(racks=3, quota=QUOTA))
     driver.register(*(f"n{index}" for index in range(6)))
     for index in range(crowd):

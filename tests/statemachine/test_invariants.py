@@ -9,12 +9,12 @@ import pytest
 
 from statemachine import State, violations
 from statemachine.results import GroupPhase
-from tests.statemachine.builders import Driver, gang, rack_spec, vc
+from tests.statemachine.builders import Driver, gang, newest_rules, rack_spec, vc
 from tests.statemachine.test_scenarios import started
 
 
 def healthy() -> State:
-    driver = Driver()
+    driver = Driver(state=newest_rules())
     driver.configure(rack_spec(quota=(vc("a", ("A100-RACK", "A100-NODE", 2)),
                                       vc("b", ("A100-RACK", "A100-RACK", 1)))))
     driver.register("n0", "n1", "n2", "n3", "n4", "n5")

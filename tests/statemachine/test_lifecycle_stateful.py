@@ -51,6 +51,7 @@ from tests.statemachine.builders import (
     Driver,
     gang,
     inventory,
+    newest_rules,
     node_principal,
     rack_spec,
     vc,
@@ -122,7 +123,7 @@ def drained_copy_violations(state: State) -> list[str]:
 class LifecycleMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.driver = Driver()
+        self.driver = Driver(state=newest_rules())
         self.driver.configure(SPEC)
         self.boots = 0
         self.count = 0

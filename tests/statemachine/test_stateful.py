@@ -60,6 +60,7 @@ from tests.statemachine.builders import (
     Driver,
     gang,
     inventory,
+    newest_rules,
     node_principal,
     vc,
 )
@@ -103,7 +104,7 @@ exits = st.sampled_from(((0, ""), (1, ""), (137, "killed by signal 9 (SIGKILL)")
 class AllocatorMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.driver = Driver()
+        self.driver = Driver(state=newest_rules())
         self.reference = Reference(NODES, POLICY)
         self.second = False
         self.driver.configure(spec(self.second))
@@ -306,8 +307,8 @@ class AllocatorMachine(RuleBasedStateMachine):
         """Bind every free slot of an allocated gang: a gang whose pods all run, so that one
         failing has peers to kill."""
         name = self.pick(index, GroupPhase.ALLOCATED)
-        if name is None:
-            return
+        if name is None or self.driver.state.groups[name].evicting:
+            return  # a gang being evicted (its node drained) takes no more pods
         for position, pod in enumerate(self.driver.state.groups[name].pods):
             if pod.phase is PodPhase.UNBOUND:
                 self.driver.ok(BindPod(group=name, member=pod.member,
