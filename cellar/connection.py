@@ -4,14 +4,16 @@
     --certs DIR --as admin:alice                (the files `cellar certs init` wrote)
     --insecure                                  (plain TCP, development only; warns)
 
-A malformed endpoint or identity is a usage error (argparse's message, exit status 2); a
-configuration file or certificate that cannot be read ends the command with one line naming it.
+A malformed endpoint or identity is a usage error (argparse's message, exit status 2 unless the
+command chose its own); a configuration file or certificate that cannot be read ends the command
+with one line naming it, and the command's `exit_status` for it (`client_from`).
 """
 
 from __future__ import annotations
 
 import argparse
 import pathlib
+import sys
 
 from consensus.runtime.arguments import seconds
 from consensus.runtime.client import DEADLINE_S_MAX, CellarClient, ClientConfig
@@ -67,24 +69,32 @@ def endpoints_of(args: argparse.Namespace) -> list[str]:
     return [str(peer.client) for peer in load_peers(args.config)]
 
 
-def client_from(args: argparse.Namespace) -> CellarClient:
-    """The client the options describe; a file it cannot read ends the command (one line)."""
+class _Unusable(Exception):
+    """The options name no certificate directory, or one without the identity's files."""
+
+
+def client_from(args: argparse.Namespace, *, exit_status: int | None = None) -> CellarClient:
+    """The client the options describe; a file it cannot read ends the command with one line
+    on stderr, and `exit_status` (by default 1, the line being SystemExit's code)."""
     try:
         return _client(args)
-    except (ConfigError, OSError) as error:  # OSError: ssl.SSLError and a missing file
-        raise SystemExit(f"cellar {args.command}: {error}") from None
+    except (ConfigError, OSError, _Unusable) as error:  # OSError: ssl.SSLError, a missing file
+        message = f"cellar {args.command}: {error}"
+    if exit_status is None:
+        raise SystemExit(message)
+    print(message, file=sys.stderr)
+    raise SystemExit(exit_status)
 
 
 def _client(args: argparse.Namespace) -> CellarClient:
     tls = None
     if not args.insecure:
         if args.certs is None:
-            raise SystemExit(f"cellar {args.command}: --certs DIR is needed (or --insecure "
-                             f"for a plain-TCP cluster)")
+            raise _Unusable("--certs DIR is needed (or --insecure for a plain-TCP cluster)")
         tls = TlsConfig.in_directory(args.certs, args.identity)
         for path in (tls.ca_file, tls.cert_file, tls.key_file):
             if not path.is_file():
-                raise SystemExit(f"cellar {args.command}: no {path}: `cellar certs init` (or "
-                                 f"`issue`) writes it for {args.identity}")
+                raise _Unusable(f"no {path}: `cellar certs init` (or `issue`) writes it for "
+                                f"{args.identity}")
     config = ClientConfig(attempt_timeout_s=min(2.0, args.timeout), deadline_s=args.timeout)
     return CellarClient(endpoints_of(args), connector(tls, insecure=args.insecure), config)

@@ -2,8 +2,11 @@
 
 `status` asks every replica for its role, view, sequencer, executed and committed slots, lag
 behind the furthest replica and connected peers; a replica that does not answer is shown down.
-It exits 0 when a majority of the replicas answered (the cluster can serve), 1 when some but
-fewer than a majority did, 2 when none did.
+Its exit statuses (`STATUS_EXIT_STATUSES`) judge a majority of the cluster's replicas, counted
+from the `--config` file's peers or from what the replicas that answer say of the cluster's
+size, never of the endpoints listed alone (two of five listed and answering are no majority):
+0 a majority answered (the cluster can serve), 1 some but fewer than a majority did, 2 none
+did, 64 a command line it cannot parse, 78 a configuration file or certificate it cannot use.
 `admin` issues the state machine's admin commands (apply a configuration, cordon, uncordon,
 drain, mark a node or GPU bad or clear it, deregister a node) and its queries (gangs, one gang
 with why it is pending, nodes, one node, the cluster view, stats). Its exit statuses
@@ -28,7 +31,7 @@ import anyio
 from cellar.connection import add_connection_arguments, client_from, endpoints_of
 from cellar.exception_groups import run_unwrapped
 from cellar.spec_file import SpecFileError, load_spec
-from consensus.runtime.arguments import at_least
+from consensus.runtime.arguments import at_least, usage_errors_exit
 from consensus.runtime.client import (
     ClientError,
     Forbidden,
@@ -36,6 +39,7 @@ from consensus.runtime.client import (
     Rejected,
     ReplyTooLarge,
 )
+from consensus.runtime.node_config import load_peers
 from statemachine.errors import Code, Rejection
 from statemachine.result_codec import result_to_plain
 from statemachine.results import GroupPhase
@@ -43,6 +47,15 @@ from statemachine.store import GpuStore
 
 EXIT_REJECTED, EXIT_UNREACHABLE, EXIT_OUTCOME_UNKNOWN, EXIT_FORBIDDEN, EXIT_REFUSED = 1, 2, 3, 4, 5
 EXIT_NO_MAJORITY = 1  # `status`: some replicas answered, fewer than a majority
+EXIT_USAGE = 64  # `status`, EX_USAGE: a command line it cannot parse (argparse's 2 is "none")
+EXIT_CONFIG = 78  # `status`, EX_CONFIG: a configuration file or certificate it cannot use
+STATUS_EXIT_STATUSES = """exit status (a majority of the cluster's replicas: of the --config
+file's peers, or of the cluster's size the replicas that answer report):
+  0   a majority of the cluster's replicas answered
+  1   some replicas answered, fewer than a majority of the cluster's
+  2   no replica answered
+  64  a command line it cannot parse
+  78  a configuration file or certificate it cannot use (or no --certs for a TLS cluster)"""
 VERSION_MAX = (1 << 63) - 1  # the state machine's integers are signed 64-bit
 ADMIN_EXIT_STATUSES = """exit status:
   0  done
@@ -67,6 +80,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def configure_status(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = STATUS_EXIT_STATUSES
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    usage_errors_exit(parser, EXIT_USAGE)
     add_connection_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(handler=run_status)
@@ -74,20 +90,41 @@ def configure_status(parser: argparse.ArgumentParser) -> None:
 
 def run_status(args: argparse.Namespace) -> int:
     statuses = run_unwrapped(_statuses, args)
+    replica_count = cluster_size(statuses, configured=_configured_size(args))
+    running = len({status.get("replica_id", status["endpoint"]) for status in statuses
+                   if status.get("running")})
     if args.json:
-        print(json.dumps({"replicas": statuses}, default=str))
+        print(json.dumps({"replicas": statuses, "replica_count": replica_count},
+                         default=str))
     else:
         for line in status_table(statuses):
             print(line)
-    running = sum(1 for status in statuses if status.get("running"))
+        print(f"{running} of {replica_count} replicas answered")
     if not running:
         return EXIT_UNREACHABLE
-    return 0 if running > len(statuses) // 2 else EXIT_NO_MAJORITY
+    return 0 if running > replica_count // 2 else EXIT_NO_MAJORITY
+
+
+def cluster_size(statuses: list[dict[str, Any]], *, configured: int | None) -> int:
+    """The replicas a majority is counted of: the most that the configuration file or any
+    replica that answered says the cluster has (the larger, should they differ: a majority of
+    it is a majority of the smaller too), else as many as the endpoints listed."""
+    reported = [status["replica_count"] for status in statuses if status.get("running")
+                and type(status.get("replica_count")) is int]
+    known = max([*reported, configured or 0])
+    return known if known > 0 else len({status["endpoint"] for status in statuses})
+
+
+def _configured_size(args: argparse.Namespace) -> int | None:
+    """How many replicas the `--config` file names (already read once by `client_from`)."""
+    if getattr(args, "config", None) is None:
+        return None
+    return len(load_peers(args.config))
 
 
 async def _statuses(args: argparse.Namespace) -> list[dict[str, Any]]:
     found: list[dict[str, Any]] = []
-    async with client_from(args) as client:
+    async with client_from(args, exit_status=EXIT_CONFIG) as client:
         for endpoint in endpoints_of(args):
             try:
                 with anyio.fail_after(args.timeout):

@@ -141,6 +141,9 @@ class ReplicaNode:
 
     def status(self) -> dict[str, Any]:
         status = self.driver.status()
+        # The cluster's size, so that `cellar status` judges a majority of the cluster and not
+        # of the endpoints it was given (which may name only some of the replicas).
+        status["replica_count"] = len(self.config.peers)
         status["peers_connected"] = sorted(self.mesh.connected())
         # e.g. a peer whose lease timing differs: refused until it is configured as this one
         status["peers_refused"] = {str(peer): reason for peer, reason in self.mesh.refused.items()}

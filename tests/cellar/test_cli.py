@@ -123,8 +123,8 @@ def test_a_bad_number_is_refused_before_anything_starts(
         argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as stopped:
         cli.main(argv)
-    # check's, live's and sim's 0-2 are verdicts
-    assert stopped.value.code == (3 if argv[0] in ("check", "live", "sim") else 2)
+    # check's, live's and sim's 0-2 are verdicts; status's too (its usage errors: EX_USAGE)
+    assert stopped.value.code == {"check": 3, "live": 3, "sim": 3, "status": 64}.get(argv[0], 2)
     assert message in capsys.readouterr().err
 
 

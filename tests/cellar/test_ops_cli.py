@@ -144,17 +144,18 @@ def test_a_malformed_endpoint_or_identity_is_a_usage_error(
         argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as stopped:
         main(argv)
-    assert stopped.value.code == 2
+    assert stopped.value.code == (64 if argv[0] == "status" else 2)  # status: 2 is "none up"
     error = capsys.readouterr().err
     assert message in error and "Traceback" not in error
 
 
 def test_an_unreadable_config_or_missing_certificate_ends_with_one_line(
-        tmp_path: pathlib.Path) -> None:
+        tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as stopped:
         main(["status", "--insecure", "--config", str(tmp_path / "replica.toml")])
-    assert stopped.value.code == f"cellar status: {tmp_path / 'replica.toml'}: cannot read it " \
-                                 "(No such file or directory)"
+    assert stopped.value.code == ops_cli.EXIT_CONFIG
+    assert capsys.readouterr().err == f"cellar status: {tmp_path / 'replica.toml'}: cannot " \
+                                      "read it (No such file or directory)\n"
     with pytest.raises(SystemExit) as stopped:
         main(["admin", "--endpoints", "127.0.0.1:7100", "--certs", str(tmp_path), "nodes"])
     assert str(stopped.value.code).startswith(f"cellar admin: no {tmp_path / 'ca.pem'}: ")
@@ -188,7 +189,8 @@ def test_status_and_admin_against_a_live_cluster(tmp_path: pathlib.Path,
         cluster.processes[1].kill()
         assert main(["status", *connection]) == 0
         table = capsys.readouterr().out.splitlines()
-        assert len(table) == 4 and sum("down" in line for line in table) == 1
+        assert len(table) == 5 and sum("down" in line for line in table) == 1
+        assert table[-1] == "2 of 3 replicas answered"  # of the cluster's 3, not those listed
     finally:
         cluster.stop()
 
