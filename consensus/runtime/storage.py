@@ -13,7 +13,13 @@ durable), reads and checks the whole log, cuts off a torn tail (reported in `Rec
 and the log), and refuses anything else that is wrong (`consensus.runtime.storage_errors`). A
 log of an older format version is rewritten in the current one as it is opened, the way
 compaction rewrites one, so every frame appended is of the current version. A failed write or
-fsync makes the log refuse every later call: the replica must stop.
+fsync makes the log refuse every later call: the replica must stop. It first cuts the file back
+to where the last successful `sync` left it (best effort): after a failed fdatasync the kernel
+may have marked the pages it could not write clean, so a restart in the same boot would read
+the records of that batch from the page cache, and the open's fdatasync would report success
+for them without writing them. They were never acknowledged (the driver stops before the
+messages that promised them leave), so replaying them as durable, or refusing the log for a
+page of them read back from the disk as a hole before valid frames, must not be the outcome.
 
 Creating (`--init`): a log is made only in a directory that was not there or is empty. One
 that holds other files but no log (its lock file, say) is a replica's whose log was lost, and
@@ -53,6 +59,7 @@ Compaction by rename is simple on a log; in SQLite it is a DELETE plus a VACUUM.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import pathlib
@@ -150,6 +157,7 @@ class DurableLog:
         "_snapshot_durable",
         "_snapshot_unsynced",
         "_synced",
+        "_synced_size",
         "_syncs",
         "_unsynced",
         "identity",
@@ -168,6 +176,7 @@ class DurableLog:
         self._recovered: list[Record] | None = records
         self._records = list(records)
         self._size = size
+        self._synced_size = size  # where the last successful sync left the file
         self._compacted_from = size  # growth is counted from here
         self._compacted_size = 0  # unknown until the first compaction
         self._compact_after_bytes = compact_after_bytes
@@ -241,6 +250,7 @@ class DurableLog:
         try:
             write_all(self._fd, data)
         except OSError as error:
+            self._cut_unsynced()
             raise self._fail(StorageFailed(self._path, "appending records", error)) from error
         self._records.extend(records)
         self._size += len(data)
@@ -269,8 +279,10 @@ class DurableLog:
             if self._synced or always:
                 _datasync(self._fd)
         except OSError as error:
+            self._cut_unsynced()  # never retried: module docstring
             raise self._fail(StorageFailed(self._path, "fdatasync", error)) from error
         self._unsynced = False
+        self._synced_size = self._size
         self._syncs += 1
         if self._snapshot_unsynced:
             self._snapshot_durable, self._snapshot_unsynced = True, False
@@ -299,6 +311,14 @@ class DurableLog:
         if self._failed is not None:
             raise self._failed
 
+    def _cut_unsynced(self) -> None:
+        """Cut the file back to where the last successful sync left it, after a failed write or
+        fdatasync (module docstring), best effort: the replica stops whatever happens here, and
+        a cut that does not reach the disk leaves what a crash before the sync leaves."""
+        with contextlib.suppress(OSError):
+            os.ftruncate(self._fd, self._synced_size)
+            os.fsync(self._fd)  # the cut's metadata, not a retry: the records stay refused
+
     def _fail(self, error: StorageError) -> StorageError:
         self._failed = error
         return error
@@ -320,7 +340,7 @@ class DurableLog:
         self._fd = fd
         self._key = key
         self._records = compacted
-        self._size = self._compacted_from = self._compacted_size = len(data)
+        self._size = self._synced_size = self._compacted_from = self._compacted_size = len(data)
         self._snapshot_durable = False
         self._compactions += 1
 
