@@ -6,8 +6,11 @@ DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION (mJ, counter), DCGM_FI_DEV_SM_CLOCK and _ME
 DCGM_FI_DEV_GPU_UTIL (%), DCGM_FI_DEV_FB_USED and _FB_FREE (MiB), the ECC, retired-page,
 remapped-row, PCIe-replay and NVLink error counters, the violation times (ns) and
 DCGM_FI_DEV_XID_ERRORS (the last XID seen: a value, not a count). A signal the GPU does not
-offer is left out, never shown as 0. Labels: gpu, UUID, pci_bus_id, device, modelName, Hostname;
-device is nvidia<gpu> as dcgm-exporter writes it (its GPU id, not the /dev minor number).
+offer is left out, never shown as 0; so are the readings of a GPU that fell off the bus or of a
+node whose NVML is away (not their last values, frozen), and an NVLink total while one link's
+counter failed to read (a smaller sum would be a counter going backwards). Labels: gpu, UUID,
+pci_bus_id, device, modelName, Hostname; device is nvidia<gpu> as dcgm-exporter writes it (its
+GPU id, not the /dev minor number).
 
 The agent's own: gpu_agent_health_status{UUID,health_watch} (0 pass, 10 warn, 20 fail, -1
 unknown, as DCGM_EXP_GPU_HEALTH_STATUS), gpu_agent_xid_errors_total{UUID,xid} and
@@ -20,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from agent.gpu import DeviceInfo, DeviceSample, Reading, value_of
+from agent.gpu import DeviceInfo, DeviceSample, Failed, Reading, value_of
 from agent.units import MIB
 from statemachine.commands import HealthStatus
 
@@ -44,9 +47,14 @@ def _scaled(read: Callable[[DeviceSample], Reading], divisor: float
 
 
 def _nvlink_total(name: str) -> Callable[[DeviceSample], float | None]:
+    """The sum over the links that offer the counter; none while one of them failed to read
+    (a smaller sum is a counter going backwards, which rate() takes for a reset and reads as
+    every error the links ever had)."""
     def total(sample: DeviceSample) -> float | None:
-        values = [value_of(getattr(link, name)) for link in sample.nvlinks]
-        known = [value for value in values if value is not None]
+        readings = [getattr(link, name) for link in sample.nvlinks]
+        if any(isinstance(reading, Failed) for reading in readings):
+            return None
+        known = [value for value in map(value_of, readings) if value is not None]
         return float(sum(known)) if known else None
     return total
 

@@ -90,6 +90,7 @@ class Monitor:
         except NvmlUnavailable as error:
             self._count("nvml_unavailable")
             self.view.nvml_up = False
+            self.view.samples.clear()  # the page shows no reading NVML no longer gives
             self.tracker.observe_unavailable(error.message, self.clock_ms())
             await self._restart_backend()
         await self.report(full=self._full_report_due())
@@ -101,6 +102,7 @@ class Monitor:
                 sample = await anyio.to_thread.run_sync(self.backend.sample, device.uuid)
             except GpuGone as error:
                 self._count("gpus_gone")
+                self.view.samples.pop(device.uuid, None)  # not its last readings, frozen
                 self.tracker.observe_gone(device.uuid, error.code, error.message,
                                           self.clock_ms())
                 continue

@@ -9,13 +9,16 @@ overlapping scrapes and a curl): one more is closed at once and counted, and eac
 `REQUEST_TIMEOUT_S` to send its request head and `REPLY_TIMEOUT_S` to take the answer (a
 scraper that stops reading held its place for good once the page outgrew the socket buffers).
 A failed accept() is retried (`accept.py`), so nobody who can reach the port can run the
-process out of descriptors or end it.
+process out of descriptors or end it. A page whose rendering raises is answered 500, logged and
+counted (`RENDER_FAILURES`): the error would otherwise end the endpoint's task group, and with
+it the replica or node agent that embeds it, at every scrape.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 from collections.abc import Callable
 
 import anyio
@@ -29,6 +32,9 @@ REQUEST_TIMEOUT_S = 5.0
 REPLY_TIMEOUT_S = 5.0
 CONNECTIONS_MAX = 16
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+RENDER_FAILURES = "transport.metrics_render_failures"  # counter: scrapes answered 500
+
+logger = logging.getLogger("cellar.metrics")
 
 
 async def serve_metrics(host: str, port: int, render: Callable[[], str | bytes], *,
@@ -36,7 +42,8 @@ async def serve_metrics(host: str, port: int, render: Callable[[], str | bytes],
                         task_status: anyio.abc.TaskStatus[int] = anyio.TASK_STATUS_IGNORED
                         ) -> None:
     """Serve until cancelled; reports the bound port through task_status (port 0: any).
-    `metrics` counts the connections refused and the accept() calls retried."""
+    `metrics` counts the connections refused, the accept() calls retried and the pages whose
+    rendering raised."""
     slots = Slots(connections_max)
     counters = Metrics() if metrics is None else metrics
 
@@ -46,7 +53,7 @@ async def serve_metrics(host: str, port: int, render: Callable[[], str | bytes],
             await anyio.aclose_forcefully(stream)
             return
         try:
-            await _answer(stream, render)
+            await _answer(stream, render, counters)
         finally:
             slots.release()
 
@@ -58,7 +65,8 @@ async def serve_metrics(host: str, port: int, render: Callable[[], str | bytes],
         task_status.started(bound)
 
 
-async def _answer(stream: SocketStream, render: Callable[[], str | bytes]) -> None:
+async def _answer(stream: SocketStream, render: Callable[[], str | bytes],
+                  counters: Metrics) -> None:
     async with stream:
         head = b""
         with anyio.move_on_after(REQUEST_TIMEOUT_S):
@@ -73,7 +81,14 @@ async def _answer(stream: SocketStream, render: Callable[[], str | bytes]) -> No
         elif request_line[0] != b"GET" or request_line[1].split(b"?")[0] != b"/metrics":
             await _reply(stream, 404, "Not Found", "try GET /metrics\n")
         else:
-            await _reply(stream, 200, "OK", render())
+            try:
+                page = render()
+            except Exception:  # a bug in the page: this scrape fails, the process goes on
+                counters[RENDER_FAILURES] += 1
+                logger.exception("the metrics page could not be rendered")
+                await _reply(stream, 500, "Internal Server Error", "the page failed\n")
+                return
+            await _reply(stream, 200, "OK", page)
 
 
 async def _reply(stream: SocketStream, status: int, reason: str, body: str | bytes) -> None:
