@@ -155,10 +155,14 @@ class OrderLog:
         return sorted(slot for slot in self.slots if start <= slot < end)
 
     def entries_from(self, start: int) -> Iterator[OEntry]:
-        """Every slot known here from `start` on, in slot order (for votes)."""
+        """Every slot known here from `start` on, in slot order (for votes). A slot known only
+        as committed (an O-commit or catch-up for a slot never accepted here) has no view, -1,
+        which no message may carry (the codec dropped such a vote's whole frame, and a
+        candidate that needed it never won): it is reported in view 0, which changes no
+        rebuild (a committed entry wins whatever its view, and installed views are >= 0)."""
         for slot in sorted(slot for slot in self.slots if slot >= start):
             entry = self.slots[slot]
-            yield OEntry(slot, entry.value, entry.view, entry.committed)
+            yield OEntry(slot, entry.value, max(entry.view, 0), entry.committed)
 
     def count(self, replica: int, end: int) -> int:
         """How many slots in [0, end) hold `replica`; every slot below end must be known."""

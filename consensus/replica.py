@@ -603,6 +603,7 @@ class Replica:
         def forget(replica: int) -> None:
             self._recovery.forget(replica)
             self._election.forget(replica)
+            self._learner.forget_voter(replica)
 
         self._rejoin_gate.on_query(message, forget, self._tag_epoch_of)
 
