@@ -91,6 +91,8 @@ def text_summary(history: History, result: CheckResult, *, format: str | None = 
     if not history.operations and history.events:
         lines.append(f"  warning: none of its {len(history.events)} events is a client's: a "
                      "process that is not an integer is taken for the nemesis")
+    elif not history.events:  # an empty file, or a run stopped before its first operation
+        lines.append("  warning: it holds no client operation: nothing was checked")
     if result.verdict is Verdict.UNKNOWN:
         lines.append(f"  {result.reason}; {settled} of {len(result.partitions)} partitions "
                      f"settled; try a longer --timeout")
