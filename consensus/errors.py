@@ -20,3 +20,12 @@ class InvalidMessage(ConsensusError):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class QueryRefused(ConsensusError):
+    """A state machine's query gate (`consensus.state_machine.QueryGate`) will not let the
+    principal ask the query; the server answers REFUSED with `reason`."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason

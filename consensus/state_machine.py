@@ -39,11 +39,14 @@ class StateMachine(Protocol):
 class QueryGate(Protocol):
     """A state machine that decides who may ask what (the GPU store: a node agent asks only
     about its own node). Commands carry their principal into `apply`; queries do not, so the
-    server asks the gate before a read or watch goes to the driver."""
+    server asks the gate before a read or watch goes to the driver, and runs the query the
+    gate hands back, which may be narrower than the one asked (the bytes stay opaque here)."""
 
-    def check_query(self, principal: Principal, query: bytes) -> str | None:
-        """None if `principal` may ask `query`, else why not (answered REFUSED). Raises
-        InvalidMessage, with the reason, for a query that does not decode (answered
-        BAD_REQUEST): a watch of one would hold its bytes at the replica for its whole wait
-        (up to ten minutes) only to be answered with the machine's error."""
+    def admit_query(self, principal: Principal, query: bytes) -> bytes:
+        """The query to run for `principal`: `query` itself, or one narrowed to what the
+        principal may see of it (the GPU store answers a node agent's whole-gang query with
+        its own node's share). Raises QueryRefused, with why, for a query the principal may
+        not ask (answered REFUSED), and InvalidMessage, with the reason, for one that does
+        not decode (answered BAD_REQUEST): a watch of one would hold its bytes at the replica
+        for its whole wait (up to ten minutes) only to be answered with the machine's error."""
         ...

@@ -10,10 +10,17 @@ A violation is a rejection (UNAUTHORIZED), replicated like any other.
 Queries (`query_refusal`): a node agent asks only about its own node, its effects (the start
 effects carry other nodes' pod commands and environments) and its own node's share of a gang
 (`GroupQuery` naming its node: its pods there, the failures of its GPUs; a gang with none of
-its pods is answered unknown). A gang's whole status is not its to ask: it names the gang's
+its pods is answered unknown). A gang's whole status is not its to see: it names the gang's
 other nodes, their pods and, in its failure lines, their GPUs' UUIDs, which an agent could
 then claim for its own node once theirs is deregistered. Everything else is for
 administrators and schedulers.
+
+A node agent's `GroupQuery` naming no node is first narrowed (`narrowed`) to its own node's
+share, exactly what it gets by naming its node, rather than refused: agents of the builds
+before the share existed ask that way, and their StoreLink retries a refused query for ever,
+so during a rolling upgrade (replicas first, then agents) they could no longer learn whether
+a pod's gang still stands. What they do with the answer (their pod on this node, bound or
+running) reads the same in the share. One naming another node is still refused.
 """
 
 from __future__ import annotations
@@ -66,8 +73,17 @@ def authorize(command: Command, principal: Principal) -> None:
         raise refuse(Code.UNAUTHORIZED, f"{principal} may not send {name}")
 
 
+def narrowed(query: Query, principal: Principal) -> Query:
+    """`query` as `principal` may ask it: a node agent's whole-gang query is its own node's
+    share (see the module docstring); any other query is itself."""
+    if principal.role is Role.NODE and isinstance(query, GroupQuery) and query.node is None:
+        return GroupQuery(group=query.group, node=principal.name)
+    return query
+
+
 def query_refusal(query: Query, principal: Principal) -> str | None:
-    """None if `principal` may ask `query`, else why not (see the module docstring)."""
+    """None if `principal` may ask `query`, else why not (see the module docstring). A node
+    agent's whole-gang query is refused here: the gate asks this of the `narrowed` query."""
     if principal.role is not Role.NODE:
         return None
     asked = f"{type(query).__name__}"

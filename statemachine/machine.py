@@ -5,8 +5,10 @@ envelope (the runtime vouches for the principal and stamped the time), answers a
 from the cache, decodes the body, hands the typed command to `statemachine.apply` (which
 authorizes, moves logical time and applies atomically), expires sessions after a Tick, caches
 the reply and returns it. Nothing a client sends can make it raise: every bad input is a rejection
-reply. `check_query` is the server's gate for queries: it refuses a query that does not
-decode, and one its principal may not ask. `query` answers read-only queries; `snapshot`,
+reply. `admit_query` is the server's gate for queries: it refuses a query that does not
+decode, and one its principal may not ask, and hands back the query the server is to run,
+narrowed where the principal may see only part of what it asked (a node agent's whole-gang
+query: its node's share, `authorization.narrowed`). `query` answers read-only queries; `snapshot`,
 `restore` and `digest` cover the whole replicated state, sessions and applied index included.
 """
 
@@ -14,16 +16,16 @@ from __future__ import annotations
 
 from consensus.codec import decode_envelope
 from consensus.envelope import Envelope, Principal, Role
-from consensus.errors import InvalidMessage
+from consensus.errors import InvalidMessage, QueryRefused
 from statemachine.apply import apply
-from statemachine.authorization import query_refusal
+from statemachine.authorization import narrowed, query_refusal
 from statemachine.codec import decode_command
 from statemachine.commands import Tick
 from statemachine.context import Context
 from statemachine.errors import Code, Rejection
 from statemachine.logical_time import command_time
 from statemachine.queries import answer
-from statemachine.query_codec import decode_query, encode_answer
+from statemachine.query_codec import decode_query, encode_answer, encode_typed_query
 from statemachine.record_codec import DecodeError
 from statemachine.result_codec import encode_result
 from statemachine.results import Result
@@ -83,15 +85,21 @@ class Machine:
             self.sessions.expire(self.state.now_ms)
         return result
 
-    def check_query(self, principal: Principal, query: bytes) -> str | None:
-        """Implements consensus.state_machine.QueryGate: InvalidMessage, with the decoder's
-        reason, for a query that does not decode (a watch of one would hold its bytes at the
-        replica for its whole wait only to be answered MALFORMED)."""
+    def admit_query(self, principal: Principal, query: bytes) -> bytes:
+        """Implements consensus.state_machine.QueryGate: `query` as `principal` may ask it
+        (the same bytes unless narrowed); QueryRefused, with why, for one it may not ask;
+        InvalidMessage, with the decoder's reason, for a query that does not decode (a watch
+        of one would hold its bytes at the replica for its whole wait only to be answered
+        MALFORMED)."""
         try:
             decoded = decode_query(query)
         except DecodeError as error:
             raise InvalidMessage(f"not a query: {error.rejection.message}") from error
-        return query_refusal(decoded, principal)
+        admitted = narrowed(decoded, principal)
+        refused = query_refusal(admitted, principal)
+        if refused is not None:
+            raise QueryRefused(refused)
+        return query if admitted is decoded else encode_typed_query(admitted)
 
     def query(self, query: bytes) -> bytes:
         try:

@@ -4,7 +4,8 @@
   its failure lines up to a bound on bytes, and `failures_omitted`, how many more there are.
   With `node`, that node's share of it, what its agent may see (`authorization`): only its
   pods and the failures of its GPUs, no victims and no doomed cells; a gang with no pod placed
-  on the node is answered as unknown (UNKNOWN_GROUP), as one that is gone;
+  on the node is answered as unknown (UNKNOWN_GROUP), as one that is gone. A node agent's
+  query without `node` is run as one naming its own node (`authorization.narrowed`);
 - `GroupsQuery`: gangs by id, optionally one tenant or one phase, paged;
 - `NodesQuery` / `NodeQuery`: nodes paged, or one node with every GPU's inventory, health and
   holder;

@@ -62,6 +62,22 @@ def encode_query(kind: str, **fields: Any) -> bytes:
     return pack({"v": limits.SCHEMA_VERSION, "type": kind, **fields})
 
 
+_KINDS: dict[type, str] = {
+    GroupQuery: "group", GroupsQuery: "groups", NodesQuery: "nodes", NodeQuery: "node",
+    ClusterQuery: "cluster", EffectsQuery: "effects", StatsQuery: "stats",
+}
+
+
+def encode_typed_query(query: Query) -> bytes:
+    """`query` as bytes that `decode_query` reads back equal (a gang query's node left out
+    when it has none, as a client before it sends it)."""
+    kind = _KINDS[type(query)]
+    fields = {name: getattr(query, name) for name in QUERIES[kind]}
+    if isinstance(query, GroupQuery) and query.node is None:
+        del fields["node"]
+    return encode_query(kind, **fields)
+
+
 def encode_answer(answer: dict[str, Any] | Rejection) -> bytes:
     if isinstance(answer, Rejection):
         return pack({"ok": False, "code": answer.code.value, "message": answer.message})

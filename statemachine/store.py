@@ -153,7 +153,7 @@ class GpuStore:
         the first of them up to about 1 MiB (GROUP_FAILURES_BYTES_MAX) and
         `failures_omitted`, the count of those left out. With `node`, only that node's share
         (its pods, its GPUs' failures; UNKNOWN_GROUP with none of its pods): all a node agent
-        may ask, of its own node."""
+        may see, of its own node (asking without `node`, it gets that share too)."""
         if node is None:
             return await self.query("group", group=group)
         return await self.query("group", group=group, node=node)

@@ -125,8 +125,8 @@ class ReplicaNode:
                                 proposal_bytes_max=limits["proposal_bytes_max"],
                                 watch_bytes_max=limits["watch_bytes_max"]),
             system_command=system_command)
-        gate = machine.check_query if isinstance(machine, QueryGate) else None
-        self.server = ClientServer(self.driver, status=self.status, check_query=gate)
+        gate = machine.admit_query if isinstance(machine, QueryGate) else None
+        self.server = ClientServer(self.driver, status=self.status, admit_query=gate)
         self.listener = ClientListener(
             (config.me.client.host, config.me.client.port), tls, handle=self._serve_client,
             connections_max=limits["client_connections_max"],

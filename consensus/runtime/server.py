@@ -22,7 +22,9 @@ command's bytes (its `released` callback), not only until its answer.
 
 A state machine that gates queries (`consensus.state_machine.QueryGate`) is asked before a read
 or watch goes to the driver: one it refuses is answered REFUSED with its reason, and counted;
-one that does not decode is answered BAD_REQUEST, and counted as a bad request.
+one that does not decode is answered BAD_REQUEST, and counted as a bad request. What the driver
+runs, for a read and for every answer of a watch, is the query the gate hands back, which may
+be narrower than the one asked (a node agent's whole-gang query becomes its node's share).
 
 A watch waits in a task of its own, under a cancel scope the connection keeps by request id
 (`_Answers.watches`) while it waits: a Cancel naming that id (the client gave up on the watch,
@@ -78,7 +80,7 @@ import anyio
 
 from consensus.codec import encode_envelope_of
 from consensus.envelope import Principal, Role
-from consensus.errors import InvalidMessage
+from consensus.errors import InvalidMessage, QueryRefused
 from consensus.runtime.client_codec import (
     RESPONSE_MESSAGE_LENGTH_MAX,
     Cancel,
@@ -122,13 +124,13 @@ class ClientServer:
                      time.time() * 1000),
                  inflight_max: int = INFLIGHT_PER_CONNECTION_MAX,
                  status: Callable[[], dict[str, Any]] | None = None,
-                 check_query: Callable[[Principal, bytes], str | None] | None = None,
+                 admit_query: Callable[[Principal, bytes], bytes] | None = None,
                  answers_bytes_max: int = ANSWERS_SERVER_BYTES_MAX) -> None:
         self._driver = driver
         self._now_ms = now_ms
         self._inflight_max = inflight_max
         self._status = status or driver.status
-        self._check_query = check_query
+        self._admit_query = admit_query
         self._budget = _AnswerBudget(answers_bytes_max)  # shared by every connection
         self._node_reserve = NodeReserve(driver.metrics)  # each node agent's share
 
@@ -193,16 +195,18 @@ class ClientServer:
                                 released=released)
         elif isinstance(request, Cancel):
             answers.call_off(request.request_id)
-        elif isinstance(request, Status) or self._allowed(principal, request, answers):
+        elif isinstance(request, Status):
+            tasks.start_soon(self._answer_status, request, answers)
+        else:
+            query = self._admitted(principal, request, answers)
+            if query is None:  # refused, and answered so
+                return
             if isinstance(request, Read):
-                self._driver.submit_read(request.query,
-                                         max(request.timeout_ms, WAIT_MS_MIN) / 1000,
+                self._driver.submit_read(query, max(request.timeout_ms, WAIT_MS_MIN) / 1000,
                                          answers.responder(request.request_id, _ANSWER))
-            elif isinstance(request, Watch):  # its scope kept before its task ever runs
-                tasks.start_soon(self._watch, principal, request, answers,
+            else:  # a watch: its scope kept before its task ever runs
+                tasks.start_soon(self._watch, principal, request, query, answers,
                                  answers.waiting(request.request_id))
-            else:
-                tasks.start_soon(self._answer_status, request, answers)
 
     def _stamp_ms(self, sent_ms: int) -> int:
         """This replica's clock, but no later than the client's send time allows (0: the
@@ -210,35 +214,36 @@ class ClientServer:
         now_ms = self._now_ms()
         return min(now_ms, sent_ms + SENT_MS_SLACK_MS) if sent_ms else now_ms
 
-    def _allowed(self, principal: Principal, query: Read | Watch, answers: _Answers) -> bool:
-        """Whether the state machine's gate lets `principal` ask it; if not, answered so."""
-        if self._check_query is None:
-            return True
+    def _admitted(self, principal: Principal, request: Read | Watch,
+                  answers: _Answers) -> bytes | None:
+        """The query to run for `principal`, as the state machine's gate hands it back
+        (possibly narrowed); None, answered so, if the gate refuses it."""
+        if self._admit_query is None:
+            return request.query
         try:
-            refused = self._check_query(principal, query.query)
+            return self._admit_query(principal, request.query)
         except InvalidMessage as error:  # not a query at all
             self._driver.metrics.count("server.bad_requests")
-            answers.error(query.request_id, Code.BAD_REQUEST, error.reason)
-            return False
-        if refused is None:
-            return True
-        self._driver.metrics.count("server.queries_refused")
-        answers.error(query.request_id, Code.REFUSED, refused)
-        return False
+            answers.error(request.request_id, Code.BAD_REQUEST, error.reason)
+        except QueryRefused as refused:
+            self._driver.metrics.count("server.queries_refused")
+            answers.error(request.request_id, Code.REFUSED, refused.reason)
+        return None
 
     async def _answer_status(self, request: Status, answers: _Answers) -> None:
         answers.put(request.request_id,
                     encode_ok(request.request_id, encode_status(self._status())), "the status")
 
-    async def _watch(self, principal: Principal, request: Watch, answers: _Answers,
-                     waiting: anyio.CancelScope) -> None:
-        """Answer `request` once there is news or its wait passed; nothing once `waiting` is
-        cancelled (called off: the module docstring)."""
+    async def _watch(self, principal: Principal, request: Watch, query: bytes,
+                     answers: _Answers, waiting: anyio.CancelScope) -> None:
+        """Answer `request`, running `query` (its query as the gate admitted it), once there
+        is news or its wait passed; nothing once `waiting` is cancelled (called off: the
+        module docstring)."""
         request_id = request.request_id
         try:
             with waiting:
                 result, slot = await self._driver.local_read(
-                    request.query, request.after_slot, request.wait_ms / 1000, principal)
+                    query, request.after_slot, request.wait_ms / 1000, principal)
                 answers.put(request_id,
                             encode_response(Response(request_id, Code.OK, result, slot)), _ANSWER)
                 return

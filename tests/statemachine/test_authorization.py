@@ -8,7 +8,7 @@ import pytest
 
 from consensus.codec import pack
 from consensus.envelope import Principal, Role
-from consensus.errors import InvalidMessage
+from consensus.errors import InvalidMessage, QueryRefused
 from statemachine.commands import (
     AckPodStarted,
     ApplyConfig,
@@ -86,7 +86,9 @@ def test_the_message_names_the_principal_and_the_node() -> None:
     ("effects", {"after": 0, "node": "n0", "limit": 10}, False),
     ("node", {"node": "n0"}, False),
     ("group", {"group": "any", "node": "n0"}, False),  # its own node's share
-    ("group", {"group": "any"}, True),  # the whole gang names other nodes' pods and GPUs
+    # the whole gang names other nodes' pods and GPUs: narrowed to its node's share, not
+    # refused (tests/statemachine/test_node_agent_scope.py)
+    ("group", {"group": "any"}, False),
     ("group", {"group": "any", "node": "n1"}, True),
     ("effects", {"after": 0, "node": "n1", "limit": 10}, True),
     ("effects", {"after": 0, "node": None, "limit": 10}, True),  # every node's
@@ -102,12 +104,17 @@ def test_a_node_agent_asks_only_about_its_own_node(kind: str, fields: dict[str, 
     """Other nodes' start effects carry their pods' commands and environments."""
     machine = Machine()
     query = encode_query(kind, **fields)
-    why = machine.check_query(NODE_N0, query)
+    try:
+        machine.admit_query(NODE_N0, query)
+    except QueryRefused as error:
+        why: str | None = error.reason
+    else:
+        why = None
     assert (why is not None) is refused, why
     if refused:
         assert why is not None and "node:n0" in why and "'n0'" in why
-    for role in (Role.ADMIN, Role.SCHEDULER):
-        assert machine.check_query(Principal(role, "ops"), query) is None
+    for role in (Role.ADMIN, Role.SCHEDULER):  # asked as it is, never narrowed
+        assert machine.admit_query(Principal(role, "ops"), query) == query
 
 
 @pytest.mark.parametrize("principal", [NODE_N0, Principal(Role.ADMIN, "ops")])
@@ -124,5 +131,5 @@ def test_a_query_that_does_not_decode_is_refused_by_the_gate(principal: Principa
     megabyte of junk) waited with its bytes held at the replica for up to ten minutes. The
     server answers it BAD_REQUEST with the reason."""
     with pytest.raises(InvalidMessage) as refused:
-        Machine().check_query(principal, query)
+        Machine().admit_query(principal, query)
     assert refused.value.reason.startswith("not a query: ") and reason in refused.value.reason

@@ -16,7 +16,7 @@ import pytest
 from consensus.codec import decode_envelope, pack
 from consensus.config import ReplicaConfig
 from consensus.envelope import BODY_BYTES_MAX, Principal
-from consensus.errors import InvalidMessage
+from consensus.errors import InvalidMessage, QueryRefused
 from consensus.prng import Prng
 from consensus.replica import Replica
 from consensus.runtime import server as server_module
@@ -169,13 +169,15 @@ async def test_a_query_the_gate_refuses_is_answered_refused_and_raised_forbidden
                     config=DriverConfig(tick_ms=5))
     asked: list[tuple[str, bytes]] = []
 
-    def gate(principal: Principal, query: bytes) -> str | None:
+    def gate(principal: Principal, query: bytes) -> bytes:
         asked.append((str(principal), query))
         if query == b"junk":
             raise InvalidMessage("not a query: junk")
-        return "not for you" if query == b"secret" else None
+        if query == b"secret":
+            raise QueryRefused("not for you")
+        return query
 
-    server = ClientServer(driver, check_query=gate)
+    server = ClientServer(driver, admit_query=gate)
 
     async def serve(identity: Identity, connection: FramedConnection) -> None:
         await server.serve(identity.principal(), connection)

@@ -81,10 +81,10 @@ class Connection:
 
 @asynccontextmanager
 async def serving(driver: Driver, *principals: Principal,
-                  check_query: Callable[[Principal, bytes], str | None] | None = None
+                  admit_query: Callable[[Principal, bytes], bytes] | None = None
                   ) -> AsyncIterator[list[Connection]]:
     """`driver` running, with a connection to its server for each of `principals`."""
-    server = ClientServer(driver, check_query=check_query)
+    server = ClientServer(driver, admit_query=admit_query)
     connections = []
     async with anyio.create_task_group() as tasks:
         await tasks.start(driver.run)
@@ -113,7 +113,7 @@ async def test_a_node_agents_watches_do_not_starve_the_administrators_commands()
     machine = Machine()
     driver = lone_driver(machine, proposal_bytes_max=WATCHES_PER_PRINCIPAL_MAX * len(query))
     with anyio.fail_after(20):
-        async with serving(driver, NODE_N1, ADMIN, check_query=machine.check_query) as (
+        async with serving(driver, NODE_N1, ADMIN, admit_query=machine.admit_query) as (
                 agent, admin):
             for request_id in range(1, 5):
                 await agent.watch(request_id, b"\xc0" * BODY_BYTES_MAX)
