@@ -5,12 +5,16 @@ scheduler and node agent named; `issue` adds certificates with the CA already in
 ID` for one replica's). Neither replaces an existing file: to renew a certificate, move its pair
 aside and issue it again. `consensus.runtime.certs` describes the files.
 
+A certificate never outlives the CA that issued it: one asked for longer ends with the CA, and
+the command says so, with the date (a new CA, and every certificate issued anew, before then).
+
 Exit status: 0 written, 1 refused (a file exists, a bad name), 2 bad arguments.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import pathlib
 import sys
 
@@ -69,6 +73,7 @@ def run_issue(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, *, init: bool) -> int:
     from consensus.runtime import certs  # noqa: PLC0415 - cryptography only when needed
 
+    authority: certs.CertificateAuthority | None = None
     directory = pathlib.Path(args.directory)
     admins = args.admin or ([ADMIN_DEFAULT] if init else [])
     hosts = args.host or list(certs.SERVER_HOSTS_DEFAULT)
@@ -89,6 +94,14 @@ def _run(args: argparse.Namespace, *, init: bool) -> int:
         return EXIT_REFUSED
     for path in written:
         print(path)
+    ends = None if authority is None else authority.certificate.not_valid_after_utc
+    # init makes a CA that ends CA_DAYS ahead, and no certificate is asked for longer
+    if ends is not None and ends < (datetime.datetime.now(datetime.UTC)
+                                    + datetime.timedelta(days=args.days)):
+        print(f"cellar certs: these certificates end with the CA, at {ends:%Y-%m-%d %H:%M} "
+              f"UTC, not {args.days} days from now: make a new CA (`cellar certs init` in "
+              f"another directory), trust both during the change (one CA file holding both "
+              f"certificates), and issue every certificate anew before then", file=sys.stderr)
     print(f"{len(wanted)} certificate(s) in {directory}; keep {directory / certs.CA_KEY_NAME} "
           f"secret (offline, in production)", file=sys.stderr)
     return EXIT_WRITTEN

@@ -1,8 +1,14 @@
 """Connecting a client to a replica: TCP, mutual TLS, a check that the server is a replica of
-the cluster, and framing. The client library calls the `Connect` this returns per endpoint."""
+the cluster, and framing. The client library calls the `Connect` this returns per endpoint.
+
+A refused handshake says why (the replica's certificate expired, or is of another CA). A client
+whose own certificate has ended does not dial: under TLS 1.3 its handshake completes before the
+replica checks the certificate, and the replica's alert never comes back (it closes), so the
+connection would only end, with no reason given. The refusal names the file and the date."""
 
 from __future__ import annotations
 
+import datetime
 import ssl
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -37,9 +43,16 @@ def connector(tls: TlsConfig | None, *, insecure: bool = False,
     check_security(tls, insecure=insecure, what="client")
     metrics: Counter[str] = Counter()
     context = tls.client_context() if tls is not None else None
+    ends = tls.expires_at() if tls is not None else None
 
     async def connect(endpoint: str) -> FramedConnection:
         host, port = split_endpoint(endpoint)
+        if ends is not None and ends <= datetime.datetime.now(datetime.UTC):
+            assert tls is not None
+            raise ConnectRefused(f"{endpoint}: not dialed: this client's certificate "
+                                 f"{tls.cert_file} expired at {ends:%Y-%m-%d %H:%M} UTC and "
+                                 f"no replica accepts it; issue a new one (`cellar certs "
+                                 f"issue`) and restart with it")
         with anyio.fail_after(CONNECT_TIMEOUT_S):
             stream: anyio.abc.ByteStream = await anyio.connect_tcp(host, port)
         tune_socket(stream)  # a vanished replica fails the connection, not each deadline
@@ -57,9 +70,11 @@ def connector(tls: TlsConfig | None, *, insecure: bool = False,
 async def secure(endpoint: str, stream: anyio.abc.ByteStream, context: ssl.SSLContext,
                  metrics: Counter[str]) -> anyio.abc.ByteStream:
     """`stream` under TLS, once the server proved to be a replica; raises ConnectRefused."""
-    secured = await tls_handshake(stream, context, server_side=False, metrics=metrics)
+    reasons: list[str] = []
+    secured = await tls_handshake(stream, context, server_side=False, metrics=metrics,
+                                  reasons=reasons)
     if secured is None:
-        raise ConnectRefused(f"{endpoint}: the TLS handshake failed")
+        raise ConnectRefused(f"{endpoint}: the TLS handshake failed: {'; '.join(reasons)}")
     tls_stream, identity = secured
     if identity.role is not IdentityRole.REPLICA:
         await anyio.aclose_forcefully(tls_stream)

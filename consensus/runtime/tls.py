@@ -19,11 +19,15 @@ a client's is a configured default).
 
 `TlsConfig.check` loads the files as the contexts will, for a command to refuse bad material at
 start naming the file at fault: OpenSSL's own error for a file that is not a key is
-`[SSL] PEM lib`, naming none.
+`[SSL] PEM lib`, naming none. It warns, naming the date, of a certificate that ends within
+CERT_EXPIRY_WARNING_DAYS: `cellar certs init` issues a whole cluster's certificates at once,
+so they all end at the same instant, and the contexts are built once, at start (a renewed
+pair is taken by a restart).
 """
 
 from __future__ import annotations
 
+import datetime
 import enum
 import logging
 import pathlib
@@ -45,6 +49,7 @@ logger = logging.getLogger("cellar.transport")
 
 IDENTITY_SCHEME = "cellar"
 HANDSHAKE_TIMEOUT_S = 5.0
+CERT_EXPIRY_WARNING_DAYS = 30  # `check` warns of a certificate that ends sooner
 _NAME = re.compile(PRINCIPAL_NAME_PATTERN)
 _REPLICA_NAME = re.compile(r"0|[1-9][0-9]{0,3}")
 _URI = re.compile(rf"{IDENTITY_SCHEME}://(?P<role>[a-z]+)/(?P<name>{PRINCIPAL_NAME_PATTERN})")
@@ -178,13 +183,23 @@ class TlsConfig:
             self.client_context()
         except OSError as error:  # ssl.SSLError is one, as is a file that cannot be read
             raise self._refusal(error) from error
-        self._check_chain()
+        ends = self._check_chain()
+        left = ends - datetime.datetime.now(datetime.UTC)
+        if left < datetime.timedelta(days=CERT_EXPIRY_WARNING_DAYS):
+            logger.warning("%s ends at %s UTC, in %d day(s): issue a new one (`cellar certs "
+                           "issue`, after moving this pair aside) and restart with it before "
+                           "then; no peer accepts it after", self.cert_file,
+                           f"{ends:%Y-%m-%d %H:%M}", left.days)
 
-    def _check_chain(self) -> None:
-        """TlsFileRefused if the certificate has expired or the CA did not issue it: no peer
-        would accept it. (Not yet valid is left to the peers' clocks.)"""
-        import datetime  # noqa: PLC0415
+    def expires_at(self) -> datetime.datetime:
+        """When the certificate ends (UTC); ValueError if it is not a PEM certificate."""
+        from cryptography import x509  # noqa: PLC0415 - as certs.py: only when needed
 
+        return x509.load_pem_x509_certificate(self.cert_file.read_bytes()).not_valid_after_utc
+
+    def _check_chain(self) -> datetime.datetime:
+        """When the certificate ends; TlsFileRefused if it has ended or the CA did not issue
+        it: no peer would accept it. (Not yet valid is left to the peers' clocks.)"""
         from cryptography import x509  # noqa: PLC0415 - as certs.py: only when needed
         from cryptography.exceptions import InvalidSignature  # noqa: PLC0415
 
@@ -204,7 +219,7 @@ class TlsConfig:
                 certificate.verify_directly_issued_by(authority)
             except (ValueError, TypeError, InvalidSignature):
                 continue
-            return
+            return certificate.not_valid_after_utc
         raise TlsFileRefused("cert", self.cert_file, f"was not issued by the CA in "
                                                      f"{self.ca_file}")
 
@@ -255,14 +270,16 @@ def check_security(tls: TlsConfig | None, *, insecure: bool, what: str) -> None:
 
 async def tls_handshake(
     stream: anyio.abc.ByteStream, context: ssl.SSLContext, *, server_side: bool,
-    metrics: Metrics, timeout_s: float = HANDSHAKE_TIMEOUT_S,
+    metrics: Metrics, timeout_s: float = HANDSHAKE_TIMEOUT_S, reasons: list[str] | None = None,
 ) -> tuple[TLSStream, Identity] | None:
     """Wrap `stream` in TLS and read the peer's identity; None (counted, closed) on failure.
 
     A failed handshake (no certificate, another CA, not TLS at all, too slow) counts as
     TLS_REFUSED; a valid certificate without a cellar identity as IDENTITY_REFUSED. The caller
     still decides whether the identity found may connect. `stream` is closed whenever no TLS
-    stream comes back, cancellation from outside included.
+    stream comes back, cancellation from outside included. A failure's reason is appended to
+    `reasons`, for a caller that reports it ("certificate has expired"): it is logged at INFO
+    only, and a command-line client's user would never see it.
     """
     try:
         with anyio.fail_after(timeout_s):
@@ -271,6 +288,8 @@ async def tls_handshake(
     except CONNECTION_ERRORS as error:
         metrics[TLS_REFUSED] += 1
         logger.info("TLS handshake with %s failed: %r", remote_address(stream), error)
+        if reasons is not None:
+            reasons.append(handshake_failure(error))
         await anyio.aclose_forcefully(stream)
         return None
     except BaseException:  # cancelled: the caller gets no stream to close
@@ -282,9 +301,26 @@ async def tls_handshake(
     except IdentityRefused as error:
         metrics[IDENTITY_REFUSED] += 1
         logger.warning("refused %s: %s", remote_address(stream), error)
+        if reasons is not None:
+            reasons.append(str(error))
         await anyio.aclose_forcefully(tls_stream)
         return None
     return tls_stream, identity
+
+
+def handshake_failure(error: BaseException) -> str:
+    """Why a handshake failed, in words: the certificate check's verdict ("certificate has
+    expired", "self-signed certificate in certificate chain": another CA), OpenSSL's reason
+    (the peer's alert), or what became of the connection."""
+    if isinstance(error, ssl.SSLCertVerificationError) and error.verify_message:
+        return str(error.verify_message)
+    if isinstance(error, ssl.SSLError) and error.reason:
+        return str(error.reason)
+    if isinstance(error, TimeoutError):
+        return "timed out"
+    if isinstance(error, anyio.EndOfStream | anyio.BrokenResourceError):
+        return "the peer closed the connection (it may have refused our certificate)"
+    return str(error) or type(error).__name__
 
 
 def remote_host(stream: anyio.abc.ByteStream) -> str | None:
