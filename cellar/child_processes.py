@@ -6,6 +6,10 @@ and stopping them takes one grace period.
   however it ends (Linux's PR_SET_PDEATHSIG). A `cellar dev` killed by SIGKILL (the OOM
   killer, a CI runner's timeout) or by a SIGHUP had left its replicas running for good,
   holding their ports, under a directory the next run deleted.
+- `bound_yet`: whether such a child has armed that signal yet (it has left the small
+  trampoline that arms it for its real command); a child must not be SIGSTOPped before, or a
+  parent killed meanwhile leaves it stopped and unbound for good (a live run's pause that
+  held a replica just restarted by the end of a crash).
 - `stop_processes`: SIGTERM to all at once, then SIGKILL to those still running after one
   shared grace period, so that stopping n processes takes one grace period at most.
 """
@@ -13,6 +17,7 @@ and stopping them takes one grace period.
 from __future__ import annotations
 
 import os
+import pathlib
 import signal
 import subprocess
 import sys
@@ -49,6 +54,23 @@ def bound_to_parent(command: Sequence[str],
         return list(command)
     return [sys.executable, "-I", "-S", "-c", _TRAMPOLINE, str(os.getpid()),
             str(int(death_signal)), *command]
+
+
+def bound_yet(process: subprocess.Popen[Any]) -> bool:
+    """Whether a child started with `bound_to_parent` has bound its fate to this process: it
+    left the trampoline for its real command, so its death signal is armed. Stopping it
+    (SIGSTOP) before then would leave it stopped for good, unbound, if this process died.
+    True for a child started otherwise, or one whose command line cannot be read (ended)."""
+    arguments = [os.fsencode(str(argument)) for argument in process.args] \
+        if isinstance(process.args, list) else []
+    if arguments[3:5] != [b"-c", _TRAMPOLINE.encode()]:
+        return True
+    try:
+        # Popen returns once the child has exec'd the trampoline: never the parent's image
+        line = pathlib.Path(f"/proc/{process.pid}/cmdline").read_bytes()
+    except OSError:
+        return True
+    return line.split(b"\0")[:-1] != arguments
 
 
 def stop_processes(processes: Sequence[subprocess.Popen[Any]], grace_s: float) -> None:

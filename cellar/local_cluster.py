@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import anyio
 
-from cellar.child_processes import bound_to_parent, stop_processes
+from cellar.child_processes import bound_to_parent, bound_yet, stop_processes
 from consensus.runtime.certs import identities, init_directory
 from consensus.runtime.client import CellarClient, ClientConfig, Unavailable
 from consensus.runtime.connect import connector
@@ -161,6 +161,11 @@ class ReplicaProcess:
     @property
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None
+
+    def bound(self) -> bool:
+        """Whether the process has armed its death signal (`child_processes.bound_yet`): only
+        then may it be stopped (SIGSTOP) safely."""
+        return self.process is None or bound_yet(self.process)
 
     def kill(self) -> None:
         """`kill -9`: no chance to flush anything."""

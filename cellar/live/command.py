@@ -5,15 +5,17 @@ TLS), their peer links through relays the nemesis can cut and slow, and clients 
 read a few keys. The seed draws the faults as the simulator does (partitions of every shape,
 one-way cuts, slowed links, `kill -9` with restarts, SIGSTOP pauses), or `--schedule` names
 them (any of the simulator's faults, `deaf-to-sequencer` too); then every fault heals and the
-clients go on. Prints the schedule, the operations' outcomes and the verdict, and
-leaves `history.jsonl` (for `cellar check`), `report.html` and the replicas' logs and data in
-the run directory.
+clients go on. Prints the schedule, how many of its faults were injected and how many were
+skipped (and why: a fault that needs the sequencer is skipped when finding it took the fault's
+whole window), the operations' outcomes and the verdict, and leaves `history.jsonl` (for
+`cellar check`), `report.html` and the replicas' logs and data in the run directory.
 
 Exit status: 0 linearizable, every replica kept running (but for the nemesis's crashes) and
 every operation after the heal succeeded; 1 not linearizable, a replica stopped by itself, or
 operations failed after the cluster had time to recover; 2 the checker ran out of time
 (verdict unknown, nothing else wrong); 3 bad arguments, or the cluster never started or
-settled.
+settled. A run in which no fault was injected says so in a `warning:` line (it tested the
+cluster without faults), its exit status as above.
 """
 
 from __future__ import annotations
@@ -109,7 +111,33 @@ def run(args: argparse.Namespace) -> int:
     return _report(result, directory)
 
 
+def _fault_lines(result: LiveResult) -> list[str]:
+    """How many of the scheduled faults were injected and how many skipped, with why; a
+    warning when none was injected: the verdict then says nothing about faults."""
+    from cellar.live.nemesis import (  # noqa: PLC0415 - as `run`
+        FAULT_SKIPPED,
+        FAULT_STARTED,
+        FAULT_UNPAUSED,
+    )
+
+    nemesis = [event for event in result.history.events if not event.is_client]
+    injected = sum(event.f == FAULT_STARTED for event in nemesis)
+    skipped = [str(event.value) for event in nemesis if event.f == FAULT_SKIPPED]
+    scheduled = len(result.schedule)
+    unreached = scheduled - injected - len(skipped)  # the run ended before their time
+    lines = [f"faults: {injected} of {scheduled} injected, {len(skipped)} skipped"
+             + (f", {unreached} not reached" if unreached > 0 else "")]
+    lines += [f"  skipped: {why}" for why in skipped]
+    lines += [f"  not held: {event.value}" for event in nemesis if event.f == FAULT_UNPAUSED]
+    if not injected:
+        lines.append("warning: no fault was injected: this run tested the cluster without "
+                     "faults" + (f" ({scheduled} scheduled)" if scheduled else ""))
+    return lines
+
+
 def _report(result: LiveResult, directory: pathlib.Path) -> int:
+    for line in _fault_lines(result):
+        print(line)
     print(f"operations: {result.operations} ({result.ok_operations} ok); "
           f"after the heal settled: {result.settled_ok} succeeded, {result.unsettled} did not")
     if not result.settled_ok:

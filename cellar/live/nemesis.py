@@ -9,7 +9,14 @@ replaces disks: once one replica lost its disk in a run, a wipe of another is a 
 (recorded so). Faults overlap as they are drawn: the links are recomputed from the
 network faults still in force, and a replica crashed (or paused) twice comes back when the
 last of them ends. Each fault's start and end go into the history (never checked, shown in
-the report).
+the report, and counted at the end of the run: `FAULT_STARTED`, `FAULT_SKIPPED` with why).
+
+A replica is stopped only once it is bound to the harness (`child_processes.bound_yet`: its
+death signal armed): a pause in force when a crash ends, or one that begins just after a
+restart, once sent SIGSTOP to a child still in the trampoline that arms it; a harness killed
+then (SIGKILL) left that replica stopped for good, holding its ports. The stop waits for the
+binding, `BIND_WAIT_S` at most (polling every `BIND_POLL_S`); a replica not bound by then is
+left running, and the history says so.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import signal
 from collections.abc import Awaitable, Callable
 
 import anyio
+import anyio.abc
 
 from cellar.live.relays import LinkRelays
 from cellar.local_cluster import ProcessCluster
@@ -32,6 +40,10 @@ FindSequencer = Callable[[], Awaitable[int | None]]
 # (a second for each that does not answer), so no other fault waits for that.
 _BY_SEQUENCER = frozenset({Fault.ISOLATE_SEQUENCER, Fault.ISOLATE_SEQUENCER_HELD,
                            Fault.MUTE_SEQUENCER, Fault.DEAF_TO_SEQUENCER})
+FAULT_STARTED, FAULT_SKIPPED, FAULT_UNPAUSED = "start", "skip", "unpaused"  # history `f`s
+SKIPPED_LOOKING_FOR_SEQUENCER = "its window passed while the sequencer was looked for"
+BIND_WAIT_S = 5.0  # a restarted replica arms its death signal within ms; a pause waits this long
+BIND_POLL_S = 0.01
 
 
 class LiveNemesis:
@@ -48,13 +60,16 @@ class LiveNemesis:
         self._wiped: set[int] = set()  # lost their disks: they start again with --rejoin
         self._ever_wiped: set[int] = set()
         self._faults_started = 0
+        self._group: anyio.abc.TaskGroup | None = None  # while `run` runs: for deferred stops
         self.exits: list[str] = []  # replicas that stopped without the nemesis
 
     async def run(self, schedule: tuple[NemesisEvent, ...], started_s: float) -> None:
         """Each event at its time after `started_s` (the loop's clock), until all ended."""
         async with anyio.create_task_group() as group:
+            self._group = group
             for event in schedule:
                 group.start_soon(self._fault, event, started_s)
+        self._group = None
 
     async def _fault(self, event: NemesisEvent, started_s: float) -> None:
         await anyio.sleep_until(started_s + event.at_ms / 1000)
@@ -64,9 +79,9 @@ class LiveNemesis:
         ends_s = started_s + (event.at_ms + event.duration_ms) / 1000
         end = await self._start(event, number, ends_s)
         if end is None:  # finding the sequencer took the fault's whole window
-            self._recorder.nemesis("skip", what)
+            self._recorder.nemesis(FAULT_SKIPPED, f"{what}: {SKIPPED_LOOKING_FOR_SEQUENCER}")
             return
-        self._recorder.nemesis("start", what)
+        self._recorder.nemesis(FAULT_STARTED, what)
         try:  # its scheduled end, however late it started (finding the sequencer)
             await anyio.sleep_until(ends_s)
         finally:
@@ -85,7 +100,7 @@ class LiveNemesis:
             return lambda: self._end_crash(target)
         if event.fault is Fault.PAUSE:
             self._paused[target] = self._paused.get(target, 0) + 1
-            self._signal(target, signal.SIGSTOP)
+            self._hold(target)
             return lambda: self._end_pause(target)
         sequencer = await self._find_sequencer() if event.fault in _BY_SEQUENCER else None
         if anyio.current_time() >= ends_s:
@@ -116,12 +131,40 @@ class LiveNemesis:
         if not self._crashed[replica] and not self._cluster.processes[replica].running:
             self._restart(replica)
             if self._paused.get(replica, 0):  # a pause still in force holds the new process
-                self._signal(replica, signal.SIGSTOP)
+                self._hold(replica)
 
     def _start_crash(self, replica: int) -> None:
         self.note_exits()  # one that stopped by itself first is not this crash's
         self._crashed[replica] = self._crashed.get(replica, 0) + 1
         self._cluster.processes[replica].kill()
+
+    def _hold(self, replica: int) -> None:
+        """SIGSTOP `replica` for a pause in force: now if it is bound to this process, else
+        once it is (`_hold_when_bound`)."""
+        process = self._cluster.processes[replica]
+        if not process.running or process.process is None:
+            return  # crashed: the restart at the crash's end holds it
+        if process.bound() or self._group is None:
+            self._signal(replica, signal.SIGSTOP)
+            return
+        self._group.start_soon(self._hold_when_bound, replica, process.process)
+
+    async def _hold_when_bound(self, replica: int, started: object) -> None:
+        """SIGSTOP `replica` once it has armed its death signal, while the pause lasts and the
+        process is the one `started`; `BIND_WAIT_S` at most, then leave it running."""
+        deadline_s = anyio.current_time() + BIND_WAIT_S
+        while anyio.current_time() < deadline_s:
+            await anyio.sleep(BIND_POLL_S)
+            process = self._cluster.processes[replica]
+            if (not self._paused.get(replica, 0) or process.process is not started
+                    or not process.running):
+                return  # the pause ended, or the process did (or was replaced)
+            if process.bound():
+                self._signal(replica, signal.SIGSTOP)
+                return
+        self._recorder.nemesis(FAULT_UNPAUSED, f"replica {replica} left running in its "
+                                               f"pause: not bound to the harness within "
+                                               f"{BIND_WAIT_S:g} s of its start")
 
     def _end_pause(self, replica: int) -> None:
         self._paused[replica] -= 1

@@ -20,6 +20,10 @@ usable certificates is refused too: a `ca.key` that is not the key of `ca.pem` (
 would name one CA and carry another's signature) or a CA past its end (its certificates would
 be expired as issued), where `issue` had written both kinds and said they were written.
 
+During a CA change `ca.pem` holds both CAs' certificates (peers then trust both) and `ca.key`
+the new CA's key: `issue` signs with the certificate in `ca.pem` that carries `ca.key`. It once
+read only the first certificate of the file, and refused the new key as not the CA's.
+
 The standard library cannot issue certificates, so this module uses `cryptography`.
 """
 
@@ -119,7 +123,10 @@ class CertificateAuthority:
 
     @classmethod
     def load(cls, directory: pathlib.Path) -> CertificateAuthority:
-        certificate = x509.load_pem_x509_certificate((directory / CA_CERT_NAME).read_bytes())
+        """The CA of `directory`: `ca.key` and, of the certificates in `ca.pem`, the one that
+        carries that key (during a CA change `ca.pem` holds the old and the new CA, so that
+        peers trust both, and `ca.key` is the new one's). ValueError if none carries it."""
+        authorities = x509.load_pem_x509_certificates((directory / CA_CERT_NAME).read_bytes())
         try:
             key = serialization.load_pem_private_key((directory / CA_KEY_NAME).read_bytes(),
                                                      None)
@@ -128,11 +135,18 @@ class CertificateAuthority:
                              f"this command cannot use") from None
         if not isinstance(key, ec.EllipticCurvePrivateKey):
             raise ValueError(f"{directory / CA_KEY_NAME}: not an ECDSA key")
-        if _public_bytes(key.public_key()) != _public_bytes(certificate.public_key()):
-            raise ValueError(f"{directory / CA_KEY_NAME}: not the key of the CA certificate "
+        public = _public_bytes(key.public_key())
+        matching = [certificate for certificate in authorities
+                    if _public_bytes(certificate.public_key()) == public]
+        if not matching:
+            held = "the CA certificate" if len(authorities) == 1 else (
+                f"any of the {len(authorities)} CA certificates in")
+            raise ValueError(f"{directory / CA_KEY_NAME}: not the key of {held} "
                              f"{directory / CA_CERT_NAME}; no peer would accept what it "
                              f"signs")
-        return cls(certificate, key)
+        # one key in two certificates: a CA certificate renewed on its key; the later-ending
+        # one (an expired one is refused by `issue`, as with a single certificate)
+        return cls(max(matching, key=lambda certificate: certificate.not_valid_after_utc), key)
 
     @property
     def certificate_pem(self) -> bytes:

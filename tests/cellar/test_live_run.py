@@ -180,6 +180,9 @@ class FakeReplica:
         self.running, self.starts = True, self.starts + 1
         self.rejoins += rejoin
 
+    def bound(self) -> bool:  # its death signal armed: it may be paused at once
+        return True
+
 
 def test_a_replica_that_stops_by_itself_is_a_failure_and_a_crash_is_not() -> None:
     """The nemesis's own `kill -9` is expected; a replica that exits on its own (an invariant's
