@@ -12,6 +12,8 @@ keeps), and then runs until stopped: the health monitor (`agent.monitor`), the p
 (`agent.pods`: effects in, starts, stops and exits out) and the metrics page. The store client
 follows failovers by itself; if the store says this incarnation is over (the node was
 registered again elsewhere or deregistered), the agent registers again and reconciles.
+Under TLS a `CertWatch` (`consensus.runtime.cert_watch`) says ahead, in the log and on the
+metrics page (gpu_agent_tls_cert_seconds_left), that the node's certificate is ending.
 """
 
 from __future__ import annotations
@@ -34,8 +36,10 @@ from agent.monitor import Monitor, monotonic_ms
 from agent.pods import Pods
 from agent.registered_gpus import RegisteredGpus
 from agent.store_link import NodeGpus, StoreLink, is_stale
+from consensus.runtime.cert_watch import CertWatch
 from consensus.runtime.metrics_http import serve_metrics
 from consensus.runtime.storage_lock import DirectoryLock
+from consensus.runtime.tls import TlsConfig
 from statemachine.commands import GpuLink
 from statemachine.store import EffectsTrimmed, GpuStore
 
@@ -61,6 +65,11 @@ class Agent:
         self.metrics_port = 0
         self._registered_gpus = RegisteredGpus(self.config.state_dir)
         self._offered: tuple[DeviceInfo, ...] = ()  # the GPUs of the last registration tried
+        files = self.config.tls
+        # replaced by a test that wants its own clock and period
+        self.cert_watch: CertWatch | None = None if files is None else CertWatch(
+            TlsConfig(ca_file=files.ca, cert_file=files.cert, key_file=files.key),
+            f"node agent {self.config.node}")
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled; raises DataDirectoryLocked when another agent runs on the
@@ -95,6 +104,8 @@ class Agent:
                 tasks.start_soon(monitor.poll_forever)
                 tasks.start_soon(monitor.events_forever)
                 tasks.start_soon(pods.report_exits)
+                if self.cert_watch is not None:
+                    tasks.start_soon(self.cert_watch.run)
                 await self._serve_incarnations(pods, monitor, read_gpus, amend_gpus,
                                                task_status)
 
@@ -239,6 +250,8 @@ class Agent:
             self.view.counters.update({name: float(count)
                                        for name, count in pods.counts.items()})
             self.view.counters["store_calls_retried"] = float(self.link.calls_retried)
+            if self.cert_watch is not None:
+                self.view.cert_seconds_left = float(int(self.cert_watch.seconds_left()))
             return render(self.view)
 
         await serve_metrics(address.host, address.port, page, task_status=task_status)

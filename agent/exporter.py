@@ -15,7 +15,9 @@ GPU id, not the /dev minor number).
 The agent's own: gpu_agent_health_status{UUID,health_watch} (0 pass, 10 warn, 20 fail, -1
 unknown, as DCGM_EXP_GPU_HEALTH_STATUS), gpu_agent_xid_errors_total{UUID,xid} and
 gpu_agent_xid_last_timestamp_seconds, gpu_agent_gpu_allocated{UUID}, gpu_agent_nvml_up,
-gpu_agent_last_collect_success_timestamp_seconds and counters of the agent's work.
+gpu_agent_last_collect_success_timestamp_seconds, gpu_agent_tls_cert_seconds_left (until the
+certificate the agent presents ends, negative once it has; absent on plain TCP) and counters of
+the agent's work.
 """
 
 from __future__ import annotations
@@ -142,6 +144,7 @@ class AgentView:
     allocated: set[str] = field(default_factory=set)
     nvml_up: bool = False
     last_collect_s: float = 0.0
+    cert_seconds_left: float | None = None  # under TLS
     counters: dict[str, float] = field(default_factory=dict)
 
 
@@ -184,6 +187,10 @@ def _agent_lines(view: AgentView, devices: list[DeviceInfo]) -> Iterator[str]:
     yield from _family("gpu_agent_last_collect_success_timestamp_seconds", "gauge",
                        "When the GPUs were last read in full (Unix time).",
                        [({}, view.last_collect_s)])
+    if view.cert_seconds_left is not None:
+        yield from _family("gpu_agent_tls_cert_seconds_left", "gauge",
+                           "Seconds until the certificate the agent presents ends (negative "
+                           "once it has).", [({}, view.cert_seconds_left)])
     for name in sorted(view.counters):
         yield from _family(f"gpu_agent_{name}", "counter", f"The agent's {name} count.",
                            [({}, view.counters[name])])

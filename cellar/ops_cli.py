@@ -1,7 +1,9 @@
 """`cellar status` and `cellar admin`: what an operator runs against a live cluster.
 
 `status` asks every replica for its role, view, sequencer, executed and committed slots, lag
-behind the furthest replica and connected peers; a replica that does not answer is shown down.
+behind the furthest replica, connected peers and the days left to the certificate it presents
+(`-` on plain TCP, or from a build that does not say; `!` and a line saying when and what to
+do under CERT_EXPIRY_WARNING_DAYS); a replica that does not answer is shown down.
 Its exit statuses (`STATUS_EXIT_STATUSES`) judge a majority of the cluster's replicas, counted
 from the `--config` file's peers or from what the replicas that answer say of the cluster's
 size, never of the endpoints listed alone (two of five listed and answering are no majority):
@@ -40,6 +42,7 @@ from consensus.runtime.client import (
     ReplyTooLarge,
 )
 from consensus.runtime.node_config import load_peers
+from consensus.runtime.tls import CERT_EXPIRY_WARNING_DAYS
 from statemachine.errors import Code, Rejection
 from statemachine.result_codec import result_to_plain
 from statemachine.results import GroupPhase
@@ -138,7 +141,8 @@ async def _statuses(args: argparse.Namespace) -> list[dict[str, Any]]:
 def status_table(statuses: list[dict[str, Any]]) -> list[str]:
     furthest = max((status.get("executed_slots", 0) for status in statuses), default=0)
     lines = [f"{'replica':>7} {'endpoint':>21} {'role':>9} {'view':>5} {'status':>12} "
-             f"{'sequencer':>9} {'executed':>9} {'committed':>9} {'lag':>5} {'peers':>7}"]
+             f"{'sequencer':>9} {'executed':>9} {'committed':>9} {'lag':>5} {'peers':>7} "
+             f"{'cert':>7}"]
     for status in statuses:
         if not status.get("running"):
             lines.append(f"{'?':>7} {status['endpoint']:>21} {'down':>9}  "
@@ -150,12 +154,43 @@ def status_table(statuses: list[dict[str, Any]]) -> list[str]:
             f"{status['replica_id']:>7} {status['endpoint']:>21} {role:>9} "
             f"{status['view']:>5} {status['status']:>12} {status['sequencer']:>9} "
             f"{status['executed_slots']:>9} {status['commit_prefix']:>9} "
-            f"{furthest - status['executed_slots']:>5} {peers:>7}")
+            f"{furthest - status['executed_slots']:>5} {peers:>7} {_cert_days(status):>7}")
         lines.extend(f"{'':>7} refuses replica {peer}: {reason}"
                      for peer, reason in sorted(status.get("peers_refused", {}).items()))
         if status.get("rejoin"):
             lines.append(f"{'':>7} rejoin: {status['rejoin']}")
+        if (ending := _cert_ending(status)) is not None:
+            lines.append(f"{'':>7} certificate: {ending}")
     return lines
+
+
+def _days_left(status: dict[str, Any]) -> int | None:
+    days = status.get("cert_days_left")
+    return days if type(days) is int else None
+
+
+def _cert_days(status: dict[str, Any]) -> str:
+    """The certificate column: days left, `!` under CERT_EXPIRY_WARNING_DAYS; `-` for none."""
+    days = _days_left(status)
+    if days is None:
+        return "-"
+    if days < 0:
+        return "expired"
+    return f"{days}d" + ("!" if days < CERT_EXPIRY_WARNING_DAYS else "")
+
+
+def _cert_ending(status: dict[str, Any]) -> str | None:
+    """What to say of a certificate under CERT_EXPIRY_WARNING_DAYS, or None."""
+    days = _days_left(status)
+    if days is None or days >= CERT_EXPIRY_WARNING_DAYS:
+        return None
+    ends = status.get("cert_expires_at", "?")
+    said = (f"ended at {ends}: no peer accepts it" if days < 0 else
+            f"ends at {ends}, in {days} day(s)")
+    renewed = status.get("cert_renewed_expires_at")
+    if renewed is not None:
+        return f"{said}; a renewed one (ends {renewed}) is on disk: restart the replica"
+    return f"{said}; issue a new one (`cellar certs issue`) and restart the replica with it"
 
 
 async def _apply_config(store: GpuStore, args: argparse.Namespace) -> Any:

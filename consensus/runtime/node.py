@@ -3,6 +3,9 @@
 The pieces meet here and nowhere else: frames from peers go to the driver's bounded channel,
 the driver's messages go to the mesh's bounded per-peer queues, client connections go to the
 request server, and the metrics endpoint renders the driver's and the transport's counters.
+Under TLS a `CertWatch` says ahead, in the log, on the metrics page
+(`cellar_tls_cert_seconds_left`) and in the status (`cellar status`), that the certificate the
+replica presents is ending (`cert_watch.py`).
 The state machine is whatever the caller passes (the GPU-allocation machine for `cellar
 replica`), so consensus stays ignorant of it.
 """
@@ -22,6 +25,7 @@ from consensus.config import ReplicaConfig
 from consensus.prng import Prng
 from consensus.records import EpochRecord, Record, RejoinRecord
 from consensus.replica import Replica
+from consensus.runtime.cert_watch import CertWatch
 from consensus.runtime.driver import Driver, DriverConfig
 from consensus.runtime.framing import FramedConnection
 from consensus.runtime.listener import ClientListener
@@ -36,6 +40,7 @@ from consensus.runtime.tls import Identity, TlsConfig
 from consensus.state_machine import QueryGate, StateMachine
 
 logger = logging.getLogger("cellar.replica")
+CERT_SECONDS_LEFT = "tls.cert_seconds_left"  # a gauge: cellar_tls_cert_seconds_left
 
 
 def tls_of(config: NodeConfig) -> TlsConfig | None:
@@ -90,12 +95,17 @@ class ReplicaNode:
                  system_command: Callable[[int], bytes] | None = None,
                  rejoin: bool = False) -> None:
         self.config = config
+        tls, limits = tls_of(config), config.limits
+        # Hourly under TLS, none on plain TCP; a test may replace it before `run`. Read before
+        # anything is written: OSError or ValueError for a certificate gone since the check.
+        self.cert_watch = CertWatch(tls, f"replica {config.replica_id}") if tls else None
         self.metrics = Metrics()
+        self.metrics.describe(CERT_SECONDS_LEFT, "Seconds until the certificate this replica "
+                                                 "presents ends (negative once it has).")
         self.transport: Counter[str] = Counter()
         self.metrics_endpoint: Counter[str] = Counter()  # its refusals and accept() retries
         core_config = replica_config(config)
         replica = start_replica(core_config, log, rejoin=rejoin)
-        tls, limits = tls_of(config), config.limits
         # Who this replica is to its peers, and who they were (`peer_lives.py`): a log opened
         # without an identity (tests of the runtime) takes part in no such check.
         disk = log.identity.disk if log.identity is not None else ""
@@ -151,6 +161,8 @@ class ReplicaNode:
         if rejoin is not None:
             status["rejoin"] = rejoin
         status["transport"] = dict(self.transport)
+        if self.cert_watch is not None:
+            status.update(self.cert_watch.status())
         return status
 
     def render_metrics(self) -> str:
@@ -169,6 +181,8 @@ class ReplicaNode:
             self.metrics.set(name, value)
         for name, value in self.metrics_endpoint.items():
             self.metrics.set(name.replace("transport.", "metrics_endpoint.", 1), value)
+        if self.cert_watch is not None:
+            self.metrics.set(CERT_SECONDS_LEFT, int(self.cert_watch.seconds_left()))
         return self.metrics.render()
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -177,6 +191,8 @@ class ReplicaNode:
         async with anyio.create_task_group() as tasks:
             await tasks.start(self.mesh.run)
             await tasks.start(self.listener.run)
+            if self.cert_watch is not None:
+                tasks.start_soon(self.cert_watch.run)
             if self.config.metrics is not None:
                 await tasks.start(functools.partial(
                     serve_metrics, self.config.metrics.host, self.config.metrics.port,
