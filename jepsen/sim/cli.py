@@ -6,10 +6,13 @@
 - `sweep --replicas N --seeds FIRST-LAST`: many seeds; exit status 1 on any violation.
 - `latency --replicas N --protocol sdpaxos|multipaxos|both`: the paper's WAN table.
 
-Exit status: 0 no violation, 1 a violation was found, 2 bad arguments (argparse's usage errors,
-and a `--schedule` that does not fit the cluster: a target that is no replica, a fault that
-lasts no time or starts outside the safety phase). Bad arguments end in one `error:` line
-(argparse puts its usage before it), never a traceback, and never run the simulator.
+Exit status (`EXIT_*`, as the README says): 0 no violation and every history proven
+linearizable, 1 a violation was found, 2 no violation but some history's check ran out of steps
+(unknown, never a pass), 3 bad arguments (argparse's usage errors, `cellar sim` without a
+command or with one it does not know included, and a `--schedule` that does not fit the
+cluster: a target that is no replica, a fault that lasts no time or starts outside the safety
+phase). Bad arguments end in one `error:` line (argparse puts its usage before it), never a
+traceback, and never run the simulator.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ EXIT_OK, EXIT_VIOLATION, EXIT_UNCHECKED, EXIT_USAGE = 0, 1, 2, 3
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    usage_errors_exit(parser, EXIT_USAGE)  # `cellar sim` alone, or `cellar sim rnu`: 3, not 2
     commands = parser.add_subparsers(dest="sim_command", metavar="COMMAND", required=True)
     one = commands.add_parser("run", help="run one seed")
     one.add_argument("--seed", type=at_least(0), required=True)

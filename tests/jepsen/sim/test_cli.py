@@ -1,5 +1,6 @@
-"""`cellar sim`: bad arguments are usage errors (exit 2, one error line, no traceback), never
-exit 1, which says a violation was found; none of them runs the simulator. A sweep reports any
+"""`cellar sim`: bad arguments are usage errors (exit 3, one error line, no traceback), never
+exit 1, which says a violation was found, nor 2, a verdict left unknown; none of them runs the
+simulator. A sweep reports any
 crash of a run as a violation of its seed."""
 
 from __future__ import annotations
@@ -34,6 +35,17 @@ def usage_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
 ])
 def test_malformed_arguments(capsys: pytest.CaptureFixture[str], argv: list[str],
                              message: str) -> None:
+    assert message in usage_error(capsys, *argv)
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    ([], "the following arguments are required: COMMAND"),
+    (["rnu"], "invalid choice: 'rnu'"),
+])
+def test_a_missing_or_unknown_command_is_a_usage_error(
+        capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
+    """README: "3 a usage error". `cellar sim` alone, or with a misspelt command, exited 2
+    (argparse's), which `cellar sim` says when a history's check ran out of steps."""
     assert message in usage_error(capsys, *argv)
 
 
