@@ -48,7 +48,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     first_start.add_argument("--init", action="store_true",
                              help="a new replica's first start: create the data directory "
                                   "and an empty log (only where the directory does not exist "
-                                  "yet or is empty)")
+                                  "yet or is empty; a directory that already holds a log "
+                                  "is opened as it is, without --init)")
     first_start.add_argument("--rejoin", action="store_true",
                              help="the first start of a replica whose data directory was "
                                   "lost: create a new one, as --init does, and ask every "
