@@ -7,7 +7,9 @@ HiveD (reference/hived.md 1.7): Free (neither), Used (holder), Reserved (reserve
 (both: a victim still runs where a preemptor waits).
 
 Per cell, maintained incrementally: `free` (usable leaves with neither holder nor reserver) and
-`bad` (unusable leaves), plus a best-fit index at the node level and above; per tenant, its bound
+`bad` (unusable leaves), plus a best-fit index at the node level and above; per chain, its free
+GPUs in all (`chain_free`, the sum of `free` over its top-level cells, read on every
+opportunistic attempt without a walk of the chain's racks); per tenant, its bound
 cells by the lowest priority holding a usable GPU of theirs (`bound`, whose bindings `buddy`
 keeps). Every mutation is batched over a list of leaves, journaled as its exact inverse, and
 touches each ancestor once.
@@ -25,8 +27,8 @@ from statemachine.topology import Topology
 
 
 class Cells:
-    __slots__ = ("bad", "bound", "free", "holder", "holder_priority", "indexes", "journal",
-                 "reserver", "reserver_priority", "topology", "usable")
+    __slots__ = ("bad", "bound", "chain_free", "free", "holder", "holder_priority", "indexes",
+                 "journal", "reserver", "reserver_priority", "topology", "usable")
 
     def __init__(self, topology: Topology, journal: Journal) -> None:
         count = topology.cell_count
@@ -40,6 +42,7 @@ class Cells:
         self.free: list[int] = [0] * count
         self.bad: list[int] = [topology.size_of(cell) for cell in range(count)]
         self.indexes = [FreeIndex(chain.top_level) for chain in topology.chains]
+        self.chain_free: list[int] = [0] * len(topology.chains)  # by chain index
         self.bound = BoundIndex(topology, self.usable, self.holder_priority,
                                 self.reserver_priority)
 
@@ -172,6 +175,8 @@ class Cells:
                     chain = self.topology.chains[chain_of[cell]]
                     if level[cell] >= chain.node_level:
                         self.indexes[chain.index].move(level[cell], cell, old, old + change)
+                    if parent[cell] < 0:  # a top-level cell: the chain's total moves too
+                        self.chain_free[chain.index] += change
                 up = parent[cell]
                 if up >= 0:
                     above[up] = above.get(up, 0) + change

@@ -55,6 +55,11 @@ class FreeIndex:
         for position in range(bisect.bisect_left(counts, count), len(counts)):
             yield from buckets[counts[position]]
 
+    def largest(self, level: int) -> int:
+        """The most free GPUs any cell at `level` has (0 when none has any)."""
+        counts = self._counts[level]
+        return counts[-1] if counts else 0
+
     def contents(self) -> list[list[tuple[int, list[int]]]]:
         """Every level's (count, ids) pairs in order: for comparing with a recomputation."""
         return [[(count, list(buckets[count])) for count in counts]

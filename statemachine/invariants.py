@@ -172,7 +172,7 @@ def _derived(state: State, config: Configured) -> list[str]:
     found = []
     live = config.cells
     for field in ("holder", "holder_priority", "reserver", "reserver_priority", "usable",
-                  "free", "bad"):
+                  "free", "bad", "chain_free"):
         found += _first_difference(f"cells.{field}", getattr(live, field), getattr(cells, field))
     for chain, (mine, theirs) in enumerate(zip(live.indexes, cells.indexes, strict=True)):
         if mine.contents() != theirs.contents():

@@ -176,9 +176,11 @@ def _record_boot(state: State, record: NodeRecord, boot_id: str,
 
 
 def _pods_on(state: State, record: NodeRecord) -> list[tuple[Group, int, Pod]]:
-    """The placed pods on a node, by gang id then pod position."""
+    """The placed pods on a node, by gang id then pod position. A placed gang holds (or, while
+    preempting, reserves) every GPU of its pods, so the gangs with a pod there are those the
+    node's GPUs name (`_gangs_on`): found from the node's few GPUs, not a sort of every gang."""
     found = []
-    for name in sorted(state.groups):
+    for name in _gangs_on(state, record):
         group = state.groups[name]
         for position, pod in enumerate(group.pods):
             if pod.node == record.index and group.phase is not GroupPhase.PENDING:

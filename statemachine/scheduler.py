@@ -104,7 +104,7 @@ def _may_fit(config: Configured, group: Group, chain: Chain, need: int) -> bool:
         room = sum(count * chain.size[level] for level, count in enumerate(unbound))
         bound = buddy.bound.below(group.vc, chain.index, FREE_CEILING)
         return room + sum(cells.free[cell] for cell in bound) >= need
-    return sum(cells.free[cell] for cell in chain.cells_at(chain.top_level)) >= need
+    return cells.chain_free[chain.index] >= need
 
 
 def _add_victims(config: Configured, plan: Plan) -> None:
@@ -310,6 +310,6 @@ def _explain_guaranteed(config: Configured, group: Group, chain: Chain) -> str:
 
 def _explain_opportunistic(config: Configured, chain: Chain) -> str:
     cells = config.cells
-    free = sum(cells.free[cell] for cell in chain.cells_at(chain.top_level))
-    largest = max((cells.free[cell] for cell in chain.cells_at(chain.node_level)), default=0)
+    free = cells.chain_free[chain.index]
+    largest = cells.indexes[chain.index].largest(chain.node_level)
     return f"{chain.name}: {free} free GPUs, at most {largest} on one node"
