@@ -38,11 +38,10 @@ class FreeView:
     """Free GPUs only, minus what the plan has taken."""
 
     preempts: ClassVar[bool] = False
-    __slots__ = ("_cells", "_delta", "_gang_gpus", "_log", "_parent")
+    __slots__ = ("_cells", "_delta", "_log", "_parent")
 
     def __init__(self, cells: Cells) -> None:
         self._cells = cells
-        self._gang_gpus: Callable[[str], int] | None = None
         self._parent = cells.topology.parent
         self._delta: dict[int, int] = {}
         self._log: list[tuple[int, ...]] = []
@@ -75,23 +74,8 @@ class FreeView:
         return NO_EVICTIONS
 
     def plan_evictions(self, pods: Sequence[Sequence[int]]) -> Evictions:
-        """(highest priority, GPUs, gangs) that taking the GPUs `pods` name would evict: the
-        highest priority among their holders and reservers, how many GPUs those hold in all
-        (a victim leaves whole; without `gang_gpus`, how many of the named GPUs are not free),
-        and how many distinct holders and reservers. One read per GPU and one call per gang;
-        none evicted in a view that offers free GPUs only."""
-        cells = self._cells
-        top, taken, gangs = FREE_PRIORITY, 0, set[str]()
-        for pod in pods:
-            for leaf in pod:
-                if cells.is_free(leaf):
-                    continue
-                taken += 1
-                top = max(top, cells.leaf_priority(leaf))
-                gangs.update(name for name in (cells.holder[leaf], cells.reserver[leaf]) if name)
-        sizes = self._gang_gpus
-        gpus = taken if sizes is None else sum(sizes(name) for name in gangs)
-        return top, gpus, len(gangs)
+        """What taking the GPUs `pods` name would evict: none, only free GPUs are offered."""
+        return NO_EVICTIONS
 
     def take(self, leaves: Sequence[int]) -> None:
         for leaf in leaves:
@@ -124,10 +108,9 @@ class PreemptView(FreeView):
     """GPUs a gang of `priority` may take: free, or held and reserved only below it."""
 
     preempts: ClassVar[bool] = True
-    __slots__ = ("_cache", "_priority")
+    __slots__ = ("_cache", "_gang_gpus", "_priority")
 
-    def __init__(self, cells: Cells, priority: int,
-                 gang_gpus: Callable[[str], int] | None = None) -> None:
+    def __init__(self, cells: Cells, priority: int, gang_gpus: Callable[[str], int]) -> None:
         """`gang_gpus`: the GPUs a gang holds or reserves in all, by name, for
         `plan_evictions` to count the GPUs a plan's victims give up."""
         super().__init__(cells)
@@ -156,6 +139,21 @@ class PreemptView(FreeView):
         preemptor) and nothing is reserved, so every usable GPU is available: no scan."""
         topology = self._cells.topology
         return topology.size_of(cell) - self._cells.bad[cell] - self._delta.get(cell, 0)
+
+    def plan_evictions(self, pods: Sequence[Sequence[int]]) -> Evictions:
+        """(highest priority, GPUs, gangs) that taking the GPUs `pods` name would evict: the
+        highest priority among their holders and reservers, how many GPUs those hold in all
+        (a victim leaves whole) and how many distinct holders and reservers. One read per GPU
+        and one call per gang."""
+        cells = self._cells
+        top, gangs = FREE_PRIORITY, set[str]()
+        for pod in pods:
+            for leaf in pod:
+                if not cells.is_free(leaf):
+                    top = max(top, cells.leaf_priority(leaf))
+                    gangs.update(name for name in (cells.holder[leaf], cells.reserver[leaf])
+                                 if name)
+        return top, sum(map(self._gang_gpus, gangs)), len(gangs)
 
     def evictions(self, cell: int) -> Evictions:
         """(highest priority, GPUs, gangs) that taking every GPU this view offers under `cell`

@@ -74,10 +74,10 @@ def _request(group: Group) -> Request:
 
 def _plan(config: Configured, group: Group, view: FreeView, *,
           least: bool = False) -> Plan | None:
-    """The first chain's plan; with `least` under preemption, the chains' plan that evicts
-    least (the first of equals)."""
+    """The first chain's plan; with `least`, the chains' plan that evicts least (the first
+    of equals: in a view of free GPUs only, which evicts nothing, the first)."""
     request = _request(group)
-    cheapest = Cheapest(view) if least and view.preempts and group.guaranteed else None
+    cheapest: Cheapest[Plan] | None = Cheapest(view) if least else None
     for chain in eligible_chains(config, group):
         if type(view) is FreeView and not _may_fit(config, group, chain, request.gpus):
             continue
@@ -89,7 +89,7 @@ def _plan(config: Configured, group: Group, view: FreeView, *,
         if plan is not None:
             if cheapest is None:
                 return plan
-            if cheapest.offer(plan):
+            if cheapest.offer(plan.pods, plan):
                 break
     return None if cheapest is None else cheapest.result()
 
@@ -150,7 +150,7 @@ def _plan_preempting(config: Configured, group: Group, *, least: bool,
     lower-priority guaranteed gangs; with its victims and cancelled preemptors. With `least`,
     each is the plan that evicts least, its victims' GPUs counted whole by `gang_gpus`."""
     for priority in sorted({OPPORTUNISTIC_PRIORITY + 1, group.priority}):
-        view = PreemptView(config.cells, priority, gang_gpus=gang_gpus if least else None)
+        view = PreemptView(config.cells, priority, gang_gpus)
         plan = _plan(config, group, view, least=least)
         if plan is not None:
             _add_victims(config, plan)

@@ -31,6 +31,7 @@ import bisect
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
+from typing import Generic, TypeVar
 
 from statemachine.buddy import Buddy, CountsAfter
 from statemachine.cells import Cells
@@ -43,6 +44,7 @@ from statemachine.limits import (
 )
 from statemachine.topology import Chain, Topology
 
+Choice = TypeVar("Choice")
 SPREAD_CHOICES_MAX = 4  # bound cells a spread with `least` weighs per pod
 
 
@@ -101,31 +103,34 @@ class Request:
         return sum(self.pods)
 
 
-class Cheapest:
-    """Of the plans offered, in order, the one that evicts least (`FreeView.plan_evictions`:
-    lowest highest priority, then fewest GPUs, then fewest gangs); the first of equals wins.
-    The view is rolled back after each offer, and `result` takes the winner's GPUs in it."""
+class Cheapest(Generic[Choice]):
+    """Of the choices offered, in order, the one whose GPUs evict least
+    (`FreeView.plan_evictions`: lowest highest priority, then fewest GPUs, then fewest gangs);
+    the first of equals wins. The view is rolled back after each offer, and `result` takes the
+    winner's GPUs in it."""
 
-    __slots__ = ("_checkpoint", "_view", "evictions", "plan")
+    __slots__ = ("_best", "_checkpoint", "_view")
 
     def __init__(self, view: FreeView) -> None:
         self._view = view
         self._checkpoint = view.checkpoint()
-        self.evictions: Evictions | None = None
-        self.plan: Plan | None = None
+        self._best: tuple[Evictions, Choice, list[list[int]]] | None = None
 
-    def offer(self, plan: Plan) -> bool:
-        """Weigh `plan` (its GPUs taken in the view); True when no plan can evict less."""
-        evictions = self._view.plan_evictions(plan.pods)
+    def offer(self, pods: list[list[int]], choice: Choice) -> bool:
+        """Weigh `choice`, whose GPUs `pods` are taken in the view; True when no choice can
+        evict less."""
+        evictions = self._view.plan_evictions(pods)
         self._view.restore(self._checkpoint)
-        if self.evictions is None or evictions < self.evictions:
-            self.evictions, self.plan = evictions, plan
+        if self._best is None or evictions < self._best[0]:
+            self._best = (evictions, choice, pods)
         return evictions == NO_EVICTIONS
 
-    def result(self) -> Plan | None:
-        if self.plan is not None:
-            self._view.take([leaf for pod in self.plan.pods for leaf in pod])
-        return self.plan
+    def result(self) -> Choice | None:
+        if self._best is None:
+            return None
+        _, choice, pods = self._best
+        self._view.take([leaf for pod in pods for leaf in pod])
+        return choice
 
 
 def plan_guaranteed(topology: Topology, buddy: Buddy, view: FreeView, chain: Chain,
@@ -144,6 +149,24 @@ def _one_cell(topology: Topology, buddy: Buddy, view: FreeView, chain: Chain,
     """The whole gang in one cell: levels ascending; at each, the VC's bound cells, then a new
     binding if the VC may bind one there. The first that fits; with `least`, the one of them
     all that evicts least (the first of equals)."""
+    cheapest: Cheapest[Plan] | None = Cheapest(view) if least else None
+    for cell, bindings in _one_cell_candidates(topology, buddy, view, chain, request):
+        pods = fit_in_cell(topology, view, cell, request.pods)
+        if pods is None:
+            continue
+        plan = Plan(chain=chain.index, pods=pods, bindings=bindings)
+        if cheapest is None:
+            return plan
+        if cheapest.offer(pods, plan):
+            break
+    return None if cheapest is None else cheapest.result()
+
+
+def _one_cell_candidates(topology: Topology, buddy: Buddy, view: FreeView, chain: Chain,
+                         request: Request) -> Iterator[tuple[int, list[int]]]:
+    """The cells to try the whole gang in, with the binding each needs: level by level, the
+    VC's bound cells (none), then the new bindings it may make there (the cell itself). Lazy:
+    each level is ranked on the view as it stands when the search reaches it."""
     need = request.gpus
     unbound = buddy.unbound[request.vc][chain.index]
     bound: dict[int, list[int]] = {}
@@ -153,28 +176,14 @@ def _one_cell(topology: Topology, buddy: Buddy, view: FreeView, chain: Chain,
             bound.setdefault(level, []).append(cell)
     levels = sorted({*bound, *(level for level in range(1, chain.top_level + 1)
                                if unbound[level] > 0 and chain.size[level] >= need)})
-    cheapest = Cheapest(view) if least else None
     for level in levels:
         for cell in _rank_bound(view, bound.get(level, ()), need):
-            pods = fit_in_cell(topology, view, cell, request.pods)
-            if pods is not None:
-                plan = Plan(chain=chain.index, pods=pods)
-                if cheapest is None:
-                    return plan
-                if cheapest.offer(plan):
-                    return cheapest.result()
+            yield cell, []
         if unbound[level] > 0:
             for cell in _binding_candidates(buddy, view, chain, level, need=need,
                                             planned=Planned(buddy, chain.index),
                                             largest=max(request.pods)):
-                pods = fit_in_cell(topology, view, cell, request.pods)
-                if pods is not None:
-                    plan = Plan(chain=chain.index, pods=pods, bindings=[cell])
-                    if cheapest is None:
-                        return plan
-                    if cheapest.offer(plan):
-                        return cheapest.result()
-    return None if cheapest is None else cheapest.result()
+                yield cell, [cell]
 
 
 def _rank_bound(view: FreeView, cells: Iterable[int], need: int) -> list[int]:
@@ -289,35 +298,31 @@ def _into_ranked(topology: Topology, view: FreeView, ranked: list[tuple[int, int
                  need: int, *, choices: int = 1) -> tuple[int, list[int] | None]:
     """The first ranked cell, level by level, with `need` GPUs available that fits the pod;
     with `choices` above 1, of the first `choices` that fit, the one whose GPUs evict least
-    (the first of equals). The pod's GPUs are taken in `view`. Each level's span is found by
-    bisection, not by a walk of the list."""
-    mark = view.checkpoint()
-    best: tuple[Evictions, int, list[int]] | None = None
+    (the first of equals). The pod's GPUs are taken in `view`."""
+    cheapest: Cheapest[tuple[int, list[int]]] = Cheapest(view)
     tried = 0
+    for cell in _ranked_with_room(ranked, need):
+        pods = fit_in_cell(topology, view, cell, (need,))
+        if pods is None:
+            continue
+        if choices == 1:
+            return cell, pods[0]
+        tried += 1
+        if cheapest.offer(pods, (cell, pods[0])) or tried == choices:
+            break
+    return cheapest.result() or (-1, None)
+
+
+def _ranked_with_room(ranked: list[tuple[int, int, int]], need: int) -> Iterator[int]:
+    """The ranked cells with `need` GPUs available, level by level; each level's span found by
+    bisection, not by a walk of the list."""
     position = 0
-    while position < len(ranked) and tried < choices:
+    while position < len(ranked):
         level = ranked[position][0]
         end = bisect.bisect_left(ranked, (level + 1, -1, -1), position)
         for entry in range(bisect.bisect_left(ranked, (level, need, -1), position, end), end):
-            pods = fit_in_cell(topology, view, ranked[entry][2], (need,))
-            if pods is None:
-                continue
-            if choices == 1:
-                return ranked[entry][2], pods[0]
-            evictions = view.plan_evictions(pods)
-            view.restore(mark)
-            if best is None or evictions < best[0]:
-                best = (evictions, ranked[entry][2], pods[0])
-            tried += 1
-            if tried == choices or evictions == NO_EVICTIONS:
-                break
-        if best is not None and best[0] == NO_EVICTIONS:
-            break
+            yield ranked[entry][2]
         position = end
-    if best is None:
-        return -1, None
-    view.take(best[2])
-    return best[1], best[2]
 
 
 def _into_new(buddy: Buddy, view: FreeView, chain: Chain, *, need: int, unbound: list[int],
