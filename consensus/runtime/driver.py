@@ -26,6 +26,12 @@ Group commit comes for free: while one sync runs, inputs queue (in the inbox and
 kernel's socket buffers), and the next Ready carries all of them in one batch of records and
 one sync.
 
+The sequencer's periodic system command (the state machine's Tick) and the client commands
+the server hands in are stamped by one `StampClock` per replica (`stamp_ms`): the wall clock,
+but a step of it (an admin's `date`, a bad NTP step) is slewed in at 1 %, not taken at once,
+which had expired every lease and session with the next Tick (consensus/runtime/
+stamp_clock.py).
+
 A failure to persist stops the driver (and so the replica): after a failed fsync the state of
 the page cache is unknown, and continuing could lose what was acknowledged.
 
@@ -48,9 +54,7 @@ own commands stopped committing, and its clients' retries added to the load.
 
 from __future__ import annotations
 
-import functools
 import logging
-import time
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -78,15 +82,14 @@ from consensus.runtime.inbox import Inbox
 from consensus.runtime.message_frames import frames_of
 from consensus.runtime.metrics import Metrics
 from consensus.runtime.proposal_budget import ProposalBudget, shared_places
+from consensus.runtime.stamp_clock import BOOT_CLOCK, StampClock, wall_clock_ms
 from consensus.runtime.watch_budget import WATCH_BYTES_MAX, WatchBudget
 from consensus.state_machine import StateMachine
 
 # The ticks' clock counts the time a suspended machine slept (CLOCK_BOOTTIME on Linux), which
 # CLOCK_MONOTONIC does not: a sequencer resumed after a suspend would otherwise count its lease
 # from before it, while its peers, counting the whole time, elected another and moved on.
-TICK_CLOCK: Callable[[], float] = (
-    functools.partial(time.clock_gettime, time.CLOCK_BOOTTIME)
-    if hasattr(time, "CLOCK_BOOTTIME") else time.monotonic)
+TICK_CLOCK: Callable[[], float] = BOOT_CLOCK
 # Missed ticks replayed one by one at most (10 s at 10 ms a tick); earlier ones pass at once
 # (`Replica.pass_ticks`): a day's suspend would otherwise replay 8.6 million ticks, seconds of
 # work on the loop and a heartbeat queued for every tenth of them.
@@ -182,7 +185,7 @@ class Driver:
                  config: DriverConfig = DriverConfig(),
                  clock: Callable[[], float] = TICK_CLOCK,
                  system_command: Callable[[int], bytes] | None = None,
-                 wall_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
+                 wall_ms: Callable[[], int] = wall_clock_ms) -> None:
         self.replica = replica
         self._store = store
         self._machine = machine
@@ -212,7 +215,10 @@ class Driver:
         self._applied = anyio.Event()
         self.running = False
         self._system_command = system_command  # e.g. the state machine's Tick(now_ms)
-        self._wall_ms = wall_ms
+        # This replica's stamps (the Ticks', and its clients' commands' through the server):
+        # the wall clock `wall_ms`, its steps slewed on `clock` (consensus/runtime/
+        # stamp_clock.py)
+        self.stamp_clock = StampClock(wall_ms, clock)
         self._system_due = 0.0
         self._inputs_last_turn = 0  # inputs the loop took at once last time: a load gauge
 
@@ -332,6 +338,11 @@ class Driver:
         """Bytes of client commands submitted and not yet executed (or refused)."""
         return self._budget.held_bytes
 
+    def stamp_ms(self) -> int:
+        """This replica's stamp for now, which a step of the wall clock does not move at once
+        (consensus/runtime/stamp_clock.py): the Ticks' and the served commands' time."""
+        return self.stamp_clock.now_ms()
+
     @property
     def watch_bytes(self) -> int:
         """Bytes of watches' queries waiting now."""
@@ -410,7 +421,7 @@ class Driver:
         self._system_due = now + self.config.system_every_ms / 1000
         if not self.replica.inspect.is_sequencer:
             return
-        now_ms = self._wall_ms()
+        now_ms = self.stamp_clock.now_ms()
         envelope = Envelope(principal=SYSTEM_PRINCIPAL, session="", sequence=0, now_ms=now_ms,
                             body=self._system_command(now_ms))
         try:

@@ -2,7 +2,8 @@
 
 The pieces meet here and nowhere else: frames from peers go to the driver's bounded channel,
 the driver's messages go to the mesh's bounded per-peer queues, client connections go to the
-request server, and the metrics endpoint renders the driver's and the transport's counters.
+request server (which stamps by the driver's one stamp clock, `stamp_clock.py`), and the
+metrics endpoint renders the driver's and the transport's counters.
 Under TLS a `CertWatch` says ahead, in the log, on the metrics page
 (`cellar_tls_cert_seconds_left`) and in the status (`cellar status`), that the certificate the
 replica presents is ending (`cert_watch.py`).
@@ -41,6 +42,10 @@ from consensus.state_machine import QueryGate, StateMachine
 
 logger = logging.getLogger("cellar.replica")
 CERT_SECONDS_LEFT = "tls.cert_seconds_left"  # a gauge: cellar_tls_cert_seconds_left
+# gauges: cellar_stamp_clock_offset_ms, cellar_stamp_clock_steps (consensus/runtime/
+# stamp_clock.py)
+STAMP_OFFSET_MS = "stamp_clock.offset_ms"
+STAMP_STEPS = "stamp_clock.steps"
 
 
 def tls_of(config: NodeConfig) -> TlsConfig | None:
@@ -100,6 +105,10 @@ class ReplicaNode:
         # anything is written: OSError or ValueError for a certificate gone since the check.
         self.cert_watch = CertWatch(tls, f"replica {config.replica_id}") if tls else None
         self.metrics = Metrics()
+        self.metrics.describe(STAMP_OFFSET_MS, "The wall clock less this replica's stamps, in "
+                                               "ms: past 1000 either way, a step being slewed "
+                                               "in at 10 ms a second.")
+        self.metrics.describe(STAMP_STEPS, "Steps of the wall clock seen since start.")
         self.metrics.describe(CERT_SECONDS_LEFT, "Seconds until the certificate this replica "
                                                  "presents ends (negative once it has).")
         self.transport: Counter[str] = Counter()
@@ -181,6 +190,9 @@ class ReplicaNode:
             self.metrics.set(name, value)
         for name, value in self.metrics_endpoint.items():
             self.metrics.set(name.replace("transport.", "metrics_endpoint.", 1), value)
+        self.driver.stamp_ms()  # a reading: the offset as of now
+        self.metrics.set(STAMP_OFFSET_MS, self.driver.stamp_clock.offset_ms)
+        self.metrics.set(STAMP_STEPS, self.driver.stamp_clock.steps_detected)
         if self.cert_watch is not None:
             self.metrics.set(CERT_SECONDS_LEFT, int(self.cert_watch.seconds_left()))
         return self.metrics.render()

@@ -1,8 +1,9 @@
 """Serving clients: requests from one authenticated connection in, responses out.
 
 The principal comes from the client's certificate, never from the request: the server stamps
-it onto each command's envelope with its own clock (`now_ms`), so the state machine can refuse
-a node agent acting for another node or a non-admin issuing admin commands. The stamp is no
+it onto each command's envelope with the replica's stamp clock (`now_ms`: the driver's, which
+slews a step of the wall clock in, consensus/runtime/stamp_clock.py), so the state machine can
+refuse a node agent acting for another node or a non-admin issuing admin commands. The stamp is no
 later than the client's send time allows (`SENT_MS_SLACK_MS`): a copy that arrives minutes
 late cannot pass for a fresh command and reopen a session forgotten meanwhile. Requests on one
 connection are answered concurrently (bounded: a permit per request until its answer is
@@ -72,7 +73,6 @@ on. Error messages are cut to what the client's decoder takes.
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -120,14 +120,14 @@ ANSWERS_FAIR_BYTES = 1 << 20  # a connection holding less is never held up by th
 
 
 class ClientServer:
-    def __init__(self, driver: Driver, *, now_ms: Callable[[], int] = lambda: int(
-                     time.time() * 1000),
+    def __init__(self, driver: Driver, *, now_ms: Callable[[], int] | None = None,
                  inflight_max: int = INFLIGHT_PER_CONNECTION_MAX,
                  status: Callable[[], dict[str, Any]] | None = None,
                  admit_query: Callable[[Principal, bytes], bytes] | None = None,
                  answers_bytes_max: int = ANSWERS_SERVER_BYTES_MAX) -> None:
         self._driver = driver
-        self._now_ms = now_ms
+        # the replica's one stamp clock, the driver's (consensus/runtime/stamp_clock.py)
+        self._now_ms = now_ms if now_ms is not None else driver.stamp_ms
         self._inflight_max = inflight_max
         self._status = status or driver.status
         self._admit_query = admit_query

@@ -25,6 +25,7 @@ from consensus.runtime.node_reserve import (
     NodeReserve,
 )
 from consensus.runtime.server import ClientServer
+from consensus.runtime.stamp_clock import wall_clock_ms
 from tests.consensus.runtime.test_server_shed_unknown import Sink
 
 pytestmark = pytest.mark.anyio
@@ -46,6 +47,9 @@ class RecordingDriver:
 
     def status(self) -> dict[str, object]:
         return {}
+
+    def stamp_ms(self) -> int:  # the replica's stamp clock (consensus/runtime/stamp_clock.py)
+        return wall_clock_ms()
 
 
 def dispatch(server: ClientServer, principal: Principal, count: int, tasks: anyio.abc.TaskGroup,

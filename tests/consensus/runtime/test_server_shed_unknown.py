@@ -24,6 +24,7 @@ from consensus.runtime.client_codec import Code, decode_response
 from consensus.runtime.driver import OutcomeUnknown as DriverOutcomeUnknown
 from consensus.runtime.metrics import Metrics
 from consensus.runtime.server import ClientServer
+from consensus.runtime.stamp_clock import wall_clock_ms
 from tests.consensus.runtime.local import MemoryFrames
 
 pytestmark = pytest.mark.anyio
@@ -76,6 +77,9 @@ class LateApplyingDriver:
 
     def status(self) -> dict:  # type: ignore[type-arg]
         return {}
+
+    def stamp_ms(self) -> int:  # the replica's stamp clock (consensus/runtime/stamp_clock.py)
+        return wall_clock_ms()
 
 
 async def test_a_put_applied_after_a_shed_unknown_is_never_called_unavailable(
