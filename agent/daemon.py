@@ -12,8 +12,11 @@ keeps), and then runs until stopped: the health monitor (`agent.monitor`), the p
 (`agent.pods`: effects in, starts, stops and exits out) and the metrics page. The store client
 follows failovers by itself; if the store says this incarnation is over (the node was
 registered again elsewhere or deregistered), the agent registers again and reconciles.
-Under TLS a `CertWatch` (`consensus.runtime.cert_watch`) says ahead, in the log and on the
-metrics page (gpu_agent_tls_cert_seconds_left), that the node's certificate is ending.
+Under TLS a `CertWatch` (`consensus.runtime.cert_watch`) takes a renewed certificate and key
+into `tls_contexts`, which the store client dials with (`cellar agent` passes the same to its
+connector), for every new connection, without a restart; it says ahead, in the log and on the
+metrics page (gpu_agent_tls_cert_seconds_left, of the certificate presented now), that the
+node's certificate is ending.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from agent.store_link import NodeGpus, StoreLink, is_stale
 from consensus.runtime.cert_watch import CertWatch
 from consensus.runtime.metrics_http import serve_metrics
 from consensus.runtime.storage_lock import DirectoryLock
-from consensus.runtime.tls import TlsConfig
+from consensus.runtime.tls import TlsConfig, TlsContexts
 from statemachine.commands import GpuLink
 from statemachine.store import EffectsTrimmed, GpuStore
 
@@ -56,6 +59,9 @@ class Agent:
     config: AgentConfig
     backend: GpuBackend
     store: GpuStore
+    # The contexts the store client dials with, renewed by the watch; by default built from
+    # the configuration's files (then only the watch's gauge and lines follow a renewal).
+    tls_contexts: TlsContexts | None = None
 
     def __post_init__(self) -> None:
         self.view = AgentView(node=self.config.node)
@@ -66,10 +72,12 @@ class Agent:
         self._registered_gpus = RegisteredGpus(self.config.state_dir)
         self._offered: tuple[DeviceInfo, ...] = ()  # the GPUs of the last registration tried
         files = self.config.tls
+        if self.tls_contexts is None and files is not None:
+            self.tls_contexts = TlsContexts(
+                TlsConfig(ca_file=files.ca, cert_file=files.cert, key_file=files.key))
         # replaced by a test that wants its own clock and period
-        self.cert_watch: CertWatch | None = None if files is None else CertWatch(
-            TlsConfig(ca_file=files.ca, cert_file=files.cert, key_file=files.key),
-            f"node agent {self.config.node}")
+        self.cert_watch: CertWatch | None = None if self.tls_contexts is None else CertWatch(
+            self.tls_contexts, f"node agent {self.config.node}")
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled; raises DataDirectoryLocked when another agent runs on the

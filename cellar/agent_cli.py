@@ -35,7 +35,7 @@ from consensus.runtime.certs import identity_in_file
 from consensus.runtime.client import CellarClient, ClientConfig
 from consensus.runtime.connect import connector
 from consensus.runtime.storage_errors import DataDirectoryLocked
-from consensus.runtime.tls import IdentityRefused, IdentityRole, TlsConfig
+from consensus.runtime.tls import IdentityRefused, IdentityRole, TlsConfig, TlsContexts
 from statemachine.store import GpuStore
 
 logger = logging.getLogger("cellar.agent")
@@ -66,10 +66,18 @@ def run(args: argparse.Namespace) -> int:
         print(f"cellar agent: state_dir: cannot create or write {config.state_dir} "
               f"({error.strerror})", file=sys.stderr)
         return EXIT_CONFIG
-    client = CellarClient(config.endpoints, connector(tls, insecure=config.insecure), CLIENT)
+    try:
+        # one set of contexts: the agent's CertWatch renews what the store client dials with
+        contexts = TlsContexts(tls) if tls is not None else None
+    except (OSError, ValueError) as error:  # changed since the check
+        print(f"cellar agent: tls: {error}", file=sys.stderr)
+        return EXIT_CONFIG
+    client = CellarClient(config.endpoints, connector(tls, insecure=config.insecure,
+                                                      contexts=contexts), CLIENT)
     backend, options = loop_options(config.loop)
     try:
-        run_unwrapped(_serve, config, gpus, client, backend=backend, backend_options=options)
+        run_unwrapped(_serve, config, gpus, client, contexts, backend=backend,
+                      backend_options=options)
     except CannotListen as error:  # the metrics address, as `cellar replica` says it
         print(f"cellar agent: {error}", file=sys.stderr)
         return EXIT_UNAVAILABLE
@@ -107,7 +115,8 @@ def gpu_backend(config: AgentConfig) -> GpuBackend:
     return NvmlBackend()
 
 
-async def _serve(config: AgentConfig, backend: GpuBackend, client: CellarClient) -> None:
+async def _serve(config: AgentConfig, backend: GpuBackend, client: CellarClient,
+                 contexts: TlsContexts | None) -> None:
     async with client:
-        agent = Agent(config, backend, GpuStore(client))
+        agent = Agent(config, backend, GpuStore(client), tls_contexts=contexts)
         await serve_until_signalled(agent.run)

@@ -187,10 +187,15 @@ def _cert_ending(status: dict[str, Any]) -> str | None:
     ends = status.get("cert_expires_at", "?")
     said = (f"ended at {ends}: no peer accepts it" if days < 0 else
             f"ends at {ends}, in {days} day(s)")
-    renewed = status.get("cert_renewed_expires_at")
+    refused = status.get("cert_files_refused")
+    if refused is not None:
+        return (f"{said}; the files on disk are refused ({refused}): put a valid pair in "
+                f"their place (taken within the hour, no restart)")
+    renewed = status.get("cert_renewed_expires_at")  # a build that takes no renewal
     if renewed is not None:
         return f"{said}; a renewed one (ends {renewed}) is on disk: restart the replica"
-    return f"{said}; issue a new one (`cellar certs issue`) and restart the replica with it"
+    return (f"{said}; issue a new one (`cellar certs issue`) into its place: the replica "
+            f"takes it within the hour, without a restart")
 
 
 async def _apply_config(store: GpuStore, args: argparse.Namespace) -> Any:

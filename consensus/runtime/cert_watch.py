@@ -1,24 +1,25 @@
-"""The end of the certificate a process presents, watched while it runs.
+"""The certificate a process presents, watched while it runs, and taken anew once renewed.
 
-A replica and a node agent build their TLS contexts once, at start (`tls.py`): `TlsConfig.check`
-warns then of a certificate that ends within CERT_EXPIRY_WARNING_DAYS, but a process that runs
-for months crosses that line, and the certificate's end, in silence; its peers log only INFO
-lines as they refuse it. A `CertWatch` looks every `period_s` (an hour) and logs
+A replica and a node agent build their TLS contexts at start (`tls.py`, one `TlsContexts`
+shared by every listener and dialer of the process): `TlsConfig.check` warns then of a
+certificate that ends within CERT_EXPIRY_WARNING_DAYS, but a process that runs for months
+crosses that line, and the certificate's end. A `CertWatch` looks every `period_s` (an hour):
 
-- a WARNING once as the certificate enters each of CERT_WARNING_DAYS (30, 7 and 1 days left;
-  a process started at 5 days left warns once, of the 7-day line, not of both);
+- when the CA, certificate or key file changed (their bytes' digest, so a rename over the file,
+  a rewrite in place and a half-written file completed later are all noticed), it judges the
+  new files as a peer would (`TlsConfig.load_checked`: whole PEM, the key the certificate's,
+  issued by a CA of the CA file, valid now, naming this process's identity). A pair it takes
+  serves every new connection and handshake from then on (those up keep the one they began
+  with until they reconnect), said at INFO; the lines below then judge the new certificate. A
+  pair it refuses is said once (a WARNING naming the file and why) for as long as the files
+  stay as they are, and judged again at each look (one not yet valid becomes valid); the old
+  contexts stay in use. No restart is needed, and none is advised;
+- a WARNING once as the presented certificate enters each of CERT_WARNING_DAYS (30, 7 and 1
+  days left; a process started at 5 days left warns once, of the 7-day line, not of both);
 - an ERROR once when it has ended: no peer accepts it, and every new connection fails.
 
-What it judges is the certificate the process loaded at start, which its contexts present
-until a restart (nothing reloads them). The file is read again at each look: a renewed file
-(one that ends later) changes the advice from "issue a new one" to "restart to present the
-renewed one", and says the current line once more with it; so does any other change to the
-file (replaced, removed, unreadable: a restart would not start). Judging the file alone would
-fall silent the moment a renewed pair lands on disk while the process still presents the old
-certificate, and fails when it ends.
-
-`seconds_left` is for a metrics gauge, `status` for a replica's status (`cellar status`). The
-clock and the period are injectable for tests.
+`seconds_left` (of the certificate presented now) is for a metrics gauge, `status` for a
+replica's status (`cellar status`). The clock and the period are injectable for tests.
 """
 
 from __future__ import annotations
@@ -30,7 +31,12 @@ from typing import Any
 
 import anyio
 
-from consensus.runtime.tls import CERT_EXPIRY_WARNING_DAYS, TlsConfig
+from consensus.runtime.tls import (
+    CERT_EXPIRY_WARNING_DAYS,
+    TlsConfig,
+    TlsContexts,
+    TlsFileRefused,
+)
 
 logger = logging.getLogger("cellar.transport")
 
@@ -58,30 +64,36 @@ def iso_utc(instant: datetime.datetime) -> str:
 
 
 class CertWatch:
-    """The end of the certificate `tls` names, for the process `what` ("replica 2")."""
+    """The certificate `contexts` presents, for the process `what` ("replica 2")."""
 
-    def __init__(self, tls: TlsConfig, what: str, *, period_s: float = CERT_WATCH_PERIOD_S,
+    def __init__(self, contexts: TlsContexts, what: str, *,
+                 period_s: float = CERT_WATCH_PERIOD_S,
                  clock: Callable[[], datetime.datetime] = utc_now) -> None:
-        """Reads the certificate now, as the contexts did at start (`TlsConfig.check` refused
-        a file that cannot be read before this runs): OSError or ValueError otherwise."""
         if period_s <= 0:
             raise ValueError(f"period_s {period_s} is not above 0")
-        self.tls = tls
+        self.contexts = contexts
         self.what = what
         self.period_s = period_s
         self._clock = clock
-        self.presented_ends = tls.expires_at()
-        self._on_disk: datetime.datetime | str = self.presented_ends  # or why it is unreadable
+        # The files' digest and the reason they were refused, while those on disk are not
+        # the ones presented and were refused; said once per digest and reason.
+        self._refused: tuple[bytes | None, str] | None = None
         self._stage_said = 0
         self.looks = 0
 
     @property
-    def renewed_ends(self) -> datetime.datetime | None:
-        """When the certificate on disk ends, if it ends later than the one presented."""
-        on_disk = self._on_disk
-        if isinstance(on_disk, datetime.datetime) and on_disk > self.presented_ends:
-            return on_disk
-        return None
+    def tls(self) -> TlsConfig:
+        return self.contexts.tls
+
+    @property
+    def presented_ends(self) -> datetime.datetime:
+        """When the certificate new connections are offered ends."""
+        return self.contexts.ends
+
+    @property
+    def refused(self) -> str | None:
+        """Why the files on disk are not presented, while they differ and are refused."""
+        return None if self._refused is None else self._refused[1]
 
     def seconds_left(self) -> float:
         """Until the presented certificate ends; negative once it has."""
@@ -89,12 +101,12 @@ class CertWatch:
 
     def status(self) -> dict[str, Any]:
         """`cert_expires_at` (ISO UTC), `cert_days_left` (whole days, negative once ended),
-        and `cert_renewed_expires_at` while a renewed file waits for a restart."""
+        and `cert_files_refused` (why) while the files on disk differ and are refused."""
         left = self.presented_ends - self._clock()
         found: dict[str, Any] = {"cert_expires_at": iso_utc(self.presented_ends),
                                  "cert_days_left": left // _DAY}
-        if (renewed := self.renewed_ends) is not None:
-            found["cert_renewed_expires_at"] = iso_utc(renewed)
+        if (refused := self.refused) is not None:
+            found["cert_files_refused"] = refused
         return found
 
     async def run(self) -> None:
@@ -104,41 +116,54 @@ class CertWatch:
             await anyio.sleep(self.period_s)
 
     def look(self) -> None:
-        """Read the file again and log what is new: a line entered, the end passed, or a
-        change to the file (which says the current line again, with the advice that fits)."""
+        """Take changed files that a peer would accept (or say once why not), then log what
+        is new of the certificate presented: a line entered, or the end passed."""
         self.looks += 1
         now = self._clock()
-        on_disk = self._read_file()
-        if on_disk != self._on_disk:
-            self._on_disk = on_disk
-            self._stage_said = 0
-            if self.renewed_ends is not None:
-                logger.info("%s: %s now ends at %s UTC; restart to present it", self.what,
-                            self.tls.cert_file, f"{on_disk:%Y-%m-%d %H:%M}")
-            elif isinstance(on_disk, str):
-                logger.warning("%s: %s %s: this process goes on presenting the certificate "
-                               "it loaded at start, but would not start again with it",
-                               self.what, self.tls.cert_file, on_disk)
+        self._take_changed_files(now)
         stage = stage_of(self.presented_ends - now)
         if stage > self._stage_said:
             self._stage_said = stage
             self._say(stage, self.presented_ends - now)
 
-    def _read_file(self) -> datetime.datetime | str:
+    def _take_changed_files(self, now: datetime.datetime) -> None:
         try:
-            return self.tls.expires_at()
-        except (OSError, ValueError) as error:
-            return f"cannot be read ({error})"
+            stamp: bytes | None = self.tls.stamp()
+        except OSError:
+            stamp = None  # load_checked names the file and says why
+        if stamp == self.contexts.material.stamp:
+            self._refused = None  # back to the files presented
+            return
+        presented = self.contexts.material
+        try:
+            material = self.tls.load_checked(now, identity=presented.identity)
+        except TlsFileRefused as refusal:
+            if self._refused != (stamp, str(refusal)):
+                self._refused = (stamp, str(refusal))
+                logger.warning("%s: the TLS files changed and are refused: %s; every new "
+                               "connection is still offered the certificate taken before "
+                               "(serial %x, ending %s UTC); looked at again in %s", self.what,
+                               refusal, presented.serial, f"{presented.not_after:%Y-%m-%d %H:%M}",
+                               _period(self.period_s))
+            return
+        self.contexts.take(material)
+        self._refused = None
+        self._stage_said = 0  # the lines are the new certificate's
+        logger.info("%s: took the renewed TLS files: every new connection is offered %s "
+                    "(serial %x, ending %s UTC) in place of serial %x (ending %s UTC); those up "
+                    "keep theirs until they reconnect", self.what, self.tls.cert_file,
+                    material.serial, f"{material.not_after:%Y-%m-%d %H:%M}", presented.serial,
+                    f"{presented.not_after:%Y-%m-%d %H:%M}")
 
     def _say(self, stage: int, left: datetime.timedelta) -> None:
         ends = f"{self.presented_ends:%Y-%m-%d %H:%M} UTC"
-        renewed = self.renewed_ends
-        if renewed is not None:
-            advice = (f"a renewed certificate, ending {renewed:%Y-%m-%d %H:%M} UTC, is in "
-                      f"{self.tls.cert_file}: restart to present it (nothing reloads it)")
+        if (refused := self.refused) is not None:
+            advice = (f"the files on disk are refused ({refused}): put a valid pair in their "
+                      f"place; it is taken within {_period(self.period_s)}, without a restart")
         else:
             advice = (f"issue a new one (`cellar certs issue`, after moving this pair aside) "
-                      f"into {self.tls.cert_file} and restart with it")
+                      f"into {self.tls.cert_file}: it is taken within "
+                      f"{_period(self.period_s)}, without a restart")
         if stage == EXPIRED:
             logger.error("%s: the certificate it presents ended at %s: no peer accepts it, "
                          "and every new connection fails; %s", self.what, ends, advice)
@@ -146,3 +171,8 @@ class CertWatch:
             logger.warning("%s: the certificate it presents ends at %s, in %d day(s) "
                            "(under %d); no peer accepts it after: %s", self.what, ends,
                            left // _DAY, CERT_WARNING_DAYS[stage - 1], advice)
+
+
+def _period(period_s: float) -> str:
+    """`an hour`, `90 s`: how often the watch looks, for a log line."""
+    return "an hour" if period_s == CERT_WATCH_PERIOD_S else f"{period_s:g} s"

@@ -4,7 +4,9 @@ the cluster, and framing. The client library calls the `Connect` this returns pe
 A refused handshake says why (the replica's certificate expired, or is of another CA). A client
 whose own certificate has ended does not dial: under TLS 1.3 its handshake completes before the
 replica checks the certificate, and the replica's alert never comes back (it closes), so the
-connection would only end, with no reason given. The refusal names the file and the date."""
+connection would only end, with no reason given. The refusal names the file and the date.
+A long-running client (the node agent) passes its process's `TlsContexts`: a renewed pair its
+`CertWatch` takes serves its next dial, and lifts that refusal."""
 
 from __future__ import annotations
 
@@ -18,7 +20,14 @@ import anyio
 from consensus.codec import MESSAGE_BYTES_MAX
 from consensus.runtime.framing import FramedConnection
 from consensus.runtime.socket_tuning import tune_socket
-from consensus.runtime.tls import IdentityRole, TlsConfig, check_security, tls_handshake
+from consensus.runtime.tls import (
+    IdentityRole,
+    TlsConfig,
+    TlsContexts,
+    check_security,
+    contexts_of,
+    tls_handshake,
+)
 
 CONNECT_TIMEOUT_S = 5.0
 
@@ -37,28 +46,30 @@ def split_endpoint(endpoint: str) -> tuple[str, int]:
 
 
 def connector(tls: TlsConfig | None, *, insecure: bool = False,
-              frame_bytes_max: int = MESSAGE_BYTES_MAX) -> Callable[[str], Awaitable[
+              frame_bytes_max: int = MESSAGE_BYTES_MAX,
+              contexts: TlsContexts | None = None) -> Callable[[str], Awaitable[
                   FramedConnection]]:
-    """A `Connect` for `CellarClient`: plain TCP only when `insecure` says so (it warns)."""
+    """A `Connect` for `CellarClient`: plain TCP only when `insecure` says so (it warns).
+
+    `contexts`: the process's, which its `CertWatch` renews (a node agent's); each dial takes
+    the client context current then. By default the connector's own, built now and kept."""
     check_security(tls, insecure=insecure, what="client")
     metrics: Counter[str] = Counter()
-    context = tls.client_context() if tls is not None else None
-    ends = tls.expires_at() if tls is not None else None
+    current = contexts_of(tls, contexts, what="client")
 
     async def connect(endpoint: str) -> FramedConnection:
         host, port = split_endpoint(endpoint)
-        if ends is not None and ends <= datetime.datetime.now(datetime.UTC):
-            assert tls is not None
+        if current is not None and current.ends <= datetime.datetime.now(datetime.UTC):
             raise ConnectRefused(f"{endpoint}: not dialed: this client's certificate "
-                                 f"{tls.cert_file} expired at {ends:%Y-%m-%d %H:%M} UTC and "
-                                 f"no replica accepts it; issue a new one (`cellar certs "
-                                 f"issue`) and restart with it")
+                                 f"{current.tls.cert_file} expired at "
+                                 f"{current.ends:%Y-%m-%d %H:%M} UTC and no replica accepts "
+                                 f"it; issue a new one (`cellar certs issue`) into its place")
         with anyio.fail_after(CONNECT_TIMEOUT_S):
             stream: anyio.abc.ByteStream = await anyio.connect_tcp(host, port)
         tune_socket(stream)  # a vanished replica fails the connection, not each deadline
         try:
-            if context is not None:
-                stream = await secure(endpoint, stream, context, metrics)
+            if current is not None:
+                stream = await secure(endpoint, stream, current.client, metrics)
             return FramedConnection(stream, frame_bytes_max=frame_bytes_max, metrics=metrics)
         except BaseException:  # refused, failed or cancelled: the socket is closed, not leaked
             await anyio.aclose_forcefully(stream)

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import ssl
 from collections.abc import Awaitable, Callable, Collection
 
 import anyio
@@ -76,7 +75,9 @@ from consensus.runtime.tls import (
     Identity,
     IdentityRole,
     TlsConfig,
+    TlsContexts,
     check_security,
+    contexts_of,
     remote_address,
     remote_host,
     tls_handshake,
@@ -109,7 +110,7 @@ class ClientListener:
         handshakes_max: int = HANDSHAKES_MAX_DEFAULT, guard: HandshakeGuard | None = None,
         connections_per_principal_max: int | None = None,
         admin_connections_reserved: int = ADMIN_CONNECTIONS_RESERVED,
-        receive_bytes_max: int = REQUEST_BYTES_MAX,
+        receive_bytes_max: int = REQUEST_BYTES_MAX, contexts: TlsContexts | None = None,
     ) -> None:
         check_security(tls, insecure=insecure, what="client listener")
         check_frame_bytes_max(frame_bytes_max)
@@ -142,12 +143,15 @@ class ClientListener:
         self._warned: set[Identity] = set()  # refused for their share, not yet logged again
         self._handshakes = Slots(handshakes_max)  # connections not yet authenticated
         self._guard = HandshakeGuard() if guard is None else guard
-        self._context: ssl.SSLContext | None = None
+        # The process's contexts (renewed by its CertWatch), or the listener's own, built at
+        # `run`; each handshake reads them as it starts.
+        self._shared_contexts = contexts
+        self._contexts: TlsContexts | None = None
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[Address] = anyio.TASK_STATUS_IGNORED,
                   ) -> None:
         """Accept until cancelled; `task_status.started` gets the address bound."""
-        self._context = self.tls.server_context() if self.tls else None
+        self._contexts = contexts_of(self.tls, self._shared_contexts, what="client listener")
         host, port = self.listen
         listener = await listen_tcp(host, port)
         async with listener, anyio.create_task_group() as group:
@@ -231,9 +235,9 @@ class ClientListener:
 
     async def _accept(self, stream: anyio.abc.SocketStream,
                       ) -> tuple[Identity, anyio.abc.ByteStream] | None:
-        if self._context is None:
+        if self._contexts is None:
             return self.insecure_identity, stream
-        accepted = await tls_handshake(stream, self._context, server_side=True,
+        accepted = await tls_handshake(stream, self._contexts.server, server_side=True,
                                        metrics=self.metrics, timeout_s=self.handshake_timeout_s)
         if accepted is None:
             return None

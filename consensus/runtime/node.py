@@ -4,8 +4,10 @@ The pieces meet here and nowhere else: frames from peers go to the driver's boun
 the driver's messages go to the mesh's bounded per-peer queues, client connections go to the
 request server (which stamps by the driver's one stamp clock, `stamp_clock.py`), and the
 metrics endpoint renders the driver's and the transport's counters.
-Under TLS a `CertWatch` says ahead, in the log, on the metrics page
-(`cellar_tls_cert_seconds_left`) and in the status (`cellar status`), that the certificate the
+Under TLS the peer mesh and the client listener share one `TlsContexts`, and a `CertWatch`
+takes a renewed certificate and key into it, for every new connection, without a restart; it
+says ahead, in the log, on the metrics page (`cellar_tls_cert_seconds_left`, of the
+certificate presented now) and in the status (`cellar status`), that the certificate the
 replica presents is ending (`cert_watch.py`).
 The state machine is whatever the caller passes (the GPU-allocation machine for `cellar
 replica`), so consensus stays ignorant of it.
@@ -37,7 +39,7 @@ from consensus.runtime.peer_lives import UNKNOWN_LIFE, Life, PeerLives, new_star
 from consensus.runtime.peers import LinkTiming, PeerMesh
 from consensus.runtime.server import ClientServer
 from consensus.runtime.storage import DurableLog
-from consensus.runtime.tls import Identity, TlsConfig
+from consensus.runtime.tls import Identity, TlsConfig, TlsContexts
 from consensus.state_machine import QueryGate, StateMachine
 
 logger = logging.getLogger("cellar.replica")
@@ -101,16 +103,20 @@ class ReplicaNode:
                  rejoin: bool = False) -> None:
         self.config = config
         tls, limits = tls_of(config), config.limits
-        # Hourly under TLS, none on plain TCP; a test may replace it before `run`. Read before
-        # anything is written: OSError or ValueError for a certificate gone since the check.
-        self.cert_watch = CertWatch(tls, f"replica {config.replica_id}") if tls else None
+        # Built before anything is written: OSError or ValueError for a certificate gone since
+        # the check. The watch looks hourly under TLS (none on plain TCP); a test may replace
+        # it before `run`, or call its `look`.
+        self.tls_contexts = TlsContexts(tls) if tls else None
+        self.cert_watch = (CertWatch(self.tls_contexts, f"replica {config.replica_id}")
+                           if self.tls_contexts else None)
         self.metrics = Metrics()
         self.metrics.describe(STAMP_OFFSET_MS, "The wall clock less this replica's stamps, in "
                                                "ms: past 1000 either way, a step being slewed "
                                                "in at 10 ms a second.")
         self.metrics.describe(STAMP_STEPS, "Steps of the wall clock seen since start.")
         self.metrics.describe(CERT_SECONDS_LEFT, "Seconds until the certificate this replica "
-                                                 "presents ends (negative once it has).")
+                                                 "presents to new connections ends (negative "
+                                                 "once it has).")
         self.transport: Counter[str] = Counter()
         self.metrics_endpoint: Counter[str] = Counter()  # its refusals and accept() retries
         core_config = replica_config(config)
@@ -135,7 +141,8 @@ class ReplicaNode:
             insecure=config.insecure, timing=LinkTiming.of(config.tick_ms, core_config),
             life=life, lives=lives, rejoining=lambda: replica.rejoining_now,
             on_old_life=lambda old: replica.raise_epoch_floor(old.epoch),
-            on_peer_rejoined=lambda peer, old: replica.heard_old_life(peer, old.epoch))
+            on_peer_rejoined=lambda peer, old: replica.heard_old_life(peer, old.epoch),
+            contexts=self.tls_contexts)
         self.driver = Driver(
             replica, log, machine, self.mesh.send, self.metrics,
             config=DriverConfig(tick_ms=config.tick_ms, idle_wake_ticks=config.idle_wake_ticks,
@@ -150,7 +157,7 @@ class ReplicaNode:
             (config.me.client.host, config.me.client.port), tls, handle=self._serve_client,
             connections_max=limits["client_connections_max"],
             frame_bytes_max=limits["frame_bytes_max"], metrics=self.transport,
-            insecure=config.insecure)
+            insecure=config.insecure, contexts=self.tls_contexts)
 
     def _on_frame(self, sender: int, frame: bytes) -> None:
         self.driver.deliver(sender, frame)

@@ -53,7 +53,6 @@ import functools
 import json
 import logging
 import random
-import ssl
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -102,7 +101,9 @@ from consensus.runtime.tls import (
     Identity,
     IdentityRole,
     TlsConfig,
+    TlsContexts,
     check_security,
+    contexts_of,
     remote_address,
     remote_host,
     tls_handshake,
@@ -272,6 +273,7 @@ class PeerMesh:
         lives: PeerLives | None = None, rejoining: Callable[[], bool] = lambda: False,
         on_old_life: Callable[[Life], None] | None = None,
         on_peer_rejoined: Callable[[int, Life], None] | None = None,
+        contexts: TlsContexts | None = None,
     ) -> None:
         check_security(tls, insecure=insecure, what=f"replica {replica_id} peer mesh")
         check_frame_bytes_max(frame_bytes_max)
@@ -322,8 +324,10 @@ class PeerMesh:
                                    Backoff(backoff_initial_s, backoff_max_s, rng))
                        for peer in self.peers}
         self._changed: anyio.Event | None = None
-        self._server_context: ssl.SSLContext | None = None
-        self._client_context: ssl.SSLContext | None = None
+        # The process's contexts (renewed by its CertWatch), or the mesh's own, built at `run`;
+        # each handshake reads them as it starts.
+        self._shared_contexts = contexts
+        self._contexts: TlsContexts | None = None
 
     # --- The API the driver uses -------------------------------------------------------------
 
@@ -365,9 +369,8 @@ class PeerMesh:
         assert self._changed is None, "a mesh runs once"
         self._changed = anyio.Event()
         self._hearing_lives = anyio.Lock()
-        if self.tls is not None:
-            self._server_context = self.tls.server_context()
-            self._client_context = self.tls.client_context()
+        self._contexts = contexts_of(self.tls, self._shared_contexts,
+                                     what=f"replica {self.replica_id} peer mesh")
         host, port = self.listen
         listener = await listen_tcp(host, port)
         async with listener, anyio.create_task_group() as group:
@@ -432,9 +435,9 @@ class PeerMesh:
                          host, port, error)
             return None
         tune_socket(stream)
-        if self._client_context is None:
+        if self._contexts is None:
             return await self._say_hello(stream, peer)
-        accepted = await tls_handshake(stream, self._client_context, server_side=False,
+        accepted = await tls_handshake(stream, self._contexts.client, server_side=False,
                                        metrics=self.metrics, timeout_s=self.handshake_timeout_s)
         if accepted is None:
             return None
@@ -524,9 +527,9 @@ class PeerMesh:
                       ) -> tuple[int, anyio.abc.ByteStream, FrameReader] | None:
         """The authenticated sender's id and its stream, or None (counted) if refused."""
         tune_socket(stream)
-        if self._server_context is None:
+        if self._contexts is None:
             return await self._hear_hello(stream, None)
-        accepted = await tls_handshake(stream, self._server_context, server_side=True,
+        accepted = await tls_handshake(stream, self._contexts.server, server_side=True,
                                        metrics=self.metrics, timeout_s=self.handshake_timeout_s)
         if accepted is None:
             return None

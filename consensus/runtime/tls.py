@@ -21,14 +21,23 @@ a client's is a configured default).
 start naming the file at fault: OpenSSL's own error for a file that is not a key is
 `[SSL] PEM lib`, naming none. It warns, naming the date, of a certificate that ends within
 CERT_EXPIRY_WARNING_DAYS: `cellar certs init` issues a whole cluster's certificates at once,
-so they all end at the same instant, and the contexts are built once, at start (a renewed
-pair is taken by a restart).
+so they all end at the same instant.
+
+A process's listeners and dialers share one `TlsContexts` and read its contexts at the start
+of each handshake. A replica's or a node agent's `CertWatch` (`cert_watch.py`) reads the files
+again every hour and, when they changed, `TlsConfig.load_checked` judges the new pair as a
+peer would (whole PEM, the key the certificate's, issued by a CA in the CA file, valid now,
+naming the same identity): a pair it takes serves every new connection and handshake (those
+up keep the context they began with until they reconnect); one it refuses leaves the old
+contexts in use. The CA file is read again with them, so a CA change (`certs.py`) is taken the
+same way.
 """
 
 from __future__ import annotations
 
 import datetime
 import enum
+import hashlib
 import logging
 import pathlib
 import re
@@ -187,9 +196,111 @@ class TlsConfig:
         left = ends - datetime.datetime.now(datetime.UTC)
         if left < datetime.timedelta(days=CERT_EXPIRY_WARNING_DAYS):
             logger.warning("%s ends at %s UTC, in %d day(s): issue a new one (`cellar certs "
-                           "issue`, after moving this pair aside) and restart with it before "
-                           "then; no peer accepts it after", self.cert_file,
+                           "issue`, after moving this pair aside) into its place before then "
+                           "(a running replica or agent takes it within the hour, without a "
+                           "restart); no peer accepts it after", self.cert_file,
                            f"{ends:%Y-%m-%d %H:%M}", left.days)
+
+    def stamp(self) -> bytes:
+        """A digest of the three files' bytes: what a watch compares to notice a change (a
+        rename over the file, a rewrite in place, a half-written file later completed).
+        OSError if one cannot be read."""
+        digest = hashlib.sha256()
+        for path in (self.ca_file, self.cert_file, self.key_file):
+            data = path.read_bytes()
+            digest.update(len(data).to_bytes(8, "big"))
+            digest.update(data)
+        return digest.digest()
+
+    def load(self) -> TlsMaterial:
+        """Both contexts, as at start: OSError (ssl.SSLError) or ValueError for files that
+        cannot be loaded at all; nothing else is judged (`check` does, for a command)."""
+        from cryptography import x509  # noqa: PLC0415 - as certs.py: only when needed
+
+        stamp = self.stamp()
+        certificate = x509.load_pem_x509_certificate(self.cert_file.read_bytes())
+        return TlsMaterial(server=self.server_context(), client=self.client_context(),
+                           stamp=stamp, serial=certificate.serial_number,
+                           not_before=certificate.not_valid_before_utc,
+                           not_after=certificate.not_valid_after_utc,
+                           identity=_identity_or_none(certificate))
+
+    def load_checked(self, now: datetime.datetime, *,
+                     identity: Identity | None = None) -> TlsMaterial:
+        """Both contexts from the files as they are now, once the pair is one every peer would
+        accept at `now`; TlsFileRefused naming the file and why otherwise: a file that cannot
+        be read or is not whole PEM (half-written), a key not the certificate's, a certificate
+        the CA file's CAs did not issue, one not yet valid or ended, one naming another
+        identity than `identity`, or files that changed while being read."""
+        from cryptography.exceptions import InvalidSignature  # noqa: PLC0415
+
+        try:
+            stamp = self.stamp()
+        except OSError as error:
+            path = pathlib.Path(error.filename) if error.filename else self.cert_file
+            raise TlsFileRefused(self._field_of(path), path,
+                                 f"cannot be read ({_reason(error)})") from error
+        certificate, authorities, key = self._parsed()
+        if _public_der(key.public_key()) != _public_der(certificate.public_key()):
+            raise TlsFileRefused("key", self.key_file,
+                                 f"is not the key of the certificate {self.cert_file}")
+        if certificate.not_valid_after_utc <= now:
+            raise TlsFileRefused("cert", self.cert_file, f"expired at "
+                                 f"{certificate.not_valid_after_utc:%Y-%m-%d %H:%M} UTC")
+        if certificate.not_valid_before_utc > now:
+            raise TlsFileRefused("cert", self.cert_file, f"is not valid before "
+                                 f"{certificate.not_valid_before_utc:%Y-%m-%d %H:%M} UTC")
+        if not any(_issued_by(certificate, authority, InvalidSignature)
+                   for authority in authorities):
+            raise TlsFileRefused("cert", self.cert_file,
+                                 f"was not issued by a CA in {self.ca_file}")
+        named = _identity_or_none(certificate)
+        if named is None:
+            raise TlsFileRefused("cert", self.cert_file, f"names no one {IDENTITY_SCHEME}:// "
+                                                         "identity")
+        if identity is not None and named != identity:
+            raise TlsFileRefused("cert", self.cert_file, f"names {named}, not {identity}")
+        try:
+            server, client = self.server_context(), self.client_context()
+        except OSError as error:  # ssl.SSLError too
+            raise self._refusal(error) from error
+        try:
+            unchanged = self.stamp() == stamp
+        except OSError:
+            unchanged = False
+        if not unchanged:
+            raise TlsFileRefused("cert", self.cert_file, "changed while being read (a renewal "
+                                 "being written?): looked at again later")
+        return TlsMaterial(server=server, client=client, stamp=stamp,
+                           serial=certificate.serial_number,
+                           not_before=certificate.not_valid_before_utc,
+                           not_after=certificate.not_valid_after_utc, identity=named)
+
+    def _parsed(self) -> tuple[Any, list[Any], Any]:
+        """The certificate, the CA file's certificates and the key, each whole PEM;
+        TlsFileRefused naming the first file that is not."""
+        from cryptography import x509  # noqa: PLC0415 - as certs.py: only when needed
+        from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
+
+        try:
+            certificate = x509.load_pem_x509_certificate(self.cert_file.read_bytes())
+        except (OSError, ValueError) as error:
+            raise TlsFileRefused("cert", self.cert_file, "is not a whole PEM certificate "
+                                 "(half-written?)") from error
+        try:
+            authorities = x509.load_pem_x509_certificates(self.ca_file.read_bytes())
+        except (OSError, ValueError) as error:
+            raise TlsFileRefused("ca", self.ca_file, "holds no whole PEM certificate "
+                                 "(half-written?)") from error
+        try:
+            key = serialization.load_pem_private_key(self.key_file.read_bytes(), None)
+        except (OSError, ValueError, TypeError) as error:
+            raise TlsFileRefused("key", self.key_file, "is not a whole, unencrypted PEM "
+                                 "private key (half-written?)") from error
+        return certificate, authorities, key
+
+    def _field_of(self, path: pathlib.Path) -> str:
+        return {self.ca_file: "ca", self.key_file: "key"}.get(path, "cert")
 
     def expires_at(self) -> datetime.datetime:
         """When the certificate ends (UTC); ValueError if it is not a PEM certificate."""
@@ -237,6 +348,97 @@ class TlsConfig:
                                   f"does not match the certificate {self.cert_file}")
         return TlsFileRefused("key", self.key_file, f"is not a usable private key "
                                                     f"({_reason(error)})")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TlsMaterial:
+    """One reading of a party's files: its two contexts, the digest of the files they were
+    built from (`TlsConfig.stamp`), and the certificate they present."""
+
+    server: ssl.SSLContext
+    client: ssl.SSLContext
+    stamp: bytes
+    serial: int
+    not_before: datetime.datetime
+    not_after: datetime.datetime
+    identity: Identity | None
+
+
+class TlsContexts:
+    """The contexts one process accepts and dials with, shared by its listeners and dialers.
+
+    Every handshake reads `server` or `client` as it starts, so `take` (a `CertWatch` taking a
+    renewed pair) changes what every new connection presents and trusts, and no connection
+    already up. Built at once from `tls`: OSError or ValueError as `TlsConfig.load`.
+    """
+
+    def __init__(self, tls: TlsConfig) -> None:
+        self.tls = tls
+        self.material = tls.load()
+        self.taken = 0  # pairs taken since the start
+
+    @property
+    def server(self) -> ssl.SSLContext:
+        return self.material.server
+
+    @property
+    def client(self) -> ssl.SSLContext:
+        return self.material.client
+
+    @property
+    def ends(self) -> datetime.datetime:
+        """When the certificate presented now ends."""
+        return self.material.not_after
+
+    def take(self, material: TlsMaterial) -> TlsMaterial:
+        """Present `material` from the next handshake on; the material it replaces."""
+        replaced, self.material = self.material, material
+        self.taken += 1
+        return replaced
+
+
+def contexts_of(tls: TlsConfig | None, shared: TlsContexts | None, *, what: str,
+                ) -> TlsContexts | None:
+    """`shared` (a process's, which its `CertWatch` renews), else contexts of `tls` built now
+    and never renewed; None for plain TCP. ValueError if `shared` is of other files."""
+    if shared is None:
+        return None if tls is None else TlsContexts(tls)
+    if shared.tls != tls:
+        raise ValueError(f"{what}: contexts of {shared.tls.cert_file}, configured with "
+                         f"{None if tls is None else tls.cert_file}")
+    return shared
+
+
+def _identity_or_none(certificate: Any) -> Identity | None:
+    """The identity a `cryptography` certificate names, or None if it names none."""
+    from cryptography import x509  # noqa: PLC0415 - as certs.py: only when needed
+
+    try:
+        names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName)
+    except x509.ExtensionNotFound:
+        return None
+    uris = names.value.get_values_for_type(x509.UniformResourceIdentifier)
+    try:
+        return identity_from_certificate({"subjectAltName": tuple(("URI", uri)
+                                                                  for uri in uris)})
+    except IdentityRefused:
+        return None
+
+
+def _public_der(key: Any) -> bytes:
+    """A public key's encoding, to compare two keys."""
+    from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
+
+    return bytes(key.public_bytes(serialization.Encoding.DER,
+                                  serialization.PublicFormat.SubjectPublicKeyInfo))
+
+
+def _issued_by(certificate: Any, authority: Any, invalid: type[Exception]) -> bool:
+    try:
+        certificate.verify_directly_issued_by(authority)
+    except (ValueError, TypeError, invalid):
+        return False
+    return True
 
 
 class TlsFileRefused(ValueError):

@@ -3,8 +3,8 @@
 A replica or a node agent that started with months left crossed the last 30 days, and the
 certificate's end, in silence: `TlsConfig.check` warns only at start, and peers log only INFO
 lines as they refuse it. The watch logs a WARNING once at each of 30, 7 and 1 days left and an
-ERROR once at the end; a renewed file on disk (which only a restart presents) says the current
-line once more, with "restart" as the advice. Its clock is a fake one here: no test waits.
+ERROR once at the end; a renewed pair on disk is taken (`test_cert_reload.py`), and the lines
+then judge it. Its clock is a fake one here: no test waits.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from consensus.runtime.data_identity import DataIdentity
 from consensus.runtime.node import ReplicaNode
 from consensus.runtime.node_config import load_node_config
 from consensus.runtime.storage import DurableLog
-from consensus.runtime.tls import Identity, IdentityRole, TlsConfig
+from consensus.runtime.tls import Identity, IdentityRole, TlsConfig, TlsContexts
 from statemachine.store import GpuStore
 from tests.agent.agent_support import agent_config
 
@@ -78,7 +78,8 @@ def test_each_line_and_the_end_are_said_once(authority: CertificateAuthority,
                                             tmp_path: pathlib.Path,
                                             caplog: pytest.LogCaptureFixture) -> None:
     clock = FakeClock()
-    watch = CertWatch(write_pair(authority, tmp_path, days=40), "replica 0", clock=clock)
+    watch = CertWatch(TlsContexts(write_pair(authority, tmp_path, days=40)), "replica 0",
+                      clock=clock)
     ends = watch.presented_ends
     caplog.set_level(logging.INFO, logger="cellar.transport")
     for left, expected in [
@@ -105,7 +106,8 @@ def test_a_start_past_two_lines_says_the_nearer_one_only(
         authority: CertificateAuthority, tmp_path: pathlib.Path,
         caplog: pytest.LogCaptureFixture) -> None:
     clock = FakeClock()
-    watch = CertWatch(write_pair(authority, tmp_path, days=40), "node agent n0", clock=clock)
+    watch = CertWatch(TlsContexts(write_pair(authority, tmp_path, days=40)), "node agent n0",
+                      clock=clock)
     clock.now = watch.presented_ends - 5 * DAY
     caplog.set_level(logging.INFO, logger="cellar.transport")
     watch.look()
@@ -114,40 +116,34 @@ def test_a_start_past_two_lines_says_the_nearer_one_only(
     assert len(lines) == 1 and "(under 7)" in lines[0][1], lines
 
 
-def test_a_renewed_file_says_the_line_again_with_restart_as_the_advice(
+def test_a_renewed_file_is_taken_and_the_lines_judge_it(
         authority: CertificateAuthority, tmp_path: pathlib.Path,
         caplog: pytest.LogCaptureFixture) -> None:
     clock = FakeClock()
     tls = write_pair(authority, tmp_path, days=40)
-    watch = CertWatch(tls, "replica 0", clock=clock)
+    watch = CertWatch(TlsContexts(tls), "replica 0", clock=clock)
     ends = watch.presented_ends
     caplog.set_level(logging.INFO, logger="cellar.transport")
     clock.now = ends - 6 * DAY
     watch.look()
-    assert len(said(caplog)) == 1  # the 7-day line
-    write_pair(authority, tmp_path, days=365)  # renewed on disk, the process not restarted
-    watch.look()
-    renewed = watch.renewed_ends
-    assert renewed is not None and renewed > ends + 300 * DAY
-    info = [record.getMessage() for record in caplog.records if record.levelno == logging.INFO]
-    assert len(info) == 1 and "restart to present it" in info[0], info
     lines = said(caplog)
     assert len(lines) == 1 and "(under 7)" in lines[0][1], lines
-    assert "restart to present it" in lines[0][1] and "cellar certs issue" not in lines[0][1]
+    assert "without a restart" in lines[0][1] and "restart with" not in lines[0][1]
+    write_pair(authority, tmp_path, days=365)  # renewed on disk, the process not restarted
     watch.look()
-    assert said(caplog) == []
-    # what the process presents is still the old certificate: the lines and the end go on
-    assert watch.seconds_left() == (ends - clock.now).total_seconds()
-    clock.now = ends - HOUR
-    watch.look()
-    clock.now = ends + HOUR
-    watch.look()
-    watch.look()
-    levels = [(level, "restart to present it" in line) for level, line in said(caplog)]
-    assert levels == [(logging.WARNING, True), (logging.ERROR, True)]
+    renewed = watch.presented_ends
+    assert renewed > ends + 300 * DAY and watch.contexts.taken == 1
+    info = [record.getMessage() for record in caplog.records if record.levelno == logging.INFO]
+    assert len(info) == 1 and "took the renewed" in info[0], info
+    assert said(caplog) == []  # the new certificate is far from its lines
+    assert watch.seconds_left() == (renewed - clock.now).total_seconds()
     status = watch.status()
-    assert status["cert_days_left"] == -1
-    assert status["cert_renewed_expires_at"] == f"{renewed:%Y-%m-%dT%H:%M:%SZ}"
+    assert status["cert_expires_at"] == f"{renewed:%Y-%m-%dT%H:%M:%SZ}"
+    assert "cert_files_refused" not in status
+    clock.now = renewed - 20 * DAY
+    watch.look()
+    lines = said(caplog)
+    assert len(lines) == 1 and "(under 30)" in lines[0][1], lines
 
 
 def test_a_file_that_cannot_be_read_is_said_once(authority: CertificateAuthority,
@@ -155,7 +151,7 @@ def test_a_file_that_cannot_be_read_is_said_once(authority: CertificateAuthority
                                                  caplog: pytest.LogCaptureFixture) -> None:
     clock = FakeClock()
     tls = write_pair(authority, tmp_path, days=400)
-    watch = CertWatch(tls, "replica 0", clock=clock)
+    watch = CertWatch(TlsContexts(tls), "replica 0", clock=clock)
     clock.now = watch.presented_ends - 100 * DAY
     caplog.set_level(logging.INFO, logger="cellar.transport")
     watch.look()
@@ -165,15 +161,17 @@ def test_a_file_that_cannot_be_read_is_said_once(authority: CertificateAuthority
     watch.look()
     lines = said(caplog)
     assert len(lines) == 1 and "cannot be read" in lines[0][1], lines
+    assert str(tls.cert_file) in lines[0][1]
     assert watch.seconds_left() == 100 * DAY.total_seconds()  # it still presents the old one
+    assert "cannot be read" in watch.status()["cert_files_refused"]
 
 
 @pytest.mark.anyio
 async def test_the_task_looks_every_period(authority: CertificateAuthority,
                                            tmp_path: pathlib.Path) -> None:
     clock = FakeClock()
-    watch = CertWatch(write_pair(authority, tmp_path, days=40), "replica 0", clock=clock,
-                      period_s=0.001)
+    watch = CertWatch(TlsContexts(write_pair(authority, tmp_path, days=40)), "replica 0",
+                      clock=clock, period_s=0.001)
     with anyio.fail_after(10):
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(watch.run)
@@ -181,7 +179,7 @@ async def test_the_task_looks_every_period(authority: CertificateAuthority,
                 await anyio.sleep(0.001)
             tasks.cancel_scope.cancel()
     with pytest.raises(ValueError, match="period_s"):
-        CertWatch(watch.tls, "replica 0", period_s=0)
+        CertWatch(watch.contexts, "replica 0", period_s=0)
 
 
 def test_a_replica_under_tls_carries_its_certificates_end(tmp_path: pathlib.Path) -> None:
@@ -219,7 +217,7 @@ def test_a_plain_tcp_replica_carries_none(tmp_path: pathlib.Path) -> None:
 def _answer(replica: int, **cert: Any) -> dict[str, Any]:
     return {"endpoint": f"127.0.0.1:{7100 + replica}", "running": True, "replica_id": replica,
             "is_sequencer": replica == 0, "view": 0, "status": "normal", "sequencer": 0,
-            "executed_slots": 5, "commit_prefix": 5, "peers_connected": [], "replica_count": 4,
+            "executed_slots": 5, "commit_prefix": 5, "peers_connected": [], "replica_count": 5,
             **cert}
 
 
@@ -228,19 +226,27 @@ def test_the_table_shows_days_left_and_flags_a_near_end() -> None:
         _answer(0, cert_expires_at="2027-11-01T00:00:00Z", cert_days_left=300),
         _answer(1, cert_expires_at="2026-12-20T10:00:00Z", cert_days_left=12),
         _answer(2, cert_expires_at="2026-11-01T10:00:00Z", cert_days_left=-3,
-                cert_renewed_expires_at="2027-11-01T00:00:00Z"),
-        _answer(3)]  # plain TCP, or a build that does not say
+                cert_renewed_expires_at="2027-11-01T00:00:00Z"),  # a build before renewals
+        _answer(3, cert_expires_at="2026-12-10T10:00:00Z", cert_days_left=2,
+                cert_files_refused="certs/replica-3.key is not the key of the certificate"),
+        _answer(4)]  # plain TCP, or a build that does not say
     lines = ops_cli.status_table(statuses)
     assert lines[0].endswith(" peers    cert")
     assert lines[1].endswith(" 300d") and len(lines[1]) == len(lines[0])
     assert lines[2].endswith(" 12d!")
     assert lines[3] == ("        certificate: ends at 2026-12-20T10:00:00Z, in 12 day(s); "
-                        "issue a new one (`cellar certs issue`) and restart the replica with it")
+                        "issue a new one (`cellar certs issue`) into its place: the replica "
+                        "takes it within the hour, without a restart")
     assert lines[4].endswith(" expired")
     assert lines[5] == ("        certificate: ended at 2026-11-01T10:00:00Z: no peer accepts "
                         "it; a renewed one (ends 2027-11-01T00:00:00Z) is on disk: restart "
                         "the replica")
-    assert lines[6].endswith(" -") and len(lines) == 7
+    assert lines[6].endswith(" 2d!")
+    assert lines[7] == ("        certificate: ends at 2026-12-10T10:00:00Z, in 2 day(s); the "
+                        "files on disk are refused (certs/replica-3.key is not the key of the "
+                        "certificate): put a valid pair in their place (taken within the "
+                        "hour, no restart)")
+    assert lines[8].endswith(" -") and len(lines) == 9
 
 
 def test_the_json_carries_it(monkeypatch: pytest.MonkeyPatch,
