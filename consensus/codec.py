@@ -9,6 +9,7 @@ either returns a fully checked object or raises `InvalidMessage` with the reason
 from __future__ import annotations
 
 import dataclasses
+import operator
 import types
 import typing
 from collections.abc import Callable
@@ -172,11 +173,13 @@ def _codec_for(hint: Any, name: str) -> tuple[_Encoder, _Decoder]:
     if origin in (types.UnionType, typing.Union) and type(None) in arguments:
         inner = next(argument for argument in arguments if argument is not type(None))
         encode_inner, decode_inner = _codec_for(inner, name)
-        return (lambda value: None if value is None else encode_inner(value),
+        return (_identity if encode_inner is _identity  # None or the value, as it is
+                else lambda value: None if value is None else encode_inner(value),
                 lambda raw, where: None if raw is None else decode_inner(raw, where))
     if origin is tuple and len(arguments) == 2 and arguments[1] is Ellipsis:
         encode_item, decode_item = _codec_for(arguments[0], name)
-        return (lambda value: [encode_item(item) for item in value],
+        return (list if encode_item is _identity  # the same items, as an array
+                else lambda value: [encode_item(item) for item in value],
                 lambda raw, where: tuple([
                     decode_item(item, where)
                     for item in expect_list(raw, where, length_max=ITEMS_MAX)]))
@@ -237,9 +240,23 @@ def _dataclass_codec(cls: type) -> tuple[_Encoder, _Decoder]:
     decoders = [decode for _, decode in codecs]
     label = cls.__name__
 
-    def encode(value: Any) -> list[Any]:
-        return [encoder(getattr(value, name)) for encoder, name in zip(encoders, names,
-                                                                        strict=True)]
+    # Every message and record on every visit passes here: the fields are read in one call,
+    # and only those whose encoding differs from their value (a batch, a tuple of nested
+    # dataclasses, ...) go through their encoder.
+    converted = [(position, encoder) for position, encoder in enumerate(encoders)
+                 if encoder is not _identity]
+    if len(names) < 2:  # attrgetter hands back a tuple only for two names or more
+        def encode(value: Any) -> list[Any]:
+            return [encoder(getattr(value, name)) for encoder, name in zip(encoders, names,
+                                                                            strict=True)]
+    else:
+        read_fields = operator.attrgetter(*names)
+
+        def encode(value: Any) -> list[Any]:
+            fields = list(read_fields(value))
+            for position, encoder in converted:
+                fields[position] = encoder(fields[position])
+            return fields
 
     places = [f"{label}.{name}" for name in names]  # where a fault is named, made once
     count = len(names)
@@ -275,8 +292,11 @@ def encode_message(message: Message) -> bytes:
 
 def encode_messages(messages: list[Message]) -> bytes:
     """Several messages to one peer in one frame (message merging)."""
-    return pack([[_MESSAGE_ENCODERS[type(message)][0],
-                  *_MESSAGE_ENCODERS[type(message)][1](message)] for message in messages])
+    encoded: list[list[Any]] = []
+    for message in messages:
+        tag, encode = _MESSAGE_ENCODERS[type(message)]
+        encoded.append([tag, *encode(message)])
+    return pack(encoded)
 
 
 def frame_of_encoded(encoded: list[bytes]) -> bytes:
@@ -296,8 +316,9 @@ def decode_message(data: bytes) -> Message:
 
 
 def decode_messages(data: bytes) -> list[Message]:
-    raw = expect_list(unpack(data, bytes_max=MESSAGE_BYTES_MAX, what="frame"), "frame",
-                      length_max=ITEMS_MAX)
+    raw = unpack(data, bytes_max=MESSAGE_BYTES_MAX, what="frame")
+    if type(raw) is not list or len(raw) > ITEMS_MAX:
+        expect_list(raw, "frame", length_max=ITEMS_MAX)  # raises, naming what was wrong
     return [_decode_tagged(item, _MESSAGES, "message") for item in raw]
 
 
@@ -313,6 +334,12 @@ def decode_record(data: bytes) -> Record:
 
 def _decode_tagged(raw: Any, table: dict[int, tuple[type, _Encoder, _Decoder]],
                    what: str) -> Any:
+    # The valid case checked inline (every message of every frame from a peer comes here);
+    # the `expect_*` calls below only name a fault.
+    if type(raw) is list and 0 < len(raw) <= ITEMS_MAX and type(raw[0]) is int:
+        entry = table.get(raw[0])
+        if entry is not None:
+            return entry[2](raw[1:], entry[0].__name__)
     items = expect_list(raw, what, length_max=ITEMS_MAX)
     if not items:
         raise InvalidMessage(f"{what}: empty")

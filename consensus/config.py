@@ -99,13 +99,14 @@ class ReplicaConfig:
     def faults_tolerated(self) -> int:
         return self.replica_count // 2
 
-    @property
-    def peers(self) -> tuple[int, ...]:
-        """Other replicas in preference order."""
-        if self.peer_order:
-            return self.peer_order
+    # Other replicas in preference order: `peer_order`, else id+1, id+2, ... Made once, in
+    # `__post_init__` (the core reads it several times a message).
+    peers: tuple[int, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
         count = self.replica_count
-        return tuple((self.replica_id + step) % count for step in range(1, count))
+        object.__setattr__(self, "peers", self.peer_order or tuple(
+            (self.replica_id + step) % count for step in range(1, count)))
 
     def sequencer_of(self, view: int) -> int:
         return view % self.replica_count

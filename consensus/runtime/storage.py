@@ -255,8 +255,10 @@ class DurableLog:
         self._records.extend(records)
         self._size += len(data)
         self._unsynced = True
-        if any(isinstance(record, SnapshotRecord) for record in records):
-            self._snapshot_unsynced = True
+        for record in records:  # a loop, not any() over a generator: one append a Ready
+            if isinstance(record, SnapshotRecord):
+                self._snapshot_unsynced = True
+                break
 
     @property
     def compaction_due(self) -> bool:
