@@ -22,7 +22,7 @@ from cellar.kv.codec import (
     encode_reply,
     encode_snapshot,
 )
-from consensus.codec import decode_envelope
+from consensus.codec import decode_envelope_fields
 from consensus.errors import InvalidMessage
 from statemachine.sessions import Session, Sessions, command_checksum, session_key
 
@@ -44,33 +44,37 @@ class KvMachine:
         self.now_ms = 0  # the latest proposer's stamp applied: the sessions' clock
 
     def apply(self, command: bytes) -> bytes:
+        # Every replica applies every command: its envelope's fields are read as a tuple, no
+        # Envelope built (consensus/codec.py), and a command without a session (sequence 0)
+        # skips the table.
         try:
-            envelope = decode_envelope(command)
-            operation, key, value = decode_request(envelope.body)
+            principal, session, sequence, stamp_ms, body = decode_envelope_fields(command)
+            operation, key, value = decode_request(body)
         except InvalidMessage:
             return encode_reply(Code.BAD_REQUEST)
         if operation is not Operation.PUT:
             return encode_reply(Code.BAD_REQUEST)
-        name = session_key(envelope.principal, envelope.session)
-        now_ms = max(self.now_ms, envelope.now_ms)
-        if envelope.sequence and name not in self.sessions.table:
+        if not sequence:
+            self.now_ms = max(self.now_ms, stamp_ms)
+            return self._put(key, value)
+        sessions = self.sessions
+        name = session_key(principal, session)
+        now_ms = max(self.now_ms, stamp_ms)
+        if name not in sessions.table:
             # Opening a session may expire others by this clock: the machine keeps it, even
             # if the command is refused, or a late copy of a forgotten session's command
             # would be judged by a clock behind the one that forgot it, and open it again.
             self.now_ms = now_ms
-        if envelope.sequence:
-            checksum = command_checksum(envelope.body)
-            verdict, cached = self.sessions.lookup(name, envelope.sequence, envelope.now_ms,
-                                                   now_ms, checksum)
-            if verdict == "retry":
-                return cached
-            if verdict != "new":
-                return encode_reply(_REFUSALS[verdict])
+        checksum = command_checksum(body)
+        verdict, cached = sessions.lookup(name, sequence, stamp_ms, now_ms, checksum)
+        if verdict == "retry":
+            return cached
+        if verdict != "new":
+            return encode_reply(_REFUSALS[verdict])
         self.now_ms = now_ms
         reply = self._put(key, value)
-        if envelope.sequence:  # a refusal too: a retry of it gets the same answer
-            self.sessions.record(name, envelope.sequence, reply, self.now_ms + SESSION_TTL_MS,
-                                 checksum)
+        # a refusal too: a retry of it gets the same answer
+        sessions.record(name, sequence, reply, now_ms + SESSION_TTL_MS, checksum)
         return reply
 
     def _put(self, key: bytes, value: bytes) -> bytes:

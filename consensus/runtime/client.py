@@ -64,7 +64,7 @@ from consensus.runtime.client_codec import (
     encode_request,
 )
 from consensus.runtime.connect import ConnectRefused
-from consensus.runtime.deadlines import Deadlines, Waiter, loop_clock
+from consensus.runtime.deadlines import Awaited, loop_clock
 from consensus.runtime.framing import TransportError
 from consensus.runtime.outbox import Outbox
 from consensus.runtime.sequencer_route import SequencerRoute
@@ -243,8 +243,7 @@ class _Connection:
     def __init__(self, endpoint: str, stream: FrameStream) -> None:
         self.endpoint = endpoint
         self._stream = stream
-        self._waiting: dict[int, Waiter[Response]] = {}
-        self.deadlines: Deadlines[Response] = Deadlines()  # made in the event loop
+        self.answers: Awaited[Response] = Awaited()  # by request id; made in the event loop
         self._ids = 0
         self.outbox = Outbox(stream)  # requests of every caller, many per write
         self.broken = False
@@ -254,9 +253,7 @@ class _Connection:
         try:
             while True:
                 response = decode_response(await self._stream.receive())
-                waiter = self._waiting.pop(response.request_id, None)
-                if waiter is not None:
-                    waiter.finish(response)
+                self.answers.answer(response.request_id, response)
         except _BROKEN:
             pass
         finally:
@@ -268,10 +265,7 @@ class _Connection:
         the writer, which ends."""
         self.broken = True
         self.outbox.close()
-        for waiter in self._waiting.values():
-            waiter.finish(None)
-        self._waiting.clear()
-        self.deadlines.close()
+        self.answers.close()
 
     async def request(self, encode: Encode, deadline: float) -> Response | None:
         """The response to `encode(request id)`, or None once `deadline` (anyio's clock)
@@ -279,18 +273,18 @@ class _Connection:
         if self.broken:
             return None
         self._ids += 1
-        request_id, waiter = self._ids, self.deadlines.waiter(deadline)
-        self._waiting[request_id] = waiter
-        try:
+        request_id = self._ids
+        try:  # queued before the answer is awaited: nothing can answer before this yields
             self.outbox.put(encode(request_id))
-            await waiter.signal()
-        except anyio.BrokenResourceError:  # from put: the writer ended
+        except anyio.BrokenResourceError:  # the writer ended
             return None
-        except ValueError as error:  # from put: over the frame cap, so never queued
+        except ValueError as error:  # over the frame cap, so never queued
             raise Rejected(f"{error}; not sent") from None
+        answer = self.answers.wait(request_id, deadline)
+        try:
+            return await answer
         finally:
-            self._waiting.pop(request_id, None)
-        return waiter.answer
+            self.answers.forget(request_id)
 
     async def request_held(self, encode: Encode, deadline: float) -> Response | None:
         """`request`, for one the replica holds by design (a watch): given up on unanswered
@@ -412,7 +406,7 @@ class CellarClient:
         self._connections[endpoint] = connection  # before any waiter runs: no await since
         self._tasks.start_soon(connection.read_responses)
         self._tasks.start_soon(connection.write_requests)
-        self._tasks.start_soon(connection.deadlines.run)
+        self._tasks.start_soon(connection.answers.run)
         return connection
 
     def _rotation(self, now: float) -> list[str]:

@@ -2,16 +2,18 @@
 
 A client with hundreds of requests in flight on one connection used to wait for each answer in
 a cancel scope of its own; entering and leaving one arms and disarms a loop timer and reads the
-clock twice, and under load that was a fifth of the client's CPU (py-spy). Here a request waits
-on a `Waiter` whose deadline (anyio's clock) sits in an `ExpiryHeap`; one task sleeps until the
-earliest deadline and expires every waiter past it. The driver keeps its callbacks' deadlines
-in an `ExpiryHeap` too, polled from its loop.
+clock twice, and under load that was a fifth of the client's CPU (py-spy). Here a connection's
+requests wait in an `Awaited`, by request id, with their deadlines (anyio's clock) in an
+`ExpiryHeap`; one task sleeps until the earliest deadline and expires every request past it.
+The driver keeps its callbacks' deadlines in an `ExpiryHeap` too, polled from its loop.
 
-On asyncio a waiter sleeps on a bare future of the running loop: anyio's `Event` wraps an
-asyncio `Event`, whose creation and wait were another fifth of the client's CPU. On any other
-backend (trio) it sleeps on an anyio `Event`. Either wait is cancelled like any other. A
-`Doorbell` is the same wait for one task woken again and again, by a ring or a timeout: the
-deadline task, the driver's inbox and the outboxes sleep on one.
+On asyncio a request waits on a bare future of the running loop, which its answer settles:
+anyio's `Event` wraps an asyncio `Event`, whose creation and wait were another fifth of the
+client's CPU, and a `Waiter` object of our own per request a few percent more. On any other
+backend (trio) it waits on a `Waiter`, which sleeps on an anyio `Event`. Either wait is
+cancelled like any other. A `Doorbell` is the same wait for one task woken again and again, by
+a ring or a timeout: the deadline task, the driver's inbox and the outboxes sleep on one; the
+session pool's callers waiting their turn wait on Waiters.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import asyncio
 import collections
 import heapq
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Generator
 from typing import Generic, TypeVar
 
 import anyio
@@ -119,6 +121,10 @@ class Waiter(Generic[T]):
         await self.signal()
         return self.answer
 
+    def __await__(self) -> Generator[object, None, T | None]:
+        """`await waiter` is `await waiter.wait()`, the coroutine made only once awaited."""
+        return self.wait().__await__()
+
     def signal(self) -> Awaitable[object]:
         """What to await before reading `answer`: on asyncio the bare future itself, so a
         caller on the hot path spends no coroutine of its own on the wait."""
@@ -172,45 +178,81 @@ class Doorbell:
                 self._sleeper = None
 
 
-class Deadlines(Generic[T]):
-    """Expires waiters at their deadlines; `run` is the one task that does it. Made, and
-    used, inside one event loop."""
+class Awaited(Generic[T]):
+    """Answers awaited by key (a connection's request ids), each given up at its deadline:
+    `wait` hands back what to await, `answer` settles it, `run` is the one task that expires
+    them. On asyncio each key waits on a bare future of the loop, kept in one dict and settled
+    through it (a `Waiter` per request, its own heap entry and a call to ask whether it was
+    still open had been a tenth of the client's CPU under load); on another backend (trio) on
+    a Waiter. Made, and used, inside one event loop."""
 
     def __init__(self) -> None:
         self._loop = running_asyncio_loop()
         self._now = loop_clock()
-        self._heap: ExpiryHeap[Waiter[T]] = ExpiryHeap(lambda waiter: waiter.open)
+        self._open: dict[int, asyncio.Future[T | None] | Waiter[T]] = {}
+        # A key answered (or forgotten) leaves `_open`, and the heap drops it when rebuilt.
+        self._heap: ExpiryHeap[int] = ExpiryHeap(self._open.__contains__)
         self._armed_until = math.inf  # when `run` next wakes on its own
         self._rearm = Doorbell()  # rung when `run` must wake before then
         self._closed = False
 
-    def close(self) -> None:
-        """Expire every waiter now and end `run`; later waiters expire as soon as made."""
-        self._closed = True
-        self._armed_until = -math.inf
-        self.expire_due(math.inf)
-        self._rearm.ring()
-
-    def waiter(self, deadline: float) -> Waiter[T]:
-        """A new waiter, expired at `deadline` (anyio.current_time's clock) unless finished
-        first."""
-        waiter: Waiter[T] = Waiter(self._loop)
-        if self._closed:
-            waiter.finish(None)
-            return waiter
-        self._heap.push(deadline, waiter)
-        if deadline < self._armed_until:
-            self._rearm.ring()
-        return waiter
-
     def __len__(self) -> int:
-        """Heap entries, finished waiters not yet dropped included."""
+        """Heap entries, keys answered and not yet dropped included."""
         return len(self._heap)
 
+    @property
+    def waiting(self) -> int:
+        """Keys awaited now."""
+        return len(self._open)
+
+    def wait(self, key: int, deadline: float) -> Awaitable[T | None]:
+        """What to await for `key`'s answer: it, or None once `deadline` (anyio.current_time's
+        clock) passed or the answers were closed. `forget(key)` once done with it. A key may
+        wait once at a time."""
+        if self._closed:
+            closed: Waiter[T] = Waiter(None)
+            closed.finish(None)
+            return closed
+        loop = self._loop
+        if loop is not None:
+            future: asyncio.Future[T | None] = loop.create_future()
+            self._open[key] = future
+            awaited: Awaitable[T | None] = future
+        else:
+            waiter: Waiter[T] = Waiter(None)
+            self._open[key] = waiter
+            awaited = waiter
+        self._heap.push(deadline, key)
+        if deadline < self._armed_until:
+            self._rearm.ring()
+        return awaited
+
+    def answer(self, key: int, answer: T | None) -> None:
+        """Wake `key`'s waiter with `answer`; nothing when it waits no longer."""
+        waiting = self._open.pop(key, None)
+        if waiting is None:
+            return
+        if isinstance(waiting, Waiter):
+            waiting.finish(answer)
+        elif not waiting.done():  # done: its waiter was cancelled
+            waiting.set_result(answer)
+
+    def forget(self, key: int) -> None:
+        """`key` is no longer awaited (answered, expired or its waiter cancelled)."""
+        self._open.pop(key, None)
+
+    def close(self) -> None:
+        """Wake every waiter with None now and end `run`; later keys get None at once."""
+        self._closed = True
+        self._armed_until = -math.inf
+        for key in list(self._open):
+            self.answer(key, None)
+        self._rearm.ring()
+
     def expire_due(self, now: float) -> None:
-        """Finish, without an answer, every waiter whose deadline is at or before `now`."""
-        for waiter in self._heap.due(now):
-            waiter.finish(None)
+        """Wake, with None, every waiter whose deadline is at or before `now`."""
+        for key in self._heap.due(now):
+            self.answer(key, None)
 
     async def run(self) -> None:
         """Expire waiters as their deadlines pass, until closed (or cancelled)."""
@@ -219,7 +261,6 @@ class Deadlines(Generic[T]):
             self.expire_due(now)
             self._armed_until = self._heap.earliest
             await self._rearm.sleep(self._armed_until - now)
-
 
 def loop_clock() -> Callable[[], float]:
     """anyio.current_time's clock, looked up once: on asyncio the running loop's own `time`

@@ -60,7 +60,7 @@ async def test_unanswered_commands_and_reads_end_at_their_deadline() -> None:
                 await client.read(b"get", deadline_s=0.2)
             connections = list(client._connections.values())
     assert set(heard) == {"a", "b"}  # no answer from one replica: the next one is tried
-    assert all(not connection._waiting for connection in connections)
+    assert all(not connection.answers.waiting for connection in connections)
 
 
 class Dialer:
@@ -361,7 +361,7 @@ async def test_a_watch_given_up_on_is_called_off_while_its_connection_stays_up()
                 await client.read(b"query")
             await client.status("a")  # sent after the Cancels: they went out before it
             connection = client._connections["a"]
-            assert not connection.broken and not connection._waiting
+            assert not connection.broken and not connection.answers.waiting
     assert len(replica.ids(Watch)) == 2
     assert replica.ids(Cancel) == replica.ids(Watch)
 
