@@ -136,7 +136,8 @@ class CertWatch:
             return
         presented = self.contexts.material
         try:
-            material = self.tls.load_checked(now, identity=presented.identity)
+            material = self.tls.load_checked(now, identity=presented.identity,
+                                             presented=presented)
         except TlsFileRefused as refusal:
             if self._refused != (stamp, str(refusal)):
                 self._refused = (stamp, str(refusal))

@@ -13,8 +13,13 @@ So a replica's stamps follow the time that passed, by a monotonic clock that cou
 suspended machine's sleep (`BOOT_CLOCK`), anchored to the wall clock at start. Each reading
 compares them with the wall clock:
 
-- within `STEP_DETECT_MS` of it (ordinary drift, NTP's own slewing, jitter), the stamp is the
-  wall clock's reading, as before, held at the last one should the wall be a little behind;
+- within `STEP_DETECT_MS` of it, plus `DRIFT_PPM_MAX` of the time since the last reading
+  (ordinary drift, NTP's own slewing, jitter), the stamp is the wall clock's reading, as
+  before, held at the last one should the wall be a little behind. The allowance grows with
+  the time passed: a clock read seldom (an idle follower, read again once it is sequencer)
+  whose monotonic clock runs at another rate than the wall (NTP slewing one and not the
+  other, up to 500 ppm) would otherwise see every reading as a new step, never slew, and fall
+  behind the wall by more at each;
 - farther, a step: the stamp does not jump, it slews toward the wall clock by at most
   `SLEW_PPM` of the time passed (10 ms a second), running faster toward a wall ahead and
   slower toward one behind, never backwards, from the reading that saw the step on. A WARNING
@@ -52,6 +57,7 @@ BOOT_CLOCK: Callable[[], float] = (
     functools.partial(time.clock_gettime, time.CLOCK_BOOTTIME)
     if hasattr(time, "CLOCK_BOOTTIME") else time.monotonic)
 STEP_DETECT_MS = 1_000  # wall and stamps farther apart than this: a step, slewed (docstring)
+DRIFT_PPM_MAX = 500  # how fast the two clocks may drift apart unstepped: NTP's slew bound
 SLEW_PPM = 10_000  # how much faster or slower than real time the stamps run while slewing
 PPM = 1_000_000
 
@@ -92,7 +98,9 @@ class StampClock:
         self._seen_s = max(self._seen_s, seen_s)
         free_ms = self._stamp_ms + passed_ms  # the stamps, had nothing corrected them
         gap_ms = wall_ms - free_ms
-        if abs(gap_ms) <= self.step_detect_ms:
+        # the gap the clocks' drift alone may open since the last reading (docstring)
+        detect_ms = self.step_detect_ms + passed_ms * DRIFT_PPM_MAX / PPM
+        if abs(gap_ms) <= detect_ms:
             stamp_ms = float(wall_ms)
             if self._catching_up:
                 self._catching_up = False
@@ -100,7 +108,7 @@ class StampClock:
                             self.step_detect_ms)
         else:
             stepped = not self._catching_up or \
-                abs(gap_ms - self._gap_left_ms) > self.step_detect_ms
+                abs(gap_ms - self._gap_left_ms) > detect_ms
             # Slewing runs from the reading that saw the step: the time before it passed
             # while the clocks still agreed, as far as this clock knows (a replica read
             # seldom, an idle follower, would otherwise take 1 % of days at once).

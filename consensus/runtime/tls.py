@@ -220,18 +220,34 @@ class TlsConfig:
         stamp = self.stamp()
         certificate = x509.load_pem_x509_certificate(self.cert_file.read_bytes())
         return TlsMaterial(server=self.server_context(), client=self.client_context(),
-                           stamp=stamp, serial=certificate.serial_number,
+                           stamp=stamp, certificate_der=_der(certificate),
+                           serial=certificate.serial_number,
                            not_before=certificate.not_valid_before_utc,
                            not_after=certificate.not_valid_after_utc,
                            identity=_identity_or_none(certificate))
 
-    def load_checked(self, now: datetime.datetime, *,
-                     identity: Identity | None = None) -> TlsMaterial:
+    def load_checked(self, now: datetime.datetime, *, identity: Identity | None = None,
+                     presented: TlsMaterial | None = None) -> TlsMaterial:
         """Both contexts from the files as they are now, once the pair is one every peer would
         accept at `now`; TlsFileRefused naming the file and why otherwise: a file that cannot
         be read or is not whole PEM (half-written), a key not the certificate's, a certificate
         the CA file's CAs did not issue, one not yet valid or ended, one naming another
-        identity than `identity`, or files that changed while being read."""
+        identity than `identity`, a CA file without the CA that issued the certificate
+        `presented` now while that one is valid (the CA its peers' certificates are of too:
+        taking it would refuse every peer not yet renewed, a rotation without the overlap
+        `certs.py` asks for), a certificate the library cannot judge (a malformed extension:
+        refused, never raised past the caller), or files that changed while being read."""
+        try:
+            return self._load_checked(now, identity, presented)
+        except TlsFileRefused:
+            raise
+        except Exception as error:  # any file a watch reads is refused, never fatal
+            raise TlsFileRefused("cert", self.cert_file, f"cannot be judged "
+                                 f"({type(error).__name__}: {error})") from error
+
+    def _load_checked(self, now: datetime.datetime, identity: Identity | None,
+                      presented: TlsMaterial | None) -> TlsMaterial:
+        from cryptography import x509  # noqa: PLC0415 - as certs.py: only when needed
         from cryptography.exceptions import InvalidSignature  # noqa: PLC0415
 
         try:
@@ -254,6 +270,15 @@ class TlsConfig:
                    for authority in authorities):
             raise TlsFileRefused("cert", self.cert_file,
                                  f"was not issued by a CA in {self.ca_file}")
+        if presented is not None and presented.not_after > now:
+            kept = x509.load_der_x509_certificate(presented.certificate_der)
+            if not any(_issued_by(kept, authority, InvalidSignature)
+                       for authority in authorities):
+                raise TlsFileRefused(
+                    "ca", self.ca_file, f"holds no CA that issued the certificate presented "
+                    f"now (serial {presented.serial:x}), the CA of every peer not yet renewed: "
+                    f"this process would refuse them all; keep the old CA in it beside the new "
+                    f"one until every certificate is renewed")
         named = _identity_or_none(certificate)
         if named is None:
             raise TlsFileRefused("cert", self.cert_file, f"names no one {IDENTITY_SCHEME}:// "
@@ -272,7 +297,7 @@ class TlsConfig:
             raise TlsFileRefused("cert", self.cert_file, "changed while being read (a renewal "
                                  "being written?): looked at again later")
         return TlsMaterial(server=server, client=client, stamp=stamp,
-                           serial=certificate.serial_number,
+                           certificate_der=_der(certificate), serial=certificate.serial_number,
                            not_before=certificate.not_valid_before_utc,
                            not_after=certificate.not_valid_after_utc, identity=named)
 
@@ -358,6 +383,7 @@ class TlsMaterial:
     server: ssl.SSLContext
     client: ssl.SSLContext
     stamp: bytes
+    certificate_der: bytes  # the certificate presented, to judge a CA file change by
     serial: int
     not_before: datetime.datetime
     not_after: datetime.datetime
@@ -423,6 +449,13 @@ def _identity_or_none(certificate: Any) -> Identity | None:
                                                                   for uri in uris)})
     except IdentityRefused:
         return None
+
+
+def _der(certificate: Any) -> bytes:
+    """A `cryptography` certificate's DER encoding."""
+    from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
+
+    return bytes(certificate.public_bytes(serialization.Encoding.DER))
 
 
 def _public_der(key: Any) -> bytes:
