@@ -23,6 +23,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
                 "a local cluster end to end: commits/s, latency, reads/s, failover time"),
     "peers": ("cellar.bench.peers.suite",
               "Cellar beside etcd and PySyncObj: the same workload, ratios, a report"),
+    "floor": ("cellar.bench.floor",
+              "a put's messages with no protocol: the floor under the peers' figures"),
 }
 
 
