@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import pathlib
 import random
 import tempfile
@@ -34,7 +33,7 @@ import anyio
 from agent.config import AgentConfig
 from agent.daemon import Agent
 from agent.fake_backend import FakeGpuBackend
-from cellar.bench.stats import Spread
+from cellar.bench.stats import Spread, process_cpu_s
 from cellar.dev.spec import dev_spec
 from cellar.exception_groups import run_unwrapped
 from cellar.local_cluster import AgentProcess, Layout, ProcessCluster
@@ -104,9 +103,10 @@ async def _agent_usage(cluster: ProcessCluster, seconds: float) -> dict[str, Any
     try:
         assert agent.process is not None
         await anyio.sleep(WARMUP_S)
-        cpu_before, wall_before = _cpu_s(agent.process.pid), time.monotonic()
+        cpu_before, wall_before = process_cpu_s(agent.process.pid), time.monotonic()
         await anyio.sleep(seconds)
-        cpu_s, wall_s = _cpu_s(agent.process.pid) - cpu_before, time.monotonic() - wall_before
+        cpu_s = process_cpu_s(agent.process.pid) - cpu_before
+        wall_s = time.monotonic() - wall_before
         rss_mib = _rss_kib(agent.process.pid) / 1024
     finally:
         agent.stop()
@@ -154,12 +154,6 @@ async def _until_refused(admin: GpuStore, node: str, uuid: str) -> None:
                     gpu["uuid"] == uuid and not gpu["placeable"] for gpu in answer["gpus"]):
                 return
             await anyio.sleep(PROBE_S)
-
-
-def _cpu_s(pid: int) -> float:
-    fields = pathlib.Path(f"/proc/{pid}/stat").read_text(encoding="ascii").rsplit(")", 1)[1]
-    utime, stime = (int(value) for value in fields.split()[11:13])
-    return (utime + stime) / os.sysconf("SC_CLK_TCK")
 
 
 def _rss_kib(pid: int) -> int:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from cellar.bench.floor_codec import decode, encode, encode_put
 from cellar.bench.floor_node import HOST, FramedProtocol
-from cellar.bench.stats import Spread, percentile
+from cellar.bench.stats import Spread, percentile, process_cpu_s
 from cellar.child_processes import bound_to_parent, stop_processes
 from consensus.runtime.arguments import at_least, seconds
 from consensus.runtime.certs import identities, init_directory
@@ -41,7 +41,8 @@ VALUE_BYTES = 16
 KEYS_PER_CALLER = 1000
 STOP_GRACE_S = 2.0
 WARMUP_S = 0.5
-FIGURES = ("puts_per_s", "p50_ms", "client_cpu_us_per_put")  # of a Phase, in the report
+# The figures of a Phase, in the report
+FIGURES = ("puts_per_s", "p50_ms", "client_cpu_us_per_put", "servers_cpu_us_per_put")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -63,6 +64,7 @@ class Phase:
     puts_per_s: float
     p50_ms: float
     client_cpu_us_per_put: float
+    servers_cpu_us_per_put: float  # the leader's and the two followers', together
 
 
 def run(args: argparse.Namespace) -> int:
@@ -83,7 +85,8 @@ def run(args: argparse.Namespace) -> int:
     for callers, figures in spreads.items():
         print(f"  {callers:>5} caller(s): {figures['puts_per_s'].describe('puts/s', 0)}; "
               f"p50 {figures['p50_ms'].describe('ms', 3)}; "
-              f"client CPU {figures['client_cpu_us_per_put'].describe('µs/put', 1)}")
+              f"CPU: client {figures['client_cpu_us_per_put'].describe('µs/put', 1)}, "
+              f"servers {figures['servers_cpu_us_per_put'].describe('µs/put', 1)}")
     return 0
 
 
@@ -91,15 +94,15 @@ def measure_once(caller_counts: Sequence[int], seconds_each: float, *, tls: bool
                  ) -> list[Phase]:
     """Start a leader and two followers, measure each caller count in turn, stop them."""
     with tempfile.TemporaryDirectory(prefix="cellar-floor-") as directory, \
-            _servers(pathlib.Path(directory), tls=tls) as (port, client_files):
+            _servers(pathlib.Path(directory), tls=tls) as (port, client_files, pids):
         import uvloop  # noqa: PLC0415 - as the suite: every client runs on uvloop
 
-        return uvloop.run(_phases(port, client_files, caller_counts, seconds_each))
+        return uvloop.run(_phases(port, client_files, pids, caller_counts, seconds_each))
 
 
 @contextlib.contextmanager
 def _servers(directory: pathlib.Path, *, tls: bool,
-             ) -> Iterator[tuple[int, tuple[str, str, str] | None]]:
+             ) -> Iterator[tuple[int, tuple[str, str, str] | None, list[int]]]:
     processes: list[subprocess.Popen[bytes]] = []
     files: list[tuple[str, str, str] | None] = (
         list(_tls_files(directory)) if tls else [None] * 4)
@@ -108,7 +111,7 @@ def _servers(directory: pathlib.Path, *, tls: bool,
                           for index in range(2)]
         leader_port = _start(processes, ["leader", "--followers",
                                          *map(str, follower_ports)], files[0])
-        yield leader_port, files[3]
+        yield leader_port, files[3], [process.pid for process in processes]
     finally:
         stop_processes(processes, STOP_GRACE_S)
 
@@ -139,11 +142,12 @@ def _start(processes: list[subprocess.Popen[bytes]], arguments: list[str],
     return int(line)
 
 
-async def _phases(port: int, files: tuple[str, str, str] | None,
+async def _phases(port: int, files: tuple[str, str, str] | None, server_pids: list[int],
                   caller_counts: Sequence[int], seconds_each: float) -> list[Phase]:
     link = await _Client.connect(port, files)
     try:
-        return [await link.phase(callers, seconds_each) for callers in caller_counts]
+        return [await link.phase(callers, seconds_each, server_pids)
+                for callers in caller_counts]
     finally:
         link.close()
 
@@ -194,7 +198,7 @@ class _Client:
         self.link.send(encode(self.outgoing))
         self.outgoing = []
 
-    async def phase(self, callers: int, seconds_each: float) -> Phase:
+    async def phase(self, callers: int, seconds_each: float, server_pids: list[int]) -> Phase:
         latencies_s: list[float] = []
         stop_at = [float("inf")]
         measuring = [False]
@@ -213,15 +217,18 @@ class _Client:
         tasks = [asyncio.create_task(caller(index)) for index in range(callers)]
         await asyncio.sleep(WARMUP_S)
         measuring[0] = True
+        servers_cpu_s = sum(map(process_cpu_s, server_pids))
         cpu_s, wall_s = time.process_time(), time.perf_counter()
         stop_at[0] = wall_s + seconds_each
         await asyncio.gather(*tasks)
         cpu_s, wall_s = time.process_time() - cpu_s, time.perf_counter() - wall_s
+        servers_cpu_s = sum(map(process_cpu_s, server_pids)) - servers_cpu_s
         latencies_s.sort()
         done = max(1, len(latencies_s))
         return Phase(callers=callers, puts_per_s=len(latencies_s) / wall_s,
                      p50_ms=percentile(latencies_s, 0.5) * 1000 if latencies_s else 0.0,
-                     client_cpu_us_per_put=cpu_s / done * 1e6)
+                     client_cpu_us_per_put=cpu_s / done * 1e6,
+                     servers_cpu_us_per_put=servers_cpu_s / done * 1e6)
 
     def close(self) -> None:
         assert self.link.transport is not None

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import os
+import pathlib
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -48,3 +50,10 @@ def percentile(sorted_samples: Sequence[float], fraction: float) -> float:
         raise ValueError(f"fraction must lie in (0, 1], got {fraction}")
     rank = math.ceil(Fraction(repr(float(fraction))) * len(sorted_samples))
     return sorted_samples[rank - 1]
+
+
+def process_cpu_s(pid: int) -> float:
+    """The CPU seconds (user and system) process `pid` has used so far (Linux's /proc)."""
+    fields = pathlib.Path(f"/proc/{pid}/stat").read_text(encoding="ascii").rsplit(")", 1)[1]
+    utime, stime = (int(value) for value in fields.split()[11:13])
+    return (utime + stime) / os.sysconf("SC_CLK_TCK")
