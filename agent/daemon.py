@@ -258,6 +258,8 @@ class Agent:
             self.view.counters.update({name: float(count)
                                        for name, count in pods.counts.items()})
             self.view.counters["store_calls_retried"] = float(self.link.calls_retried)
+            self.view.counters["store_effects_refused"] = float(self.link.effects_refused)
+            self.view.counters["store_answers_refused"] = float(self.link.answers_refused)
             if self.cert_watch is not None:
                 self.view.cert_seconds_left = float(int(self.cert_watch.seconds_left()))
             return render(self.view)

@@ -27,7 +27,6 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from contextlib import aclosing
-from typing import Any
 
 import anyio
 
@@ -37,7 +36,7 @@ from agent.jobs import JobRunner
 from agent.store_link import Standing, StoreLink
 from consensus.runtime.durable_file import replace_file
 from consensus.validation import INT64_MAX
-from statemachine.effects import EffectKind
+from statemachine.effects import Effect, EffectKind
 from statemachine.errors import Rejection
 from statemachine.results import NodeRegistered, PodAssignment
 from statemachine.store import EffectsTrimmed
@@ -53,15 +52,11 @@ CURSOR_SAVE_EVERY_EFFECTS = 1_000  # ... unless it moved this far since the last
 GPU_WAIT_POLL_S = 0.05  # a start deferred for its GPUs looks this often whether they are free
 
 
-def binding_of(pod: PodAssignment | dict[str, Any]) -> Binding:
-    """A binding from a registration's pod or from a START_POD effect (a plain map)."""
-    if isinstance(pod, PodAssignment):
-        return Binding(group=pod.group, pod_uid=pod.pod_uid, gpu_uuids=pod.gpu_uuids,
-                       command=pod.command, env=pod.env)
-    return Binding(group=str(pod["group"]), pod_uid=str(pod["pod_uid"]),
-                   gpu_uuids=tuple(pod.get("gpu_uuids", ())),
-                   command=tuple(pod.get("command", ())),
-                   env=tuple((str(name), str(value)) for name, value in pod.get("env", ())))
+def binding_of(pod: PodAssignment | Effect) -> Binding:
+    """A binding from a registration's pod or from a START_POD effect (both decoded and
+    checked: `statemachine.result_codec`, `agent.store_link`)."""
+    return Binding(group=pod.group, pod_uid=pod.pod_uid, gpu_uuids=pod.gpu_uuids,
+                   command=pod.command, env=pod.env)
 
 
 class Pods:
@@ -218,15 +213,15 @@ class Pods:
             try:
                 async for effect in effects:
                     await self._effect(effect, stops)
-                    await self._save(int(effect["index"]))
+                    await self._save(effect.index)
             except EffectsTrimmed as gap:
                 logger.warning("%s: reconciling", gap)
                 await self._save(gap.resume_after)
                 raise
 
-    async def _effect(self, effect: dict[str, Any], stops: anyio.abc.TaskGroup) -> None:
-        kind = effect.get("kind")
-        if kind == EffectKind.START_POD.value:
+    async def _effect(self, effect: Effect, stops: anyio.abc.TaskGroup) -> None:
+        kind = effect.kind
+        if kind is EffectKind.START_POD:
             binding = binding_of(effect)
             standing = await self.link.standing(binding.group, binding.pod_uid)
             if standing is Standing.BOUND:
@@ -234,9 +229,9 @@ class Pods:
             elif standing is Standing.EVICTING and not self.runner.started_before(
                     binding.pod_uid):
                 await self._killed_before_start(binding.group, binding.pod_uid)
-        elif kind == EffectKind.KILL_POD.value:
+        elif kind is EffectKind.KILL_POD:
             self.counts["kills"] += 1
-            stops.start_soon(self._kill, str(effect["group"]), str(effect["pod_uid"]))
+            stops.start_soon(self._kill, effect.group, effect.pod_uid)
 
     async def _kill(self, group: str, pod_uid: str) -> None:
         """Stop the pod; one never started here, that the store still has here, is reported

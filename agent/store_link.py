@@ -7,6 +7,15 @@ the store answers. A refusal is an answer: it is returned for the caller to act 
 incarnation means register again; an unknown pod means the store forgot it). The watch of
 this node's effects is asked again the same way, from its cursor (the last effect handed out,
 or past others' effects where the watch moved it): no store outage ends the agent.
+
+What the store hands out is checked before the agent acts on it, as a replica of another
+version or a bug may send anything: each effect is decoded into a typed `Effect`
+(`effect_codec.decode_effect`: types, sizes), and one that does not decode, names another
+node, or would start a pod on GPUs this node did not register is refused (logged, counted in
+`effects_refused`, skipped); one of a kind this build does not know (a newer replica's) is
+skipped with a warning. A page of effects that is not one (no index to resume from) is asked
+again, backing off, as an unanswered watch is. A registration reply for another node is a
+refusal; a gang or node answer that is not well formed reads as no pod and no GPUs.
 """
 
 from __future__ import annotations
@@ -21,8 +30,13 @@ from typing import Any, TypeVar
 import anyio
 
 from consensus.runtime.client import ClientError
+from consensus.validation import expect_list
+from statemachine import limits
 from statemachine.commands import GpuInventory, GpuLink, HealthReport
+from statemachine.effect_codec import UnknownEffectKind, decode_effect
+from statemachine.effects import Effect, EffectKind
 from statemachine.errors import Code, Rejection
+from statemachine.record_codec import DecodeError, Record, checked
 from statemachine.results import NodeRegistered, PodPhase, Result
 from statemachine.store import GpuStore
 
@@ -50,6 +64,8 @@ class StoreLink:
         self.calls_retried = 0
         self.registered_gpus: frozenset[str] = frozenset()  # uuids of the last registration
         self.reports_unregistered = 0  # health reports left out for GPUs not registered
+        self.effects_refused = 0  # effects skipped: malformed, another node's, unknown kind
+        self.answers_refused = 0  # replies and answers not well formed, or another node's
         self._registering: anyio.Event | None = None  # set when a registration under way ends
 
     async def _until_answered(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
@@ -61,7 +77,8 @@ class StoreLink:
             except ClientError as error:
                 delay_ms = await self._back_off(what, error, delay_ms)
 
-    async def _back_off(self, what: str, error: ClientError, delay_ms: int) -> int:
+    async def _back_off(self, what: str, error: ClientError | DecodeError,
+                        delay_ms: int) -> int:
         """Count and log a call the store did not answer, wait `delay_ms`; the next delay."""
         self.calls_retried += 1
         logger.warning("%s: no answer from the store (%s); again in %d ms", what, error,
@@ -71,7 +88,7 @@ class StoreLink:
 
     async def effects(self, after: int, *, wait_s: float,
                       on_cursor: Callable[[int], None] | None = None
-                      ) -> AsyncGenerator[dict[str, Any], None]:
+                      ) -> AsyncGenerator[Effect, None]:
         """This node's effects after index `after`, forever (`GpuStore.watch_effects`, which
         tells `on_cursor` when the cursor moves past others' effects); when the store does
         not answer (no replica up for a while, every one overloaded) the watch is made
@@ -89,11 +106,51 @@ class StoreLink:
             try:
                 async with aclosing(self.store.watch_effects(
                         self.node, after, wait_s=wait_s, on_cursor=moved)) as effects:
-                    async for effect in effects:
-                        after, delay_ms = max(after, int(effect["index"])), RETRY_MS_MIN
-                        yield effect
-            except ClientError as error:
+                    async for raw in effects:
+                        after, delay_ms = max(after, int(raw["index"])), RETRY_MS_MIN
+                        effect = self._checked_effect(raw)
+                        if effect is not None:
+                            yield effect
+                        elif on_cursor is not None:
+                            on_cursor(after)  # skipped: handled, as far as the cursor goes
+            except (ClientError, DecodeError) as error:
                 delay_ms = await self._back_off("watching effects", error, delay_ms)
+
+    def _checked_effect(self, raw: dict[str, Any]) -> Effect | None:
+        """The effect `raw` decodes to, if this node may act on it; None, logged and counted,
+        when not (`store.watch_effects` checked that its index is an integer)."""
+        try:
+            effect = decode_effect(raw)
+        except UnknownEffectKind as unknown:
+            self.effects_refused += 1
+            logger.warning("effect %d is of a kind this agent does not know (%r, from a newer "
+                           "build?): skipped", unknown.index, unknown.kind)
+            return None
+        except DecodeError as error:
+            self.effects_refused += 1
+            logger.error("an effect from the store is not well formed (%s): skipped", error)
+            return None
+        why = self._effect_refusal(effect)
+        if why is not None:
+            self.effects_refused += 1
+            logger.error("effect %d (%s of %s/%s) refused: %s", effect.index, effect.kind,
+                         effect.group, effect.pod_uid, why)
+            return None
+        return effect
+
+    def _effect_refusal(self, effect: Effect) -> str | None:
+        """Why this node must not act on `effect`, or None."""
+        if effect.node != self.node:
+            return f"it is for node {effect.node!r}, not {self.node!r}"
+        if effect.kind in (EffectKind.START_POD, EffectKind.KILL_POD) and not effect.pod_uid:
+            return "it names no pod"
+        if effect.kind is EffectKind.START_POD:
+            foreign = sorted(set(effect.gpu_uuids) - self.registered_gpus)
+            if foreign:
+                return f"GPU {', '.join(foreign)} is not one this node registered"
+            if len(set(effect.gpu_uuids)) != len(effect.gpu_uuids):
+                return "a GPU is named twice"
+        return None
 
     async def effects_resume_after(self, after: int) -> int:
         """Where a watch of this node's effects from `after` would resume: `after`, or past
@@ -129,11 +186,17 @@ class StoreLink:
                       if report.uuid in uuids]
             result = await self._until_answered("register", functools.partial(
                 self.store.register_node, self.node, boot_id, gpus, links, health))
-            if isinstance(result, NodeRegistered):
+            if isinstance(result, NodeRegistered) and result.node != self.node:
+                self.answers_refused += 1
+                logger.error("the store's registration reply is for node %r, not %r: its pods "
+                             "are not this node's to start; registering again later",
+                             result.node, self.node)
+            elif isinstance(result, NodeRegistered):
                 self.incarnation = result.incarnation
                 self.registered_gpus = frozenset(gpu.uuid for gpu in gpus)
                 return result
-            logger.error("the store refused to register %s: %s", self.node, result)
+            else:
+                logger.error("the store refused to register %s: %s", self.node, result)
             if (isinstance(result, Rejection) and result.code is Code.INVENTORY_MISMATCH
                     and amend is not None and await amend()):
                 continue
@@ -146,11 +209,15 @@ class StoreLink:
             self.store.node(self.node)))
         if isinstance(answer, Rejection):
             return ()
-        return tuple(GpuInventory(uuid=gpu["uuid"], index=gpu["index"],
-                                  pci_bus_id=gpu["pci_bus_id"], model=gpu["model"],
-                                  memory_mib=gpu["memory_mib"], numa_node=gpu["numa_node"],
-                                  mig_enabled=gpu["mig_enabled"])
-                     for gpu in answer.get("gpus", []))
+        try:
+            return tuple(_inventory(gpu, at) for at, gpu in enumerate(checked(
+                expect_list, answer.get("gpus", []), "node.gpus",
+                length_max=limits.GPUS_PER_NODE_MAX)))
+        except DecodeError as error:
+            self.answers_refused += 1
+            logger.error("the store's answer on node %s is not well formed (%s): taken as no "
+                         "GPUs", self.node, error)
+            return ()
 
     async def heartbeat(self) -> Result | Rejection:
         return await self._until_answered("heartbeat", lambda: self.store.heartbeat(
@@ -205,11 +272,38 @@ class StoreLink:
             "gang query", lambda: self.store.gang(group, node=self.node))
         if isinstance(answer, Rejection):
             return Standing.GONE
+        pods, evicting = answer.get("pods", []), answer.get("evicting", "")
+        if type(pods) is not list or type(evicting) is not str or not all(
+                type(pod) is dict for pod in pods):
+            self.answers_refused += 1
+            logger.error("the store's answer on gang %s is not well formed: taken as no pod "
+                         "here", group)
+            return Standing.GONE
         if not any(pod.get("pod_uid") == pod_uid and pod.get("node") == self.node
                    and pod.get("phase") in (PodPhase.BOUND.value, PodPhase.RUNNING.value)
-                   for pod in answer.get("pods", [])):
+                   for pod in pods):
             return Standing.GONE
-        return Standing.EVICTING if answer.get("evicting") else Standing.BOUND
+        return Standing.EVICTING if evicting else Standing.BOUND
+
+
+_INVENTORY_FIELDS = ("index", "uuid", "pci_bus_id", "model", "memory_mib", "numa_node",
+                     "mig_enabled")
+
+
+def _inventory(raw: object, at: int) -> GpuInventory:
+    """One GPU of a node answer, its registration's fields checked as the store's command
+    decoder checks them (statemachine/codec.py), the answer's other fields ignored."""
+    if type(raw) is not dict:
+        raise DecodeError(Code.MALFORMED, f"node.gpus[{at}]: expected a map")
+    record = Record({name: raw.get(name) for name in _INVENTORY_FIELDS}, f"node.gpus[{at}]",
+                    _INVENTORY_FIELDS)
+    return GpuInventory(
+        uuid=record.text("uuid", length_max=limits.UUID_LENGTH_MAX),
+        index=record.integer("index", high=limits.GPUS_PER_NODE_MAX - 1),
+        pci_bus_id=record.text("pci_bus_id", length_max=limits.PCI_BUS_ID_LENGTH_MAX),
+        model=record.text("model"), memory_mib=record.integer("memory_mib"),
+        numa_node=record.integer("numa_node", low=-1, high=limits.NUMA_NODE_MAX),
+        mig_enabled=record.flag("mig_enabled"))
 
 
 def is_stale(result: object) -> bool:

@@ -8,7 +8,9 @@ a session's refusal (SESSIONS_FULL, SESSION_TOO_OLD) of a command sent more than
 `OutcomeUnknown`: another copy may still be applied; and SESSION_EXPIRED (a copy ran, its reply
 was dropped), which is `OutcomeUnknown` too. Queries are linearizable reads;
 `watch_effects` follows a node's numbered effects (pods to start and kill) from an index,
-resuming from wherever it stopped after a reconnect. `SyncStore` wraps it all for scripts.
+resuming from wherever it stopped after a reconnect; a page of effects whose cursor fields or
+indices are not integers is a `DecodeError` (each effect is its reader's to decode:
+`effect_codec.decode_effect`). `SyncStore` wraps it all for scripts.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any, TypeVar
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from consensus.runtime.client import CellarClient
+from consensus.validation import expect_bool, expect_int, expect_list, expect_map
 from statemachine.codec import encode_command
 from statemachine.commands import (
     AckPodStarted,
@@ -43,8 +46,9 @@ from statemachine.commands import (
     Uncordon,
 )
 from statemachine.errors import Code, Rejection
-from statemachine.limits import QUERY_LIMIT_MAX
+from statemachine.limits import EFFECTS_ANSWER_BYTES_MAX, QUERY_LIMIT_MAX
 from statemachine.query_codec import decode_answer, encode_query
+from statemachine.record_codec import checked
 from statemachine.result_codec import decode_result
 from statemachine.results import Result
 from statemachine.spec import ClusterSpec, FailurePolicy
@@ -96,9 +100,24 @@ def _not_applied(reply: bytes) -> str | None:
 
 
 def _effects_answer(result: bytes) -> dict[str, Any]:
+    """An effects page whose cursor fields and effects' indices are checked (the effects
+    themselves are `effect_codec.decode_effect`'s to check, one by one): DecodeError for a
+    page that is not one (a replica of another version, or a bug), which no index could be
+    taken from."""
     answer = decode_answer(result)
     if isinstance(answer, Rejection):
         raise RuntimeError(f"effects query refused: {answer}")
+    checked(expect_int, answer.get("next_index"), "effects.next_index")
+    if "first_index" in answer:
+        checked(expect_int, answer["first_index"], "effects.first_index")
+    if "more" in answer:
+        checked(expect_bool, answer["more"], "effects.more")
+    effects = checked(expect_list, answer.get("effects", []), "effects.effects",
+                      length_max=EFFECTS_ANSWER_BYTES_MAX)
+    for at, effect in enumerate(effects):
+        path = f"effects.effects[{at}]"
+        checked(expect_int, checked(expect_map, effect, path, length_max=64).get("index"),
+                f"{path}.index")
     return answer
 
 

@@ -199,7 +199,8 @@ async def test_a_refused_report_is_sent_whole_though_an_event_report_went_throug
 async def test_the_effects_watch_outlives_a_store_outage_and_resumes_where_it_was() -> None:
     """No replica answers for a while (a cluster restart): the watch raises Unavailable,
     which ended the agent; the link asks again, backing off, from the last effect it gave."""
-    effects = tuple({"index": index, "kind": "start_pod"} for index in (1, 2, 3))
+    effects = tuple({"index": index, "kind": "start_pod", "node": "n0", "group": "g",
+                     "pod_uid": f"p{index}"} for index in (1, 2, 3))
 
     class FlakyStore(RecordingStore):
         def __init__(self) -> None:
@@ -224,7 +225,7 @@ async def test_the_effects_watch_outlives_a_store_outage_and_resumes_where_it_wa
     with anyio.fail_after(5):
         async with aclosing(link.effects(0, wait_s=0.1)) as watched:
             async for effect in watched:
-                seen.append(effect["index"])
+                seen.append(effect.index)
                 if len(seen) == 3:
                     break
     assert seen == [1, 2, 3]
@@ -263,7 +264,7 @@ async def test_an_idle_agent_is_not_told_of_a_trim_after_a_store_outage(
         try:
             async with aclosing(link.effects(0, wait_s=0.01)) as watched:
                 async for effect in watched:
-                    seen.append((effect["kind"], effect["index"]))
+                    seen.append((effect.kind.value, effect.index))
                     if len(seen) == 2:
                         break
         except EffectsTrimmed as error:
