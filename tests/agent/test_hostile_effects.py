@@ -64,15 +64,7 @@ HOSTILE = {
 
 
 class WatchOnce(RecordingStore):
-    """Hands out its effects once, then waits forever; every gang has the pod bound here."""
-
-    async def watch_effects(self, node: str, after: int = 0, *, wait_s: float = 5.0,
-                            on_cursor: Callable[[int], None] | None = None
-                            ) -> AsyncGenerator[dict[str, Any], None]:
-        for effect in self.effects:
-            if effect["index"] > after:
-                yield effect
-        await anyio.sleep_forever()
+    """Every gang has the pod bound here (the effects are handed out once, then it waits)."""
 
     async def gang(self, group: str, *, node: str | None = None) -> Any:
         return {"group": group, "evicting": "",

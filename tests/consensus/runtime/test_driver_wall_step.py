@@ -12,28 +12,11 @@ from consensus.replica import Replica
 from consensus.runtime.driver import Driver
 from consensus.runtime.metrics import Metrics
 from consensus.runtime.server import ClientServer
+from tests.consensus.runtime.hand_clocks import Clocks
 from tests.consensus.runtime.kv_machine import SessionKv
 from tests.consensus.runtime.local import MemoryStore
 
 HOUR_MS = 3_600_000
-
-
-class Clocks:
-    """A wall clock and a monotonic one, moved by hand."""
-
-    def __init__(self) -> None:
-        self.wall = 1_700_000_000_000
-        self.mono_s = 100.0
-
-    def wall_ms(self) -> int:
-        return self.wall
-
-    def monotonic_s(self) -> float:
-        return self.mono_s
-
-    def pass_ms(self, ms: int) -> None:  # real time passes: both clocks move
-        self.wall += ms
-        self.mono_s += ms / 1000
 
 
 def _sequencer_driver(clocks: Clocks) -> tuple[Driver, list[int]]:

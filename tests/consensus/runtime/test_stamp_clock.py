@@ -10,31 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consensus.runtime.stamp_clock import PPM, SLEW_PPM, STEP_DETECT_MS, StampClock
+from consensus.runtime.stamp_clock import PPM, SLEW_PPM, STEP_DETECT_MS
+from tests.consensus.runtime.hand_clocks import START_MS, Clocks
 
 HOUR_MS = 3_600_000
-START_MS = 1_700_000_000_000
-
-
-class Clocks:
-    """A wall clock and a monotonic one, moved by hand."""
-
-    def __init__(self) -> None:
-        self.wall = START_MS
-        self.mono_s = 100.0
-
-    def wall_ms(self) -> int:
-        return self.wall
-
-    def monotonic_s(self) -> float:
-        return self.mono_s
-
-    def pass_ms(self, ms: int) -> None:  # real time passes: both clocks move
-        self.wall += ms
-        self.mono_s += ms / 1000
-
-    def clock(self) -> StampClock:
-        return StampClock(self.wall_ms, self.monotonic_s)
 
 
 def test_without_steps_the_stamps_are_the_wall_clock() -> None:
