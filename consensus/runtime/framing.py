@@ -11,7 +11,9 @@ validates it).
 - `FrameReader` and `FrameWriter` put it on an anyio byte stream. The reader hands out every
   frame one read brought (`receive_batch`), the writer joins many frames into one `send`
   (merged flushing: one write, one TLS record batch, one system call for a batch of small
-  messages), so the per-frame cost stays a few Python operations.
+  messages), so the per-frame cost stays a few Python operations. On anyio's asyncio
+  backend the writer writes without anyio's awaits while the transport takes data (the same
+  bytes: consensus/runtime/direct_write.py).
 - `FramedConnection` is both over one stream, as handed to the client listener's handlers.
 
 The counter names every transport module uses are defined here, so they are spelled once.
@@ -27,6 +29,7 @@ import anyio
 import anyio.abc
 
 from consensus.errors import ConsensusError
+from consensus.runtime.direct_write import direct_write
 
 HEADER = struct.Struct(">I")
 HEADER_BYTES = HEADER.size
@@ -220,6 +223,8 @@ class FrameWriter:
         self._stream = stream
         self.frame_bytes_max = frame_bytes_max
         self.metrics = metrics
+        # anyio's send without its awaits where it can (consensus/runtime/direct_write.py)
+        self._direct = direct_write(stream)
 
     async def send(self, frame: bytes) -> None:
         await self.send_many((frame,))
@@ -245,7 +250,11 @@ class FrameWriter:
             start = end
 
     async def _write(self, data: bytes, frames: int) -> None:
-        await self._stream.send(data)
+        direct = self._direct
+        if direct is None or not direct.write(data):
+            await self._stream.send(data)
+        elif direct.paused:
+            await direct.drain()
         self.metrics[WRITES] += 1
         self.metrics[FRAMES_SENT] += frames
         self.metrics[BYTES_SENT] += len(data)

@@ -1,0 +1,144 @@
+"""A frame writer on anyio's asyncio backend writes without anyio's awaits (consensus/runtime/
+direct_write.py): the frames arrive whole and in order over TLS, a full transport is waited
+for, a paused, closed or broken stream is left to anyio's way, and trio's streams never take
+the short way. On asyncio and uvloop, and trio, over loopback TLS."""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import pytest
+import trustme
+from anyio.abc import ByteStream, SocketAttribute
+from anyio.streams.tls import TLSStream
+
+from consensus.runtime.direct_write import direct_write
+from consensus.runtime.framing import FrameReader, FrameWriter, Metrics
+
+pytestmark = pytest.mark.anyio
+FRAME_BYTES_MAX = 4 << 20
+
+
+ASYNCIO_BACKENDS = [pytest.param(("asyncio", {}), id="asyncio"),
+                    pytest.param(("asyncio", {"use_uvloop": True}), id="uvloop")]
+
+
+@pytest.fixture(params=[*ASYNCIO_BACKENDS, pytest.param(("trio", {}), id="trio")])
+def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
+    return request.param  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+async def tls_pair() -> AsyncIterator[tuple[ByteStream, ByteStream]]:
+    """(dialer's TLS stream, listener's TLS stream) over loopback TCP."""
+    ca = trustme.CA()
+    server_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ca.issue_cert("localhost").configure_cert(server_context)
+    client_context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ca.configure_trust(client_context)
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    port = listener.extra(SocketAttribute.local_port)
+    accepted: list[ByteStream] = []
+    async with listener, anyio.create_task_group() as group:
+        async def accept() -> None:
+            raw = await listener.listeners[0].accept()  # type: ignore[attr-defined]
+            accepted.append(await TLSStream.wrap(raw, server_side=True,
+                                                 ssl_context=server_context))
+        group.start_soon(accept)
+        dialed = await anyio.connect_tcp("127.0.0.1", port, ssl_context=client_context,
+                                         tls_hostname="localhost")
+        while not accepted:
+            await anyio.sleep(0.001)
+    try:
+        yield dialed, accepted[0]
+    finally:
+        await anyio.aclose_forcefully(dialed)
+        await anyio.aclose_forcefully(accepted[0])
+
+
+def on_asyncio(backend: tuple[str, dict[str, Any]]) -> bool:
+    return backend[0] == "asyncio"
+
+
+async def test_frames_arrive_whole_and_in_order(
+        tls_pair: tuple[ByteStream, ByteStream], anyio_backend: tuple[str, dict[str, Any]]
+) -> None:
+    dialed, accepted = tls_pair
+    writer = FrameWriter(dialed, frame_bytes_max=FRAME_BYTES_MAX, metrics=Metrics())
+    assert (direct_write(dialed) is not None) == on_asyncio(anyio_backend)
+    reader = FrameReader(accepted, frame_bytes_max=FRAME_BYTES_MAX)
+    batches = [[bytes([index % 251]) * size for size in (1, 17, index * 97, 300 << index % 3)]
+               for index in range(60)]
+    sent = [frame for batch in batches for frame in batch]
+    received: list[bytes] = []
+
+    async def read_all() -> None:
+        while len(received) < len(sent):
+            received.extend(await reader.receive_batch())
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(read_all)
+        for batch in batches:
+            await writer.send_many(batch)
+    assert received == sent
+    assert writer.metrics["transport.frames_sent"] == len(sent)
+    assert writer.metrics["transport.writes"] == len(batches)
+
+
+async def test_a_full_transport_is_waited_for(
+        tls_pair: tuple[ByteStream, ByteStream]) -> None:
+    """A reader that starts late: writes of megabytes fill the socket buffers, the writer
+    waits for them to drain, and every byte arrives."""
+    dialed, accepted = tls_pair
+    writer = FrameWriter(dialed, frame_bytes_max=FRAME_BYTES_MAX, metrics=Metrics())
+    reader = FrameReader(accepted, frame_bytes_max=FRAME_BYTES_MAX)
+    sent = [bytes([index]) * (1 << 20) for index in range(24)]
+    received: list[bytes] = []
+
+    async def read_late() -> None:
+        await anyio.sleep(0.2)
+        while len(received) < len(sent):
+            received.extend(await reader.receive_batch())
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(read_late)
+        for frame in sent:
+            await writer.send(frame)
+    assert received == sent
+
+
+@pytest.mark.parametrize("anyio_backend", ASYNCIO_BACKENDS, indirect=True)
+async def test_a_paused_transport_is_left_to_anyio(
+        tls_pair: tuple[ByteStream, ByteStream]) -> None:
+    dialed, accepted = tls_pair
+    direct = direct_write(dialed)
+    assert direct is not None
+    protocol = dialed.transport_stream._protocol  # type: ignore[attr-defined]
+    protocol.write_event.clear()  # as the transport's pause_writing does
+    assert direct.paused
+    assert not direct.write(b"held")
+    protocol.write_event.set()
+    assert direct.write(b"\x00\x00\x00\x02ok")
+    reader = FrameReader(accepted, frame_bytes_max=FRAME_BYTES_MAX)
+    assert await reader.receive() == b"ok"  # only the second write reached the wire
+
+
+async def test_a_closed_stream_raises_as_before(
+        tls_pair: tuple[ByteStream, ByteStream]) -> None:
+    dialed, _ = tls_pair
+    writer = FrameWriter(dialed, frame_bytes_max=FRAME_BYTES_MAX, metrics=Metrics())
+    await anyio.aclose_forcefully(dialed)
+    direct = direct_write(dialed)
+    assert direct is None or not direct.write(b"late")
+    with pytest.raises((anyio.ClosedResourceError, anyio.BrokenResourceError)):
+        await writer.send(b"late")
+    assert writer.metrics["transport.writes"] == 0
+
+
+async def test_a_memory_stream_goes_anyio_s_way() -> None:
+    send, receive = anyio.create_memory_object_stream[bytes](4)
+    async with send, receive:
+        assert direct_write(send) is None
