@@ -32,11 +32,12 @@ import anyio
 from consensus.runtime.client import ClientError
 from consensus.validation import expect_list
 from statemachine import limits
+from statemachine.codec import decode_inventory
 from statemachine.commands import GpuInventory, GpuLink, HealthReport
 from statemachine.effect_codec import UnknownEffectKind, decode_effect
 from statemachine.effects import Effect, EffectKind
 from statemachine.errors import Code, Rejection
-from statemachine.record_codec import DecodeError, Record, checked
+from statemachine.record_codec import DecodeError, checked
 from statemachine.results import NodeRegistered, PodPhase, Result
 from statemachine.store import GpuStore
 
@@ -210,9 +211,10 @@ class StoreLink:
         if isinstance(answer, Rejection):
             return ()
         try:
-            return tuple(_inventory(gpu, at) for at, gpu in enumerate(checked(
-                expect_list, answer.get("gpus", []), "node.gpus",
-                length_max=limits.GPUS_PER_NODE_MAX)))
+            gpus = checked(expect_list, answer.get("gpus", []), "node.gpus",
+                           length_max=limits.GPUS_PER_NODE_MAX)
+            return tuple(decode_inventory(gpu, f"node.gpus[{at}]")
+                         for at, gpu in enumerate(gpus))
         except DecodeError as error:
             self.answers_refused += 1
             logger.error("the store's answer on node %s is not well formed (%s): taken as no "
@@ -284,26 +286,6 @@ class StoreLink:
                    for pod in pods):
             return Standing.GONE
         return Standing.EVICTING if evicting else Standing.BOUND
-
-
-_INVENTORY_FIELDS = ("index", "uuid", "pci_bus_id", "model", "memory_mib", "numa_node",
-                     "mig_enabled")
-
-
-def _inventory(raw: object, at: int) -> GpuInventory:
-    """One GPU of a node answer, its registration's fields checked as the store's command
-    decoder checks them (statemachine/codec.py), the answer's other fields ignored."""
-    if type(raw) is not dict:
-        raise DecodeError(Code.MALFORMED, f"node.gpus[{at}]: expected a map")
-    record = Record({name: raw.get(name) for name in _INVENTORY_FIELDS}, f"node.gpus[{at}]",
-                    _INVENTORY_FIELDS)
-    return GpuInventory(
-        uuid=record.text("uuid", length_max=limits.UUID_LENGTH_MAX),
-        index=record.integer("index", high=limits.GPUS_PER_NODE_MAX - 1),
-        pci_bus_id=record.text("pci_bus_id", length_max=limits.PCI_BUS_ID_LENGTH_MAX),
-        model=record.text("model"), memory_mib=record.integer("memory_mib"),
-        numa_node=record.integer("numa_node", low=-1, high=limits.NUMA_NODE_MAX),
-        mig_enabled=record.flag("mig_enabled"))
 
 
 def is_stale(result: object) -> bool:

@@ -44,7 +44,7 @@ from statemachine.commands import (
     Uncordon,
 )
 from statemachine.errors import Code
-from statemachine.record_codec import DecodeError, Record, checked, open_body
+from statemachine.record_codec import DecodeError, Record, checked, open_body, pod_command
 from statemachine.rules import RULES_BEFORE_VERSIONS
 from statemachine.spec import FailurePolicy
 from statemachine.spec_codec import SPEC_FIELDS, decode_spec, encode_spec
@@ -84,6 +84,15 @@ INVENTORY_FIELDS = ("uuid", "index", "pci_bus_id", "model", "memory_mib", "numa_
                     "mig_enabled")
 LINK_FIELDS = ("a", "b", "level", "nvlinks")
 REPORT_FIELDS = ("uuid", "status", "reason")
+
+
+def decode_inventory(raw: object, path: str) -> GpuInventory:
+    """One GPU's registration fields, checked as a RegisterNode's are, from a map that may
+    carry others (a node query's answer, which a node agent reads back)."""
+    if type(raw) is not dict:
+        raise DecodeError(Code.MALFORMED, f"{path}: expected a map")
+    return _inventory(Record({name: raw[name] for name in INVENTORY_FIELDS if name in raw},
+                             path, INVENTORY_FIELDS))
 
 
 def _inventory(record: Record) -> GpuInventory:
@@ -178,26 +187,10 @@ def _reason(record: Record) -> str:
     return record.text("reason", length_max=limits.REASON_LENGTH_MAX, allow_empty=True)
 
 
-def _pod_command(record: Record) -> tuple[str, ...]:
-    """A binding's argv (optional: absent means nothing to run): a non-empty program, at most
-    POD_COMMAND_ARGS_MAX arguments of POD_COMMAND_BYTES_MAX UTF-8 bytes together."""
-    if not record.has("command"):
-        return ()
-    items = record.items("command", length_max=limits.POD_COMMAND_ARGS_MAX)
-    argv = tuple(checked(expect_str, item, f"{record.path}.command[{index}]",
-                         length_max=limits.POD_COMMAND_BYTES_MAX, allow_empty=index > 0)
-                 for index, item in enumerate(items))
-    size = sum(len(arg.encode("utf-8", "surrogatepass")) for arg in argv)
-    if size > limits.POD_COMMAND_BYTES_MAX:
-        raise DecodeError(Code.TOO_LARGE, f"{record.path}.command: {size} bytes, at most "
-                                          f"{limits.POD_COMMAND_BYTES_MAX}")
-    return argv
-
-
 def _bind(record: Record) -> BindPod:
     return BindPod(group=record.text("group"),
                    member=record.integer("member", high=limits.MEMBERS_MAX - 1),
-                   pod_uid=record.text("pod_uid"), command=_pod_command(record))
+                   pod_uid=record.text("pod_uid"), command=pod_command(record))
 
 
 def _pod_exit(record: Record) -> ReportPodExit:

@@ -18,7 +18,7 @@ from consensus.validation import expect_fields, expect_list, expect_str
 from statemachine import limits
 from statemachine.effects import Effect, EffectKind
 from statemachine.errors import Code
-from statemachine.record_codec import DecodeError, Record, checked
+from statemachine.record_codec import DecodeError, Record, checked, pod_command
 
 # The most a packed effect can take. A START_POD names its pod's GPUs three times (the list and
 # the two *_VISIBLE_DEVICES variables, statemachine/lifecycle.py: pod_env) and carries its
@@ -88,8 +88,7 @@ def decode_effect(raw: object) -> Effect:
                          limits.UUID_LENGTH_MAX),
         env=_env(record),
         reason=_optional_text(record, "reason", limits.EFFECT_REASON_LENGTH_MAX),
-        command=_texts(record, "command", limits.POD_COMMAND_ARGS_MAX,
-                       limits.POD_COMMAND_BYTES_MAX))
+        command=pod_command(record))
 
 
 def _optional_text(record: Record, name: str, length_max: int) -> str:

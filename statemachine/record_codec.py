@@ -125,3 +125,19 @@ def open_body(data: bytes, *, bytes_max: int, what: str, types: Sequence[str],
     if kind not in types:
         raise DecodeError(Code.UNKNOWN_COMMAND, f"{what}.type: unknown {what} {kind[:64]!r}")
     return kind, raw
+
+
+def pod_command(record: Record) -> tuple[str, ...]:
+    """A binding's argv (optional: absent means nothing to run): a non-empty program, at most
+    POD_COMMAND_ARGS_MAX arguments of POD_COMMAND_BYTES_MAX UTF-8 bytes together."""
+    if not record.has("command"):
+        return ()
+    items = record.items("command", length_max=limits.POD_COMMAND_ARGS_MAX)
+    argv = tuple(checked(expect_str, item, f"{record.path}.command[{index}]",
+                         length_max=limits.POD_COMMAND_BYTES_MAX, allow_empty=index > 0)
+                 for index, item in enumerate(items))
+    size = sum(len(arg.encode("utf-8", "surrogatepass")) for arg in argv)
+    if size > limits.POD_COMMAND_BYTES_MAX:
+        raise DecodeError(Code.TOO_LARGE, f"{record.path}.command: {size} bytes, at most "
+                                          f"{limits.POD_COMMAND_BYTES_MAX}")
+    return argv

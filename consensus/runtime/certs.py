@@ -44,7 +44,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from consensus.config import REPLICA_COUNT_MAX
-from consensus.runtime.tls import Identity, IdentityRole, TlsConfig, identity_from_certificate
+from consensus.runtime.tls import Identity, IdentityRole, TlsConfig, identity_of
 
 CA_DAYS = 3650
 LEAF_DAYS = 365
@@ -296,11 +296,4 @@ def _public_bytes(key: ec.EllipticCurvePublicKey | object) -> bytes:
 def identity_in_file(path: pathlib.Path) -> Identity:
     """The identity a certificate file names (its one cellar:// URI), so a process can check
     before it connects that it holds the certificate it is meant to act under."""
-    certificate = x509.load_pem_x509_certificate(path.read_bytes())
-    try:
-        names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName)
-    except x509.ExtensionNotFound:
-        names = None
-    uris = [] if names is None else names.value.get_values_for_type(
-        x509.UniformResourceIdentifier)
-    return identity_from_certificate({"subjectAltName": tuple(("URI", uri) for uri in uris)})
+    return identity_of(x509.load_pem_x509_certificate(path.read_bytes()))

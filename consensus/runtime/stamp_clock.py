@@ -70,9 +70,8 @@ def wall_clock_ms() -> int:
 class StampClock:
     """A replica's stamps: the wall clock, with its steps slewed (module docstring)."""
 
-    __slots__ = ("_catching_up", "_gap_left_ms", "_last_ms", "_monotonic_s", "_seen_s",
-                 "_stamp_ms", "_wall_ms", "offset_ms", "slew_ppm", "step_detect_ms",
-                 "steps_detected")
+    __slots__ = ("_catching_up", "_gap_left_ms", "_monotonic_s", "_seen_s", "_stamp_ms",
+                 "_wall_ms", "offset_ms", "slew_ppm", "step_detect_ms", "steps_detected")
 
     def __init__(self, wall_ms: Callable[[], int] = wall_clock_ms,
                  monotonic_s: Callable[[], float] = BOOT_CLOCK, *,
@@ -83,8 +82,8 @@ class StampClock:
         self.step_detect_ms = step_detect_ms
         self.slew_ppm = slew_ppm
         self._seen_s = monotonic_s()
-        self._stamp_ms = float(wall_ms())  # anchored to the wall clock at start
-        self._last_ms = int(self._stamp_ms)  # the latest stamp handed out
+        # the latest stamp, never lowered; anchored to the wall clock at start
+        self._stamp_ms = float(wall_ms())
         self._catching_up = False  # slewing toward the wall clock
         self._gap_left_ms = 0.0  # while slewing: the gap the next reading should find
         self.offset_ms = 0  # the wall clock less the stamps, at the latest reading
@@ -120,9 +119,9 @@ class StampClock:
             self._catching_up = True
             self._gap_left_ms = gap_ms - correction_ms
         self._stamp_ms = max(self._stamp_ms, stamp_ms)
-        self._last_ms = max(self._last_ms, int(self._stamp_ms))
-        self.offset_ms = wall_ms - self._last_ms
-        return self._last_ms
+        stamped_ms = int(self._stamp_ms)
+        self.offset_ms = wall_ms - stamped_ms
+        return stamped_ms
 
     def _step(self, gap_ms: float) -> None:
         self.steps_detected += 1

@@ -220,11 +220,7 @@ class TlsConfig:
         stamp = self.stamp()
         certificate = x509.load_pem_x509_certificate(self.cert_file.read_bytes())
         return TlsMaterial(server=self.server_context(), client=self.client_context(),
-                           stamp=stamp, certificate_der=_der(certificate),
-                           serial=certificate.serial_number,
-                           not_before=certificate.not_valid_before_utc,
-                           not_after=certificate.not_valid_after_utc,
-                           identity=_identity_or_none(certificate))
+                           stamp=stamp, certificate=certificate)
 
     def load_checked(self, now: datetime.datetime, *, identity: Identity | None = None,
                      presented: TlsMaterial | None = None) -> TlsMaterial:
@@ -247,7 +243,6 @@ class TlsConfig:
 
     def _load_checked(self, now: datetime.datetime, identity: Identity | None,
                       presented: TlsMaterial | None) -> TlsMaterial:
-        from cryptography import x509  # noqa: PLC0415 - as certs.py: only when needed
         from cryptography.exceptions import InvalidSignature  # noqa: PLC0415
 
         try:
@@ -270,15 +265,14 @@ class TlsConfig:
                    for authority in authorities):
             raise TlsFileRefused("cert", self.cert_file,
                                  f"was not issued by a CA in {self.ca_file}")
-        if presented is not None and presented.not_after > now:
-            kept = x509.load_der_x509_certificate(presented.certificate_der)
-            if not any(_issued_by(kept, authority, InvalidSignature)
-                       for authority in authorities):
-                raise TlsFileRefused(
-                    "ca", self.ca_file, f"holds no CA that issued the certificate presented "
-                    f"now (serial {presented.serial:x}), the CA of every peer not yet renewed: "
-                    f"this process would refuse them all; keep the old CA in it beside the new "
-                    f"one until every certificate is renewed")
+        if presented is not None and presented.not_after > now and not any(
+                _issued_by(presented.certificate, authority, InvalidSignature)
+                for authority in authorities):
+            raise TlsFileRefused(
+                "ca", self.ca_file, f"holds no CA that issued the certificate presented now "
+                f"(serial {presented.serial:x}), the CA of every peer not yet renewed: this "
+                f"process would refuse them all; keep the old CA in it beside the new one "
+                f"until every certificate is renewed")
         named = _identity_or_none(certificate)
         if named is None:
             raise TlsFileRefused("cert", self.cert_file, f"names no one {IDENTITY_SCHEME}:// "
@@ -296,10 +290,7 @@ class TlsConfig:
         if not unchanged:
             raise TlsFileRefused("cert", self.cert_file, "changed while being read (a renewal "
                                  "being written?): looked at again later")
-        return TlsMaterial(server=server, client=client, stamp=stamp,
-                           certificate_der=_der(certificate), serial=certificate.serial_number,
-                           not_before=certificate.not_valid_before_utc,
-                           not_after=certificate.not_valid_after_utc, identity=named)
+        return TlsMaterial(server=server, client=client, stamp=stamp, certificate=certificate)
 
     def _parsed(self) -> tuple[Any, list[Any], Any]:
         """The certificate, the CA file's certificates and the key, each whole PEM;
@@ -383,11 +374,20 @@ class TlsMaterial:
     server: ssl.SSLContext
     client: ssl.SSLContext
     stamp: bytes
-    certificate_der: bytes  # the certificate presented, to judge a CA file change by
-    serial: int
-    not_before: datetime.datetime
-    not_after: datetime.datetime
-    identity: Identity | None
+    certificate: Any  # the one presented (`cryptography`'s), to judge a CA file change by
+
+    @property
+    def serial(self) -> int:
+        return int(self.certificate.serial_number)
+
+    @property
+    def not_after(self) -> datetime.datetime:
+        ends: datetime.datetime = self.certificate.not_valid_after_utc
+        return ends
+
+    @property
+    def identity(self) -> Identity | None:
+        return _identity_or_none(self.certificate)
 
 
 class TlsContexts:
@@ -435,27 +435,25 @@ def contexts_of(tls: TlsConfig | None, shared: TlsContexts | None, *, what: str,
     return shared
 
 
-def _identity_or_none(certificate: Any) -> Identity | None:
-    """The identity a `cryptography` certificate names, or None if it names none."""
+def identity_of(certificate: Any) -> Identity:
+    """The identity a `cryptography` certificate names (its one cellar:// URI), as a peer
+    reads it from the handshake; IdentityRefused if it names none, or more than one."""
     from cryptography import x509  # noqa: PLC0415 - as certs.py: only when needed
 
     try:
         names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName)
     except x509.ExtensionNotFound:
-        return None
-    uris = names.value.get_values_for_type(x509.UniformResourceIdentifier)
+        names = None
+    uris = [] if names is None else names.value.get_values_for_type(
+        x509.UniformResourceIdentifier)
+    return identity_from_certificate({"subjectAltName": tuple(("URI", uri) for uri in uris)})
+
+
+def _identity_or_none(certificate: Any) -> Identity | None:
     try:
-        return identity_from_certificate({"subjectAltName": tuple(("URI", uri)
-                                                                  for uri in uris)})
+        return identity_of(certificate)
     except IdentityRefused:
         return None
-
-
-def _der(certificate: Any) -> bytes:
-    """A `cryptography` certificate's DER encoding."""
-    from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
-
-    return bytes(certificate.public_bytes(serialization.Encoding.DER))
 
 
 def _public_der(key: Any) -> bytes:
