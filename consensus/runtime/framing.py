@@ -30,6 +30,7 @@ import anyio.abc
 
 from consensus.errors import ConsensusError
 from consensus.runtime.direct_write import direct_write
+from consensus.runtime.write_through import WriteNow
 
 HEADER = struct.Struct(">I")
 HEADER_BYTES = HEADER.size
@@ -226,6 +227,24 @@ class FrameWriter:
         # anyio's send without its awaits where it can (consensus/runtime/direct_write.py)
         self._direct = direct_write(stream)
 
+    @property
+    def writes_now(self) -> bool:
+        """Whether `write_now` may write (anyio's asyncio backend); if not, it always declines."""
+        return self._direct is not None
+
+    def write_now(self, frames: Sequence[bytes]) -> bool:
+        """Write `frames` (each within the cap, checked by the caller) in one write at once,
+        with no await, if the transport takes data now; False: nothing was written, send them
+        with `send_many` (consensus/runtime/write_through.py)."""
+        direct = self._direct
+        if direct is None:
+            return False
+        data = encode_frames(frames)
+        if not direct.write(data):
+            return False
+        self._count(data, len(frames))
+        return True
+
     async def send(self, frame: bytes) -> None:
         await self.send_many((frame,))
 
@@ -255,6 +274,9 @@ class FrameWriter:
             await self._stream.send(data)
         elif direct.paused:
             await direct.drain()
+        self._count(data, frames)
+
+    def _count(self, data: bytes, frames: int) -> None:
         self.metrics[WRITES] += 1
         self.metrics[FRAMES_SENT] += frames
         self.metrics[BYTES_SENT] += len(data)
@@ -308,6 +330,11 @@ class FramedConnection:
 
     async def send_many(self, frames: Sequence[bytes]) -> None:
         await self._writer.send_many(frames)
+
+    @property
+    def write_now(self) -> WriteNow | None:
+        """The writer's `write_now`, where it may write at once (else None)."""
+        return self._writer.write_now if self._writer.writes_now else None
 
     async def aclose(self) -> None:
         await self.stream.aclose()

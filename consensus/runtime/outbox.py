@@ -11,6 +11,10 @@ closed.
 `put` refuses a frame over the stream's cap at once, with ValueError: the caller decides what
 becomes of it (the server answers with an error instead, the client refuses the request).
 Queued, it would fail the whole write, and the writer with it, in another task.
+
+While the writer sleeps with nothing queued, the first frame of a turn of the loop is written
+by `put` itself, at once, where the stream can (consensus/runtime/write_through.py); then
+`on_written` is called from `put`.
 """
 
 from __future__ import annotations
@@ -22,11 +26,12 @@ import anyio
 from consensus.runtime.deadlines import Doorbell
 from consensus.runtime.framing import HEADER_BYTES, WRITE_BYTES_MAX, merged_batch_end
 from consensus.runtime.streams import FrameStream
+from consensus.runtime.write_through import WriteThrough, write_through
 
 
 class Outbox:
-    __slots__ = ("_doorbell", "_frames", "_on_written", "_stream", "broken", "frame_bytes_max",
-                 "queued_bytes")
+    __slots__ = ("_doorbell", "_frames", "_on_written", "_stream", "_through", "broken",
+                 "frame_bytes_max", "queued_bytes")
 
     def __init__(self, stream: FrameStream,
                  on_written: Callable[[int, int], None] | None = None) -> None:
@@ -37,6 +42,7 @@ class Outbox:
         self.broken = False
         self.frame_bytes_max = stream.frame_bytes_max
         self.queued_bytes = 0  # of the frames put and not yet handed to the stream
+        self._through: WriteThrough | None = None  # made by `run`, in the loop
 
     def put(self, frame: bytes) -> None:
         """Queue `frame`; raises BrokenResourceError once the stream broke, ValueError (and
@@ -45,6 +51,11 @@ class Outbox:
             raise anyio.BrokenResourceError
         if len(frame) > self.frame_bytes_max:
             raise ValueError(f"frame of {len(frame)} bytes, more than {self.frame_bytes_max}")
+        through = self._through
+        if through is not None and not self._frames and through.write(frame):
+            if self._on_written is not None:
+                self._on_written(1, len(frame))
+            return
         self._frames.append(frame)
         self.queued_bytes += len(frame)
         self._doorbell.ring()
@@ -76,14 +87,28 @@ class Outbox:
     async def run(self) -> None:
         """Write queued frames until the stream breaks or `close` (or this task is
         cancelled)."""
+        through = self._through = write_through(getattr(self._stream, "write_now", None))
         try:
             while not self.broken:
                 if not self._frames:
-                    await self._doorbell.sleep()
+                    await self._sleep(through)
                     continue
                 frames, written_bytes = self._take()
                 await self._stream.send_many(frames)
                 if self._on_written is not None:
                     self._on_written(len(frames), written_bytes)
         finally:
+            self._through = None
             self.close()
+
+    async def _sleep(self, through: WriteThrough | None) -> None:
+        """Sleep until a frame is queued (or the outbox closed), letting `put` write through
+        meanwhile."""
+        if through is None:
+            await self._doorbell.sleep()
+            return
+        through.waiting = True
+        try:
+            await self._doorbell.sleep()
+        finally:
+            through.waiting = False

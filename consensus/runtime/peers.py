@@ -108,6 +108,7 @@ from consensus.runtime.tls import (
     remote_host,
     tls_handshake,
 )
+from consensus.runtime.write_through import WriteThrough, write_through
 
 logger = logging.getLogger("cellar.transport")
 
@@ -211,11 +212,17 @@ class Outbox:
         self.queued_bytes = 0
         self._frames: deque[bytes] = deque()
         self._doorbell = Doorbell()
+        self._through: WriteThrough | None = None  # while a connection's writer waits
 
     def __len__(self) -> int:
         return len(self._frames)
 
     def push(self, frame: bytes) -> bool:
+        """Queue `frame`, or write it at once while the writer waits with nothing queued
+        (consensus/runtime/write_through.py); False if the queue is full."""
+        through = self._through
+        if through is not None and not self._frames and through.write(frame):
+            return True
         if len(self._frames) >= self.frames_max:
             return False
         if self.queued_bytes + len(frame) > self.bytes_max:
@@ -225,10 +232,19 @@ class Outbox:
         self._doorbell.ring()
         return True
 
-    async def wait(self) -> None:
-        """Return once at least one frame is queued."""
-        while not self._frames:
-            await self._doorbell.sleep()
+    async def wait(self, through: WriteThrough | None = None) -> None:
+        """Return once at least one frame is queued; meanwhile `push` may write through
+        `through`, the waiting writer's gate."""
+        if through is not None:
+            through.waiting = True
+        self._through = through
+        try:
+            while not self._frames:
+                await self._doorbell.sleep()
+        finally:
+            self._through = None
+            if through is not None:
+                through.waiting = False
 
     def take(self, frames_max: int, bytes_max: int) -> list[bytes]:
         """Up to `frames_max` frames from the front, at least one, else within `bytes_max`."""
@@ -471,8 +487,9 @@ class PeerMesh:
     async def _send_forever(self, peer: int, stream: anyio.abc.ByteStream) -> None:
         outbox = self._links[peer].outbox
         writer = FrameWriter(stream, frame_bytes_max=self.frame_bytes_max, metrics=self.metrics)
+        through = write_through(writer.write_now if writer.writes_now else None)
         while True:  # until the connection breaks or the mesh stops
-            await outbox.wait()
+            await outbox.wait(through)
             batch = outbox.take(self.batch_frames_max, WRITE_BYTES_MAX)
             written = False
             try:

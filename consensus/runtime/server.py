@@ -389,22 +389,25 @@ class _Answers:
                 f"{what}: not sent, the answers not read hold {self.held_bytes} bytes on "
                 f"this connection, {budget.held_bytes} on this replica"
             )[:RESPONSE_MESSAGE_LENGTH_MAX]))
-        try:
-            outbox.put(frame)  # it checks the cap
-        except ValueError:
-            self._metrics.count("server.answers_too_large")
-        else:
-            self._hold(len(frame))
+        if self._queued(frame):
             return
+        self._metrics.count("server.answers_too_large")
         too_large = encode_response(Response(request_id, Code.TOO_LARGE, message=(
             f"{what}: {len(frame)} bytes, more than this connection's frame cap of "
             f"{outbox.frame_bytes_max}")[:RESPONSE_MESSAGE_LENGTH_MAX]))
+        if not self._queued(too_large):  # a cap too small for any answer: dropped, the
+            self._release(1)             # client's try times out
+
+    def _queued(self, frame: bytes) -> bool:
+        """Whether the outbox took `frame` (False: over the cap), its bytes held until
+        written. Held first: the outbox may write it at once and report it written."""
+        self._hold(len(frame))
         try:
-            outbox.put(too_large)
-        except ValueError:  # a cap too small for any answer: dropped, the client's try times out
-            self._release(1)
-        else:
-            self._hold(len(too_large))
+            self.outbox.put(frame)
+        except ValueError:
+            self._hold(-len(frame))
+            return False
+        return True
 
     def waiting(self, request_id: int) -> anyio.CancelScope:
         """The scope a watch waits in, which a Cancel of `request_id` cancels."""
