@@ -9,14 +9,22 @@ either returns a fully checked object or raises `InvalidMessage` with the reason
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import operator
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgpack
 
+from consensus.codec_compiled import (
+    FieldPlan,
+    TaggedDecoder,
+    TaggedEncoder,
+    compile_decoder,
+    compile_encoder,
+)
 from consensus.envelope import (
     BODY_BYTES_MAX,
     PRINCIPAL_NAME_LENGTH_MAX,
@@ -211,13 +219,20 @@ def _decode_batch(raw: Any, where: str) -> Batch:
     if len(flat) % 3:
         raise InvalidMessage(f"{where}: {len(flat)} items is not a whole number of commands")
     origins, tags, payloads = flat[0::3], flat[1::3], flat[2::3]
-    if not (all(type(item) is int for item in origins) and all(type(item) is int for item in tags)
-            and all(type(item) is bytes for item in payloads)):
+    # The types of all items at once, and the commands built by tuple.__new__ (what
+    # Command(...) does, less its Python-level __new__): no frame per command.
+    if not (set(map(type, origins)) <= _INT_ONLY and set(map(type, tags)) <= _INT_ONLY
+            and set(map(type, payloads)) <= _BYTES_ONLY):
         raise InvalidMessage(f"{where}: commands must be (int origin, int tag, bytes payload)")
     if origins and (min(origins) < 0 or min(tags) < 0 or max(tags) > UINT64_MAX
-                    or max(len(payload) for payload in payloads) > ENVELOPE_BYTES_MAX):
+                    or max(map(len, payloads)) > ENVELOPE_BYTES_MAX):
         raise InvalidMessage(f"{where}: a command's origin, tag or payload size is out of range")
-    return tuple(map(Command, origins, tags, payloads))
+    commands = zip(origins, tags, payloads, strict=True)  # equal lengths: a multiple of 3
+    return tuple(map(tuple.__new__, itertools.repeat(Command), commands))
+
+
+_INT_ONLY = frozenset({int})
+_BYTES_ONLY = frozenset({bytes})
 
 
 def _identity(value: Any) -> Any:
@@ -289,24 +304,56 @@ def _registry(classes: tuple[Any, ...]) -> dict[int, tuple[type, _Encoder, _Deco
     return table
 
 
+def _field_plans(cls: type) -> list[FieldPlan]:
+    """What `consensus.codec_compiled` makes `cls`'s straight-line codec from: the generic
+    codec's own field encoders and decoders, and the checks it inlines for simple fields."""
+    hints = typing.get_type_hints(cls)
+    plans = []
+    for item in dataclasses.fields(cls):
+        hint = hints[item.name]
+        encoder, decoder = _codec_for(hint, item.name)
+        kind, high = "call", INT64_MAX
+        if hint is int or hint is bool:
+            kind = hint.__name__
+        elif hint is bytes:
+            kind, high = "bytes", RECORD_BYTES_MAX
+        elif typing.get_origin(hint) is tuple and typing.get_args(hint) == (int, Ellipsis):
+            kind = "ints"
+        plans.append(FieldPlan(item.name, kind, -1 if item.name in _MAY_BE_NEGATIVE else 0,
+                               high, ITEMS_MAX, None if encoder is _identity else encoder,
+                               decoder))
+    return plans
+
+
+def _compiled_encoders(table: dict[int, tuple[type, _Encoder, _Decoder]]
+                       ) -> dict[type, TaggedEncoder]:
+    return {cls: compile_encoder(cls, tag, _field_plans(cls)) for tag, (cls, _, _) in
+            table.items()}
+
+
+def _compiled_decoders(table: dict[int, tuple[type, _Encoder, _Decoder]]
+                       ) -> dict[int, TaggedDecoder]:
+    return {tag: compile_decoder(cls, _field_plans(cls)) for tag, (cls, _, _) in table.items()}
+
+
 _MESSAGES = _registry(MESSAGE_TYPES)
 _RECORDS = _registry(RECORD_TYPES)
-_MESSAGE_ENCODERS = {cls: (tag, encode) for tag, (cls, encode, _) in _MESSAGES.items()}
-_RECORD_ENCODERS = {cls: (tag, encode) for tag, (cls, encode, _) in _RECORDS.items()}
+# [TAG, field, ...] per class, as `[tag, *encode(value)]` from the tables above
+_MESSAGE_ENCODERS = _compiled_encoders(_MESSAGES)
+_RECORD_ENCODERS = _compiled_encoders(_RECORDS)
+# [TAG, field, ...] -> the object, or None for the generic decoder to name the fault
+_MESSAGE_DECODERS = _compiled_decoders(_MESSAGES)
+_RECORD_DECODERS = _compiled_decoders(_RECORDS)
 
 
 def encode_message(message: Message) -> bytes:
-    tag, encode = _MESSAGE_ENCODERS[type(message)]
-    return pack([tag, *encode(message)])
+    return pack(_MESSAGE_ENCODERS[type(message)](message))
 
 
 def encode_messages(messages: list[Message]) -> bytes:
     """Several messages to one peer in one frame (message merging)."""
-    encoded: list[list[Any]] = []
-    for message in messages:
-        tag, encode = _MESSAGE_ENCODERS[type(message)]
-        encoded.append([tag, *encode(message)])
-    return pack(encoded)
+    encoders = _MESSAGE_ENCODERS
+    return pack([encoders[type(message)](message) for message in messages])
 
 
 def frame_of_encoded(encoded: list[bytes]) -> bytes:
@@ -322,34 +369,56 @@ def frame_of_encoded(encoded: list[bytes]) -> bytes:
 
 def decode_message(data: bytes) -> Message:
     raw = unpack(data, bytes_max=MESSAGE_BYTES_MAX, what="message")
-    return _decode_tagged(raw, _MESSAGES, "message")  # type: ignore[no-any-return]
+    return _decode_tagged(raw, _MESSAGES, _MESSAGE_DECODERS,  # type: ignore[no-any-return]
+                          "message")
 
 
 def decode_messages(data: bytes) -> list[Message]:
     raw = unpack(data, bytes_max=MESSAGE_BYTES_MAX, what="frame")
     if type(raw) is not list or len(raw) > ITEMS_MAX:
         expect_list(raw, "frame", length_max=ITEMS_MAX)  # raises, naming what was wrong
-    return [_decode_tagged(item, _MESSAGES, "message") for item in raw]
+    # Every message from a peer comes here: a loop, not a comprehension around a call.
+    messages: list[Message] = []
+    compiled = _MESSAGE_DECODERS
+    for item in raw:
+        if type(item) is list and item and type(item[0]) is int and \
+                (decode := compiled.get(item[0])) is not None and \
+                (message := decode(item)) is not None:
+            messages.append(message)
+        else:
+            messages.append(_decode_tagged(item, _MESSAGES, compiled, "message"))
+    return messages
 
 
 def encode_record(record: Record) -> bytes:
-    tag, encode = _RECORD_ENCODERS[type(record)]
-    return pack([tag, *encode(record)])
+    return pack(_RECORD_ENCODERS[type(record)](record))
+
+
+def encode_records(records: Sequence[Record]) -> list[bytes]:
+    """`[encode_record(record) for record in records]`, with one packer for them all."""
+    encoders = _RECORD_ENCODERS
+    packer = _idle_packers.pop() if _idle_packers else msgpack.Packer(use_bin_type=True)
+    try:
+        return [packer.pack(encoders[type(record)](record)) for record in records]
+    finally:
+        _idle_packers.append(packer)
 
 
 def decode_record(data: bytes) -> Record:
     raw = unpack(data, bytes_max=RECORD_BYTES_MAX, what="record")
-    return _decode_tagged(raw, _RECORDS, "record")  # type: ignore[no-any-return]
+    return _decode_tagged(raw, _RECORDS, _RECORD_DECODERS,  # type: ignore[no-any-return]
+                          "record")
 
 
 def _decode_tagged(raw: Any, table: dict[int, tuple[type, _Encoder, _Decoder]],
-                   what: str) -> Any:
+                   compiled: dict[int, TaggedDecoder], what: str) -> Any:
     # The valid case checked inline (every message of every frame from a peer comes here);
     # the `expect_*` calls below only name a fault.
     if type(raw) is list and 0 < len(raw) <= ITEMS_MAX and type(raw[0]) is int:
         entry = table.get(raw[0])
         if entry is not None:
-            return entry[2](raw[1:], entry[0].__name__)
+            decoded = compiled[raw[0]](raw)
+            return entry[2](raw[1:], entry[0].__name__) if decoded is None else decoded
     items = expect_list(raw, what, length_max=ITEMS_MAX)
     if not items:
         raise InvalidMessage(f"{what}: empty")

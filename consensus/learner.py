@@ -196,8 +196,7 @@ class Learner:
         """Persist this step's commits and announce the ones that name this replica."""
         ctx = self._ctx
         if self._committed:
-            slots = tuple(slot for slot, _ in self._committed)
-            values = tuple(value for _, value in self._committed)
+            slots, values = zip(*self._committed, strict=True)  # no generator frames
             ctx.persist(OCommitRecord(slots, values))
             self._committed.clear()
         if self._announce:

@@ -123,11 +123,15 @@ class Reads:
         self._granted_at[read_id] = (self._ctx.now, self._ctx.view)
 
     def has_servable(self) -> bool:
+        if not self._pending:  # the common case, without a generator
+            return False
         exec_slot = self._executor.exec_slot
         return any(upto != _UNKNOWN and upto <= exec_slot for upto in self._pending.values())
 
     def serve(self) -> None:
         """Hand out the reads whose index is executed here."""
+        if not self._pending:
+            return
         exec_slot = self._executor.exec_slot
         ready = [read_id for read_id, upto in self._pending.items()
                  if upto != _UNKNOWN and upto <= exec_slot]

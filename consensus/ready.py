@@ -75,13 +75,15 @@ class Outbox:
     """Accumulates a Ready while the core handles inputs; messages to itself are looped back
     (immediately, or after persistence on `advance`)."""
 
-    __slots__ = ("_loopback_after_persist", "_loopback_now", "_pending", "_replica_id",
-                 "_waiting_advance")
+    __slots__ = ("_loopback_after_persist", "_pending", "_replica_id", "_waiting_advance",
+                 "loopback_now")
 
     def __init__(self, replica_id: int) -> None:
         self._replica_id = replica_id
         self._pending = Ready()
-        self._loopback_now: list[Message] = []
+        # Messages to itself to handle now; read (not taken) to see whether there are any:
+        # the core looks after every input and every Ready, and there seldom are.
+        self.loopback_now: list[Message] = []
         self._loopback_after_persist: list[Message] = []
         self._waiting_advance: list[Message] = []
 
@@ -92,7 +94,7 @@ class Outbox:
 
     def send(self, to: int, message: Message, *, after_persist: bool) -> None:
         if to == self._replica_id:
-            queue = self._loopback_after_persist if after_persist else self._loopback_now
+            queue = self._loopback_after_persist if after_persist else self.loopback_now
             queue.append(message)
         elif after_persist:
             self._pending.messages_after_persist.append((to, message))
@@ -104,7 +106,7 @@ class Outbox:
         return self._pending
 
     def take_loopback_now(self) -> list[Message]:
-        taken, self._loopback_now = self._loopback_now, []
+        taken, self.loopback_now = self.loopback_now, []
         return taken
 
     def drain(self) -> Ready:

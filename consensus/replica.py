@@ -268,8 +268,9 @@ class Replica:
         self._handlers[type(message)](message)
 
     def _run_loopback(self) -> None:
-        while messages := self._ctx.outbox.take_loopback_now():
-            for message in messages:
+        outbox = self._ctx.outbox
+        while outbox.loopback_now:
+            for message in outbox.take_loopback_now():
                 self._handle(message)
 
     def propose(self, payload: bytes) -> int:

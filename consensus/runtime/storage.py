@@ -67,7 +67,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from types import TracebackType
 
-from consensus.codec import decode_record, encode_record
+from consensus.codec import decode_record, encode_records
 from consensus.errors import InvalidMessage
 from consensus.record_log import PROMISE_RECORDS, compact_records
 from consensus.records import Record, SnapshotRecord
@@ -82,8 +82,8 @@ from consensus.runtime.storage_errors import (
 from consensus.runtime.storage_format import (
     VERSION,
     FrameKey,
-    frame,
     frame_key,
+    frames,
     header,
     new_salt,
     scan,
@@ -246,7 +246,7 @@ class DurableLog:
         self._check_usable()
         if not records:
             return
-        data = b"".join([frame(encode_record(record), self._key) for record in records])
+        data = frames(encode_records(records), self._key)
         try:
             write_all(self._fd, data)
         except OSError as error:
@@ -331,8 +331,7 @@ class DurableLog:
         compacted = compact_records(self._records)
         salt = new_salt()  # a new file, a new salt
         key = frame_key(salt)
-        data = header(salt) + b"".join([frame(encode_record(record), key)
-                                        for record in compacted])
+        data = header(salt) + frames(encode_records(compacted), key)
         try:
             _replace_file(self._directory, self._path, data)
             fd = _open_for_append(self._path)
@@ -428,8 +427,7 @@ def _load(directory: pathlib.Path, *,
         # appended from now on is of the current version.
         salt = new_salt()
         key = frame_key(salt)
-        rewritten = header(salt) + b"".join([frame(payload, key)
-                                             for _, payload in scanned.payloads])
+        rewritten = header(salt) + frames([payload for _, payload in scanned.payloads], key)
         _replace_file(directory, path, rewritten)
         size, upgraded_from = len(rewritten), scanned.header.version
     elif scanned.torn:

@@ -136,10 +136,22 @@ def header(salt: bytes, version: int = VERSION) -> bytes:
 def frame(payload: bytes, key: FrameKey) -> bytes:
     """One record's frame in the file whose frames are made with `key`: marker, checksum,
     length, payload."""
-    assert 0 < len(payload) <= RECORD_BYTES_MAX, f"record of {len(payload)} bytes"
-    length = _LENGTH.pack(len(payload))
-    checksum = zlib.crc32(payload, zlib.crc32(length, key.seed))
-    return _FRAME.pack(key.marker, checksum, len(payload)) + payload
+    return frames([payload], key)
+
+
+def frames(payloads: list[bytes], key: FrameKey) -> bytes:
+    """The frames of `payloads`, one after another (`frame` for each), in one loop: a Ready's
+    records are framed here on every append."""
+    marker, seed = key.marker, key.seed
+    crc32, pack_length, pack_frame = zlib.crc32, _LENGTH.pack, _FRAME.pack
+    parts: list[bytes] = []
+    for payload in payloads:
+        length = len(payload)
+        assert 0 < length <= RECORD_BYTES_MAX, f"record of {length} bytes"
+        parts.append(pack_frame(marker, crc32(payload, crc32(pack_length(length), seed)),
+                                length))
+        parts.append(payload)
+    return b"".join(parts)
 
 
 def read_header(data: bytes, path: pathlib.Path) -> Header:
