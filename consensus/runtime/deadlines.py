@@ -59,6 +59,17 @@ class ExpiryHeap(Generic[T]):
         return min(self._queue[0][0] if self._queue else math.inf,
                    self._heap[0][0] if self._heap else math.inf)
 
+    def earliest_open(self) -> float:
+        """The first deadline of an item still open (infinity when none), the entries of
+        items that ended early before it dropped. A timer armed at `earliest` instead woke
+        for each of them in turn: at one caller, once a request, for requests long answered."""
+        still_open, queue, heap = self._still_open, self._queue, self._heap
+        while queue and not still_open(queue[0][1]):
+            queue.popleft()
+        while heap and not still_open(heap[0][2]):
+            heapq.heappop(heap)
+        return self.earliest
+
     def push(self, deadline: float, item: T) -> None:
         queue = self._queue
         if not queue or deadline >= queue[-1][0]:
@@ -259,7 +270,7 @@ class Awaited(Generic[T]):
         while not self._closed:
             now = self._now()
             self.expire_due(now)
-            self._armed_until = self._heap.earliest
+            self._armed_until = self._heap.earliest_open()
             await self._rearm.sleep(self._armed_until - now)
 
 def loop_clock() -> Callable[[], float]:

@@ -106,3 +106,32 @@ async def _ring_soon(doorbell: Doorbell) -> None:
     await anyio.sleep(0.01)
     doorbell.ring()
 
+
+
+async def test_the_timer_sleeps_past_answered_requests_to_the_first_still_awaited() -> None:
+    """One caller's requests, each answered long before its deadline: once the first deadline
+    passes, the timer re-arms for the one request still awaited, not for the next answered
+    one (it had woken once a request, for requests long answered)."""
+    answers: Awaited[str] = Awaited()
+    expiries: list[int] = []
+    expire_due = answers.expire_due
+
+    def counted(now: float) -> None:
+        expiries.append(1)
+        expire_due(now)
+
+    answers.expire_due = counted  # type: ignore[method-assign]
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(answers.run)
+        started = anyio.current_time()
+        for key in range(1, 101):  # deadlines 0.02 s apart; all but the last answered at once
+            answers.wait(key, started + 0.05 + key * 0.02)
+            if key < 100:
+                answers.answer(key, "answer")
+                answers.forget(key)
+        await anyio.sleep(0.1)  # past the first deadlines: the timer wakes
+        woken = len(expiries)
+        await anyio.sleep(0.3)  # fifteen answered requests' deadlines pass meanwhile
+        assert len(expiries) == woken  # asleep until the last request's deadline
+        assert answers.waiting == 1
+        tasks.cancel_scope.cancel()

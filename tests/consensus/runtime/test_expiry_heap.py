@@ -25,3 +25,17 @@ def test_due_takes_exactly_the_passed_deadlines_earliest_first(deadlines: list[i
     assert len(heap) == len(deadlines) - len(found)
     assert heap.earliest == min((deadline for deadline in deadlines if deadline > now),
                                 default=math.inf)
+
+
+@given(st.lists(st.tuples(st.integers(0, 50), st.booleans()), max_size=60))
+def test_earliest_open_is_the_first_deadline_of_an_item_still_open(
+        items: list[tuple[int, bool]]) -> None:
+    open_items = {number for number, (_, still_open) in enumerate(items) if still_open}
+    heap: ExpiryHeap[int] = ExpiryHeap(open_items.__contains__)
+    for number, (deadline, _) in enumerate(items):
+        heap.push(float(deadline), number)
+    first = min((float(deadline) for deadline, still_open in items if still_open),
+                default=math.inf)
+    assert heap.earliest_open() == first
+    assert heap.earliest == first  # the ended entries before it are gone
+    assert open_items <= set(heap.due(math.inf))  # no open item dropped
