@@ -129,17 +129,26 @@ class Sessions:
                ) -> None:
         """Cache the reply to `sequence` (after "new" from `lookup`)."""
         session = self.table.get(key)
-        if session is None:
-            assert not self._full(_owner(key)), "lookup said the table had room"
-            self.load(key, Session(last_sequence=sequence, reply=reply, expires_ms=expires_ms,
-                                   checksum=checksum))
-        else:
-            assert sequence > session.last_sequence
-            self.reply_bytes += len(reply) - len(session.reply)
-            session.last_sequence = sequence
-            session.reply = reply
-            session.expires_ms = expires_ms
-            session.checksum = checksum
+        if session is not None:
+            self.advance(session, sequence, reply, expires_ms, checksum)
+            return
+        assert not self._full(_owner(key)), "lookup said the table had room"
+        self.load(key, Session(last_sequence=sequence, reply=reply, expires_ms=expires_ms,
+                               checksum=checksum))
+        if self.reply_bytes > SESSION_REPLIES_BYTES_MAX:
+            self._drop_replies(SESSION_REPLIES_BYTES_MAX - SESSION_REPLIES_BYTES_MAX // 8)
+
+    def advance(self, session: Session, sequence: int, reply: bytes, expires_ms: int,
+                checksum: int) -> None:
+        """`record`, for a `session` the table holds, found by the caller: a sequence past its
+        last is "new" whatever else holds (`lookup`), so a state machine that finds the
+        session itself (most commands come in a session already open) needs neither call."""
+        assert sequence > session.last_sequence
+        self.reply_bytes += len(reply) - len(session.reply)
+        session.last_sequence = sequence
+        session.reply = reply
+        session.expires_ms = expires_ms
+        session.checksum = checksum
         if self.reply_bytes > SESSION_REPLIES_BYTES_MAX:
             self._drop_replies(SESSION_REPLIES_BYTES_MAX - SESSION_REPLIES_BYTES_MAX // 8)
 

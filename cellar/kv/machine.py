@@ -59,8 +59,17 @@ class KvMachine:
             return self._put(key, value)
         sessions = self.sessions
         name = session_key(principal, session)
-        now_ms = max(self.now_ms, stamp_ms)
-        if name not in sessions.table:
+        now_ms = self.now_ms if self.now_ms > stamp_ms else stamp_ms  # max, with no call
+        held = sessions.table.get(name)
+        if held is not None and sequence > held.last_sequence:
+            # The session's next command (most are): "new" whatever else holds (Sessions.
+            # lookup), applied and recorded as below, with two calls less.
+            self.now_ms = now_ms
+            reply = self._put(key, value)
+            sessions.advance(held, sequence, reply, now_ms + SESSION_TTL_MS,
+                             command_checksum(body))
+            return reply
+        if held is None:
             # Opening a session may expire others by this clock: the machine keeps it, even
             # if the command is refused, or a late copy of a forgotten session's command
             # would be judged by a clock behind the one that forgot it, and open it again.

@@ -10,13 +10,17 @@ from __future__ import annotations
 
 from cellar.kv.codec import (
     KEY_BYTES_MAX,
+    OK_REPLY,
     VALUE_BYTES_MAX,
     Code,
+    Operation,
     decode_reply,
     encode_get,
-    encode_put,
 )
+from consensus.codec import pack
 from consensus.runtime.client import CellarClient, ClientError
+
+_PUT = Operation.PUT.value  # packed as a plain int, as encode_put packs it
 
 
 class KvRefused(ClientError):
@@ -52,8 +56,12 @@ class KvStore:
                 and len(value) <= VALUE_BYTES_MAX):  # checked inline: this runs per command
             key, value = _checked("key", key, KEY_BYTES_MAX), _checked("value", value,
                                                                       VALUE_BYTES_MAX)
-        code, _ = decode_reply(await self.client.propose(encode_put(key, value),
-                                                         not_applied=_not_applied))
+        # encode_put and decode_reply, inline (once per command): the same bytes, and an OK
+        # needs no decoding
+        reply = await self.client.propose(pack([_PUT, key, value]), not_applied=_not_applied)
+        if reply == OK_REPLY:
+            return
+        code, _ = decode_reply(reply)
         if code is not Code.OK:
             raise KvRefused(f"put {key!r}: {code.name}")
 

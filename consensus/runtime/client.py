@@ -142,6 +142,7 @@ def _refusal(response: Response) -> ClientError | None:
 
 
 _MOVE_ON = (Code.UNAVAILABLE, Code.UNKNOWN)  # answers that send the next try elsewhere
+_ANSWER_MARGIN_S = 1.0  # what a try waits for its answer beyond attempt_timeout_s
 
 
 def _behind(response: Response | None, after_slot: int) -> Response | None:
@@ -354,6 +355,10 @@ class CellarClient:
         self._dials: dict[str, _Dial] = {}  # at most one dial per endpoint at a time
         self._sessions = SessionPool(config.sessions)
         self._route = SequencerRoute(self._endpoints) if config.prefer_sequencer else None
+        # The last rotation made (`_rotation`), for the first endpoint and the sequencer's it
+        # was made for: the same list until either changes (never changed in place)
+        self._rotated: list[str] = []
+        self._rotated_for: tuple[int, str | None] = (-1, None)
         self._stack = AsyncExitStack()
         self._tasks: TaskGroup | None = None
 
@@ -412,14 +417,20 @@ class CellarClient:
     def _rotation(self, now: float) -> list[str]:
         """The endpoints in the order to try them: the preferred one first."""
         first = self._preferred % len(self._endpoints)
-        rotation = self._endpoints[first:] + self._endpoints[:first]
         route = self._route
+        lead = None
         if route is not None:
             if route.claim_look(now) and self._tasks is not None:
                 self._tasks.start_soon(route.look, self._ask_status, self._now)
-            if route.endpoint is not None:
-                rotation.remove(route.endpoint)
-                rotation.insert(0, route.endpoint)
+            lead = route.endpoint
+        rotated_for = self._rotated_for
+        if rotated_for[0] == first and rotated_for[1] == lead:  # as last time (per command)
+            return self._rotated
+        rotation = self._endpoints[first:] + self._endpoints[:first]
+        if lead is not None:
+            rotation.remove(lead)
+            rotation.insert(0, lead)
+        self._rotated, self._rotated_for = rotation, (first, lead)
         return rotation
 
     def _move_on(self, endpoint: str) -> None:
@@ -535,7 +546,11 @@ class CellarClient:
         connection = self._connections.get(endpoint)
         if connection is None or connection.broken:
             return self._connect_and_request(endpoint, encode, deadline, held_s)
-        return self._request_on(connection, encode, now, deadline, held_s)
+        if held_s:
+            return self._request_on(connection, encode, now, deadline, held_s)
+        # `_request_on`, inline (once per command)
+        return connection.request(
+            encode, min(now + (self.config.attempt_timeout_s + _ANSWER_MARGIN_S), deadline))
 
     def _request_on(self, connection: _Connection, encode: Encode, now: float, deadline: float,
                     held_s: float) -> Awaitable[Response | None]:
@@ -546,7 +561,7 @@ class CellarClient:
 
     def _try_margin_s(self) -> float:
         """What a try waits for its answer beyond the time the replica may hold it."""
-        return self.config.attempt_timeout_s + 1.0
+        return self.config.attempt_timeout_s + _ANSWER_MARGIN_S
 
     async def _connect_and_request(self, endpoint: str, encode: Encode, deadline: float,
                                    held_s: float) -> Response | None:

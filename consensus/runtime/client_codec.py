@@ -151,9 +151,24 @@ def encode_request(request: Request) -> bytes:
 
 
 def decode_request(data: bytes) -> Request:
+    request = decode_request_fields(data)
+    if type(request) is list:
+        return _new_propose(*request[1:])
+    return request  # type: ignore[return-value]
+
+
+# A valid propose's fields as they came: [kind, request_id, session, sequence, body,
+# timeout_ms, sent_ms] (`decode_request_fields`)
+ProposeFields = list[Any]
+
+
+def decode_request_fields(data: bytes) -> Request | ProposeFields:
+    """decode_request, checked alike, but a valid propose (one per command) comes back as its
+    fields, the list msgpack built (`ProposeFields`), no Propose made: for the server, which
+    reads them once. Anything else comes back as decode_request returns it."""
     raw = unpack(data, bytes_max=REQUEST_BYTES_MAX, what="request")
-    # A valid propose (one per command) is recognised inline; anything else takes the checks
-    # below, which name what is wrong.
+    # A valid propose is recognised inline; anything else takes the checks below, which name
+    # what is wrong (a propose of an earlier build, with no send time, among them).
     if type(raw) is list and len(raw) == 7:
         kind, request_id, session, sequence, body, timeout_ms, sent_ms = raw
         if (type(kind) is int and kind == _PROPOSE and type(request_id) is int
@@ -163,7 +178,7 @@ def decode_request(data: bytes) -> Request:
                 and len(body) <= BODY_BYTES_MAX and type(timeout_ms) is int
                 and 0 <= timeout_ms <= TIMEOUT_MS_MAX and type(sent_ms) is int
                 and 0 <= sent_ms <= INT64_MAX):
-            return _new_propose(request_id, session, sequence, body, timeout_ms, sent_ms)
+            return raw
     return _checked_request(raw)
 
 

@@ -203,7 +203,11 @@ class Driver:
         self._budget = ProposalBudget(config.proposal_bytes_max)
         self._watches = WatchBudget(config.watch_bytes_max)
         self._reads: dict[int, tuple[bytes, _Callback]] = {}
-        self._deadlines: ExpiryHeap[tuple[str, int]] = ExpiryHeap(self._still_waiting)
+        # Deadlines of the commands' and the reads' callbacks, by tag and by read id: one heap
+        # each, so that whether one still waits is a dict's own lookup, no call of ours per
+        # entry when the heap compacts (every command is pushed once)
+        self._proposal_deadlines: ExpiryHeap[int] = ExpiryHeap(self._proposals.__contains__)
+        self._read_deadlines: ExpiryHeap[int] = ExpiryHeap(self._reads.__contains__)
         self._read_ids = 0
         self._ticks_done = 0
         self._origin = clock()
@@ -246,6 +250,19 @@ class Driver:
         of the command's bytes (executed, covered by a snapshot, or refused), which may be
         long after `done` (a node agent's share of the reserve: consensus/runtime/
         node_reserve.py)."""
+        # The common case, a command any client may send with room for it everywhere, is
+        # queued right here (one call, not six: this runs per command); anything else, refused
+        # or reserved, takes `_queued`, which says why.
+        size = len(command)
+        if (not reserved and size <= ENVELOPE_BYTES_MAX
+                and self._client_inputs < self._client_inputs_shared
+                and self._budget.admit(size)):
+            now = self._clock()
+            if self._inbox.offer(("propose", command, _Callback(done, now, now + timeout_s),
+                                  False, released)):
+                self._client_inputs += 1
+                return
+            self._budget.refund(size)  # the queue is full: `_queued` counts and answers it
         if not self._queued(command, timeout_s, done, reserved, released) and \
                 released is not None:  # refused: nothing held
             released()
@@ -396,9 +413,20 @@ class Driver:
         self.metrics.count("driver.wakeups")
         self._catch_up_ticks()
         items = self._inbox.take(self.config.drain_max)
+        # `_catch_up_ticks` and `_take` per input, inline (once per command): the clock is
+        # still read before each input, the ticks caught up on only when one is due.
+        clock, origin, tick_ms = self._clock, self._origin, self.config.tick_ms
+        proposed = 0
         for item in items:
-            self._catch_up_ticks()
-            self._take(item)
+            if int((clock() - origin) * 1000 // tick_ms) > self._ticks_done:
+                self._catch_up_ticks()
+            if item[0] == "propose":
+                self._client_inputs -= 1
+                proposed += self._take_proposal(item[1], item[2], item[3], item[4])
+            else:
+                self._take(item)
+        if proposed:  # counted once per batch
+            self.metrics.count("driver.proposals", proposed)
         self._inputs_last_turn = len(items)
 
     def _catch_up_ticks(self) -> None:
@@ -431,42 +459,37 @@ class Driver:
             self.metrics.count("driver.system_commands_dropped")
 
     def _take(self, item: tuple[Any, ...]) -> None:
+        """A peer's frame or a read (a proposal is taken in `_next_inputs`)."""
         kind = item[0]
         if kind == "frame":
             self.metrics.count("driver.frames_received")
             self.replica.receive(item[2], item[1])
-        elif kind == "propose":
-            self._client_inputs -= 1
-            self._take_proposal(item[1], item[2], item[3], item[4])
         elif kind == "read":
             self._client_inputs -= 1
             self._read_ids += 1
             self._reads[self._read_ids] = (item[1], item[2])
-            self._watch_deadline(item[2], "read", self._read_ids)
+            self._read_deadlines.push(item[2].deadline, self._read_ids)
             self.replica.read(self._read_ids)
 
-    def _watch_deadline(self, waiter: _Callback, kind: str, key: int) -> None:
-        self._deadlines.push(waiter.deadline, (kind, key))
-
-    def _still_waiting(self, entry: tuple[str, int]) -> bool:
-        kind, key = entry
-        return key in (self._proposals if kind == "propose" else self._reads)
-
     def _expire_callbacks(self) -> None:
-        """Fail the callbacks whose deadline passed."""
-        for kind, key in self._deadlines.due(self._clock()):
-            if kind == "propose":
-                waiter = self._proposals.pop(key, None)
-                if waiter is not None:
-                    self._budget.deadline_passed(key)
-                    waiter.fail(OutcomeUnknown("no result in time; the command may still be "
-                                               "applied"))
-            elif (read := self._reads.pop(key, None)) is not None:
-                self.replica.cancel_read(key)  # or the core keeps asking for it
+        """Fail the callbacks whose deadline passed: the commands', then the reads', each
+        kind earliest first."""
+        now = self._clock()
+        for tag in self._proposal_deadlines.due(now):
+            waiter = self._proposals.pop(tag, None)
+            if waiter is not None:
+                self._budget.deadline_passed(tag)
+                waiter.fail(OutcomeUnknown("no result in time; the command may still be "
+                                           "applied"))
+        for read_id in self._read_deadlines.due(now):
+            if (read := self._reads.pop(read_id, None)) is not None:
+                self.replica.cancel_read(read_id)  # or the core keeps asking for it
                 read[1].fail(OutcomeUnknown("no read index in time (no sequencer lease?)"))
 
     def _take_proposal(self, command: bytes, waiter: _Callback, reserved: bool,
-                       released: Callable[[], None] | None) -> None:
+                       released: Callable[[], None] | None) -> int:
+        """1 if the core took `command` (counted by the caller, once per batch), else 0 (its
+        waiter has the refusal)."""
         try:
             if not reserved and self.replica.pending_proposals >= self._core_queue_shared:
                 raise ProposalDropped(f"{self.replica.pending_proposals} proposals already "
@@ -478,11 +501,11 @@ class Driver:
             if released is not None:
                 released()
             waiter.fail(Overloaded(str(error)))
-            return
+            return 0
         self._budget.hold(tag, len(command), released)
         self._proposals[tag] = waiter
-        self._watch_deadline(waiter, "propose", tag)
-        self.metrics.count("driver.proposals")
+        self._proposal_deadlines.push(waiter.deadline, tag)
+        return 1
 
     # --- one Ready ----------------------------------------------------------------------------
 
@@ -594,20 +617,8 @@ class Driver:
         self.metrics.count("driver.frames_sent", sent)
 
     def _apply(self, ready: Ready) -> None:
-        release = self._budget.release
-        for item in ready.executed:
-            for command in item.commands:
-                reply = self._machine.apply(command.payload)
-                if command.origin == self.replica.config.replica_id:
-                    release(command.tag)
-                    waiter = self._proposals.pop(command.tag, None)
-                    if waiter is not None:
-                        self.metrics.observe("command_latency_seconds",
-                                             self._clock() - waiter.started)
-                        waiter.resolve(reply)
         if ready.executed:
-            self.metrics.count("driver.commands_applied",
-                               sum(len(item.commands) for item in ready.executed))
+            self._apply_commands(ready)
         for read_id in ready.reads:
             read = self._reads.pop(read_id, None)  # None: its callback expired
             if read is not None:
@@ -622,6 +633,31 @@ class Driver:
             if read is not None:
                 read[1].fail(Overloaded("too many reads pending"))
         self.metrics.count("driver.readied", len(ready.readied))
+
+    def _apply_commands(self, ready: Ready) -> None:
+        """Apply `ready`'s executed commands, and answer those proposed here, each once it is
+        applied. Their latencies go into the histogram once per Ready
+        (`Metrics.observe_many`), each read as it is answered."""
+        apply, clock = self._machine.apply, self._clock
+        me = self.replica.config.replica_id
+        release, proposals = self._budget.release, self._proposals
+        latencies: list[float] = []
+        applied = 0
+        for item in ready.executed:
+            commands = item.commands
+            applied += len(commands)
+            for command in commands:
+                reply = apply(command.payload)
+                if command.origin == me:
+                    tag = command.tag
+                    release(tag)
+                    waiter = proposals.pop(tag, None)
+                    if waiter is not None:
+                        latencies.append(clock() - waiter.started)
+                        waiter.done(reply, None)  # `resolve`, with a call less
+        if latencies:
+            self.metrics.observe_many("command_latency_seconds", latencies)
+        self.metrics.count("driver.commands_applied", applied)
 
     def _query(self, query: bytes) -> bytes:
         """The machine's answer to `query`; QueryFailed (logged, counted) if it raises, which

@@ -29,6 +29,16 @@ class Histogram:
         self.count += 1
         self.total += value
 
+    def observe_many(self, values: Sequence[float]) -> None:
+        """`observe` each of `values`, in order (the same counts and total), in one call."""
+        counts, bounds = self.counts, self.bounds
+        total = self.total
+        for value in values:
+            counts[bisect.bisect_left(bounds, value)] += 1
+            total += value
+        self.total = total
+        self.count += len(values)
+
     def quantile(self, fraction: float) -> float:
         """An upper bound of the given quantile (the bucket bound it falls in)."""
         if not self.count:
@@ -65,6 +75,16 @@ class Metrics:
         if histogram is None:
             histogram = self._histograms[name] = Histogram()
         histogram.observe(value)
+
+    def observe_many(self, name: str, values: Sequence[float]) -> None:
+        """`observe(name, value)` for each of `values`, in order: one call per batch (the
+        driver's latencies, once per Ready). Nothing is made for no values."""
+        if not values:
+            return
+        histogram = self._histograms.get(name)
+        if histogram is None:
+            histogram = self._histograms[name] = Histogram()
+        histogram.observe_many(values)
 
     def counter(self, name: str) -> float:
         return self._counters.get(name, 0)

@@ -95,10 +95,14 @@ class ProposalBudget:
         size = self._held.pop(tag, None)
         if size is not None:
             self.held_bytes -= size
-            self._release_at_deadline.discard(tag)
-            on_release = self._on_release.pop(tag, None)
-            if on_release is not None:
-                on_release()
+            # both are empty but for a snapshot installed and node agents' commands: no call
+            # into them then (this runs per command)
+            if self._release_at_deadline:
+                self._release_at_deadline.discard(tag)
+            if self._on_release:
+                on_release = self._on_release.pop(tag, None)
+                if on_release is not None:
+                    on_release()
 
     def forget_after_snapshot(self, waiting: Callable[[int], bool]) -> None:
         """A peer's snapshot was installed: release each held command whose client no longer

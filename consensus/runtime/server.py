@@ -74,6 +74,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import anyio
@@ -90,13 +91,13 @@ from consensus.runtime.client_codec import (
     Response,
     Status,
     Watch,
-    decode_request,
+    decode_request_fields,
     encode_ok,
     encode_response,
     encode_status,
     request_id_of,
 )
-from consensus.runtime.deadlines import Doorbell
+from consensus.runtime.deadlines import Doorbell, running_asyncio_loop
 from consensus.runtime.driver import Done, Driver, Overloaded, QueryFailed
 from consensus.runtime.framing import TransportError
 from consensus.runtime.metrics import Metrics
@@ -128,6 +129,7 @@ class ClientServer:
         self._driver = driver
         # the replica's one stamp clock, the driver's (consensus/runtime/stamp_clock.py)
         self._now_ms = now_ms if now_ms is not None else driver.stamp_ms
+        self._stamp = _TurnStamp(self._now_ms)  # read once per turn of the loop (docstring)
         self._inflight_max = inflight_max
         self._status = status or driver.status
         self._admit_query = admit_query
@@ -163,7 +165,10 @@ class ClientServer:
                     except TransportError as error:  # an oversized or truncated frame
                         ended = error
                         break
-                    await _acquire(limiter)
+                    try:  # a permit; no yield to the loop unless none is free (anyio's
+                        limiter.acquire_nowait()  # `acquire` always yields: a loop pass per
+                    except anyio.WouldBlock:      # request under load)
+                        await limiter.acquire()
                     self._dispatch(principal, frame, answers, tasks)
                 tasks.cancel_scope.cancel()
         finally:
@@ -176,23 +181,40 @@ class ClientServer:
         """Commands and reads go to the driver with a callback (no task each); the rare
         watches and status requests get a task."""
         try:
-            request = decode_request(frame)
+            request = decode_request_fields(frame)
         except InvalidMessage as error:
             self._driver.metrics.count("server.bad_requests")
             answers.error(request_id_of(frame), Code.BAD_REQUEST, error.reason)
             return
-        if not self._driver.running and not isinstance(request, Cancel):
-            answers.error(request.request_id, Code.UNAVAILABLE, "the replica is not running")
-        elif isinstance(request, Propose):
-            command = encode_envelope_of(principal, request.session, request.sequence,
-                                         self._stamp_ms(request.sent_ms), request.body)
-            done = answers.responder(request.request_id, _REPLY)
-            timeout_s = max(request.timeout_ms, WAIT_MS_MIN) / 1000
-            # a node agent's share, held until the driver lets go of the bytes (node_reserve.py)
-            released = (self._node_reserve.claim(principal.name, len(command))
-                        if principal.role is Role.NODE else None)
+        if not isinstance(request, list):  # not the fields of a propose
+            if not isinstance(request, Propose):
+                self._dispatch_other(principal, request, answers, tasks)
+                return
+            request = [0, request.request_id, request.session, request.sequence, request.body,
+                       request.timeout_ms, request.sent_ms]  # from a client of an earlier build
+        # a propose's fields, as decoded (one per command)
+        _, request_id, session, sequence, body, timeout_ms, sent_ms = request
+        if not self._driver.running:
+            answers.error(request_id, Code.UNAVAILABLE, "the replica is not running")
+            return
+        command = encode_envelope_of(principal, session, sequence, self._stamp_ms(sent_ms),
+                                     body)
+        done = partial(answers.done, request_id, _REPLY)  # `responder`, inline
+        timeout_s = (timeout_ms if timeout_ms > WAIT_MS_MIN else WAIT_MS_MIN) / 1000
+        if principal.role is Role.NODE:
+            # a node agent's share, held until the driver lets go of the bytes
+            # (node_reserve.py)
+            released = self._node_reserve.claim(principal.name, len(command))
             self._driver.submit(command, timeout_s, done, reserved=released is not None,
                                 released=released)
+        else:
+            self._driver.submit(command, timeout_s, done)
+
+    def _dispatch_other(self, principal: Principal, request: Read | Watch | Status | Cancel,
+                        answers: _Answers, tasks: anyio.abc.TaskGroup) -> None:
+        """`_dispatch` of a request other than a command."""
+        if not self._driver.running and not isinstance(request, Cancel):
+            answers.error(request.request_id, Code.UNAVAILABLE, "the replica is not running")
         elif isinstance(request, Cancel):
             answers.call_off(request.request_id)
         elif isinstance(request, Status):
@@ -209,9 +231,9 @@ class ClientServer:
                                  answers.waiting(request.request_id))
 
     def _stamp_ms(self, sent_ms: int) -> int:
-        """This replica's clock, but no later than the client's send time allows (0: the
-        client did not say)."""
-        now_ms = self._now_ms()
+        """This replica's stamp (read once per turn of the loop: `_TurnStamp`), but no later
+        than the client's send time allows (0: the client did not say)."""
+        now_ms = self._stamp.now_ms()
         return min(now_ms, sent_ms + SENT_MS_SLACK_MS) if sent_ms else now_ms
 
     def _admitted(self, principal: Principal, request: Read | Watch,
@@ -256,6 +278,38 @@ class ClientServer:
         finally:
             answers.waited(request_id, waiting)
         answers.unanswered()  # called off
+
+
+class _TurnStamp:
+    """The replica's stamp clock (`now_ms`), read once per turn of the event loop: the
+    commands the server takes in one turn (those one read of a connection brought, and every
+    other connection's taken in that turn) carry one stamp, as if read together. A reading
+    costs a dozen calls, most of the server's own work for a small command; a stamp is at most
+    one turn old, and stamps still never go back. Under a backend without an asyncio loop
+    (trio), every command reads the clock."""
+
+    __slots__ = ("_loop", "_loop_known", "_now_ms", "_stamp_ms")
+
+    def __init__(self, now_ms: Callable[[], int]) -> None:
+        self._now_ms = now_ms
+        self._stamp_ms: int | None = None  # this turn's, once read
+        self._loop: Any = None  # asyncio.AbstractEventLoop, once looked up
+        self._loop_known = False
+
+    def now_ms(self) -> int:
+        stamp_ms = self._stamp_ms
+        if stamp_ms is not None:
+            return stamp_ms
+        stamp_ms = self._now_ms()
+        if not self._loop_known:
+            self._loop, self._loop_known = running_asyncio_loop(), True
+        if self._loop is not None:
+            self._stamp_ms = stamp_ms
+            self._loop.call_soon(self._turn_over)
+        return stamp_ms
+
+    def _turn_over(self) -> None:
+        self._stamp_ms = None
 
 
 # What an answer too large to send was, for the client's error message:
@@ -353,17 +407,21 @@ class _Answers:
         return True
 
     def responder(self, request_id: int, what: str) -> Done:
-        """The driver's callback for one command or read."""
-        def done(reply: bytes | None, error: Exception | None) -> None:
-            if reply is not None:
-                self.put(request_id, encode_ok(request_id, reply), what)
-            elif isinstance(error, Overloaded):
-                self.error(request_id, Code.OVERLOADED, str(error))
-            elif isinstance(error, QueryFailed):
-                self.error(request_id, Code.BAD_REQUEST, str(error))
-            else:  # OutcomeUnknown: timed out, or the replica stopped
-                self.error(request_id, Code.UNKNOWN, str(error))
-        return done
+        """The driver's callback for one command or read (made with no call of ours: the
+        server makes one per command)."""
+        return partial(self.done, request_id, what)
+
+    def done(self, request_id: int, what: str, reply: bytes | None,
+             error: Exception | None) -> None:
+        """The answer to `request_id`, from the driver (through `responder`)."""
+        if reply is not None:
+            self.put(request_id, encode_ok(request_id, reply), what)
+        elif isinstance(error, Overloaded):
+            self.error(request_id, Code.OVERLOADED, str(error))
+        elif isinstance(error, QueryFailed):
+            self.error(request_id, Code.BAD_REQUEST, str(error))
+        else:  # OutcomeUnknown: timed out, or the replica stopped
+            self.error(request_id, Code.UNKNOWN, str(error))
 
     def error(self, request_id: int, code: Code, message: str) -> None:
         self.put(request_id, encode_response(Response(
@@ -436,12 +494,4 @@ class _Answers:
         self.held_bytes += size
         self._budget.held_bytes += size
 
-
-async def _acquire(limiter: anyio.Semaphore) -> None:
-    """A permit; yields to the loop only when none is free (anyio's `acquire` always yields,
-    which under load cost a loop pass per request)."""
-    try:
-        limiter.acquire_nowait()
-    except anyio.WouldBlock:
-        await limiter.acquire()
 
