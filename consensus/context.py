@@ -17,7 +17,6 @@ from consensus.messages import Message
 from consensus.order_log import OrderLog
 from consensus.prng import Prng
 from consensus.ready import Outbox
-from consensus.records import Record
 
 
 class Status(enum.Enum):
@@ -48,8 +47,8 @@ class DiskMark:
 
 class Context:
     __slots__ = ("_delay8", "clog", "config", "epoch", "epoch_on_disk", "heard_at", "id",
-                 "lease_holder", "lease_until", "majority", "now", "olog", "outbox", "prng",
-                 "replica_count", "stats", "status", "view")
+                 "lease_holder", "lease_until", "majority", "now", "olog", "outbox", "persist",
+                 "prng", "replica_count", "send", "stats", "status", "view")
 
     def __init__(self, config: ReplicaConfig, prng: Prng) -> None:
         self.config = config
@@ -58,6 +57,10 @@ class Context:
         self.majority = config.majority
         self.prng = prng
         self.outbox = Outbox(config.replica_id)
+        # `send(to, message, after_persist=False)` and `persist(record)` are the outbox's own,
+        # bound once: every role calls them several times a command.
+        self.send = self.outbox.send
+        self.persist = self.outbox.persist
         self.olog = OrderLog(config.replica_count)
         self.clog = CommandLog(config.replica_count)
         self.now = 0
@@ -101,26 +104,23 @@ class Context:
         peers = self.config.peers
         if not self.config.thrifty:
             return peers
-        if not any(self.is_demoted(peer) for peer in peers[:count]):
-            return peers[:count]
-        return tuple(sorted(peers, key=self.is_demoted)[:count])
+        nearest = peers[:count]
+        demoted = self.demoted_peers()
+        if not demoted or demoted.isdisjoint(nearest):
+            return nearest
+        return tuple(sorted(peers, key=demoted.__contains__)[:count])
 
-    def is_demoted(self, peer: int) -> bool:
-        """Silent for an election timeout, or answering far slower than the fastest peer."""
-        fastest8 = min(self._delay8[other] for other in self.config.peers)
-        slow8 = 2 * fastest8 + 16  # twice the fastest, plus two ticks
-        return (self.heard_at[peer] < self.now - self.config.election_ticks
-                or self._delay8[peer] > slow8)
-
-    def send(self, to: int, message: Message, *, after_persist: bool = False) -> None:
-        self.outbox.send(to, message, after_persist=after_persist)
+    def demoted_peers(self) -> set[int]:
+        """The peers silent for an election timeout, or answering far slower than the fastest
+        peer (twice its delay, plus two ticks): the fastest is found once for all of them."""
+        delay8, heard_at, peers = self._delay8, self.heard_at, self.config.peers
+        slow8 = 2 * min([delay8[peer] for peer in peers]) + 16
+        silent_before = self.now - self.config.election_ticks
+        return {peer for peer in peers if heard_at[peer] < silent_before or delay8[peer] > slow8}
 
     def broadcast(self, message: Message, *, after_persist: bool = False) -> None:
         for peer in self.config.peers:
             self.outbox.send(peer, message, after_persist=after_persist)
-
-    def persist(self, record: Record) -> None:
-        self.outbox.persist(record)
 
     def count(self, name: str, amount: int = 1) -> None:
         self.stats[name] += amount

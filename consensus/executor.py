@@ -48,28 +48,30 @@ class Executor:
     def run(self) -> None:
         """Execute every slot that can run now."""
         ctx = self._ctx
-        olog, clog, pending = ctx.olog, ctx.clog, ctx.outbox.pending
-        progressed = False
+        o_slots, spaces, executed = ctx.olog.slots, ctx.clog.spaces, ctx.outbox.pending.executed
+        exec_counts, slot = self.exec_counts, self.exec_slot
         while True:
-            entry = olog.slots.get(self.exec_slot)
+            entry = o_slots.get(slot)
             if entry is None or not entry.committed:
                 break
             space = entry.value
             if space != NO_CL:
-                index = self.exec_counts[space]
-                c_slot = clog[space].get(index)
+                index = exec_counts[space]
+                c_slot = spaces[space].slots.get(index)
                 if c_slot is None or not c_slot.committed:
                     break
-                commands = self._deduplicated(c_slot.batch)
-                pending.executed.append(Executed(self.exec_slot, space, index, commands))
-                self.exec_counts[space] = index + 1
-            self.exec_slot += 1
-            progressed = True
-        if progressed:
+                commands = self._deduplicated(c_slot.batch) if self._deduplicating \
+                    else c_slot.batch
+                executed.append(Executed(slot, space, index, commands))
+                exec_counts[space] = index + 1
+            slot += 1
+        if slot != self.exec_slot:
+            self.exec_slot = slot
             self.stalled_since = ctx.now
 
     def _deduplicated(self, batch: Batch) -> Batch:
-        if not batch or not self._deduplicating:
+        """Multi-Paxos (`run` calls it only then): the batch less the commands already run."""
+        if not batch:
             return batch
         window = self._ctx.config.dedup_window_per_origin
         kept = []

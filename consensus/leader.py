@@ -141,8 +141,8 @@ class Leader:
     def flush(self) -> None:
         """Turn queued proposals into C-instances (or forward them, in Multi-Paxos)."""
         ctx = self._ctx
-        if ctx.status is not Status.NORMAL:
-            return
+        if not self._pending or ctx.status is not Status.NORMAL:
+            return  # nothing queued, the case of most Readies: the checks below are pure
         if ctx.config.mode is Mode.MULTIPAXOS and not ctx.is_sequencer:
             self._forward()
             return
@@ -167,8 +167,8 @@ class Leader:
 
     def _take_batch(self) -> Batch:
         pending = self._pending
-        return tuple(pending.popleft()
-                     for _ in range(_batch_length(pending, self._ctx.config)))
+        return tuple([pending.popleft()
+                      for _ in range(_batch_length(pending, self._ctx.config))])
 
     def _start_instance(self, batch: Batch) -> int:
         ctx = self._ctx

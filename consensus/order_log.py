@@ -54,6 +54,10 @@ class OrderLog:
         entry = self.slots.get(slot)
         return None if entry is None else entry.value
 
+    def values(self, start: int, end: int) -> tuple[int, ...]:
+        """The values of slots [start, end), every one held here."""
+        slots = self.slots
+        return tuple([slots[slot].value for slot in range(start, end)])
 
     def accept(self, slot: int, value: int, view: int) -> bool:
         """Accept value for slot in view; False when the slot already holds it in a view at

@@ -75,12 +75,12 @@ class Outbox:
     """Accumulates a Ready while the core handles inputs; messages to itself are looped back
     (immediately, or after persistence on `advance`)."""
 
-    __slots__ = ("_loopback_after_persist", "_pending", "_replica_id", "_waiting_advance",
-                 "loopback_now")
+    __slots__ = ("_loopback_after_persist", "_replica_id", "_waiting_advance", "loopback_now",
+                 "pending")
 
     def __init__(self, replica_id: int) -> None:
         self._replica_id = replica_id
-        self._pending = Ready()
+        self.pending = Ready()  # the Ready being accumulated (`drain` hands it out)
         # Messages to itself to handle now; read (not taken) to see whether there are any:
         # the core looks after every input and every Ready, and there seldom are.
         self.loopback_now: list[Message] = []
@@ -88,22 +88,18 @@ class Outbox:
         self._waiting_advance: list[Message] = []
 
     def persist(self, record: Record) -> None:
-        self._pending.records.append(record)
+        self.pending.records.append(record)
         if record.SYNC:
-            self._pending.must_sync = True
+            self.pending.must_sync = True
 
-    def send(self, to: int, message: Message, *, after_persist: bool) -> None:
+    def send(self, to: int, message: Message, *, after_persist: bool = False) -> None:
         if to == self._replica_id:
             queue = self._loopback_after_persist if after_persist else self.loopback_now
             queue.append(message)
         elif after_persist:
-            self._pending.messages_after_persist.append((to, message))
+            self.pending.messages_after_persist.append((to, message))
         else:
-            self._pending.messages.append((to, message))
-
-    @property
-    def pending(self) -> Ready:
-        return self._pending
+            self.pending.messages.append((to, message))
 
     def take_loopback_now(self) -> list[Message]:
         taken, self.loopback_now = self.loopback_now, []
@@ -111,7 +107,7 @@ class Outbox:
 
     def drain(self) -> Ready:
         """Hand the accumulated work out; loopback-after-persist waits for `advance`."""
-        ready, self._pending = self._pending, Ready()
+        ready, self.pending = self.pending, Ready()
         self._waiting_advance.extend(self._loopback_after_persist)
         self._loopback_after_persist = []
         return ready

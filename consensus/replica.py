@@ -246,7 +246,8 @@ class Replica:
             return
         ctx.heard_at[message.sender] = ctx.now
         self._handle(message)
-        self._run_loopback()
+        if ctx.outbox.loopback_now:  # seldom: looked at, not called, after every input
+            self._run_loopback()
 
     def _handle(self, message: Message) -> None:
         ctx = self._ctx
@@ -317,7 +318,8 @@ class Replica:
 
     def ready(self) -> Ready:
         self._leader.flush()
-        self._run_loopback()
+        if self._ctx.outbox.loopback_now:
+            self._run_loopback()
         self._sequencer.flush()
         self._executor.run()
         if self._executor.executed_tags:
@@ -352,9 +354,11 @@ class Replica:
         """The last Ready is handled: its records are durable; count own acceptances."""
         self._ctx.epoch_on_disk.persisted()
         self._leader.reserved.persisted()
-        for message in self._ctx.outbox.take_persisted_loopback():
+        outbox = self._ctx.outbox
+        for message in outbox.take_persisted_loopback():
             self._handle(message)
-        self._run_loopback()
+        if outbox.loopback_now:
+            self._run_loopback()
 
     @property
     def may_compact(self) -> bool:

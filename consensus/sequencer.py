@@ -128,7 +128,7 @@ class Sequencer:
             self._flushed_upto = end
             self.leave_view()
             return
-        values = tuple(ctx.olog.slots[slot].value for slot in range(start, end))
+        values = ctx.olog.values(start, end)
         ctx.persist(OAcceptRecord(ctx.view, start, values))
         self._flushed_upto = end
         ctx.send(ctx.id, OAccept(ctx.id, ctx.view, start, values, self.durable_upto),
@@ -147,8 +147,9 @@ class Sequencer:
         if not ctx.config.thrifty:
             return list(ctx.config.peers)
         destinations = {value for value in values if value >= 0 and value != ctx.id}
-        counted = sum(1 for peer in destinations if not ctx.is_demoted(peer))
-        for peer in ctx.nearest_peers(len(ctx.config.peers)):
+        demoted = ctx.demoted_peers()
+        counted = len(destinations - demoted)
+        for peer in sorted(ctx.config.peers, key=demoted.__contains__):  # `nearest_peers`'s order
             if counted >= ctx.config.faults_tolerated:
                 break
             if peer not in destinations:
@@ -166,7 +167,7 @@ class Sequencer:
         end = min(self.next_slot, start + ctx.config.o_entries_per_message_max)
         if start >= end:
             return
-        values = tuple(ctx.olog.slots[slot].value for slot in range(start, end))
+        values = ctx.olog.values(start, end)
         ctx.send(peer, OAccept(ctx.id, ctx.view, start, values, self.durable_upto))
         self.sent_upto[peer] = end
 

@@ -26,6 +26,7 @@ from consensus.codec import (
 from consensus.errors import InvalidMessage
 from consensus.messages import (
     MESSAGE_TYPES,
+    TAG_EPOCH_MAX,
     Batch,
     CAccept,
     Command,
@@ -53,6 +54,8 @@ def strategy_for(hint: Any, name: str) -> st.SearchStrategy[Any]:
             return st.integers(0, REPLICAS - 1)
         if name in ("values", "o_values", "value"):
             return st.integers(-1, REPLICAS - 1)
+        if name == "tag_epoch":  # a command tag carries at most TAG_EPOCH_MAX
+            return st.integers(0, TAG_EPOCH_MAX)
         return st.integers(-1 if name in _NEGATIVE_OK else 0, 2**40)
     if hint is bool:
         return st.booleans()
