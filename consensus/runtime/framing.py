@@ -13,7 +13,8 @@ validates it).
   (merged flushing: one write, one TLS record batch, one system call for a batch of small
   messages), so the per-frame cost stays a few Python operations. On anyio's asyncio
   backend the writer writes without anyio's awaits while the transport takes data (the same
-  bytes: consensus/runtime/direct_write.py).
+  bytes: consensus/runtime/direct_write.py), and the reader reads without them, leaving the
+  transport reading between reads (the same bytes: consensus/runtime/direct_read.py).
 - `FramedConnection` is both over one stream, as handed to the client listener's handlers.
 
 The counter names every transport module uses are defined here, so they are spelled once.
@@ -29,6 +30,7 @@ import anyio
 import anyio.abc
 
 from consensus.errors import ConsensusError
+from consensus.runtime.direct_read import direct_read
 from consensus.runtime.direct_write import direct_write
 from consensus.runtime.write_through import WriteNow
 
@@ -170,6 +172,8 @@ class FrameReader:
         self._pending: collections.deque[bytes] = collections.deque()
         # Each read yields at least one byte, so one frame never takes more reads than this.
         self._reads_per_frame_max = HEADER_BYTES + frame_bytes_max + 1
+        # anyio's receive without its awaits where it can (consensus/runtime/direct_read.py)
+        self._direct = direct_read(stream)
 
     def widen(self, frame_bytes_max: int) -> None:
         """Raise the cap, for a stream whose first frames were read under a smaller one (a
@@ -203,8 +207,10 @@ class FrameReader:
             if frames:
                 return frames
             wanted = min(RECEIVE_BYTES_MAX, max(RECEIVE_BYTES, self._decoder.bytes_wanted()))
+            direct = self._direct
             try:
-                data = await self._stream.receive(wanted)
+                data = await (self._stream.receive(wanted) if direct is None
+                              else direct.receive(wanted))
             except anyio.EndOfStream:
                 if self._decoder.buffered_bytes:
                     raise TruncatedFrame(

@@ -1,5 +1,5 @@
-"""A TLS connection over loopback TCP for transport tests, and the anyio backends they run on
-(asyncio, uvloop, and trio, where anyio's own ways are kept)."""
+"""A connection over loopback TCP (TLS or plain) for transport tests, and the anyio backends
+they run on (asyncio, uvloop, and trio, where anyio's own ways are kept)."""
 
 from __future__ import annotations
 
@@ -22,8 +22,9 @@ ALL_BACKENDS = [*ASYNCIO_BACKENDS, pytest.param(("trio", {}), id="trio")]
 
 
 @contextlib.asynccontextmanager
-async def tls_connection() -> AsyncIterator[tuple[ByteStream, ByteStream]]:
-    """(dialer's TLS stream, listener's TLS stream) over loopback TCP."""
+async def tls_connection(*, tls: bool = True) -> AsyncIterator[tuple[ByteStream, ByteStream]]:
+    """(dialer's stream, listener's stream) over loopback TCP, with TLS (the default) or
+    without."""
     ca = trustme.CA()
     server_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ca.issue_cert("localhost").configure_cert(server_context)
@@ -36,10 +37,12 @@ async def tls_connection() -> AsyncIterator[tuple[ByteStream, ByteStream]]:
         async def accept() -> None:
             raw = await listener.listeners[0].accept()  # type: ignore[attr-defined]
             accepted.append(await TLSStream.wrap(raw, server_side=True,
-                                                 ssl_context=server_context))
+                                                 ssl_context=server_context) if tls else raw)
         group.start_soon(accept)
-        dialed = await anyio.connect_tcp("127.0.0.1", port, ssl_context=client_context,
-                                         tls_hostname="localhost")
+        dialed: ByteStream = await (
+            anyio.connect_tcp("127.0.0.1", port, ssl_context=client_context,
+                              tls_hostname="localhost") if tls
+            else anyio.connect_tcp("127.0.0.1", port))
         while not accepted:
             await anyio.sleep(0.001)
     try:

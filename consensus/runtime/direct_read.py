@@ -1,0 +1,262 @@
+"""A frame reader's short way from the socket: anyio's TLS stream, read without its awaits.
+
+`TLSStream.receive` over anyio's asyncio `SocketStream` calls `SSLObject.read`; when that wants
+more bytes it awaits the socket stream's `receive`, which enters a guard, resumes the
+transport's reading, waits for a chunk, pauses the reading again (or, where a chunk is already
+there, yields to the loop once more), and hands the chunk back to be written to the TLS read
+BIO. On uvloop each resume and pause is a change to the loop's poller, a system call: two for
+every chunk received, and a few hundred bytecodes more.
+
+`DirectRead` does the same work without them: the same `SSLObject.read` (the C read it
+wraps, called without the wrapper's frame; only where that wrapper is the standard
+library's own), fed from the same
+protocol `read_queue` (the oldest chunk taken, the protocol's `read_event` cleared once the
+queue is empty, as anyio does) into the same read BIO, so the bytes handed out are unchanged.
+It awaits only when the queue is empty, on the protocol's `read_event`, inside the stream's
+receive guard. A chunk taken from the queue is written to the BIO before any await, so a reader
+cancelled while waiting loses nothing.
+
+Reading is left on between receives instead of paused after each. The bytes waiting are still
+bounded: the protocol's queue is swapped, once, for a `_MeteredQueue` that counts its bytes and
+pauses the transport when they pass `RECEIVE_QUEUE_BYTES_MAX`, from the protocol's
+`data_received` itself, so a reader that stops reading holds at most that bound plus one
+chunk (one read of the transport). A reader that must wait, with the queue empty, resumes the
+transport first. anyio's own `receive` (still used for the handshake, and as the fallback)
+stays right beside this: it resumes before it waits and pauses after, and the queue's count
+follows its takes.
+
+Anything unusual is left to anyio's own code, which then waits, flushes or raises as it always
+did: an empty queue with the stream at EOF, closed, aborted or failed (its `receive` raises
+EndOfStream, ClosedResourceError or BrokenResourceError); a broken TLS stream; and any outcome of
+`SSLObject.read` other than data or "wants more bytes" with nothing to send (SSLWantWriteError,
+a failed record, a close_notify's empty read, TLS bytes waiting in the write BIO such as a key
+update's answer). Such an outcome is replayed through anyio's `_call_sslobject_method`, so the
+very same exception meets anyio's mapping, and no error is mapped here.
+
+A reader that takes this way does not yield when bytes are already there, as `FrameReader`
+does not for frames already decoded: it yields when the queue is empty, so it reads at most
+the bound plus one chunk in one go.
+
+Only anyio's asyncio backend is known here (its private fields are read, checked once when the
+reader is made): any other stream (trio's, a memory stream in tests, a future anyio without
+these fields) gets `None` from `direct_read` and goes anyio's way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import ssl
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import anyio
+from anyio.streams.tls import TLSStream
+
+# Bytes received but not yet read, past which the transport stops reading (back-pressure).
+RECEIVE_QUEUE_BYTES_MAX = 64 << 10
+
+_popleft = collections.deque.popleft
+_append = collections.deque.append
+_appendleft = collections.deque.appendleft
+
+
+class _MeteredQueue(collections.deque[bytes]):
+    """anyio's protocol read queue, counting its bytes: past `bytes_max` the transport stops
+    reading. anyio's protocol appends, its `receive` takes from the left and puts back what
+    it split off; nothing else changes the queue."""
+
+    __slots__ = ("_transport", "bytes_max", "queued_bytes")
+
+    def __init__(self, chunks: Iterable[bytes], transport: Any, bytes_max: int) -> None:
+        super().__init__(chunks)
+        self._transport = transport
+        self.bytes_max = bytes_max
+        self.queued_bytes = sum(map(len, self))
+
+    def append(self, chunk: bytes, /) -> None:
+        _append(self, chunk)
+        self.queued_bytes += len(chunk)
+        if self.queued_bytes > self.bytes_max and self._transport.is_reading():
+            self._transport.pause_reading()
+
+    def appendleft(self, chunk: bytes, /) -> None:
+        _appendleft(self, chunk)
+        self.queued_bytes += len(chunk)
+
+    def popleft(self) -> bytes:
+        chunk: bytes = _popleft(self)
+        self.queued_bytes -= len(chunk)
+        return chunk
+
+
+class DirectRead:
+    """Reads from one anyio asyncio socket stream, through its TLS object if it has one."""
+
+    __slots__ = ("_guard", "_protocol", "_queue", "_read", "_read_bio", "_socket", "_tls",
+                 "_transport", "_write_bio")
+
+    def __init__(self, tls: TLSStream | None, socket: Any) -> None:
+        self._tls = tls
+        # SSLObject.read(n) is `self._sslobj.read(n)`: that one call, without its frame
+        self._read: Callable[[int], bytes] | None = None if tls is None else \
+            tls._ssl_object._sslobj.read  # type: ignore[attr-defined]
+        self._read_bio: ssl.MemoryBIO | None = None if tls is None else tls._read_bio
+        self._write_bio: ssl.MemoryBIO | None = None if tls is None else tls._write_bio
+        self._socket = socket
+        self._guard: Any = socket._receive_guard
+        self._transport: Any = socket._transport  # uvloop's is no asyncio.Transport
+        protocol = self._protocol = socket._protocol
+        queue = protocol.read_queue
+        if type(queue) is not _MeteredQueue:  # swapped once, by the first reader made
+            queue = protocol.read_queue = _MeteredQueue(queue, self._transport,
+                                                        RECEIVE_QUEUE_BYTES_MAX)
+        self._queue: _MeteredQueue = queue
+
+    @property
+    def queued_bytes(self) -> int:
+        """Bytes received from the transport and not yet taken (at most the bound plus one
+        chunk)."""
+        return self._queue.queued_bytes
+
+    async def receive(self, max_bytes: int) -> bytes:
+        """What the stream's `receive(max_bytes)` gives, raising what it raises."""
+        tls = self._tls
+        assert tls is not None and self._read is not None
+        assert self._read_bio is not None and self._write_bio is not None
+        if max_bytes < 1 or tls._broken:  # anyio's way raises
+            return await tls.receive(max_bytes)
+        read, read_bio, write_bio, queue = self._read, self._read_bio, self._write_bio, self._queue
+        guard = self._guard
+        while True:
+            try:
+                data = read(max_bytes)
+            except ssl.SSLWantReadError as wants:
+                if write_bio.pending:  # anyio's way sends those bytes first
+                    return await self._anyio_way(wants, max_bytes)
+                if not queue:
+                    if not self._may_wait():
+                        return await tls.receive(max_bytes)
+                    guard._guarded = True  # as anyio's receive guard
+                    try:
+                        await self._protocol.read_event.wait()
+                    finally:
+                        guard._guarded = False
+                    if not queue:  # the stream ended or broke meanwhile
+                        return await tls.receive(max_bytes)
+                chunk = _popleft(queue)
+                queue.queued_bytes -= len(chunk)
+                if not queue:
+                    self._protocol.read_event.clear()
+                read_bio.write(chunk)  # before any await: a cancelled reader loses nothing
+                continue
+            except Exception as error:  # SSLWantWriteError, a failed record, ...
+                return await self._anyio_way(error, max_bytes)
+            if not data or write_bio.pending:  # close_notify; or TLS has bytes to send
+                return await self._anyio_way(data, max_bytes)
+            return data
+
+    def _may_wait(self) -> bool:
+        """Whether a reader may wait on the protocol's `read_event` for a chunk in the empty
+        queue (the transport then reading); False where the stream is at EOF, closed,
+        aborted or failed, or another task is receiving: anyio's way says what that means."""
+        protocol, transport = self._protocol, self._transport
+        if protocol.read_event.is_set() or self._socket._closed or \
+                protocol.exception is not None or protocol.is_at_eof or \
+                transport.is_closing() or self._guard._guarded:
+            return False
+        if not transport.is_reading():
+            transport.resume_reading()
+        return True
+
+    async def _anyio_way(self, outcome: bytes | Exception, max_bytes: int) -> bytes:
+        """`TLSStream.receive`, its first `SSLObject.read` giving `outcome` (what the read
+        here just gave): anyio flushes, waits, maps errors and ends as it always does."""
+        tls, read = self._tls, self._read
+        assert tls is not None and read is not None
+        replayed = False
+
+        def replay(n: int) -> bytes:
+            nonlocal replayed
+            if replayed:
+                return read(n)
+            replayed = True
+            if isinstance(outcome, Exception):
+                raise outcome
+            return outcome
+
+        data = await tls._call_sslobject_method(replay, max_bytes)
+        if not data:
+            raise anyio.EndOfStream
+        return data
+
+
+class _PlainDirectRead(DirectRead):
+    """A `DirectRead` for anyio's asyncio socket stream alone (plain TCP)."""
+
+    __slots__ = ()
+
+    async def receive(self, max_bytes: int) -> bytes:
+        queue, guard = self._queue, self._guard
+        if max_bytes < 1:  # anyio's way raises
+            return await self._socket.receive(max_bytes)  # type: ignore[no-any-return]
+        if not queue:
+            if not self._may_wait():
+                return await self._socket.receive(max_bytes)  # type: ignore[no-any-return]
+            guard._guarded = True  # as anyio's receive guard
+            try:
+                await self._protocol.read_event.wait()
+            finally:
+                guard._guarded = False
+            if not queue:  # the stream ended or broke meanwhile
+                return await self._socket.receive(max_bytes)  # type: ignore[no-any-return]
+        chunk = _popleft(queue)
+        if len(chunk) > max_bytes:  # split, as anyio does
+            chunk, leftover = chunk[:max_bytes], chunk[max_bytes:]
+            _appendleft(queue, leftover)
+            queue.queued_bytes -= max_bytes
+        else:
+            queue.queued_bytes -= len(chunk)
+        if not queue:
+            self._protocol.read_event.clear()
+        return chunk
+
+
+def _asyncio_socket(stream: object) -> Any | None:
+    """`stream` if it is anyio's asyncio SocketStream with the fields `DirectRead` reads."""
+    kind = type(stream)
+    if kind.__name__ != "SocketStream" or kind.__module__ != "anyio._backends._asyncio":
+        return None
+    protocol = getattr(stream, "_protocol", None)
+    transport = getattr(stream, "_transport", None)  # uvloop's is no asyncio.Transport
+    guard = getattr(stream, "_receive_guard", None)
+    if not all(callable(getattr(transport, name, None))
+               for name in ("is_reading", "pause_reading", "resume_reading", "is_closing")) or \
+            type(getattr(protocol, "read_queue", None)) not in (collections.deque,
+                                                                 _MeteredQueue) or \
+            not isinstance(getattr(protocol, "read_event", None), asyncio.Event) or \
+            not hasattr(protocol, "exception") or not hasattr(protocol, "is_at_eof") or \
+            not isinstance(getattr(guard, "_guarded", None), bool) or \
+            not callable(getattr(stream, "receive", None)) or not hasattr(stream, "_closed"):
+        return None
+    return stream
+
+
+def direct_read(stream: object) -> DirectRead | None:
+    """A `DirectRead` for `stream` (anyio's TLS stream over its asyncio socket stream, or
+    that socket stream alone), or None where only anyio's `receive` may be used."""
+    if type(stream) is TLSStream:
+        socket = _asyncio_socket(stream.transport_stream)
+        if socket is None or not isinstance(getattr(stream, "_ssl_object", None),
+                                            ssl.SSLObject) or \
+                not isinstance(getattr(stream, "_read_bio", None), ssl.MemoryBIO) or \
+                not isinstance(getattr(stream, "_write_bio", None), ssl.MemoryBIO) or \
+                not isinstance(getattr(stream, "_broken", None), bool) or \
+                type(stream._ssl_object).read is not ssl.SSLObject.read or \
+                not callable(getattr(getattr(stream._ssl_object, "_sslobj", None), "read",
+                                     None)) or \
+                not callable(getattr(stream, "_call_sslobject_method", None)):
+            return None
+        return DirectRead(stream, socket)
+    socket = _asyncio_socket(stream)
+    return None if socket is None else _PlainDirectRead(None, socket)
