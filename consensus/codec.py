@@ -328,25 +328,24 @@ def _field_plans(cls: type) -> list[FieldPlan]:
     return plans
 
 
-def _compiled_encoders(table: dict[int, tuple[type, _Encoder, _Decoder]]
-                       ) -> dict[type, TaggedEncoder]:
-    return {cls: compile_encoder(cls, tag, _field_plans(cls)) for tag, (cls, _, _) in
-            table.items()}
-
-
-def _compiled_decoders(table: dict[int, tuple[type, _Encoder, _Decoder]]
-                       ) -> dict[int, TaggedDecoder]:
-    return {tag: compile_decoder(cls, _field_plans(cls)) for tag, (cls, _, _) in table.items()}
+def _compiled(table: dict[int, tuple[type, _Encoder, _Decoder]]
+              ) -> tuple[dict[type, TaggedEncoder], dict[int, TaggedDecoder]]:
+    """The straight-line encoder per class and decoder per tag of `table`'s classes."""
+    encoders: dict[type, TaggedEncoder] = {}
+    decoders: dict[int, TaggedDecoder] = {}
+    for tag, (cls, _, _) in table.items():
+        plans = _field_plans(cls)
+        encoders[cls] = compile_encoder(cls, tag, plans)
+        decoders[tag] = compile_decoder(cls, plans)
+    return encoders, decoders
 
 
 _MESSAGES = _registry(MESSAGE_TYPES)
 _RECORDS = _registry(RECORD_TYPES)
-# [TAG, field, ...] per class, as `[tag, *encode(value)]` from the tables above
-_MESSAGE_ENCODERS = _compiled_encoders(_MESSAGES)
-_RECORD_ENCODERS = _compiled_encoders(_RECORDS)
-# [TAG, field, ...] -> the object, or None for the generic decoder to name the fault
-_MESSAGE_DECODERS = _compiled_decoders(_MESSAGES)
-_RECORD_DECODERS = _compiled_decoders(_RECORDS)
+# Encoders: [TAG, field, ...] per class, as `[tag, *encode(value)]` from the tables above.
+# Decoders: [TAG, field, ...] -> the object, or None for the generic decoder to name the fault.
+_MESSAGE_ENCODERS, _MESSAGE_DECODERS = _compiled(_MESSAGES)
+_RECORD_ENCODERS, _RECORD_DECODERS = _compiled(_RECORDS)
 
 
 def encode_message(message: Message) -> bytes:
@@ -362,7 +361,10 @@ def encode_messages(messages: list[Message]) -> bytes:
 def frame_of_encoded(encoded: list[bytes]) -> bytes:
     """The frame `encode_messages` makes, from messages each already `encode_message`d: a
     msgpack array is its header and its items' encodings, one after the other."""
-    packer = _idle_packers.pop() if _idle_packers else msgpack.Packer(use_bin_type=True)
+    try:  # as `pack`: a storage thread may take the last idle packer between a test and a pop
+        packer = _idle_packers.pop()
+    except IndexError:
+        packer = msgpack.Packer(use_bin_type=True)
     try:
         header: bytes = packer.pack_array_header(len(encoded))
     finally:
@@ -400,7 +402,10 @@ def encode_record(record: Record) -> bytes:
 def encode_records(records: Sequence[Record]) -> list[bytes]:
     """`[encode_record(record) for record in records]`, with one packer for them all."""
     encoders = _RECORD_ENCODERS
-    packer = _idle_packers.pop() if _idle_packers else msgpack.Packer(use_bin_type=True)
+    try:  # not `pop() if _idle_packers`: the loop may take the last one between the two
+        packer = _idle_packers.pop()
+    except IndexError:
+        packer = msgpack.Packer(use_bin_type=True)
     try:
         return [packer.pack(encoders[type(record)](record)) for record in records]
     finally:
@@ -417,11 +422,10 @@ def _decode_tagged(raw: Any, table: dict[int, tuple[type, _Encoder, _Decoder]],
                    compiled: dict[int, TaggedDecoder], what: str) -> Any:
     # The valid case checked inline (every message of every frame from a peer comes here);
     # the `expect_*` calls below only name a fault.
-    if type(raw) is list and 0 < len(raw) <= ITEMS_MAX and type(raw[0]) is int:
-        entry = table.get(raw[0])
-        if entry is not None:
-            decoded = compiled[raw[0]](raw)
-            return entry[2](raw[1:], entry[0].__name__) if decoded is None else decoded
+    if type(raw) is list and 0 < len(raw) <= ITEMS_MAX and type(raw[0]) is int and \
+            (decode_inline := compiled.get(raw[0])) is not None and \
+            (decoded := decode_inline(raw)) is not None:
+        return decoded
     items = expect_list(raw, what, length_max=ITEMS_MAX)
     if not items:
         raise InvalidMessage(f"{what}: empty")

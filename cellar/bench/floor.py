@@ -30,7 +30,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from cellar.bench.floor_codec import decode, encode, encode_put
-from cellar.bench.floor_node import HOST, FramedProtocol
+from cellar.bench.floor_node import HOST, FramedProtocol, tls_context
 from cellar.bench.stats import Spread, percentile, process_cpu_s
 from cellar.child_processes import bound_to_parent, stop_processes
 from consensus.runtime.arguments import at_least, seconds
@@ -164,14 +164,7 @@ class _Client:
     @classmethod
     async def connect(cls, port: int, files: tuple[str, str, str] | None) -> _Client:
         loop = asyncio.get_running_loop()
-        context = None
-        if files:
-            import ssl  # noqa: PLC0415
-
-            context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-            context.check_hostname = False
-            context.load_verify_locations(cafile=files[0])
-            context.load_cert_chain(certfile=files[1], keyfile=files[2])
+        context = tls_context(files, server=False) if files else None
         client: _Client | None = None
 
         def on_answers(_link: FramedProtocol, frame: bytes) -> None:

@@ -122,17 +122,22 @@ async def _serve(factory: Callable[[], asyncio.Protocol], port: int,
     await server.serve_forever()
 
 
+def tls_context(files: tuple[str, str, str], *, server: bool) -> ssl.SSLContext:
+    """A mutual-TLS context from (ca, cert, key): a server's, or a client's (the leader's to
+    its followers, the benchmark's to the leader)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER if server else ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False  # as the runtime: the CA and the certificate decide
+    context.verify_mode = ssl.CERT_REQUIRED
+    context.load_verify_locations(cafile=files[0])
+    context.load_cert_chain(certfile=files[1], keyfile=files[2])
+    return context
+
+
 def _contexts(args: argparse.Namespace) -> tuple[Any, Any]:
     if not args.ca:
         return None, None
-    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    client = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    client.check_hostname = False  # as the runtime: the CA and the certificate decide
-    for context in (server, client):
-        context.verify_mode = ssl.CERT_REQUIRED
-        context.load_verify_locations(cafile=args.ca)
-        context.load_cert_chain(certfile=args.cert, keyfile=args.key)
-    return server, client
+    files = (args.ca, args.cert, args.key)
+    return tls_context(files, server=True), tls_context(files, server=False)
 
 
 def main(argv: list[str]) -> None:

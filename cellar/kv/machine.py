@@ -60,30 +60,29 @@ class KvMachine:
         sessions = self.sessions
         name = session_key(principal, session)
         now_ms = self.now_ms if self.now_ms > stamp_ms else stamp_ms  # max, with no call
-        held = sessions.table.get(name)
-        if held is not None and sequence > held.last_sequence:
-            # The session's next command (most are): "new" whatever else holds (Sessions.
-            # lookup), applied and recorded as below, with two calls less.
-            self.now_ms = now_ms
-            reply = self._put(key, value)
-            sessions.advance(held, sequence, reply, now_ms + SESSION_TTL_MS,
-                             command_checksum(body))
-            return reply
-        if held is None:
-            # Opening a session may expire others by this clock: the machine keeps it, even
-            # if the command is refused, or a late copy of a forgotten session's command
-            # would be judged by a clock behind the one that forgot it, and open it again.
-            self.now_ms = now_ms
         checksum = command_checksum(body)
-        verdict, cached = sessions.lookup(name, sequence, stamp_ms, now_ms, checksum)
-        if verdict == "retry":
-            return cached
-        if verdict != "new":
-            return encode_reply(_REFUSALS[verdict])
+        held = sessions.table.get(name)
+        if held is None or sequence <= held.last_sequence:
+            # Not the session's next command (most are, and skip Sessions.lookup: its verdict
+            # on a sequence past a held session's last is "new" whatever else holds).
+            if held is None:
+                # Opening a session may expire others by this clock: the machine keeps it,
+                # even if the command is refused, or a late copy of a forgotten session's
+                # command would be judged by a clock behind the one that forgot it, and open
+                # it again.
+                self.now_ms = now_ms
+            verdict, cached = sessions.lookup(name, sequence, stamp_ms, now_ms, checksum)
+            if verdict == "retry":
+                return cached
+            if verdict != "new":
+                return encode_reply(_REFUSALS[verdict])
         self.now_ms = now_ms
         reply = self._put(key, value)
         # a refusal too: a retry of it gets the same answer
-        sessions.record(name, sequence, reply, now_ms + SESSION_TTL_MS, checksum)
+        if held is None:
+            sessions.record(name, sequence, reply, now_ms + SESSION_TTL_MS, checksum)
+        else:  # the session's next command: `record`, its session already found
+            sessions.advance(held, sequence, reply, now_ms + SESSION_TTL_MS, checksum)
         return reply
 
     def _put(self, key: bytes, value: bytes) -> bytes:

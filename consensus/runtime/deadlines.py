@@ -273,6 +273,7 @@ class Awaited(Generic[T]):
             self._armed_until = self._heap.earliest_open()
             await self._rearm.sleep(self._armed_until - now)
 
+
 def loop_clock() -> Callable[[], float]:
     """anyio.current_time's clock, looked up once: on asyncio the running loop's own `time`
     (anyio finds the backend anew on every call, which costs twenty times the read)."""

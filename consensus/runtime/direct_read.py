@@ -44,7 +44,6 @@ these fields) gets `None` from `direct_read` and goes anyio's way.
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import ssl
 from collections.abc import Callable, Iterable
@@ -52,6 +51,8 @@ from typing import Any
 
 import anyio
 from anyio.streams.tls import TLSStream
+
+from consensus.runtime.direct_write import asyncio_streams
 
 # Bytes received but not yet read, past which the transport stops reading (back-pressure).
 RECEIVE_QUEUE_BYTES_MAX = 64 << 10
@@ -127,23 +128,14 @@ class DirectRead:
         if max_bytes < 1 or tls._broken:  # anyio's way raises
             return await tls.receive(max_bytes)
         read, read_bio, write_bio, queue = self._read, self._read_bio, self._write_bio, self._queue
-        guard = self._guard
         while True:
             try:
                 data = read(max_bytes)
             except ssl.SSLWantReadError as wants:
                 if write_bio.pending:  # anyio's way sends those bytes first
                     return await self._anyio_way(wants, max_bytes)
-                if not queue:
-                    if not self._may_wait():
-                        return await tls.receive(max_bytes)
-                    guard._guarded = True  # as anyio's receive guard
-                    try:
-                        await self._protocol.read_event.wait()
-                    finally:
-                        guard._guarded = False
-                    if not queue:  # the stream ended or broke meanwhile
-                        return await tls.receive(max_bytes)
+                if not queue and not await self._chunk_arrived():
+                    return await tls.receive(max_bytes)
                 chunk = _popleft(queue)
                 queue.queued_bytes -= len(chunk)
                 if not queue:
@@ -156,18 +148,24 @@ class DirectRead:
                 return await self._anyio_way(data, max_bytes)
             return data
 
-    def _may_wait(self) -> bool:
-        """Whether a reader may wait on the protocol's `read_event` for a chunk in the empty
-        queue (the transport then reading); False where the stream is at EOF, closed,
-        aborted or failed, or another task is receiving: anyio's way says what that means."""
-        protocol, transport = self._protocol, self._transport
+    async def _chunk_arrived(self) -> bool:
+        """Wait on the protocol's `read_event`, inside the stream's receive guard and with the
+        transport reading, for a chunk in the empty queue; whether one came. False, at once,
+        where the stream is at EOF, closed, aborted or failed, or another task is receiving,
+        and once woken by the stream ending or breaking: anyio's way says what that means."""
+        protocol, transport, guard = self._protocol, self._transport, self._guard
         if protocol.read_event.is_set() or self._socket._closed or \
                 protocol.exception is not None or protocol.is_at_eof or \
-                transport.is_closing() or self._guard._guarded:
+                transport.is_closing() or guard._guarded:
             return False
         if not transport.is_reading():
             transport.resume_reading()
-        return True
+        guard._guarded = True  # as anyio's receive guard
+        try:
+            await protocol.read_event.wait()
+        finally:
+            guard._guarded = False
+        return bool(self._queue)
 
     async def _anyio_way(self, outcome: bytes | Exception, max_bytes: int) -> bytes:
         """`TLSStream.receive`, its first `SSLObject.read` giving `outcome` (what the read
@@ -197,19 +195,9 @@ class _PlainDirectRead(DirectRead):
     __slots__ = ()
 
     async def receive(self, max_bytes: int) -> bytes:
-        queue, guard = self._queue, self._guard
-        if max_bytes < 1:  # anyio's way raises
+        queue = self._queue
+        if max_bytes < 1 or (not queue and not await self._chunk_arrived()):  # anyio's way
             return await self._socket.receive(max_bytes)  # type: ignore[no-any-return]
-        if not queue:
-            if not self._may_wait():
-                return await self._socket.receive(max_bytes)  # type: ignore[no-any-return]
-            guard._guarded = True  # as anyio's receive guard
-            try:
-                await self._protocol.read_event.wait()
-            finally:
-                guard._guarded = False
-            if not queue:  # the stream ended or broke meanwhile
-                return await self._socket.receive(max_bytes)  # type: ignore[no-any-return]
         chunk = _popleft(queue)
         if len(chunk) > max_bytes:  # split, as anyio does
             chunk, leftover = chunk[:max_bytes], chunk[max_bytes:]
@@ -222,41 +210,26 @@ class _PlainDirectRead(DirectRead):
         return chunk
 
 
-def _asyncio_socket(stream: object) -> Any | None:
-    """`stream` if it is anyio's asyncio SocketStream with the fields `DirectRead` reads."""
-    kind = type(stream)
-    if kind.__name__ != "SocketStream" or kind.__module__ != "anyio._backends._asyncio":
-        return None
-    protocol = getattr(stream, "_protocol", None)
-    transport = getattr(stream, "_transport", None)  # uvloop's is no asyncio.Transport
-    guard = getattr(stream, "_receive_guard", None)
-    if not all(callable(getattr(transport, name, None))
-               for name in ("is_reading", "pause_reading", "resume_reading", "is_closing")) or \
-            type(getattr(protocol, "read_queue", None)) not in (collections.deque,
-                                                                 _MeteredQueue) or \
-            not isinstance(getattr(protocol, "read_event", None), asyncio.Event) or \
-            not hasattr(protocol, "exception") or not hasattr(protocol, "is_at_eof") or \
-            not isinstance(getattr(guard, "_guarded", None), bool) or \
-            not callable(getattr(stream, "receive", None)) or not hasattr(stream, "_closed"):
-        return None
-    return stream
-
-
 def direct_read(stream: object) -> DirectRead | None:
     """A `DirectRead` for `stream` (anyio's TLS stream over its asyncio socket stream, or
     that socket stream alone), or None where only anyio's `receive` may be used."""
-    if type(stream) is TLSStream:
-        socket = _asyncio_socket(stream.transport_stream)
-        if socket is None or not isinstance(getattr(stream, "_ssl_object", None),
-                                            ssl.SSLObject) or \
-                not isinstance(getattr(stream, "_read_bio", None), ssl.MemoryBIO) or \
-                not isinstance(getattr(stream, "_write_bio", None), ssl.MemoryBIO) or \
-                not isinstance(getattr(stream, "_broken", None), bool) or \
-                type(stream._ssl_object).read is not ssl.SSLObject.read or \
-                not callable(getattr(getattr(stream._ssl_object, "_sslobj", None), "read",
-                                     None)) or \
-                not callable(getattr(stream, "_call_sslobject_method", None)):
-            return None
-        return DirectRead(stream, socket)
-    socket = _asyncio_socket(stream)
-    return None if socket is None else _PlainDirectRead(None, socket)
+    found = asyncio_streams(stream, ("is_reading", "pause_reading", "resume_reading",
+                                     "is_closing"), "read_event")
+    if found is None:
+        return None
+    tls, socket = found
+    protocol = socket._protocol
+    if type(getattr(protocol, "read_queue", None)) not in (collections.deque, _MeteredQueue) or \
+            not hasattr(protocol, "is_at_eof") or \
+            not isinstance(getattr(getattr(socket, "_receive_guard", None), "_guarded", None),
+                           bool) or \
+            not callable(getattr(socket, "receive", None)):
+        return None
+    if tls is None:
+        return _PlainDirectRead(None, socket)
+    if not isinstance(getattr(tls, "_read_bio", None), ssl.MemoryBIO) or \
+            type(tls._ssl_object).read is not ssl.SSLObject.read or \
+            not callable(getattr(getattr(tls._ssl_object, "_sslobj", None), "read", None)) or \
+            not callable(getattr(tls, "_call_sslobject_method", None)):
+        return None
+    return DirectRead(tls, socket)

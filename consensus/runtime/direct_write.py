@@ -82,31 +82,34 @@ class DirectWrite:
             raise anyio.BrokenResourceError from protocol.exception
 
 
-def _asyncio_socket(stream: object) -> Any | None:
-    """`stream` if it is anyio's asyncio SocketStream with the fields `DirectWrite` reads."""
-    kind = type(stream)
+def asyncio_streams(stream: object, transport_methods: tuple[str, ...], event: str,
+                    ) -> tuple[TLSStream | None, Any] | None:
+    """(the TLS stream, or None, and the socket stream) where `stream` is anyio's TLS stream
+    over its asyncio `SocketStream`, or that socket stream alone, with the private fields a
+    direct writer or reader reads: the socket stream's `_closed`, its transport's
+    `transport_methods`, its protocol's `exception` and asyncio Event `event`, and the TLS
+    stream's SSL object, write BIO and `_broken`. Else None: only anyio's way may be used."""
+    tls = stream if type(stream) is TLSStream else None
+    socket = stream if tls is None else tls.transport_stream
+    kind = type(socket)
     if kind.__name__ != "SocketStream" or kind.__module__ != "anyio._backends._asyncio":
         return None
-    protocol = getattr(stream, "_protocol", None)
-    transport = getattr(stream, "_transport", None)  # uvloop's is no asyncio.Transport
-    if not callable(getattr(transport, "write", None)) or \
-            not callable(getattr(transport, "is_closing", None)) or \
-            not isinstance(getattr(protocol, "write_event", None), asyncio.Event) or \
-            not hasattr(protocol, "exception") or not hasattr(stream, "_closed"):
+    protocol = getattr(socket, "_protocol", None)
+    transport = getattr(socket, "_transport", None)  # uvloop's is no asyncio.Transport
+    if not all(callable(getattr(transport, name, None)) for name in transport_methods) or \
+            not isinstance(getattr(protocol, event, None), asyncio.Event) or \
+            not hasattr(protocol, "exception") or not hasattr(socket, "_closed"):
         return None
-    return stream
+    if tls is not None and (
+            not isinstance(getattr(tls, "_ssl_object", None), ssl.SSLObject) or
+            not isinstance(getattr(tls, "_write_bio", None), ssl.MemoryBIO) or
+            not isinstance(getattr(tls, "_broken", None), bool)):
+        return None
+    return tls, socket
 
 
 def direct_write(stream: object) -> DirectWrite | None:
     """A `DirectWrite` for `stream` (anyio's TLS stream over its asyncio socket stream, or
     that socket stream alone), or None where only anyio's `send` may be used."""
-    if type(stream) is TLSStream:
-        socket = _asyncio_socket(stream.transport_stream)
-        if socket is None or not isinstance(getattr(stream, "_ssl_object", None),
-                                            ssl.SSLObject) or \
-                not isinstance(getattr(stream, "_write_bio", None), ssl.MemoryBIO) or \
-                not isinstance(getattr(stream, "_broken", None), bool):
-            return None
-        return DirectWrite(stream, socket)
-    socket = _asyncio_socket(stream)
-    return None if socket is None else DirectWrite(None, socket)
+    found = asyncio_streams(stream, ("write", "is_closing"), "write_event")
+    return None if found is None else DirectWrite(*found)

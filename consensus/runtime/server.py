@@ -127,9 +127,9 @@ class ClientServer:
                  admit_query: Callable[[Principal, bytes], bytes] | None = None,
                  answers_bytes_max: int = ANSWERS_SERVER_BYTES_MAX) -> None:
         self._driver = driver
-        # the replica's one stamp clock, the driver's (consensus/runtime/stamp_clock.py)
-        self._now_ms = now_ms if now_ms is not None else driver.stamp_ms
-        self._stamp = _TurnStamp(self._now_ms)  # read once per turn of the loop (docstring)
+        # the replica's one stamp clock, the driver's (consensus/runtime/stamp_clock.py), read
+        # once per turn of the loop
+        self._stamp = _TurnStamp(now_ms if now_ms is not None else driver.stamp_ms)
         self._inflight_max = inflight_max
         self._status = status or driver.status
         self._admit_query = admit_query

@@ -318,12 +318,6 @@ class TlsConfig:
     def _field_of(self, path: pathlib.Path) -> str:
         return {self.ca_file: "ca", self.key_file: "key"}.get(path, "cert")
 
-    def expires_at(self) -> datetime.datetime:
-        """When the certificate ends (UTC); ValueError if it is not a PEM certificate."""
-        from cryptography import x509  # noqa: PLC0415 - as certs.py: only when needed
-
-        return x509.load_pem_x509_certificate(self.cert_file.read_bytes()).not_valid_after_utc
-
     def _check_chain(self) -> datetime.datetime:
         """When the certificate ends; TlsFileRefused if it has ended or the CA did not issue
         it: no peer would accept it. (Not yet valid is left to the peers' clocks.)"""
@@ -341,11 +335,8 @@ class TlsConfig:
                                  f"expired at {certificate.not_valid_after_utc:%Y-%m-%d %H:%M} "
                                  "UTC; issue a new one (`cellar certs issue`, after moving "
                                  "this pair aside: it never overwrites a file)")
-        for authority in authorities:
-            try:
-                certificate.verify_directly_issued_by(authority)
-            except (ValueError, TypeError, InvalidSignature):
-                continue
+        if any(_issued_by(certificate, authority, InvalidSignature)
+               for authority in authorities):
             return certificate.not_valid_after_utc
         raise TlsFileRefused("cert", self.cert_file, f"was not issued by the CA in "
                                                      f"{self.ca_file}")
@@ -416,11 +407,10 @@ class TlsContexts:
         """When the certificate presented now ends."""
         return self.material.not_after
 
-    def take(self, material: TlsMaterial) -> TlsMaterial:
-        """Present `material` from the next handshake on; the material it replaces."""
-        replaced, self.material = self.material, material
+    def take(self, material: TlsMaterial) -> None:
+        """Present `material` from the next handshake on."""
+        self.material = material
         self.taken += 1
-        return replaced
 
 
 def contexts_of(tls: TlsConfig | None, shared: TlsContexts | None, *, what: str,

@@ -64,6 +64,26 @@ class MemoryFrames:
         await self._receive.aclose()
 
 
+class Sink:
+    """A client connection as the server sees it, for a test that calls the server's parts
+    directly: it takes every frame and sends none."""
+
+    frame_bytes_max = 1 << 20
+
+    async def send_many(self, frames: Sequence[bytes]) -> None:
+        pass
+
+    async def send(self, frame: bytes) -> None:
+        pass
+
+    async def receive(self) -> bytes:
+        await anyio.sleep_forever()
+        raise AssertionError
+
+    async def aclose(self) -> None:
+        pass
+
+
 @dataclass
 class LocalCluster:
     drivers: list[Driver]

@@ -42,6 +42,7 @@ from consensus.runtime.client_codec import (
 from consensus.runtime.metrics import Histogram, Metrics
 from consensus.runtime.server import SENT_MS_SLACK_MS, ClientServer
 from statemachine.sessions import command_checksum, session_key
+from tests.consensus.runtime.local import Sink
 
 pytestmark = pytest.mark.anyio
 
@@ -101,23 +102,6 @@ class CapturingDriver:
 
     def status(self) -> dict[str, Any]:
         return {}
-
-
-class Sink:
-    frame_bytes_max = 1 << 20
-
-    async def send_many(self, frames: Any) -> None:
-        pass
-
-    async def send(self, frame: bytes) -> None:
-        pass
-
-    async def receive(self) -> bytes:
-        await anyio.sleep_forever()
-        raise AssertionError
-
-    async def aclose(self) -> None:
-        pass
 
 
 @pytest.mark.parametrize("role", list(Role))

@@ -107,7 +107,6 @@ async def _ring_soon(doorbell: Doorbell) -> None:
     doorbell.ring()
 
 
-
 async def test_the_timer_sleeps_past_answered_requests_to_the_first_still_awaited() -> None:
     """One caller's requests, each answered long before its deadline: once the first deadline
     passes, the timer re-arms for the one request still awaited, not for the next answered

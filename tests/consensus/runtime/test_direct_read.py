@@ -20,8 +20,9 @@ from anyio.streams.tls import TLSStream
 from consensus.runtime.direct_read import RECEIVE_QUEUE_BYTES_MAX, DirectRead, direct_read
 from consensus.runtime.framing import FrameReader, FrameWriter, Metrics, TruncatedFrame
 from tests.consensus.runtime.tls_loopback import (
-    ALL_BACKENDS,
     ASYNCIO_BACKENDS,
+    all_backends,  # noqa: F401  (fixture)
+    exchange,
     on_asyncio,
     tls_connection,
 )
@@ -29,11 +30,6 @@ from tests.consensus.runtime.tls_loopback import (
 pytestmark = pytest.mark.anyio
 FRAME_BYTES_MAX = 4 << 20
 READ_CHUNK_BYTES_MAX = 256 << 10  # the most one transport read hands the protocol
-
-
-@pytest.fixture(params=ALL_BACKENDS)
-def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
-    return request.param  # type: ignore[no-any-return]
 
 
 @pytest.fixture(params=["tls", "tcp"])
@@ -65,16 +61,7 @@ async def test_frames_arrive_whole_and_in_order(
     batches += [[bytes([index]) * (1 << 20)] for index in range(4)]
     batches += [[bytes([index % 256, 7]) for index in range(2000)]]
     sent = [payload for batch in batches for payload in batch]
-    received: list[bytes] = []
-
-    async def read_all() -> None:
-        while len(received) < len(sent):
-            received.extend(await reader.receive_batch())
-
-    async with anyio.create_task_group() as group:
-        group.start_soon(read_all)
-        for batch in batches:
-            await writer.send_many(batch)
+    received = await exchange(writer, reader, batches)
     assert received == sent
 
 

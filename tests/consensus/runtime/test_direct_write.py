@@ -5,7 +5,6 @@ the short way. On asyncio and uvloop, and trio, over loopback TLS."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -15,25 +14,15 @@ from anyio.abc import ByteStream
 from consensus.runtime.direct_write import direct_write
 from consensus.runtime.framing import FrameReader, FrameWriter, Metrics
 from tests.consensus.runtime.tls_loopback import (
-    ALL_BACKENDS,
     ASYNCIO_BACKENDS,
+    all_backends,  # noqa: F401  (fixture)
+    exchange,
     on_asyncio,
-    tls_connection,
+    tls_pair_fixture,  # noqa: F401  (fixture)
 )
 
 pytestmark = pytest.mark.anyio
 FRAME_BYTES_MAX = 4 << 20
-
-
-@pytest.fixture(params=ALL_BACKENDS)
-def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
-    return request.param  # type: ignore[no-any-return]
-
-
-@pytest.fixture
-async def tls_pair() -> AsyncIterator[tuple[ByteStream, ByteStream]]:
-    async with tls_connection() as pair:
-        yield pair
 
 
 async def test_frames_arrive_whole_and_in_order(
@@ -46,16 +35,7 @@ async def test_frames_arrive_whole_and_in_order(
     batches = [[bytes([index % 251]) * size for size in (1, 17, index * 97, 300 << index % 3)]
                for index in range(60)]
     sent = [frame for batch in batches for frame in batch]
-    received: list[bytes] = []
-
-    async def read_all() -> None:
-        while len(received) < len(sent):
-            received.extend(await reader.receive_batch())
-
-    async with anyio.create_task_group() as group:
-        group.start_soon(read_all)
-        for batch in batches:
-            await writer.send_many(batch)
+    received = await exchange(writer, reader, batches)
     assert received == sent
     assert writer.metrics["transport.frames_sent"] == len(sent)
     assert writer.metrics["transport.writes"] == len(batches)
@@ -69,17 +49,7 @@ async def test_a_full_transport_is_waited_for(
     writer = FrameWriter(dialed, frame_bytes_max=FRAME_BYTES_MAX, metrics=Metrics())
     reader = FrameReader(accepted, frame_bytes_max=FRAME_BYTES_MAX)
     sent = [bytes([index]) * (1 << 20) for index in range(24)]
-    received: list[bytes] = []
-
-    async def read_late() -> None:
-        await anyio.sleep(0.2)
-        while len(received) < len(sent):
-            received.extend(await reader.receive_batch())
-
-    async with anyio.create_task_group() as group:
-        group.start_soon(read_late)
-        for frame in sent:
-            await writer.send(frame)
+    received = await exchange(writer, reader, [[frame] for frame in sent], read_after_s=0.2)
     assert received == sent
 
 

@@ -26,7 +26,7 @@ from consensus.runtime.node_reserve import (
 )
 from consensus.runtime.server import ClientServer
 from consensus.runtime.stamp_clock import wall_clock_ms
-from tests.consensus.runtime.test_server_shed_unknown import Sink
+from tests.consensus.runtime.local import Sink
 
 pytestmark = pytest.mark.anyio
 

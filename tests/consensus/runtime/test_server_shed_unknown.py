@@ -10,7 +10,7 @@ client then did not count the copy as handed over and could end the command with
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import anyio
 import pytest
@@ -25,26 +25,9 @@ from consensus.runtime.driver import OutcomeUnknown as DriverOutcomeUnknown
 from consensus.runtime.metrics import Metrics
 from consensus.runtime.server import ClientServer
 from consensus.runtime.stamp_clock import wall_clock_ms
-from tests.consensus.runtime.local import MemoryFrames
+from tests.consensus.runtime.local import MemoryFrames, Sink
 
 pytestmark = pytest.mark.anyio
-
-
-class Sink:
-    frame_bytes_max = 1 << 20
-
-    async def send_many(self, frames: Sequence[bytes]) -> None:
-        pass
-
-    async def send(self, frame: bytes) -> None:
-        pass
-
-    async def receive(self) -> bytes:
-        await anyio.sleep_forever()
-        raise AssertionError
-
-    async def aclose(self) -> None:
-        pass
 
 
 def test_a_command_timed_out_and_shed_is_still_unknown() -> None:

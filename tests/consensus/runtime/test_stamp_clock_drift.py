@@ -5,9 +5,9 @@ for a step, and a step being slewed in is still caught up (consensus/runtime/sta
 from __future__ import annotations
 
 from consensus.runtime.stamp_clock import StampClock
+from tests.consensus.runtime.hand_clocks import START_MS
 
 HOUR_MS = 3_600_000
-START_MS = 1_700_000_000_000
 DRIFT_PPM = 500
 
 

@@ -7,7 +7,7 @@ Over loopback TLS (the client's and server's outbox, a peer's outbox) and with s
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import anyio
@@ -21,23 +21,13 @@ from consensus.runtime.write_through import write_through
 from tests.consensus.runtime.tls_loopback import (
     ALL_BACKENDS,
     ASYNCIO_BACKENDS,
+    all_backends,  # noqa: F401  (fixture)
     on_asyncio,
-    tls_connection,
+    tls_pair_fixture,  # noqa: F401  (fixture)
 )
 
 pytestmark = pytest.mark.anyio
 FRAME_BYTES_MAX = 1 << 20
-
-
-@pytest.fixture(params=ALL_BACKENDS)
-def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
-    return request.param  # type: ignore[no-any-return]
-
-
-@pytest.fixture
-async def tls_pair() -> AsyncIterator[tuple[ByteStream, ByteStream]]:
-    async with tls_connection() as pair:
-        yield pair
 
 
 async def _writer_asleep() -> None:

@@ -1,11 +1,12 @@
 """A connection over loopback TCP (TLS or plain) for transport tests, and the anyio backends
-they run on (asyncio, uvloop, and trio, where anyio's own ways are kept)."""
+they run on (asyncio, uvloop, and trio, where anyio's own ways are kept): a test module takes
+the fixtures by importing them (`all_backends`, `tls_pair_fixture`)."""
 
 from __future__ import annotations
 
 import contextlib
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import anyio
@@ -14,11 +15,19 @@ import trustme
 from anyio.abc import ByteStream, SocketAttribute
 from anyio.streams.tls import TLSStream
 
+from consensus.runtime.framing import FrameReader, FrameWriter
+
 ASYNCIO_BACKENDS = [pytest.param(("asyncio", {}), id="asyncio"),
                     pytest.param(("asyncio", {"use_uvloop": True}), id="uvloop")]
 
 
 ALL_BACKENDS = [*ASYNCIO_BACKENDS, pytest.param(("trio", {}), id="trio")]
+
+
+@pytest.fixture(name="anyio_backend", params=ALL_BACKENDS)
+def all_backends(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
+    """The module's tests run on each of `ALL_BACKENDS` (a test may name fewer, indirect)."""
+    return request.param  # type: ignore[no-any-return]
 
 
 @contextlib.asynccontextmanager
@@ -50,6 +59,33 @@ async def tls_connection(*, tls: bool = True) -> AsyncIterator[tuple[ByteStream,
     finally:
         await anyio.aclose_forcefully(dialed)
         await anyio.aclose_forcefully(accepted[0])
+
+
+@pytest.fixture(name="tls_pair")
+async def tls_pair_fixture() -> AsyncIterator[tuple[ByteStream, ByteStream]]:
+    async with tls_connection() as pair:
+        yield pair
+
+
+async def exchange(writer: FrameWriter, reader: FrameReader,
+                   batches: Sequence[Sequence[bytes]], *, read_after_s: float = 0.0,
+                   ) -> list[bytes]:
+    """The frames `reader` receives while `writer` sends `batches` (a `send_many` each), the
+    reader starting `read_after_s` late, once it has them all."""
+    count = sum(map(len, batches))
+    received: list[bytes] = []
+
+    async def read_all() -> None:
+        if read_after_s:
+            await anyio.sleep(read_after_s)
+        while len(received) < count:
+            received.extend(await reader.receive_batch())
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(read_all)
+        for batch in batches:
+            await writer.send_many(batch)
+    return received
 
 
 def on_asyncio(backend: tuple[str, dict[str, Any]]) -> bool:
