@@ -89,6 +89,9 @@ class ReplicaConfig:
     straggler_margin_ticks: int = 5  # ordering must lag replication by this much on average
     straggler_cooldown_ticks: int = 2000
     straggler_enabled: bool = True
+    # Commit notices to a peer that showed no wait on commits in this many ticks are held
+    # until the next message to it or the next tick (consensus/notice_hold.py); 0: never held
+    notices_quiet_after_ticks: int = 10
     defects: frozenset[Defect] = field(default_factory=frozenset)
 
     @property
@@ -160,6 +163,9 @@ def _problems(config: ReplicaConfig) -> list[str]:
         problems.append("heartbeat_ticks: must be shorter than lease_ticks less "
                         "lease_drift_ticks, so leases renew before the sequencer stops "
                         "counting on them")
+    if config.notices_quiet_after_ticks < 0:
+        problems.append(f"notices_quiet_after_ticks: must be at least 0 (0: never hold), got "
+                        f"{config.notices_quiet_after_ticks}")
     if config.recovery_ticks <= config.repair_ticks:
         problems.append("recovery_ticks: must exceed repair_ticks (repair before recovery)")
     return problems

@@ -14,6 +14,7 @@ from collections import Counter
 from consensus.command_log import CommandLog
 from consensus.config import ReplicaConfig
 from consensus.messages import Message
+from consensus.notice_hold import NoticeHold
 from consensus.order_log import OrderLog
 from consensus.prng import Prng
 from consensus.ready import Outbox
@@ -47,8 +48,8 @@ class DiskMark:
 
 class Context:
     __slots__ = ("_delay8", "clog", "config", "epoch", "epoch_on_disk", "heard_at", "id",
-                 "lease_holder", "lease_until", "majority", "now", "olog", "outbox", "persist",
-                 "prng", "replica_count", "send", "stats", "status", "view")
+                 "lease_holder", "lease_until", "majority", "notices", "now", "olog", "outbox",
+                 "persist", "prng", "replica_count", "send", "stats", "status", "view")
 
     def __init__(self, config: ReplicaConfig, prng: Prng) -> None:
         self.config = config
@@ -61,6 +62,9 @@ class Context:
         # bound once: every role calls them several times a command.
         self.send = self.outbox.send
         self.persist = self.outbox.persist
+        # Commit notices go through `notices.send`: held a while for quiet peers
+        self.notices = NoticeHold(self.outbox, config.replica_count,
+                                  config.notices_quiet_after_ticks)
         self.olog = OrderLog(config.replica_count)
         self.clog = CommandLog(config.replica_count)
         self.now = 0

@@ -291,8 +291,9 @@ class Leader:
                                   None if replayable else inflight.batch))
         short = CCommit(ctx.id, ctx.view, ctx.id, index, inflight.ballot, None)
         full = CCommit(ctx.id, ctx.view, ctx.id, index, inflight.ballot, inflight.batch)
+        notices = ctx.notices
         for peer in ctx.peers():
-            ctx.send(peer, short if peer in inflight.acks else full)
+            notices.send(peer, short if peer in inflight.acks else full, ctx.now)
         del self._inflight[index]
         created = self._created_at.get(index)
         if created is not None:

@@ -201,7 +201,9 @@ class Learner:
             self._committed.clear()
         if self._announce:
             slots = tuple(self._announce)
-            ctx.broadcast(OCommit(ctx.id, ctx.view, slots, (ctx.id,) * len(slots)))
+            notice = OCommit(ctx.id, ctx.view, slots, (ctx.id,) * len(slots))
+            for peer in ctx.peers():
+                ctx.notices.send(peer, notice, ctx.now)
             self._announce.clear()
 
     def forget_slots_below(self, slot: int) -> None:

@@ -64,6 +64,7 @@ from consensus.messages import (
     VoteRequest,
     check_message,
 )
+from consensus.notice_hold import WAITS_ON_COMMITS
 from consensus.prng import Prng
 from consensus.reads import Reads
 from consensus.ready import Ready
@@ -245,6 +246,8 @@ class Replica:
             ctx.count("dropped.invalid_message")
             return
         ctx.heard_at[message.sender] = ctx.now
+        if type(message) in WAITS_ON_COMMITS:
+            ctx.notices.waits(message.sender, ctx.now)
         self._handle(message)
         if ctx.outbox.loopback_now:  # seldom: looked at, not called, after every input
             self._run_loopback()
@@ -301,6 +304,8 @@ class Replica:
     def tick(self) -> None:
         ctx = self._ctx
         ctx.now += 1
+        if ctx.notices.holding:
+            ctx.notices.release_all()
         if self._rejoin_gate.collecting:
             self._rejoin_gate.on_tick()
             return
@@ -337,7 +342,15 @@ class Replica:
         self._learner.flush()
         self._leader.reserved.drained(self._leader.reserved_upto)
         self._ctx.epoch_on_disk.drained(self._ctx.epoch)  # its record, if new, is in it
+        if self._ctx.notices.holding:
+            self._ctx.notices.release_riding()
         return self._ctx.outbox.drain()
+
+    @property
+    def holds_notices(self) -> bool:
+        """Whether commit notices wait for the next tick (a driver that sleeps several ticks
+        when idle should wake at the next one)."""
+        return self._ctx.notices.holding
 
     def has_ready(self) -> bool:
         """Whether `ready()` would hand out anything (cheap; drivers poll it after ticks)."""

@@ -94,6 +94,11 @@ TICK_CLOCK: Callable[[], float] = BOOT_CLOCK
 # (`Replica.pass_ticks`): a day's suspend would otherwise replay 8.6 million ticks, seconds of
 # work on the loop and a heartbeat queued for every tenth of them.
 TICKS_REPLAYED_MAX = 1000
+# A wake-up for a tick is set this much after the tick is due: uvloop rounds a timer to the
+# millisecond, so one set for the boundary could fire up to half a millisecond before it,
+# find nothing due, and set the next for the rest, which rounds to nothing: the driver spun
+# through several empty turns before each tick (9 a tick while commit notices were held)
+WAKE_LATE_S = 0.001
 PROPOSAL_BYTES_MAX = 256 << 20
 # A snapshot's state must fit one log record with its metadata: a larger one could not be
 # written, and the replica would stop at every start, at the same slot as its peers.
@@ -407,8 +412,10 @@ class Driver:
         input: a lease is never granted or judged on stale time, however long the task slept,
         was kept from running, or spent on the inputs before (the lease's margin is a few
         ticks; a look at the clock costs half a microsecond, an input tens)."""
-        ticks, tick_s = self.config.idle_wake_ticks, self.config.tick_ms / 1000
-        wake = self._origin + (self._ticks_done + ticks) * tick_s
+        # Held commit notices leave at the next tick (consensus/notice_hold.py)
+        ticks = 1 if self.replica.holds_notices else self.config.idle_wake_ticks
+        tick_s = self.config.tick_ms / 1000
+        wake = self._origin + (self._ticks_done + ticks) * tick_s + WAKE_LATE_S
         await self._inbox.wait(min(ticks * tick_s, wake - self._clock()))
         self.metrics.count("driver.wakeups")
         self._catch_up_ticks()

@@ -19,10 +19,15 @@ PROCESS_STEPS_MAX = 50
 
 
 class Stepper:
-    def __init__(self, replica_count: int, defects: frozenset[Defect] = frozenset()) -> None:
-        self.configs = {replica: ReplicaConfig(replica_id=replica, replica_count=replica_count,
-                                               defects=defects)
-                        for replica in range(replica_count)}
+    def __init__(self, replica_count: int, defects: frozenset[Defect] = frozenset(),
+                 notices_quiet_after_ticks: int = 0) -> None:
+        # Nothing ticks here unless a test says so, so commit notices held for quiet peers
+        # would wait: by default they go at once, as most schedules here were written for
+        # (tests/consensus/test_notice_hold.py steps the hold).
+        self.configs = {replica: ReplicaConfig(
+            replica_id=replica, replica_count=replica_count, defects=defects,
+            notices_quiet_after_ticks=notices_quiet_after_ticks)
+            for replica in range(replica_count)}
         self.replicas: dict[int, Replica | None] = {
             replica: Replica(config, Prng(replica)) for replica, config in self.configs.items()}
         self.records: dict[int, list[Record]] = {replica: [] for replica in self.configs}
