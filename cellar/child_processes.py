@@ -43,6 +43,20 @@ _TRAMPOLINE = (
     "os.execvp(sys.argv[3], sys.argv[3:])\n")
 
 
+def child_environment() -> dict[str, str]:
+    """This process's environment for a child that starts in another directory: relative
+    entries of PYTHONPATH made absolute against this process's directory, so the child
+    imports the same code, and PYTHONUNBUFFERED set, so its log is written as it goes. A
+    replica starts in its data directory: `PYTHONPATH=.` named that directory there, and a
+    side-by-side benchmark of a checkout ran the installed code in its replicas."""
+    environment = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    path = environment.get("PYTHONPATH")
+    if path:
+        environment["PYTHONPATH"] = os.pathsep.join(
+            os.path.abspath(entry or os.curdir) for entry in path.split(os.pathsep))
+    return environment
+
+
 def bound_to_parent(command: Sequence[str],
                     death_signal: signal.Signals = signal.SIGTERM) -> list[str]:
     """`command`, started so that it gets `death_signal` (SIGTERM) when this process ends

@@ -19,7 +19,12 @@ from dataclasses import dataclass, field
 
 import anyio
 
-from cellar.child_processes import bound_to_parent, bound_yet, stop_processes
+from cellar.child_processes import (
+    bound_to_parent,
+    bound_yet,
+    child_environment,
+    stop_processes,
+)
 from consensus.runtime.certs import identities, init_directory
 from consensus.runtime.client import CellarClient, ClientConfig, Unavailable
 from consensus.runtime.connect import connector
@@ -150,7 +155,7 @@ class ReplicaProcess:
         elif not self.started_before:
             command.append("--init")
         log = self.log_path.open("ab")
-        environment = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        environment = child_environment()
         self.process = subprocess.Popen(bound_to_parent(command, self.death_signal),  # noqa: S603
                                         stdout=log,
                                         stderr=subprocess.STDOUT, env=environment,
@@ -231,7 +236,7 @@ class AgentProcess:
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(  # noqa: S603
                 bound_to_parent(command), stdout=log, stderr=subprocess.STDOUT,
-                cwd=self.directory, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                cwd=self.directory, env=child_environment())
 
     def stop(self, timeout_s: float = 10.0) -> int | None:
         """SIGTERM (the agent leaves its jobs running), then SIGKILL if it hangs."""

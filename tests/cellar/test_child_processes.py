@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from cellar.child_processes import bound_to_parent, stop_processes
+from cellar.child_processes import bound_to_parent, child_environment, stop_processes
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -145,3 +145,28 @@ def test_a_bound_child_starts_with_the_signal_dispositions_a_plain_one_has() -> 
     bound = subprocess.run(bound_to_parent(command), capture_output=True, text=True,
                            check=True).stdout
     assert bound == plain
+
+
+def test_a_child_started_elsewhere_imports_from_the_same_pythonpath(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Relative PYTHONPATH entries (an empty one is the directory itself) are made absolute
+    against this process's directory: a replica starts in its data directory."""
+    checkout, elsewhere = tmp_path / "checkout", tmp_path / "data"
+    (checkout / "lib").mkdir(parents=True)
+    elsewhere.mkdir()
+    (checkout / "lib" / "only_here.py").write_text("WHERE = 'checkout'\n", encoding="utf-8")
+    monkeypatch.chdir(checkout)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(["lib", "", "/opt/absolute"]))
+    environment = child_environment()
+    assert environment["PYTHONPATH"].split(os.pathsep) == [
+        str(checkout / "lib"), str(checkout), "/opt/absolute"]
+    assert environment["PYTHONUNBUFFERED"] == "1"
+    printed = subprocess.run(
+        [sys.executable, "-c", "import only_here; print(only_here.WHERE)"], cwd=elsewhere,
+        env=environment, capture_output=True, text=True, check=True).stdout
+    assert printed == "checkout\n"
+
+
+def test_no_pythonpath_stays_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    assert "PYTHONPATH" not in child_environment()
