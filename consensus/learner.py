@@ -201,9 +201,8 @@ class Learner:
             self._committed.clear()
         if self._announce:
             slots = tuple(self._announce)
-            notice = OCommit(ctx.id, ctx.view, slots, (ctx.id,) * len(slots))
-            for peer in ctx.peers():
-                ctx.notices.send(peer, notice, ctx.now)
+            ctx.notices.broadcast(ctx.peers(), OCommit(ctx.id, ctx.view, slots,
+                                                       (ctx.id,) * len(slots)), ctx.now)
             self._announce.clear()
 
     def forget_slots_below(self, slot: int) -> None:

@@ -66,17 +66,20 @@ class NoticeHold:
 
     def send(self, peer: int, message: Message, now: int) -> None:
         """Send a commit notice, or hold it while `peer` is quiet."""
-        if now - self._led_at[peer] <= self._quiet_after_ticks or not self._quiet_after_ticks:
+        if not self._quiet_after_ticks or now - self._led_at[peer] <= self._quiet_after_ticks:
             self._outbox.send(peer, message)
             return
         held = self._held.get(peer)
         if held is None:
-            self._held[peer] = [message]
-        elif len(held) < HELD_PER_PEER_MAX:
-            held.append(message)
-        else:
-            held.append(message)
+            held = self._held[peer] = []
+        held.append(message)
+        if len(held) > HELD_PER_PEER_MAX:
             self._release(peer)
+
+    def broadcast(self, peers: tuple[int, ...], message: Message, now: int) -> None:
+        """`send` to each of `peers`."""
+        for peer in peers:
+            self.send(peer, message, now)
 
     def waits(self, peer: int, now: int) -> None:
         """`peer` sent a message showing it waits on commits: it is not quiet, and what is
@@ -89,6 +92,8 @@ class NoticeHold:
         """Held notices to peers the pending Ready already sends to join those messages (in
         the same list, so the driver puts them in the same frame)."""
         pending = self._outbox.pending
+        if not (pending.messages or pending.messages_after_persist):
+            return
         early = {peer for peer, _ in pending.messages}
         late = {peer for peer, _ in pending.messages_after_persist}
         for peer in [peer for peer in self._held if peer in early or peer in late]:
