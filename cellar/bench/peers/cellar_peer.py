@@ -79,17 +79,19 @@ class CellarSystem:
     replicas: int = 3
     synced: bool = True
     prefer_sequencer: bool = False  # every client sends to the sequencer's replica
+    tls: bool = True  # mutual TLS, as Cellar ships; False: plain TCP, as the peers here run
 
     @property
     def name(self) -> str:
-        return (f"cellar-{self.replicas}" + ("" if self.synced else "-nosync")
-                + ("-seq" if self.prefer_sequencer else ""))
+        return (f"cellar-{self.replicas}" + ("" if self.tls else "-plain")
+                + ("" if self.synced else "-nosync") + ("-seq" if self.prefer_sequencer else ""))
 
     def prepare(self, work_dir: pathlib.Path) -> None:
         del work_dir  # nothing to install: Cellar is this package
 
     def start(self, directory: pathlib.Path) -> CellarCluster:
-        layout = Layout(directory, self.replicas, machine="kv", sync=self.synced)
+        layout = Layout(directory, self.replicas, machine="kv", sync=self.synced,
+                        insecure=not self.tls)
         layout.write(admins=[BENCH_PRINCIPAL])
         processes = ProcessCluster(layout)
         processes.start()
@@ -104,8 +106,11 @@ class CellarSystem:
     @property
     def durability(self) -> Durability:
         routed = "; clients send to the sequencer's replica" if self.prefer_sequencer else ""
+        transport = ("; mutual TLS between replicas and clients" if self.tls else
+                     "; plain TCP, no TLS (insecure mode), as etcd and PySyncObj run here")
         if self.synced:
             return Durability(True, "every record fdatasync'd by each replica before it "
-                                    "acknowledges (group commit batches them)" + routed)
+                                    "acknowledges (group commit batches them)" + routed
+                                    + transport)
         return Durability(False, "records written to the page cache, not fsynced "
-                                 "(sync = false)" + routed)
+                                 "(sync = false)" + routed + transport)

@@ -47,7 +47,8 @@ MEMBERS = 3
 DURABILITY = Durability(
     synced=True,
     description="each member fdatasyncs its WAL before acknowledging (entries that arrive "
-                "during a sync are batched into the next one); etcd's default settings")
+                "during a sync are batched into the next one); etcd's default settings; plain HTTP "
+                "between members and clients, no TLS")
 
 
 def find_etcd() -> pathlib.Path | None:

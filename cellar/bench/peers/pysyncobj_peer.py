@@ -37,7 +37,8 @@ REPLICAS = 3
 DURABILITY = Durability(
     synced=False,
     description="journal (a memory-mapped file) written by the leader and each follower before "
-                "it acknowledges, but never fsynced: PySyncObj has no option to sync it")
+                "it acknowledges, but never fsynced: PySyncObj has no option to sync it; plain "
+                "TCP, nothing encrypted (no password set)")
 READY_TIMEOUT_S = 30.0
 STOP_GRACE_S = 3.0
 

@@ -135,6 +135,10 @@ PAIRINGS = (
     Pairing("etcd", CELLAR_SYNCED, ETCD_CONFIGURATIONS),  # both sync every write
     Pairing("pysyncobj", CELLAR_UNSYNCED, PYSYNCOBJ_CONFIGURATIONS),  # neither syncs
     Pairing("pysyncobj_cellar_synced", CELLAR_SYNCED, PYSYNCOBJ_CONFIGURATIONS),  # as it ships
+    # Equal terms in transport too: the peers run here without TLS (the headline ratios keep
+    # Cellar's TLS, as it ships)
+    Pairing("etcd_plain", ("cellar-3-plain-seq",), ETCD_CONFIGURATIONS),
+    Pairing("pysyncobj_plain", ("cellar-3-plain-nosync-seq",), PYSYNCOBJ_CONFIGURATIONS),
 )
 
 

@@ -1,7 +1,8 @@
 """`cellar bench peers`: Cellar beside the stores people would pick instead, in one run.
 
-Systems (`--systems`, default all): cellar-3 and cellar-5 as they ship (every record synced),
-cellar-3-nosync (to compare with PySyncObj, which does not sync its journal), etcd and
+Systems (`--systems`, default all): cellar-3 and cellar-5 as they ship (every record synced,
+mutual TLS), cellar-3-nosync (to compare with PySyncObj, which does not sync its journal),
+the `-plain` ones over plain TCP (etcd and PySyncObj run here without TLS), etcd and
 PySyncObj. Each is prepared once under `--work-dir` (installed there if needed); one that
 cannot be is reported as skipped, with the reason, and the run goes on. With `--no-install`
 nothing is installed: the suite sets `CELLAR_BENCH_NO_INSTALL=1`, and a peer module's
@@ -87,6 +88,12 @@ SYSTEMS: dict[str, SystemEntry] = {
         ("replicas", 3), ("synced", True), ("prefer_sequencer", True))),
     "cellar-3-nosync-seq": SystemEntry(_CELLAR, "CellarSystem", (
         ("replicas", 3), ("synced", False), ("prefer_sequencer", True))),
+    # The same over plain TCP: etcd and PySyncObj run here without TLS, Cellar ships with it,
+    # so these are the comparisons on equal terms (the `_plain` ratios).
+    "cellar-3-plain-seq": SystemEntry(_CELLAR, "CellarSystem", (
+        ("replicas", 3), ("synced", True), ("prefer_sequencer", True), ("tls", False))),
+    "cellar-3-plain-nosync-seq": SystemEntry(_CELLAR, "CellarSystem", (
+        ("replicas", 3), ("synced", False), ("prefer_sequencer", True), ("tls", False))),
     "etcd": SystemEntry("cellar.bench.peers.etcd", "EtcdSystem"),
     # etcd's clients talking to its leader alone: the counterpart of cellar-3-seq.
     "etcd-leader": SystemEntry("cellar.bench.peers.etcd", "EtcdSystem", (

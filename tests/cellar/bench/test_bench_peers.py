@@ -14,11 +14,13 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Any
 
 import anyio
 import pytest
 
 from cellar.bench.peers import suite
+from cellar.bench.peers.cellar_peer import CellarSystem
 from cellar.bench.peers.kv import NO_INSTALL_ENV, Durability, PeerUnavailable
 from cellar.bench.peers.load import (
     KEYS_PER_CALLER,
@@ -34,6 +36,7 @@ from cellar.bench.peers.report import (
     as_json,
     figure_ratios,
     markdown,
+    ratio_meaning,
     ratios,
     results_from_json,
     table_lines,
@@ -247,7 +250,8 @@ def test_ratios_say_how_much_better_cellar_is_and_null_against_a_skipped_peer() 
     assert found["ratio_read_throughput_etcd"] == pytest.approx(950 / 390)
     assert found["ratio_read_latency_etcd"] == pytest.approx(2.5 / 1.25)
     pysyncobj = [name for name in found if "pysyncobj" in name]
-    assert len(pysyncobj) == 12 and all(found[name] is None for name in pysyncobj)
+    assert len(pysyncobj) == 18 and all(found[name] is None for name in pysyncobj)
+    assert all(found[name] is None for name in found if name.endswith("_etcd_plain"))
 
 
 def test_the_json_has_the_headline_ratios_on_top_and_no_nan() -> None:
@@ -302,6 +306,49 @@ def test_cellar_run_two_ways_is_compared_at_its_better_figure_too() -> None:
     assert "cellar-3 or cellar-3-seq" in "\n".join(table_lines(with_routed))
 
 
+def test_the_plain_ratios_compare_cellar_over_plain_tcp_and_the_headline_ones_keep_tls(
+) -> None:
+    """The peers run here without TLS: the `_plain` ratios put Cellar over plain TCP beside
+    them, and only those; the headline ratios keep Cellar as it ships, with TLS, however much
+    better its plain configuration did."""
+    results = synthetic_results()
+    plain = _outcome("cellar-3-plain-seq", [_figures(100, 600, 1.0, 2000)])
+    plain_unsynced = _outcome("cellar-3-plain-nosync-seq", [_figures(100, 900, 0.5, 3000)],
+                              synced=False)
+    pysyncobj = _outcome("pysyncobj-nobatch", [_figures(80, 120, 1.0, 100)], synced=False)
+    found = ratios(dataclasses.replace(
+        results, systems=(*results.systems[:3], plain, plain_unsynced, pysyncobj)))
+    assert found["ratio_throughput_etcd"] == pytest.approx(300 / 150)  # cellar-3, with TLS
+    assert found["ratio_latency_etcd"] == pytest.approx(5.0 / 2.5)
+    assert found["ratio_throughput_etcd_plain"] == pytest.approx(600 / 150)
+    assert found["ratio_latency_etcd_plain"] == pytest.approx(5.0 / 1.0)
+    assert found["ratio_latency_pysyncobj"] == pytest.approx(1.0 / 2.5)  # cellar-3-nosync
+    assert found["ratio_latency_pysyncobj_plain"] == pytest.approx(1.0 / 0.5)
+    assert found["ratio_throughput_pysyncobj_plain"] == pytest.approx(900 / 120)
+    assert "cellar-3-plain-seq" in ratio_meaning("ratio_latency_etcd_plain")
+
+
+def _cellar_system(name: str) -> CellarSystem:
+    """The suite's Cellar configuration `name`, made as `suite.load_system` makes it."""
+    options: dict[str, Any] = dict(suite.SYSTEMS[name].options)
+    return CellarSystem(**options)
+
+
+def test_every_cellar_configuration_is_named_as_the_suite_lists_it() -> None:
+    """A system's name is its key in the suite (the report and the ratios find it by that):
+    each Cellar configuration says how it syncs, routes and whether it runs TLS."""
+    for name, entry in suite.SYSTEMS.items():
+        if entry.attribute != "CellarSystem":
+            continue
+        system = _cellar_system(name)
+        assert system.name == name
+        transport = system.durability.description
+        if "-plain" in name:
+            assert "plain TCP, no TLS" in transport and not system.tls
+        else:
+            assert "mutual TLS" in transport and system.tls
+
+
 def test_the_table_and_the_page_show_every_system_and_ratio() -> None:
     results = synthetic_results()
     text = "\n".join(table_lines(results) + wan_lines(results.wan or ()))
@@ -347,6 +394,33 @@ def test_installs_are_off_by_the_flag_or_the_environment(
     else:
         monkeypatch.setenv(NO_INSTALL_ENV, environment)
     assert suite.installs_allowed(argparse.Namespace(no_install=flag)) is allowed
+
+
+@pytest.mark.live
+@pytest.mark.timeout(60)
+def test_a_plain_cellar_configuration_runs_its_cluster_over_plain_tcp(
+        tmp_path: pathlib.Path) -> None:
+    """cellar-3-plain-nosync-seq: replicas configured insecure (no certificates made), a client
+    over plain TCP, and the key-value store answering through it."""
+    system = _cellar_system("cellar-3-plain-nosync-seq")
+    cluster = system.start(tmp_path)
+    try:
+        assert cluster.layout.insecure and not (tmp_path / "certs").exists()
+        configurations = sorted(tmp_path.glob("replica-*.toml"))
+        assert len(configurations) == 3
+        assert all("insecure = true" in path.read_text() for path in configurations)
+
+        async def put_and_get() -> bytes | None:
+            client = await cluster.connect()
+            try:
+                await client.put(b"plain", b"tcp")
+                return await client.get(b"plain")
+            finally:
+                await client.aclose()
+
+        assert anyio.run(put_and_get) == b"tcp"
+    finally:
+        cluster.stop()
 
 
 @pytest.mark.live
