@@ -101,15 +101,17 @@ class Context:
         """An acknowledgement from `peer` took `ticks`: update its moving average (1/8)."""
         self._delay8[peer] += ticks - self._delay8[peer] // 8
 
-    def nearest_peers(self, count: int) -> tuple[int, ...]:
+    def nearest_peers(self, count: int, demoted: set[int] | None = None) -> tuple[int, ...]:
         """The first `count` peers in preference order (thrifty fan-out), passing over peers
         silent for an election timeout and peers that answer far slower than the fastest
-        (the paper's prototype likewise reorders peers by measured latency)."""
+        (the paper's prototype likewise reorders peers by measured latency). `demoted`: the
+        `demoted_peers()` of a caller that needs them too (found once)."""
         peers = self.config.peers
         if not self.config.thrifty:
             return peers
         nearest = peers[:count]
-        demoted = self.demoted_peers()
+        if demoted is None:
+            demoted = self.demoted_peers()
         if not demoted or demoted.isdisjoint(nearest):
             return nearest
         return tuple(sorted(peers, key=demoted.__contains__)[:count])

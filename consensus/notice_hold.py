@@ -52,12 +52,12 @@ WAITS_ON_COMMITS = frozenset({CAccept, OAccept, ReadIndexRequest, CRequest, Fetc
 class NoticeHold:
     """Per peer: the tick it last showed it waits on commits, and the notices held for it."""
 
-    __slots__ = ("_held", "_led_at", "_outbox", "_quiet_after_ticks")
+    __slots__ = ("_held", "_outbox", "_quiet_after_ticks", "_waited_at")
 
     def __init__(self, outbox: Outbox, replica_count: int, quiet_after_ticks: int) -> None:
         self._outbox = outbox
         self._quiet_after_ticks = quiet_after_ticks  # 0: nothing is ever held
-        self._led_at = [-quiet_after_ticks - 1] * replica_count  # every peer starts quiet
+        self._waited_at = [-quiet_after_ticks - 1] * replica_count  # every peer starts quiet
         self._held: dict[int, list[Message]] = {}
 
     @property
@@ -66,7 +66,7 @@ class NoticeHold:
 
     def send(self, peer: int, message: Message, now: int) -> None:
         """Send a commit notice, or hold it while `peer` is quiet."""
-        if not self._quiet_after_ticks or now - self._led_at[peer] <= self._quiet_after_ticks:
+        if not self._quiet_after_ticks or now - self._waited_at[peer] <= self._quiet_after_ticks:
             self._outbox.send(peer, message)
             return
         held = self._held.get(peer)
@@ -84,7 +84,7 @@ class NoticeHold:
     def waits(self, peer: int, now: int) -> None:
         """`peer` sent a message showing it waits on commits: it is not quiet, and what is
         held for it leaves with this step's Ready."""
-        self._led_at[peer] = now
+        self._waited_at[peer] = now
         if peer in self._held:
             self._release(peer)
 

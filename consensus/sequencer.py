@@ -149,7 +149,7 @@ class Sequencer:
         destinations = {value for value in values if value >= 0 and value != ctx.id}
         demoted = ctx.demoted_peers()
         counted = len(destinations - demoted)
-        for peer in sorted(ctx.config.peers, key=demoted.__contains__):  # `nearest_peers`'s order
+        for peer in ctx.nearest_peers(len(ctx.config.peers), demoted):
             if counted >= ctx.config.faults_tolerated:
                 break
             if peer not in destinations:

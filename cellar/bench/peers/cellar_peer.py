@@ -110,7 +110,6 @@ class CellarSystem:
                      "; plain TCP, no TLS (insecure mode), as etcd and PySyncObj run here")
         if self.synced:
             return Durability(True, "every record fdatasync'd by each replica before it "
-                                    "acknowledges (group commit batches them)" + routed
-                                    + transport)
-        return Durability(False, "records written to the page cache, not fsynced "
-                                 "(sync = false)" + routed + transport)
+                                    "acknowledges (group commit batches them)" + routed + transport)
+        return Durability(False, "records written to the page cache, not fsynced (sync = false)"
+                                 + routed + transport)
