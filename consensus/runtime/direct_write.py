@@ -7,13 +7,14 @@ and a turn of the loop for each write: at one caller, the sequencer's replica ma
 a put, and they were an eighth of its bytecodes (valgrind and an opcode trace, put by put).
 
 `DirectWrite` does the same work without the awaits when nothing needs waiting for: the same
-`SSLObject.write`, the same bytes read out of the same BIO, the same `transport.write`, so the
-bytes on the wire are unchanged. It takes the write only while the transport accepts data
-(its protocol's write event set: not paused above the high-water mark), the stream is neither
-closed, broken nor failed, and the TLS object takes the data at once; otherwise it declines,
-and the caller takes anyio's way, which waits, raises or fails as it always did. After a write
-that filled the transport's buffer past the high-water mark, `drain` waits for it to empty
-below it and raises what anyio's `send` would then raise, as anyio's does.
+`SSLObject.write` (the C write it wraps, called without the wrapper's frame; only where that
+wrapper is the standard library's own), the same bytes read out of the same BIO, the same
+`transport.write`, so the bytes on the wire are unchanged. It takes the write only while the
+transport accepts data (its protocol's write event set: not paused above the high-water mark),
+the stream is neither closed, broken nor failed, and the TLS object takes the data at once;
+otherwise it declines, and the caller takes anyio's way, which waits, raises or fails as it
+always did. After a write that filled the transport's buffer past the high-water mark, `drain`
+waits for it to empty below it and raises what anyio's `send` would then raise, as anyio's does.
 
 A writer that takes this way does not yield after each write. Frame writers are fed by other
 tasks (the driver's sends, the server's answers) and wait on their queue once it is empty, so
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -37,11 +39,13 @@ from anyio.streams.tls import TLSStream
 class DirectWrite:
     """Writes to one anyio asyncio socket stream, through its TLS object if it has one."""
 
-    __slots__ = ("_bio", "_protocol", "_socket", "_ssl_object", "_tls", "_transport")
+    __slots__ = ("_bio", "_protocol", "_seal", "_socket", "_tls", "_transport")
 
     def __init__(self, tls: TLSStream | None, socket: Any) -> None:
         self._tls = tls
-        self._ssl_object: ssl.SSLObject | None = None if tls is None else tls._ssl_object
+        # SSLObject.write(data) is `self._sslobj.write(data)`: that one call, without its frame
+        self._seal: Callable[[bytes], int] | None = None if tls is None else \
+            tls._ssl_object._sslobj.write  # type: ignore[attr-defined]
         self._bio: ssl.MemoryBIO | None = None if tls is None else tls._write_bio
         self._socket = socket
         self._transport: asyncio.Transport = socket._transport
@@ -54,14 +58,14 @@ class DirectWrite:
         if self._socket._closed or protocol.exception is not None or \
                 not protocol.write_event.is_set() or self._transport.is_closing():
             return False
-        if self._ssl_object is None:
+        if self._seal is None:
             self._transport.write(data)
             return True
         assert self._tls is not None and self._bio is not None
         if self._tls._broken or self._bio.pending:  # anyio's way flushes or raises
             return False
         try:
-            self._ssl_object.write(data)
+            self._seal(data)
         except ssl.SSLError:  # nothing taken (a handshake or renegotiation under way)
             return False
         self._transport.write(self._bio.read())
@@ -102,6 +106,12 @@ def asyncio_streams(stream: object, transport_methods: tuple[str, ...], event: s
         return None
     if tls is not None and (
             not isinstance(getattr(tls, "_ssl_object", None), ssl.SSLObject) or
+            # only the standard library's own SSLObject is known to read and write through
+            # its `_sslobj` alone
+            type(tls._ssl_object).read is not ssl.SSLObject.read or
+            type(tls._ssl_object).write is not ssl.SSLObject.write or
+            not all(callable(getattr(getattr(tls._ssl_object, "_sslobj", None), name, None))
+                    for name in ("read", "write", "pending")) or
             not isinstance(getattr(tls, "_write_bio", None), ssl.MemoryBIO) or
             not isinstance(getattr(tls, "_broken", None), bool)):
         return None

@@ -8,6 +8,7 @@ trio's streams never take the short way. On asyncio and uvloop, and trio, over l
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
 from collections.abc import AsyncIterator
 from typing import Any
@@ -25,6 +26,7 @@ from tests.consensus.runtime.tls_loopback import (
     exchange,
     on_asyncio,
     tls_connection,
+    tls_pair_fixture,  # noqa: F401  (fixture)
 )
 
 pytestmark = pytest.mark.anyio
@@ -98,6 +100,54 @@ async def test_a_reader_far_behind_holds_a_bounded_queue(
             peak_bytes = max(peak_bytes, direct.queued_bytes)
     assert received == sent
     assert 0 < peak_bytes <= RECEIVE_QUEUE_BYTES_MAX + READ_CHUNK_BYTES_MAX
+
+
+@pytest.mark.parametrize("anyio_backend", ASYNCIO_BACKENDS, indirect=True)
+async def test_no_read_is_made_that_can_only_want_more_bytes(
+        tls_pair: tuple[ByteStream, ByteStream]) -> None:
+    """Frames sent one record at a time are each read by one `SSLObject.read` that gives
+    data: the reader takes a chunk before reading, never reading an empty BIO for the
+    SSLWantReadError it would raise. A record split across chunks still wants more bytes
+    after its first piece, and arrives whole."""
+    dialed, accepted = tls_pair
+    reader = FrameReader(accepted, frame_bytes_max=FRAME_BYTES_MAX)
+    direct = direct_read(accepted)
+    assert isinstance(direct, DirectRead) and direct._read is not None
+    reader._direct = direct
+    outcomes: list[str] = []
+    read = direct._read
+
+    def counted_read(max_bytes: int) -> bytes:
+        try:
+            data = read(max_bytes)
+        except ssl.SSLWantReadError:
+            outcomes.append("wants")
+            raise
+        outcomes.append("data")
+        return data
+
+    direct._read = counted_read
+    for index in range(30):
+        await dialed.send(frame(bytes([index]) * 40))
+        assert await reader.receive() == bytes([index]) * 40
+    assert outcomes == ["data"] * 30
+    outcomes.clear()
+    raw_stream = socket_of(dialed)
+    tls_object = dialed._ssl_object  # type: ignore[attr-defined]
+    tls_object.write(frame(b"split"))
+    sealed = dialed._write_bio.read()  # type: ignore[attr-defined]
+    received: list[bytes] = []
+
+    async def receive() -> None:
+        received.append(await reader.receive())
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(receive)
+        await raw_stream.send(sealed[:9])
+        await anyio.sleep(0.01)
+        await raw_stream.send(sealed[9:])
+    assert received == [b"split"]
+    assert outcomes == ["wants", "data"]
 
 
 async def test_eof_between_frames_ends_the_stream(

@@ -1,16 +1,19 @@
 """A frame writer on anyio's asyncio backend writes without anyio's awaits (consensus/runtime/
 direct_write.py): the frames arrive whole and in order over TLS, a full transport is waited
-for, a paused, closed or broken stream is left to anyio's way, and trio's streams never take
+for, a paused, closed or broken stream and an SSL object of another class are left to anyio's
+way, and trio's streams never take
 the short way. On asyncio and uvloop, and trio, over loopback TLS."""
 
 from __future__ import annotations
 
+import ssl
 from typing import Any
 
 import anyio
 import pytest
 from anyio.abc import ByteStream
 
+from consensus.runtime.direct_read import direct_read
 from consensus.runtime.direct_write import direct_write
 from consensus.runtime.framing import FrameReader, FrameWriter, Metrics
 from tests.consensus.runtime.tls_loopback import (
@@ -85,3 +88,32 @@ async def test_a_memory_stream_goes_anyio_s_way() -> None:
     send, receive = anyio.create_memory_object_stream[bytes](4)
     async with send, receive:
         assert direct_write(send) is None
+
+
+@pytest.mark.parametrize("anyio_backend", ASYNCIO_BACKENDS, indirect=True)
+async def test_an_ssl_object_of_another_class_goes_anyio_s_way(
+        tls_pair: tuple[ByteStream, ByteStream]) -> None:
+    """The short ways call the C read and write an `ssl.SSLObject` wraps; an SSL object whose
+    class changes `read` or `write` (a context's `sslobject_class`) is left to anyio, which
+    calls its methods, and the frames still arrive."""
+    calls: list[str] = []
+
+    class Recording(ssl.SSLObject):
+        def read(self, len: int = 1024, buffer: Any = None) -> Any:
+            calls.append("read")
+            return super().read(len, buffer)
+
+        def write(self, data: Any) -> int:
+            calls.append("write")
+            return super().write(data)
+
+    dialed, accepted = tls_pair
+    for stream in (dialed, accepted):
+        stream._ssl_object.__class__ = Recording  # type: ignore[attr-defined]
+        assert direct_write(stream) is None and direct_read(stream) is None
+    writer = FrameWriter(dialed, frame_bytes_max=FRAME_BYTES_MAX, metrics=Metrics())
+    reader = FrameReader(accepted, frame_bytes_max=FRAME_BYTES_MAX)
+    assert not writer.writes_now
+    received = await exchange(writer, reader, [[b"one", b"two"], [b"three"]])
+    assert received == [b"one", b"two", b"three"]
+    assert "read" in calls and "write" in calls
