@@ -159,6 +159,11 @@ def status_table(statuses: list[dict[str, Any]]) -> list[str]:
                      for peer, reason in sorted(status.get("peers_refused", {}).items()))
         if status.get("rejoin"):
             lines.append(f"{'':>7} rejoin: {status['rejoin']}")
+        if status.get("clock_agrees") is False and status.get("clock_offsets_ms"):
+            offsets = ", ".join(f"replica {peer} {offset:+} ms" for peer, offset
+                                in sorted(status["clock_offsets_ms"].items()))
+            lines.append(f"{'':>7} clock: not within 1 s of a majority (peers' offsets: "
+                         f"{offsets}); no Ticks while sequencer: fix its time, restart it")
         if (ending := _cert_ending(status)) is not None:
             lines.append(f"{'':>7} certificate: {ending}")
     return lines

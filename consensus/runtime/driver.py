@@ -30,7 +30,9 @@ The sequencer's periodic system command (the state machine's Tick) and the clien
 the server hands in are stamped by one `StampClock` per replica (`stamp_ms`): the wall clock,
 but a step of it (an admin's `date`, a bad NTP step) is slewed in at 1 %, not taken at once,
 which had expired every lease and session with the next Tick (consensus/runtime/
-stamp_clock.py).
+stamp_clock.py). Ticks are proposed only while those stamps agree with a majority of the
+group's, as the peers' hellos said: a replica booted with a wrong clock withholds them
+(consensus/runtime/clock_agreement.py).
 
 A failure to persist stops the driver (and so the replica): after a failed fsync the state of
 the page cache is unknown, and continuing could lose what was acknowledged.
@@ -77,6 +79,7 @@ from consensus.messages import Message
 from consensus.ready import Ready
 from consensus.records import Record, SnapshotRecord
 from consensus.replica import Replica
+from consensus.runtime.clock_agreement import ClockAgreement
 from consensus.runtime.deadlines import ExpiryHeap
 from consensus.runtime.inbox import Inbox
 from consensus.runtime.message_frames import frames_of
@@ -190,7 +193,8 @@ class Driver:
                  config: DriverConfig = DriverConfig(),
                  clock: Callable[[], float] = TICK_CLOCK,
                  system_command: Callable[[int], bytes] | None = None,
-                 wall_ms: Callable[[], int] = wall_clock_ms) -> None:
+                 wall_ms: Callable[[], int] = wall_clock_ms,
+                 clock_agreement: ClockAgreement | None = None) -> None:
         self.replica = replica
         self._store = store
         self._machine = machine
@@ -228,6 +232,9 @@ class Driver:
         # the wall clock `wall_ms`, its steps slewed on `clock` (consensus/runtime/
         # stamp_clock.py)
         self.stamp_clock = StampClock(wall_ms, clock)
+        # The Ticks wait while the stamps disagree with the group's (consensus/runtime/
+        # clock_agreement.py); None: no peers to ask (a lone driver in tests)
+        self.clock_agreement = clock_agreement
         self._system_due = 0.0
         self._inputs_last_turn = 0  # inputs the loop took at once last time: a load gauge
 
@@ -455,6 +462,10 @@ class Driver:
             return
         self._system_due = now + self.config.system_every_ms / 1000
         if not self.replica.inspect.is_sequencer:
+            return
+        agreement = self.clock_agreement
+        if agreement is not None and not agreement.may_tick(self.replica.config.replica_id):
+            self.metrics.count("driver.system_commands_withheld")
             return
         now_ms = self.stamp_clock.now_ms()
         envelope = Envelope(principal=SYSTEM_PRINCIPAL, session="", sequence=0, now_ms=now_ms,

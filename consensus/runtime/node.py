@@ -29,6 +29,7 @@ from consensus.prng import Prng
 from consensus.records import EpochRecord, Record, RejoinRecord
 from consensus.replica import Replica
 from consensus.runtime.cert_watch import CertWatch
+from consensus.runtime.clock_agreement import ClockAgreement
 from consensus.runtime.driver import Driver, DriverConfig
 from consensus.runtime.framing import FramedConnection
 from consensus.runtime.listener import ClientListener
@@ -48,6 +49,10 @@ CERT_SECONDS_LEFT = "tls.cert_seconds_left"  # a gauge: cellar_tls_cert_seconds_
 # stamp_clock.py)
 STAMP_OFFSET_MS = "stamp_clock.offset_ms"
 STAMP_STEPS = "stamp_clock.steps"
+# gauges: cellar_stamp_clock_agrees, cellar_stamp_clock_ticks_withheld (consensus/runtime/
+# clock_agreement.py)
+STAMP_AGREES = "stamp_clock.agrees"
+TICKS_WITHHELD = "stamp_clock.ticks_withheld"
 
 
 def tls_of(config: NodeConfig) -> TlsConfig | None:
@@ -114,6 +119,11 @@ class ReplicaNode:
                                                "ms: past 1000 either way, a step being slewed "
                                                "in at 10 ms a second.")
         self.metrics.describe(STAMP_STEPS, "Steps of the wall clock seen since start.")
+        self.metrics.describe(STAMP_AGREES, "1 while a majority of the group, this replica "
+                                            "counted, has stamps within 1000 ms of its own, "
+                                            "as their hellos said; 0 and sequencer: no Ticks.")
+        self.metrics.describe(TICKS_WITHHELD, "Ticks this replica withheld as sequencer, its "
+                                              "stamps not agreeing with its group's.")
         self.metrics.describe(CERT_SECONDS_LEFT, "Seconds until the certificate this replica "
                                                  "presents to new connections ends (negative "
                                                  "once it has).")
@@ -132,6 +142,9 @@ class ReplicaNode:
             log.append([EpochRecord(replica.epoch)])
             log.sync(always=True)  # with sync = false too
         lives = PeerLives.load(log.path.parent) if disk else None
+        # The Ticks wait for this replica's stamps to agree with its group's, as its peers'
+        # hellos say (consensus/runtime/clock_agreement.py)
+        self.clock_agreement = ClockAgreement(len(config.peers))
         self.mesh = PeerMesh(
             config.replica_id, (config.me.peer.host, config.me.peer.port),
             {peer.replica_id: (peer.peer.host, peer.peer.port) for peer in config.peers
@@ -142,7 +155,7 @@ class ReplicaNode:
             life=life, lives=lives, rejoining=lambda: replica.rejoining_now,
             on_old_life=lambda old: replica.raise_epoch_floor(old.epoch),
             on_peer_rejoined=lambda peer, old: replica.heard_old_life(peer, old.epoch),
-            contexts=self.tls_contexts)
+            contexts=self.tls_contexts, on_stamp=self.clock_agreement.heard)
         self.driver = Driver(
             replica, log, machine, self.mesh.send, self.metrics,
             config=DriverConfig(tick_ms=config.tick_ms, idle_wake_ticks=config.idle_wake_ticks,
@@ -150,7 +163,8 @@ class ReplicaNode:
                                 snapshot_every_slots=limits["snapshot_every_slots"],
                                 proposal_bytes_max=limits["proposal_bytes_max"],
                                 watch_bytes_max=limits["watch_bytes_max"]),
-            system_command=system_command)
+            system_command=system_command, clock_agreement=self.clock_agreement)
+        self.mesh.stamp_ms = self.driver.stamp_ms  # the hellos say the driver's stamps
         gate = machine.admit_query if isinstance(machine, QueryGate) else None
         self.server = ClientServer(self.driver, status=self.status, admit_query=gate)
         self.listener = ClientListener(
@@ -173,6 +187,10 @@ class ReplicaNode:
         status["peers_connected"] = sorted(self.mesh.connected())
         # e.g. a peer whose lease timing differs: refused until it is configured as this one
         status["peers_refused"] = {str(peer): reason for peer, reason in self.mesh.refused.items()}
+        # each peer's stamp less this replica's, at its hello; Ticks wait while they disagree
+        status["clock_offsets_ms"] = {str(peer): offset for peer, offset
+                                      in self.clock_agreement.offsets_ms.items()}
+        status["clock_agrees"] = self.clock_agreement.agrees()
         rejoin = self.driver.replica.rejoin_state()
         if rejoin is not None:
             status["rejoin"] = rejoin
@@ -200,6 +218,8 @@ class ReplicaNode:
         self.driver.stamp_ms()  # a reading: the offset as of now
         self.metrics.set(STAMP_OFFSET_MS, self.driver.stamp_clock.offset_ms)
         self.metrics.set(STAMP_STEPS, self.driver.stamp_clock.steps_detected)
+        self.metrics.set(STAMP_AGREES, int(self.clock_agreement.agrees()))
+        self.metrics.set(TICKS_WITHHELD, self.clock_agreement.ticks_withheld)
         if self.cert_watch is not None:
             self.metrics.set(CERT_SECONDS_LEFT, int(self.cert_watch.seconds_left()))
         return self.metrics.render()

@@ -32,6 +32,9 @@ accepted, so the two directions between a pair fail and recover independently.
   directory says so in its hello: its peers take its new directory (`PEER_REJOINED`) and tell
   their cores how far its lost life went, as the floor of its command tags' epoch
   (`consensus.rejoin`); a peer whose hello still names the lost life tells it too.
+- And the dialer's stamp as it sends it (`stamp_ms`): the acceptor hands it, with its own
+  stamp as it hears it, to `on_stamp`, which judges whether this replica's clock agrees with
+  its group's before its Ticks move the state machine's time (`clock_agreement.py`).
 - Newest wins: a new authenticated connection from a peer closes its older one, so a peer that
   restarted is never shadowed by a half-open connection from its previous life.
 - Inbound connections are bounded twice: at most `handshakes_max` not yet authenticated (one
@@ -117,13 +120,22 @@ PEER_HELLO = b"cellar-peer "  # followed by the dialer's `Hello`, as a JSON obje
 # What replicas say to each other, and what they replicate, changes between builds (messages,
 # records, commands): builds of different protocols refuse each other's hellos, so a cluster
 # is never run by two (upgrade every replica together). A hello without the field is an
-# older build's. 3: the rejoin messages, and Ticks that name the machine's rules.
-PEER_PROTOCOL = 3
+# older build's. 3: the rejoin messages, and Ticks that name the machine's rules. 4: hellos
+# carry the dialer's stamp (clock_agreement.py).
+PEER_PROTOCOL = 4
 HELLO_BYTES_MAX = 1024
 CONNECT_TIMEOUT_S = 5.0
 BACKOFF_INITIAL_S = 0.05
 BACKOFF_MAX_S = 2.0
 HANDSHAKES_MAX_DEFAULT = 64
+
+
+def _check_group(replica_id: int, peers: Mapping[int, Address]) -> None:
+    """ValueError for a replica listing itself, or a peer id no certificate can carry."""
+    if replica_id in peers:
+        raise ValueError(f"peers: replica {replica_id} lists itself")
+    for peer in peers:
+        Identity.replica(peer)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +174,8 @@ class Hello:
     # a rejoining dialer sends the field.
     rejoining: bool = False
     protocol: int = PEER_PROTOCOL
+    # The dialer's stamp as it sent the hello (clock_agreement.py); None from an older build
+    stamp_ms: int | None = None
 
     def encode(self) -> bytes:
         fields = {"replica_id": self.replica_id,
@@ -169,7 +183,8 @@ class Hello:
                   "disk": self.life.disk, "epoch": self.life.epoch, "start": self.life.start,
                   "your_disk": self.yours.disk, "your_epoch": self.yours.epoch,
                   "your_start": self.yours.start, "protocol": self.protocol,
-                  **({"rejoining": True} if self.rejoining else {})}
+                  **({"rejoining": True} if self.rejoining else {}),
+                  **({"stamp_ms": self.stamp_ms} if self.stamp_ms is not None else {})}
         return PEER_HELLO + json.dumps(fields, sort_keys=True).encode()
 
     @classmethod
@@ -182,23 +197,27 @@ class Hello:
             fields = json.loads(body)
         except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested past the stack
             return None
-        if not isinstance(fields, dict) or set(fields) - {"rejoining"} != _HELLO_FIELDS or \
+        if not isinstance(fields, dict) or \
+                set(fields) - _HELLO_OPTIONAL_FIELDS != _HELLO_FIELDS or \
                 any(type(fields[name]) is not int for name in _HELLO_INT_FIELDS) or \
                 any(type(fields[name]) is not str for name in _HELLO_STR_FIELDS) or \
-                fields.get("rejoining", True) is not True:
+                fields.get("rejoining", True) is not True or \
+                type(fields.get("stamp_ms", 0)) is not int:
             return None
         rejoining = fields.pop("rejoining", False)
+        stamp_ms = fields.pop("stamp_ms", None)
         life = Life(fields.pop("disk"), fields.pop("epoch"), fields.pop("start"))
         yours = Life(fields.pop("your_disk"), fields.pop("your_epoch"), fields.pop("your_start"))
         if not (life.is_valid() and yours.is_valid()):
             return None
         replica_id, protocol = fields.pop("replica_id"), fields.pop("protocol")
-        return cls(replica_id, LinkTiming(**fields), life, yours, rejoining, protocol)
+        return cls(replica_id, LinkTiming(**fields), life, yours, rejoining, protocol, stamp_ms)
 
 
 _HELLO_INT_FIELDS = ("replica_id", *_TIMING_FIELDS, "epoch", "your_epoch", "protocol")
 _HELLO_STR_FIELDS = ("disk", "start", "your_disk", "your_start")
 _HELLO_FIELDS = {*_HELLO_INT_FIELDS, *_HELLO_STR_FIELDS}
+_HELLO_OPTIONAL_FIELDS = {"rejoining", "stamp_ms"}
 
 
 class Outbox:
@@ -289,14 +308,12 @@ class PeerMesh:
         lives: PeerLives | None = None, rejoining: Callable[[], bool] = lambda: False,
         on_old_life: Callable[[Life], None] | None = None,
         on_peer_rejoined: Callable[[int, Life], None] | None = None,
-        contexts: TlsContexts | None = None,
+        contexts: TlsContexts | None = None, stamp_ms: Callable[[], int] | None = None,
+        on_stamp: Callable[[int, int, int], None] | None = None,
     ) -> None:
         check_security(tls, insecure=insecure, what=f"replica {replica_id} peer mesh")
         check_frame_bytes_max(frame_bytes_max)
-        if replica_id in peers:
-            raise ValueError(f"peers: replica {replica_id} lists itself")
-        for peer in peers:
-            Identity.replica(peer)  # raises ValueError for an id no certificate can carry
+        _check_group(replica_id, peers)
         if not 0 < backoff_initial_s <= backoff_max_s:
             raise ValueError(f"backoff: need 0 < initial ({backoff_initial_s}) <= max "
                              f"({backoff_max_s})")
@@ -330,6 +347,9 @@ class PeerMesh:
         self.rejoining = rejoining
         self.on_old_life = on_old_life
         self.on_peer_rejoined = on_peer_rejoined  # a peer taken back on a new disk, its old life
+        # This replica's stamp for its hellos, and the hearer of a peer's (peer, its stamp,
+        # this replica's as heard); None: no stamps (tests of the mesh)
+        self.stamp_ms, self.on_stamp = stamp_ms, on_stamp
         self.stopped_by: StorageError | None = None  # why the mesh stopped the replica
         self._scope: anyio.CancelScope | None = None
         self._hearing_lives: anyio.Lock | None = None
@@ -471,8 +491,9 @@ class PeerMesh:
         writer = FrameWriter(stream, frame_bytes_max=self.frame_bytes_max, metrics=Metrics())
         yours = self.lives.of(peer) if self.lives is not None else UNKNOWN_LIFE
         try:
+            stamp_ms = self.stamp_ms() if self.stamp_ms is not None else None
             await writer.send(Hello(self.replica_id, self.timing, self.life, yours,
-                                    self.rejoining()).encode())
+                                    self.rejoining(), stamp_ms=stamp_ms).encode())
         except CONNECTION_ERRORS:
             await anyio.aclose_forcefully(stream)
             return None
@@ -580,6 +601,7 @@ class PeerMesh:
                 hello = Hello.parse(await reader.receive())
         except (TransportError, *CONNECTION_ERRORS):
             hello = None
+        heard_ms = self.stamp_ms() if self.stamp_ms is not None else None  # as it arrived
         if certified is not None and (hello is None or hello.replica_id != certified):
             self._refuse(certified, "it sent no hello naming itself and its lease timing "
                          "(a replica of an older version?)")
@@ -604,6 +626,8 @@ class PeerMesh:
             return None
         if not await self._hear_life(hello):
             return None
+        if hello.stamp_ms is not None and heard_ms is not None and self.on_stamp is not None:
+            self.on_stamp(hello.replica_id, hello.stamp_ms, heard_ms)
         self.refused.pop(hello.replica_id, None)
         reader.widen(self.frame_bytes_max)
         return hello.replica_id, stream, reader

@@ -132,6 +132,20 @@ def test_status_says_where_a_rejoin_stands() -> None:
     assert lines[2] == "        rejoin: lost its data directory: ... no report yet from replicas 2"
 
 
+def test_status_says_a_clock_off_from_its_group_and_not_one_yet_unheard() -> None:
+    status = {"endpoint": "127.0.0.1:7100", "running": True, "replica_id": 0,
+              "is_sequencer": True, "view": 0, "status": "normal", "sequencer": 0,
+              "executed_slots": 5, "commit_prefix": 5, "peers_connected": [1, 2],
+              "clock_agrees": False, "clock_offsets_ms": {"2": -3600000, "1": -3599990}}
+    lines = ops_cli.status_table([status])
+    assert lines[2] == ("        clock: not within 1 s of a majority (peers' offsets: replica 1 "
+                        "-3599990 ms, replica 2 -3600000 ms); no Ticks while sequencer: fix "
+                        "its time, restart it")
+    booting = {**status, "clock_offsets_ms": {}}  # no peer heard yet: nothing to say
+    agreeing = {**status, "clock_agrees": True}
+    assert len(ops_cli.status_table([booting])) == len(ops_cli.status_table([agreeing])) == 2
+
+
 @pytest.mark.parametrize(("argv", "message"), [
     (["status", "--insecure", "--endpoints", "nonsense"],
      "argument --endpoints: 'nonsense' is not HOST:PORT"),

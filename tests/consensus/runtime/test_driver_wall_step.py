@@ -9,6 +9,7 @@ from consensus.codec import decode_envelope
 from consensus.config import ReplicaConfig
 from consensus.prng import Prng
 from consensus.replica import Replica
+from consensus.runtime.clock_agreement import ClockAgreement
 from consensus.runtime.driver import Driver
 from consensus.runtime.metrics import Metrics
 from consensus.runtime.server import ClientServer
@@ -19,8 +20,10 @@ from tests.consensus.runtime.local import MemoryStore
 HOUR_MS = 3_600_000
 
 
-def _sequencer_driver(clocks: Clocks) -> tuple[Driver, list[int]]:
-    """The sequencer of a fresh cluster (replica 0, view 0), its Ticks' stamps noted."""
+def sequencer_driver(clocks: Clocks, clock_agreement: ClockAgreement | None = None,
+                     ) -> tuple[Driver, list[int]]:
+    """The sequencer of a fresh cluster (replica 0, view 0), its Ticks' stamps noted; its
+    Ticks wait for `clock_agreement` where one is given."""
     replica = Replica(ReplicaConfig(replica_id=0, replica_count=3), Prng(0))
     assert replica.inspect.is_sequencer
     stamps: list[int] = []
@@ -32,7 +35,7 @@ def _sequencer_driver(clocks: Clocks) -> tuple[Driver, list[int]]:
     replica.propose = noting_propose  # type: ignore[method-assign]
     driver = Driver(replica, MemoryStore(), SessionKv(), lambda target, frame: True, Metrics(),
                     clock=clocks.monotonic_s, wall_ms=clocks.wall_ms,
-                    system_command=lambda now_ms: b"tick")
+                    system_command=lambda now_ms: b"tick", clock_agreement=clock_agreement)
     return driver, stamps
 
 
@@ -41,7 +44,7 @@ def test_a_tick_after_the_sequencers_wall_clock_jumps_an_hour_is_stamped_seconds
     """The bug: the Tick after the step was stamped an hour on, and expired every lease and
     session in the state machine."""
     clocks = Clocks()
-    driver, stamps = _sequencer_driver(clocks)
+    driver, stamps = sequencer_driver(clocks)
     driver._maybe_system_command()
     clocks.pass_ms(1000)
     clocks.wall += HOUR_MS
@@ -55,7 +58,7 @@ def test_the_server_stamps_by_the_drivers_clock() -> None:
     """One stamp clock per replica: a command served after the step is stamped as the Ticks
     are, not by the raw wall clock."""
     clocks = Clocks()
-    driver, stamps = _sequencer_driver(clocks)
+    driver, stamps = sequencer_driver(clocks)
     server = ClientServer(driver)
     driver._maybe_system_command()
     clocks.pass_ms(1000)
