@@ -41,6 +41,7 @@ from consensus.runtime.client import (
     Rejected,
     ReplyTooLarge,
 )
+from consensus.runtime.clock_agreement import SKEW_MS_MAX
 from consensus.runtime.node_config import load_peers
 from consensus.runtime.tls import CERT_EXPIRY_WARNING_DAYS
 from statemachine.errors import Code, Rejection
@@ -162,7 +163,8 @@ def status_table(statuses: list[dict[str, Any]]) -> list[str]:
         if status.get("clock_agrees") is False and status.get("clock_offsets_ms"):
             offsets = ", ".join(f"replica {peer} {offset:+} ms" for peer, offset
                                 in sorted(status["clock_offsets_ms"].items()))
-            lines.append(f"{'':>7} clock: not within 1 s of a majority (peers' offsets: "
+            lines.append(f"{'':>7} clock: not within {SKEW_MS_MAX / 1000:g} s of a majority "
+                         f"(peers' offsets: "
                          f"{offsets}); no Ticks while sequencer: fix its time, restart it")
         if (ending := _cert_ending(status)) is not None:
             lines.append(f"{'':>7} certificate: {ending}")

@@ -145,25 +145,26 @@ class DirectRead:
         while True:
             # With the read BIO empty and no record's bytes left decrypted, a read can only
             # say it wants more: take a chunk first, sparing the read and its exception
-            if read_bio.pending or decrypted_bytes() or write_bio.pending:
-                try:
-                    data = read(max_bytes)
-                except ssl.SSLWantReadError as wants:
-                    if write_bio.pending:  # anyio's way sends those bytes first
-                        return await self._anyio_way(wants, max_bytes)
-                except Exception as error:  # SSLWantWriteError, a failed record, ...
-                    return await self._anyio_way(error, max_bytes)
-                else:
-                    if not data or write_bio.pending:  # close_notify; or TLS has bytes to send
-                        return await self._anyio_way(data, max_bytes)
-                    return data
-            if not queue and not await self._chunk_arrived():
-                return await tls.receive(max_bytes)
-            chunk = _popleft(queue)
-            queue.queued_bytes -= len(chunk)
-            if not queue:
-                self._protocol.read_event.clear()
-            read_bio.write(chunk)  # before any await: a cancelled reader loses nothing
+            if not (read_bio.pending or decrypted_bytes() or write_bio.pending):
+                if not queue and not await self._chunk_arrived():
+                    return await tls.receive(max_bytes)
+                chunk = _popleft(queue)
+                queue.queued_bytes -= len(chunk)
+                if not queue:
+                    self._protocol.read_event.clear()
+                read_bio.write(chunk)  # before any await: a cancelled reader loses nothing
+                continue
+            try:
+                data = read(max_bytes)
+            except ssl.SSLWantReadError as wants:
+                if write_bio.pending:  # anyio's way sends those bytes first
+                    return await self._anyio_way(wants, max_bytes)
+                continue  # OpenSSL took the BIO's bytes (a record's first piece): take more
+            except Exception as error:  # SSLWantWriteError, a failed record, ...
+                return await self._anyio_way(error, max_bytes)
+            if not data or write_bio.pending:  # close_notify; or TLS has bytes to send
+                return await self._anyio_way(data, max_bytes)
+            return data
 
     async def _chunk_arrived(self) -> bool:
         """Wait on the protocol's `read_event`, inside the stream's receive guard and with the

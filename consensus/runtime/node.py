@@ -29,7 +29,7 @@ from consensus.prng import Prng
 from consensus.records import EpochRecord, Record, RejoinRecord
 from consensus.replica import Replica
 from consensus.runtime.cert_watch import CertWatch
-from consensus.runtime.clock_agreement import ClockAgreement
+from consensus.runtime.clock_agreement import SKEW_MS_MAX, ClockAgreement
 from consensus.runtime.driver import Driver, DriverConfig
 from consensus.runtime.framing import FramedConnection
 from consensus.runtime.listener import ClientListener
@@ -120,8 +120,9 @@ class ReplicaNode:
                                                "in at 10 ms a second.")
         self.metrics.describe(STAMP_STEPS, "Steps of the wall clock seen since start.")
         self.metrics.describe(STAMP_AGREES, "1 while a majority of the group, this replica "
-                                            "counted, has stamps within 1000 ms of its own, "
-                                            "as their hellos said; 0 and sequencer: no Ticks.")
+                                            f"counted, has stamps within {SKEW_MS_MAX} ms of "
+                                            "its own, as their hellos said; 0 and sequencer: "
+                                            "no Ticks.")
         self.metrics.describe(TICKS_WITHHELD, "Ticks this replica withheld as sequencer, its "
                                               "stamps not agreeing with its group's.")
         self.metrics.describe(CERT_SECONDS_LEFT, "Seconds until the certificate this replica "
