@@ -28,6 +28,16 @@ stop renewing the lease and elect a new sequencer, at most once per `straggler_c
 A replica still finding the sequencer slow says so again every `straggler_rounds` windows, so
 only suspicions heard within twice that count towards the majority: two slow patches an hour
 apart are no majority.
+
+A sequencer whose clock is off is replaced the same way (`judge_clocks`). Its Ticks carry the
+state machine's time, so it withholds them while its clock disagrees with a majority's
+(consensus/runtime/clock_agreement.py), and then no lease expires anywhere. The runtime tells
+the core what it judged of the clocks from the peers' hellos, since the core reads none. A
+follower whose own clock agrees with a majority's, but finds the sequencer's off, suspects it
+once a window while that lasts. A majority suspecting, for this reason or for straggling,
+replaces it. A replica whose own clock is off lets the others stand first: it waits two more
+election timeouts before each pre-vote. It still stands after that wait, so a group in which no
+clock agrees still elects a sequencer.
 """
 
 from __future__ import annotations
@@ -58,6 +68,7 @@ from consensus.view_change import rebuild_log
 
 class Election:
     __slots__ = (
+        "_clock_off",
         "_ctx",
         "_deadline",
         "_demand",
@@ -75,6 +86,7 @@ class Election:
         "_sequencer",
         "_served",
         "_slow_rounds",
+        "_stand_delayed",
         "_suspecting",
         "_suspicions",
         "_view_log",
@@ -108,6 +120,8 @@ class Election:
         self._demand = self._served = self._slow_rounds = self._samples = 0
         self._suspicions: dict[int, int] = {}  # replica -> tick its suspicion was heard
         self._suspecting = False
+        self._clock_off = False  # this replica's clock is off its group's (`judge_clocks`)
+        self._stand_delayed = False  # whether this timeout's pre-vote was put off for it
         # False while this replica, started over on an empty disk, does not yet know every
         # slot its old life may have voted on (`consensus.rejoin`): it votes for no one.
         self.may_vote: Callable[[], bool] = lambda: True
@@ -130,6 +144,7 @@ class Election:
         base = ctx.config.election_ticks
         self._last_heard = ctx.now
         self._deadline = ctx.now + base + ctx.prng.below(base)
+        self._stand_delayed = False
 
     def on_tick(self) -> None:
         ctx = self._ctx
@@ -145,6 +160,12 @@ class Election:
             self.heard_from_sequencer()  # try again after another timeout
             ctx.count("rejoin.candidacy_withheld")
             return
+        if self._clock_off and not self._stand_delayed:
+            self._stand_delayed = True  # replicas whose clocks agree stand first
+            self._deadline = ctx.now + 2 * ctx.config.election_ticks
+            ctx.count("election.candidacy_delayed")
+            return
+        self._stand_delayed = False
         self._start_pre_vote()
 
     def on_heartbeat(self, message: Heartbeat) -> None:
@@ -448,10 +469,31 @@ class Election:
                 and not ctx.is_sequencer and ctx.status is Status.NORMAL
                 and ctx.now - self._last_change >= config.straggler_cooldown_ticks):
             self._slow_rounds = 0
-            ctx.count("election.straggler_suspected")
-            self._suspicions[ctx.id] = ctx.now
-            ctx.broadcast(Suspect(ctx.id, ctx.view))
-            self._check_suspicions()
+            self._suspect("election.straggler_suspected")
+
+    def judge_clocks(self, agrees: bool, sequencer_off: bool) -> None:
+        """The runtime's judgement of the clocks, from the peers' hellos: whether this
+        replica's agrees with a majority of its group's, and whether the sequencer's is off
+        this one's (module docstring). A follower that agrees and finds the sequencer off
+        suspects it, once a straggler window while that lasts, and not within the cooldown
+        after a view change."""
+        ctx = self._ctx
+        self._clock_off = not agrees
+        if not (agrees and sequencer_off) or ctx.is_sequencer or \
+                ctx.status is not Status.NORMAL or self._suspecting or \
+                ctx.now - self._last_change < ctx.config.straggler_cooldown_ticks:
+            return
+        said = self._suspicions.get(ctx.id)
+        if said is None or ctx.now - said >= ctx.config.straggler_window_ticks:
+            self._suspect("election.clock_suspected")
+
+    def _suspect(self, counter: str) -> None:
+        """This replica suspects the sequencer: it says so, and counts its own suspicion."""
+        ctx = self._ctx
+        ctx.count(counter)
+        self._suspicions[ctx.id] = ctx.now
+        ctx.broadcast(Suspect(ctx.id, ctx.view))
+        self._check_suspicions()
 
     def on_suspect(self, message: Suspect) -> None:
         if message.view == self._ctx.view and self._ctx.status is Status.NORMAL:

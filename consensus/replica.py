@@ -137,6 +137,11 @@ class Inspection:
         return self._ctx.is_sequencer
 
     @property
+    def sequencer(self) -> int:
+        """The sequencer of the view this replica is in."""
+        return self._ctx.sequencer
+
+    @property
     def holds_view_log(self) -> bool:
         """Whether this replica is its view's sequencer and holds the view's O-log: rebuilt
         from the votes (being established) or serving."""
@@ -300,6 +305,12 @@ class Replica:
         if ticks < 0:
             raise ValueError(f"ticks passed must be at least 0, got {ticks}")
         self._ctx.now += ticks
+
+    def judge_clocks(self, agrees: bool, sequencer_off: bool) -> None:
+        """What the runtime judged of the clocks (consensus/election.py): whether this
+        replica's agrees with a majority of its group's, and whether its view's sequencer's
+        is off this one's. The core reads no clock, so this is its only word of them."""
+        self._election.judge_clocks(agrees, sequencer_off)
 
     def tick(self) -> None:
         ctx = self._ctx

@@ -19,8 +19,11 @@ The driver proposes Ticks only while the sequencer's stamps agree; otherwise it 
 counts each one withheld and logs an ERROR once, naming the offsets, until they agree again
 (at boot, until a majority's hellos are heard, it withholds them without a word).
 Logical time then waits (commands from other replicas move it at most the stamp lead past the
-last Tick): leases outlive their nodes a while, which an operator can see and fix, instead of
-every lease ending at once, which no one can undo.
+last Tick): leases outlive their nodes a while, instead of every lease ending at once, which no
+one can undo. Not for long where the rest of the group agrees: every driver tells its core,
+once a system period, whether its clock agrees and whether its sequencer's is off (`is_off`),
+and followers that agree and find the sequencer off replace it as they replace a straggler
+(consensus/election.py); the replica that is off stands for election only after the others.
 
 An offset is measured once per connection, at its hello: the one-way delay is in it (well
 under the bound on any network a group runs on), and the stamps of two running replicas
@@ -61,6 +64,12 @@ class ClockAgreement:
         """`peer`'s hello said `their_stamp_ms` when this replica's stamp was `our_stamp_ms`."""
         self._offsets_ms[peer] = their_stamp_ms - our_stamp_ms
 
+    def is_off(self, peer: int) -> bool:
+        """Whether `peer`'s stamps were more than the bound from this replica's at its latest
+        hello (a peer not heard is not judged off)."""
+        offset = self._offsets_ms.get(peer)
+        return offset is not None and abs(offset) > self.skew_ms_max
+
     @property
     def offsets_ms(self) -> dict[int, int]:
         """Each peer heard: its stamp less this replica's, at its latest hello."""
@@ -90,7 +99,8 @@ class ClockAgreement:
                 "replica %d: sequencer, but its clock is not within %d ms of a majority of "
                 "its group's (peers' stamps less its own, at their hellos: %s ms, of %d "
                 "replicas); it withholds its Ticks, so no lease expires by a clock that may "
-                "be wrong. Check NTP and the time on every replica's machine, then restart "
-                "the one that is off", replica_id, self.skew_ms_max, self.offsets_ms,
+                "be wrong; followers whose clocks agree replace it as sequencer. Check NTP "
+                "and the time on every replica's machine, then restart the one that is off",
+                replica_id, self.skew_ms_max, self.offsets_ms,
                 self.replica_count)
         return False

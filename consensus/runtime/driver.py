@@ -32,7 +32,8 @@ but a step of it (an admin's `date`, a bad NTP step) is slewed in at 1 %, not ta
 which had expired every lease and session with the next Tick (consensus/runtime/
 stamp_clock.py). Ticks are proposed only while those stamps agree with a majority of the
 group's, as the peers' hellos said: a replica booted with a wrong clock withholds them
-(consensus/runtime/clock_agreement.py).
+(consensus/runtime/clock_agreement.py), and each system period every driver tells its core
+what it judged of the clocks, so that followers replace a sequencer whose clock is off.
 
 A failure to persist stops the driver (and so the replica): after a failed fsync the state of
 the page cache is unknown, and continuing could lose what was acknowledged.
@@ -461,9 +462,12 @@ class Driver:
         if self._system_command is None or now < self._system_due:
             return
         self._system_due = now + self.config.system_every_ms / 1000
+        agreement = self.clock_agreement
+        if agreement is not None:  # followers may replace a sequencer whose clock is off
+            self.replica.judge_clocks(agreement.agrees(),
+                                      agreement.is_off(self.replica.inspect.sequencer))
         if not self.replica.inspect.is_sequencer:
             return
-        agreement = self.clock_agreement
         if agreement is not None and not agreement.may_tick(self.replica.config.replica_id):
             self.metrics.count("driver.system_commands_withheld")
             return

@@ -113,6 +113,43 @@ def test_a_sequencer_whose_peers_agree_ticks_as_before() -> None:
     assert len(stamps) == 2 and agreement.ticks_withheld == 0
 
 
+def _judged(driver: Driver) -> list[tuple[bool, bool]]:
+    """The clock judgements the driver hands its core."""
+    judged: list[tuple[bool, bool]] = []
+    driver.replica.judge_clocks = (  # type: ignore[method-assign]
+        lambda agrees, sequencer_off: judged.append((agrees, sequencer_off)))
+    return judged
+
+
+def test_each_system_period_the_driver_tells_its_core_what_the_hellos_say() -> None:
+    """A follower hearing its sequencer (replica 0) an hour off and replica 2 near tells its
+    core that it agrees and the sequencer is off, which is what starts the sequencer's
+    replacement (tests/consensus/test_clock_replacement.py); the sequencer, hearing both an
+    hour behind, tells its own core that it disagrees."""
+    clocks = Clocks()
+    agreement = ClockAgreement(3)
+    follower, stamps = sequencer_driver(clocks, agreement, replica_id=1)
+    judged = _judged(follower)
+    _tick_due(follower, clocks)
+    assert judged == [(False, False)]  # no peer heard yet: nobody judged off
+    ours = follower.stamp_ms()
+    agreement.heard(0, ours + HOUR_MS, ours)
+    agreement.heard(2, ours - 12, ours)
+    assert agreement.is_off(0) and not agreement.is_off(2) and not agreement.is_off(1)
+    _tick_due(follower, clocks)
+    follower._maybe_system_command()  # not due again yet: judged once a period
+    assert judged == [(False, False), (True, True)] and stamps == []
+
+    sequencer_agreement = ClockAgreement(3)
+    sequencer, stamps = sequencer_driver(clocks, sequencer_agreement)
+    judged = _judged(sequencer)
+    ours = sequencer.stamp_ms()
+    sequencer_agreement.heard(1, ours - HOUR_MS, ours)
+    sequencer_agreement.heard(2, ours - HOUR_MS, ours)
+    _tick_due(sequencer, clocks)
+    assert judged == [(False, False)] and stamps == []
+
+
 def test_a_hello_carries_the_dialers_stamp() -> None:
     hello = Hello(2, LinkTiming(), stamp_ms=1_700_000_000_123)
     parsed = Hello.parse(hello.encode())

@@ -21,11 +21,11 @@ HOUR_MS = 3_600_000
 
 
 def sequencer_driver(clocks: Clocks, clock_agreement: ClockAgreement | None = None,
-                     ) -> tuple[Driver, list[int]]:
-    """The sequencer of a fresh cluster (replica 0, view 0), its Ticks' stamps noted; its
-    Ticks wait for `clock_agreement` where one is given."""
-    replica = Replica(ReplicaConfig(replica_id=0, replica_count=3), Prng(0))
-    assert replica.inspect.is_sequencer
+                     replica_id: int = 0) -> tuple[Driver, list[int]]:
+    """The sequencer of a fresh cluster (replica 0, view 0), or with `replica_id` a follower,
+    its Ticks' stamps noted; its Ticks wait for `clock_agreement` where one is given."""
+    replica = Replica(ReplicaConfig(replica_id=replica_id, replica_count=3), Prng(0))
+    assert replica.inspect.is_sequencer == (replica_id == 0)
     stamps: list[int] = []
 
     def noting_propose(payload: bytes) -> int:
