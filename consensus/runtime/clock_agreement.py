@@ -47,8 +47,7 @@ SKEW_MS_MAX = 1_000
 class ClockAgreement:
     """The offsets of the peers' stamps from this replica's, as their hellos said."""
 
-    __slots__ = ("_offsets_ms", "_withholding", "replica_count", "skew_ms_max",
-                 "ticks_withheld")
+    __slots__ = ("_offsets_ms", "_withholding", "replica_count", "skew_ms_max")
 
     def __init__(self, replica_count: int, *, skew_ms_max: int = SKEW_MS_MAX) -> None:
         if replica_count < 1 or skew_ms_max < 0:
@@ -58,7 +57,6 @@ class ClockAgreement:
         self.skew_ms_max = skew_ms_max
         self._offsets_ms: dict[int, int] = {}  # peer -> its stamp less this replica's
         self._withholding = False
-        self.ticks_withheld = 0
 
     def heard(self, peer: int, their_stamp_ms: int, our_stamp_ms: int) -> None:
         """`peer`'s hello said `their_stamp_ms` when this replica's stamp was `our_stamp_ms`."""
@@ -81,9 +79,9 @@ class ClockAgreement:
         return 1 + near > self.replica_count // 2
 
     def may_tick(self, replica_id: int) -> bool:
-        """Whether a Tick may be stamped now: while the stamps agree. A Tick withheld is
-        counted; the first of a run withheld with a peer heard off by more than the bound is
-        logged as an ERROR (one withheld only because too few peers were heard yet, as at
+        """Whether a Tick may be stamped now: while the stamps agree (the driver counts those
+        withheld). The first of a run withheld with a peer heard off by more than the bound
+        is logged as an ERROR (one withheld only because too few peers were heard yet, as at
         boot, is not), and the first let through after it as agreeing again."""
         if self.agrees():
             if self._withholding:
@@ -91,7 +89,6 @@ class ClockAgreement:
                 logger.warning("replica %d: its stamps agree with a majority again (peers' "
                                "offsets %s ms); Ticks resume", replica_id, self.offsets_ms)
             return True
-        self.ticks_withheld += 1
         far = any(abs(offset) > self.skew_ms_max for offset in self._offsets_ms.values())
         if far and not self._withholding:
             self._withholding = True

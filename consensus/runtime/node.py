@@ -49,10 +49,10 @@ CERT_SECONDS_LEFT = "tls.cert_seconds_left"  # a gauge: cellar_tls_cert_seconds_
 # stamp_clock.py)
 STAMP_OFFSET_MS = "stamp_clock.offset_ms"
 STAMP_STEPS = "stamp_clock.steps"
-# gauges: cellar_stamp_clock_agrees, cellar_stamp_clock_ticks_withheld (consensus/runtime/
-# clock_agreement.py)
+# gauge cellar_stamp_clock_agrees and counter cellar_driver_system_commands_withheld
+# (consensus/runtime/clock_agreement.py)
 STAMP_AGREES = "stamp_clock.agrees"
-TICKS_WITHHELD = "stamp_clock.ticks_withheld"
+TICKS_WITHHELD = "driver.system_commands_withheld"
 
 
 def tls_of(config: NodeConfig) -> TlsConfig | None:
@@ -220,7 +220,6 @@ class ReplicaNode:
         self.metrics.set(STAMP_OFFSET_MS, self.driver.stamp_clock.offset_ms)
         self.metrics.set(STAMP_STEPS, self.driver.stamp_clock.steps_detected)
         self.metrics.set(STAMP_AGREES, int(self.clock_agreement.agrees()))
-        self.metrics.set(TICKS_WITHHELD, self.clock_agreement.ticks_withheld)
         if self.cert_watch is not None:
             self.metrics.set(CERT_SECONDS_LEFT, int(self.cert_watch.seconds_left()))
         return self.metrics.render()

@@ -89,7 +89,6 @@ def test_a_sequencer_booted_an_hour_ahead_withholds_its_ticks_until_its_peers_ag
         for _ in range(3):
             _tick_due(driver, clocks)
         assert stamps == []
-        assert agreement.ticks_withheld == 4
         assert driver.metrics.snapshot()["driver.system_commands_withheld"] == 4
         errors = [record for record in caplog.records if record.levelno == logging.ERROR]
         assert len(errors) == 1 and "withholds its Ticks" in errors[0].getMessage()
@@ -110,7 +109,8 @@ def test_a_sequencer_whose_peers_agree_ticks_as_before() -> None:
     agreement.heard(2, driver.stamp_ms() - 250, driver.stamp_ms())
     _tick_due(driver, clocks)
     _tick_due(driver, clocks)
-    assert len(stamps) == 2 and agreement.ticks_withheld == 0
+    assert len(stamps) == 2
+    assert "driver.system_commands_withheld" not in driver.metrics.snapshot()
 
 
 def _judged(driver: Driver) -> list[tuple[bool, bool]]:
@@ -211,4 +211,4 @@ def test_a_replica_node_wires_its_hellos_to_its_drivers_ticks(tmp_path: pathlib.
     assert status["clock_agrees"] is True
     assert status["clock_offsets_ms"] == {"0": 20, "3": -HOUR_MS, "4": -7}
     assert "cellar_stamp_clock_agrees 1" in page
-    assert "cellar_stamp_clock_ticks_withheld 0" in page
+    assert not any("ticks_withheld" in line for line in page)  # the driver's counter says it
