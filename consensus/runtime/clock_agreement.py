@@ -75,7 +75,7 @@ class ClockAgreement:
 
     def agrees(self) -> bool:
         """Whether a majority of the group, this replica counted, is within the bound."""
-        near = sum(1 for offset in self._offsets_ms.values() if abs(offset) <= self.skew_ms_max)
+        near = sum(1 for peer in self._offsets_ms if not self.is_off(peer))
         return 1 + near > self.replica_count // 2
 
     def may_tick(self, replica_id: int) -> bool:
@@ -89,7 +89,7 @@ class ClockAgreement:
                 logger.warning("replica %d: its stamps agree with a majority again (peers' "
                                "offsets %s ms); Ticks resume", replica_id, self.offsets_ms)
             return True
-        far = any(abs(offset) > self.skew_ms_max for offset in self._offsets_ms.values())
+        far = any(self.is_off(peer) for peer in self._offsets_ms)
         if far and not self._withholding:
             self._withholding = True
             logger.error(

@@ -16,12 +16,8 @@ import pytest
 
 from cellar import ops_cli
 from cellar.cli import main
-from cellar.kv.machine import KvMachine
 from cellar.local_cluster import Layout
-from consensus.runtime.data_identity import DataIdentity
-from consensus.runtime.node import ReplicaNode
-from consensus.runtime.node_config import load_node_config
-from consensus.runtime.storage import DurableLog
+from tests.consensus.runtime.kv_node import kv_replica_node
 
 
 def _answers(answering: int, listed: int, *, replica_count: int | None) -> list[dict[str, Any]]:
@@ -83,10 +79,8 @@ def test_a_majority_is_of_the_configuration_files_peers(
 def test_a_replica_reports_its_clusters_size(tmp_path: pathlib.Path) -> None:
     layout = Layout(tmp_path / "cluster", 5, insecure=True, loop="asyncio", machine="kv")
     layout.write()
-    config = load_node_config(layout.config_path(1))
-    with DurableLog.open(config.data_dir, create=True, synced=False,
-                         identity=DataIdentity(1, 5, "kv")) as log:
-        assert ReplicaNode(config, log, KvMachine()).status()["replica_count"] == 5
+    with kv_replica_node(layout, 1) as node:
+        assert node.status()["replica_count"] == 5
 
 
 def test_a_configuration_file_it_cannot_read_is_not_a_minority(

@@ -26,21 +26,17 @@ from cryptography import x509
 
 from agent.daemon import Agent
 from agent.gpu import GpuBackend
-from cellar.kv.machine import KvMachine
 from cellar.local_cluster import Layout
 from consensus.runtime.cert_watch import CertWatch
 from consensus.runtime.certs import CertificateAuthority
 from consensus.runtime.config_fields import TlsFiles
 from consensus.runtime.connect import connector
-from consensus.runtime.data_identity import DataIdentity
 from consensus.runtime.framing import FramedConnection, Metrics
 from consensus.runtime.listener import ClientListener
-from consensus.runtime.node import ReplicaNode
-from consensus.runtime.node_config import load_node_config
-from consensus.runtime.storage import DurableLog
 from consensus.runtime.tls import Identity, IdentityRole, TlsConfig, TlsContexts, tls_handshake
 from statemachine.store import GpuStore
 from tests.agent.agent_support import agent_config
+from tests.consensus.runtime.kv_node import kv_replica_node
 
 pytestmark = pytest.mark.anyio
 HOST = "127.0.0.1"
@@ -94,13 +90,10 @@ async def test_a_replica_offers_a_renewed_certificate_to_new_connections(
     authority = CertificateAuthority.load(layout.certs)
     served = TlsConfig.in_directory(layout.certs, REPLICA)
     ending_soon = write_pair(authority, served, REPLICA, days=3)  # A
-    config = load_node_config(layout.config_path(0))
     admin = TlsConfig.in_directory(layout.certs, ADMIN)
     peer = TlsConfig.in_directory(layout.certs, Identity.replica(1))
     caplog.set_level(logging.INFO, logger="cellar.transport")
-    with DurableLog.open(config.data_dir, create=True, synced=False,
-                         identity=DataIdentity(0, 3, "kv")) as log:
-        node = ReplicaNode(config, log, KvMachine())
+    with kv_replica_node(layout, 0) as node:
         watch = node.cert_watch
         assert watch is not None
         with anyio.fail_after(WAIT_S):

@@ -23,18 +23,14 @@ from agent.daemon import Agent
 from agent.exporter import AgentView, render
 from agent.gpu import GpuBackend
 from cellar import ops_cli
-from cellar.kv.machine import KvMachine
 from cellar.local_cluster import Layout
 from consensus.runtime.cert_watch import CertWatch
 from consensus.runtime.certs import CertificateAuthority
 from consensus.runtime.config_fields import TlsFiles
-from consensus.runtime.data_identity import DataIdentity
-from consensus.runtime.node import ReplicaNode
-from consensus.runtime.node_config import load_node_config
-from consensus.runtime.storage import DurableLog
 from consensus.runtime.tls import Identity, IdentityRole, TlsConfig, TlsContexts
 from statemachine.store import GpuStore
 from tests.agent.agent_support import agent_config
+from tests.consensus.runtime.kv_node import kv_replica_node
 
 DAY = datetime.timedelta(days=1)
 HOUR = datetime.timedelta(hours=1)
@@ -185,10 +181,7 @@ async def test_the_task_looks_every_period(authority: CertificateAuthority,
 def test_a_replica_under_tls_carries_its_certificates_end(tmp_path: pathlib.Path) -> None:
     layout = Layout(tmp_path / "cluster", 3, loop="asyncio", machine="kv")
     layout.write()
-    config = load_node_config(layout.config_path(1))
-    with DurableLog.open(config.data_dir, create=True, synced=False,
-                         identity=DataIdentity(1, 3, "kv")) as log:
-        node = ReplicaNode(config, log, KvMachine())
+    with kv_replica_node(layout, 1) as node:
         status = node.status()
         page = node.render_metrics()
     assert node.cert_watch is not None
@@ -205,10 +198,7 @@ def test_a_replica_under_tls_carries_its_certificates_end(tmp_path: pathlib.Path
 def test_a_plain_tcp_replica_carries_none(tmp_path: pathlib.Path) -> None:
     layout = Layout(tmp_path / "cluster", 3, insecure=True, loop="asyncio", machine="kv")
     layout.write()
-    config = load_node_config(layout.config_path(0))
-    with DurableLog.open(config.data_dir, create=True, synced=False,
-                         identity=DataIdentity(0, 3, "kv")) as log:
-        node = ReplicaNode(config, log, KvMachine())
+    with kv_replica_node(layout, 0) as node:
         assert node.cert_watch is None
         assert not any(key.startswith("cert_") for key in node.status())
         assert "tls_cert" not in node.render_metrics()

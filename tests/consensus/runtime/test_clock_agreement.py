@@ -15,16 +15,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cellar.kv.machine import KvMachine
 from cellar.local_cluster import Layout
 from consensus.runtime.clock_agreement import SKEW_MS_MAX, ClockAgreement
-from consensus.runtime.data_identity import DataIdentity
 from consensus.runtime.driver import Driver
-from consensus.runtime.node import ReplicaNode
-from consensus.runtime.node_config import load_node_config
 from consensus.runtime.peers import PEER_HELLO, Hello, LinkTiming
-from consensus.runtime.storage import DurableLog
 from tests.consensus.runtime.hand_clocks import Clocks
+from tests.consensus.runtime.kv_node import kv_replica_node
 from tests.consensus.runtime.test_driver_wall_step import sequencer_driver
 from tests.consensus.runtime.test_peers import (
     TIME_LIMIT_S,
@@ -191,10 +187,7 @@ def test_a_replica_node_wires_its_hellos_to_its_drivers_ticks(tmp_path: pathlib.
     Ticks wait for; the status and the metrics page show it."""
     layout = Layout(tmp_path / "cluster", 5, insecure=True, loop="asyncio", machine="kv")
     layout.write()
-    config = load_node_config(layout.config_path(1))
-    with DurableLog.open(config.data_dir, create=True, synced=False,
-                         identity=DataIdentity(1, 5, "kv")) as log:
-        node = ReplicaNode(config, log, KvMachine())
+    with kv_replica_node(layout, 1) as node:
         assert node.driver.clock_agreement is node.clock_agreement
         assert node.mesh.stamp_ms == node.driver.stamp_ms
         assert node.clock_agreement.replica_count == 5
