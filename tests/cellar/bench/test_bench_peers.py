@@ -39,11 +39,18 @@ from cellar.bench.peers.report import (
     ratio_meaning,
     ratios,
     results_from_json,
+    system_rows,
     table_lines,
     wan_lines,
 )
 from cellar.bench.peers.wan import WanRow
-from cellar.bench.peers.workload import RoundFailed, Workload, measure
+from cellar.bench.peers.workload import (
+    DEFAULT_CLIENTS,
+    READ_CALLERS_FLOOR,
+    RoundFailed,
+    Workload,
+    measure,
+)
 from cellar.cli import main
 from tests.cellar.leftovers import kill_leftovers
 
@@ -148,6 +155,34 @@ def test_a_round_on_a_fake_cluster_yields_every_figure() -> None:
     assert figures["errors"] == 0 and figures["timeouts"] == 0
     assert len(cluster.clients) == 2 and all(client.closed for client in cluster.clients)
     assert {len(value) for value in cluster.store.values()} <= {16, 1024}  # 1 KB last
+
+
+def test_reads_are_measured_at_every_count_from_the_floor_up_or_at_the_most() -> None:
+    cluster = FakeCluster()
+    spread = dataclasses.replace(TINY, clients=(1, 3, 1024, 2048))
+    figures = anyio.run(measure, cluster, dataclasses.replace(spread, seconds=0.02), None)
+    assert spread.read_clients == (1024, 2048)
+    assert [name for name in figures if name.startswith("get_c") and name.endswith("ops_per_s")
+            ] == ["get_c1024_ops_per_s", "get_c2048_ops_per_s"]
+    assert TINY.read_clients == (3,)  # none reaches the floor: the most callers only
+    assert min(DEFAULT_CLIENTS) == 1 and max(DEFAULT_CLIENTS) >= 4 * READ_CALLERS_FLOOR
+
+
+def test_throughput_ratios_take_each_system_s_own_peak_wherever_it_lies() -> None:
+    """A peer whose puts and gets peak at the most callers and Cellar whose peak at fewer:
+    each is judged at its peak, not at one shared count."""
+    cellar = {"put_16b_c1_ops_per_s": 500.0, "put_16b_c3_ops_per_s": 400.0,
+              "get_c1_ops_per_s": 900.0, "get_c3_ops_per_s": 600.0}
+    peer = {"put_16b_c1_ops_per_s": 100.0, "put_16b_c3_ops_per_s": 250.0,
+            "get_c1_ops_per_s": 200.0, "get_c3_ops_per_s": 300.0}
+    results = dataclasses.replace(synthetic_results(), systems=(
+        _outcome("cellar-3", [cellar]), _outcome("etcd", [peer])))
+    found = ratios(results)
+    assert found["ratio_throughput_etcd"] == pytest.approx(500 / 250)
+    assert found["ratio_read_throughput_etcd"] == pytest.approx(900 / 300)
+    rows = system_rows(results.systems[1], results.clients)
+    assert [row[:2] for row in rows if row[0].startswith("get, ")] == [
+        ("get, one caller", "-"), ("get, 1 callers", "200"), ("get, 3 callers", "300")]
 
 
 def test_a_round_in_which_everything_fails_is_abandoned_clearly() -> None:
