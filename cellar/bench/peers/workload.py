@@ -46,6 +46,10 @@ READ_VALUE_BYTES = 1024
 # it): a system's read peak need not lie at the most callers (etcd's gets fall past 1024).
 READ_CALLERS_FLOOR = 1024
 PRELOAD_ATTEMPTS = 5
+# Writers of the read keys at once, each taking the next caller's keys: however many callers
+# read, no put of the preload waits behind thousands (PySyncObj without batching, 8192 writers
+# at once, timed out a put in every round).
+PRELOAD_WRITERS_MAX = 256
 
 Extra = Callable[[KvCluster, Sequence[KvClient]], Awaitable[dict[str, float]]]
 
@@ -176,8 +180,10 @@ class _Counts:
 async def preload(clients: Sequence[KvClient], callers: int, value: bytes,
                   timeout_s: float) -> None:
     """Write `value` under each of the first `callers` callers' `READ_KEYS_PER_CALLER` read
-    keys (unmeasured), each put retried a few times; RoundFailed if one never succeeds."""
+    keys (unmeasured), by at most `PRELOAD_WRITERS_MAX` writers at once, each put retried a
+    few times; RoundFailed if one never succeeds."""
     failures: list[str] = []
+    waiting = iter(range(callers))  # the callers whose keys are still to write, shared
 
     async def write(caller: int) -> None:
         client = clients[caller % len(clients)]
@@ -193,9 +199,13 @@ async def preload(clients: Sequence[KvClient], callers: int, value: bytes,
                         failures.append(f"{key!r}: {type(error).__name__}: {error}")
                         return
 
+    async def writer() -> None:
+        for caller in waiting:
+            await write(caller)
+
     async with anyio.create_task_group() as tasks:
-        for caller in range(callers):
-            tasks.start_soon(write, caller)
+        for _ in range(min(callers, PRELOAD_WRITERS_MAX)):
+            tasks.start_soon(writer)
     if failures:
         raise RoundFailed(f"could not write the keys the reads read ({len(failures)} callers "
                           f"failed; first: {failures[0]})")

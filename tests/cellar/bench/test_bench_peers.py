@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -46,10 +47,13 @@ from cellar.bench.peers.report import (
 from cellar.bench.peers.wan import WanRow
 from cellar.bench.peers.workload import (
     DEFAULT_CLIENTS,
+    PRELOAD_WRITERS_MAX,
     READ_CALLERS_FLOOR,
+    READ_KEYS_PER_CALLER,
     RoundFailed,
     Workload,
     measure,
+    preload,
 )
 from cellar.cli import main
 from tests.cellar.leftovers import kill_leftovers
@@ -166,6 +170,28 @@ def test_reads_are_measured_at_every_count_from_the_floor_up_or_at_the_most() ->
             ] == ["get_c1024_ops_per_s", "get_c2048_ops_per_s"]
     assert TINY.read_clients == (3,)  # none reaches the floor: the most callers only
     assert min(DEFAULT_CLIENTS) == 1 and max(DEFAULT_CLIENTS) >= 4 * READ_CALLERS_FLOOR
+
+
+def test_the_read_keys_of_thousands_of_callers_are_written_by_a_bounded_few_at_once() -> None:
+    store: dict[bytes, bytes] = {}
+    clients = [FakeClient(store, delay_s=0.001) for _ in range(2)]
+    in_flight = {"now": 0, "most": 0}
+
+    async def counted_put(client: FakeClient, key: bytes, value: bytes) -> None:
+        in_flight["now"] += 1
+        in_flight["most"] = max(in_flight["most"], in_flight["now"])
+        try:
+            await FakeClient.put(client, key, value)
+        finally:
+            in_flight["now"] -= 1
+
+    for client in clients:
+        client.put = functools.partial(counted_put, client)  # type: ignore[method-assign]
+    callers = PRELOAD_WRITERS_MAX + 100
+    anyio.run(preload, clients, callers, b"v" * 1024, 5.0)
+    assert in_flight["most"] == PRELOAD_WRITERS_MAX
+    assert set(store) == {key_for(caller, number, READ_KEYS_PER_CALLER)
+                          for caller in range(callers) for number in range(READ_KEYS_PER_CALLER)}
 
 
 def test_throughput_ratios_take_each_system_s_own_peak_wherever_it_lies() -> None:
