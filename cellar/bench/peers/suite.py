@@ -51,6 +51,7 @@ from cellar.bench.peers.report import (
 from cellar.bench.peers.wan import wan_table
 from cellar.bench.peers.workload import (
     DEFAULT_CLIENTS,
+    READ_CALLERS_FLOOR,
     READ_KEYS_PER_CALLER,
     SIZES_BYTES,
     RoundFailed,
@@ -134,7 +135,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add("--rounds", type=at_least(1), default=3, help="fresh clusters per system (default 3)")
     add("--clients", type=_counts, default=DEFAULT_CLIENTS,
         help="concurrent callers at each throughput point (default "
-             f"{','.join(map(str, DEFAULT_CLIENTS))}); reads at each from 1024 up")
+             f"{','.join(map(str, DEFAULT_CLIENTS))}); reads at each from {READ_CALLERS_FLOOR} up")
     add("--connections", type=at_least(1), default=4, help="clients the callers share (default 4)")
     add("--seconds", type=seconds(), default=3.0, help="each throughput point (default 3)")
     add("--latency-seconds", type=seconds(), default=3.0, help="each one-caller phase (default 3)")

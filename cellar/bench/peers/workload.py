@@ -36,7 +36,7 @@ SIZES_BYTES = (16, 1024)
 # Past every system's peak on a 2-core machine: PySyncObj ships batching its appends every
 # 0.1 s, so its throughput grows with the calls in flight up to about 4,096 (5.8, 8.4, 11.7
 # and 12.1 thousand puts/s at 1,024, 2,048, 4,096 and 8,192 callers); stopping at 1,024 had
-# measured it at half its peak. Cellar and etcd level off by 1,024.
+# measured it at half its peak. Cellar peaks at 4,096 too, etcd between 1,024 and 8,192.
 DEFAULT_CLIENTS = (1, 16, 64, 256, 1024, 4096, 8192)
 SIZE_LABELS = {16: "16b", 1024: "1kb"}
 WARMUP_CALLERS_MAX = 16
