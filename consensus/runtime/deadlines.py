@@ -13,7 +13,8 @@ client's CPU, and a `Waiter` object of our own per request a few percent more. O
 backend (trio) it waits on a `Waiter`, which sleeps on an anyio `Event`. Either wait is
 cancelled like any other. A `Doorbell` is the same wait for one task woken again and again, by
 a ring or a timeout: the deadline task, the driver's inbox and the outboxes sleep on one; the
-session pool's callers waiting their turn wait on Waiters.
+session pool's callers waiting their turn wait on Waiters, given up on asyncio by a
+`WaiterDeadlines`: one loop timer, no task.
 """
 
 from __future__ import annotations
@@ -143,6 +144,47 @@ class Waiter(Generic[T]):
             return self._future
         assert self._event is not None
         return self._event.wait()
+
+
+class WaiterDeadlines(Generic[T]):
+    """Waiters on one asyncio loop, each given up (finished with None) at its deadline (the
+    loop's clock) by one loop timer, armed at the earliest deadline of a waiter still open:
+    no cancel scope per wait. A waiter finished earlier is dropped when its deadline comes or
+    the heap is rebuilt. A timer left armed in a loop now gone is armed anew in the next."""
+
+    __slots__ = ("_heap", "_timer", "_timer_at", "_timer_loop")
+
+    def __init__(self) -> None:
+        self._heap: ExpiryHeap[Waiter[T]] = ExpiryHeap(_waiter_open)
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = math.inf  # infinity: none armed
+        self._timer_loop: asyncio.AbstractEventLoop | None = None
+
+    def add(self, loop: asyncio.AbstractEventLoop, deadline: float, waiter: Waiter[T]) -> None:
+        """`waiter` gives up at `deadline` unless finished before."""
+        self._heap.push(deadline, waiter)
+        if deadline < self._timer_at or loop is not self._timer_loop:
+            self._arm(loop, self._heap.earliest_open())
+
+    def _arm(self, loop: asyncio.AbstractEventLoop, deadline: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at, self._timer_loop = deadline, loop
+        self._timer = None if deadline == math.inf else loop.call_at(
+            deadline, self._expire_due, loop)
+
+    def _expire_due(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The timer fired: every waiter past its deadline gives up, and the timer is armed
+        again at the next open one. The deadline it was armed for counts as come, even when
+        the loop fires it a little early."""
+        self._timer = None
+        for waiter in self._heap.due(max(loop.time(), self._timer_at)):
+            waiter.finish(None)
+        self._arm(loop, self._heap.earliest_open())
+
+
+def _waiter_open(waiter: Waiter[T]) -> bool:
+    return waiter.open
 
 
 class Doorbell:

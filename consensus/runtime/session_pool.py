@@ -7,23 +7,21 @@ one waits, so a newcomer cannot overtake it. A command once waited with no deadl
 deadline began only when it had a session: with a thousand callers, 64 sessions and a dead
 cluster, a caller asking for a few seconds waited minutes, or for ever as newcomers went first.
 
-On asyncio the waiters' deadlines share one loop timer, armed at the earliest still open (an
-`ExpiryHeap`), as a connection's answers do: with more callers than sessions every command
-waits here, and a cancel scope per wait (a loop timer armed, disarmed and two clock reads) took
-a third of the client's CPU at 8192 callers. On trio each wait keeps its own cancel scope.
+On asyncio the waiters' deadlines share one loop timer (`WaiterDeadlines`), as a connection's
+answers share one task: with more callers than sessions every command waits here, and a cancel
+scope per wait (a loop timer armed, disarmed and two clock reads) took a third of the client's
+CPU at 8192 callers. On trio each wait keeps its own cancel scope.
 """
 
 from __future__ import annotations
 
-import asyncio
 import collections
-import math
 import secrets
 from dataclasses import dataclass
 
 import anyio
 
-from consensus.runtime.deadlines import ExpiryHeap, Waiter, running_asyncio_loop
+from consensus.runtime.deadlines import Waiter, WaiterDeadlines, running_asyncio_loop
 
 
 @dataclass(slots=True)
@@ -33,19 +31,14 @@ class Session:
 
 
 class SessionPool:
-    __slots__ = ("_expiries", "_free", "_timer", "_timer_at", "_timer_loop", "_turns")
+    __slots__ = ("_deadlines", "_free", "_turns")
 
     def __init__(self, count: int) -> None:
         self._free = [Session(secrets.token_hex(8)) for _ in range(count)]
         # Waiting callers, oldest first; one that gave up is closed and skipped when its turn
         # comes (at most as many as gave up since a session last came back).
         self._turns: collections.deque[Waiter[Session]] = collections.deque()
-        # On asyncio: the waiters by deadline (the loop's clock), and the one timer that
-        # expires them, armed in `_timer_loop` at `_timer_at` (infinity: none armed).
-        self._expiries: ExpiryHeap[Waiter[Session]] = ExpiryHeap(_still_open)
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_at = math.inf
-        self._timer_loop: asyncio.AbstractEventLoop | None = None
+        self._deadlines: WaiterDeadlines[Session] = WaiterDeadlines()  # on asyncio
 
     def take_nowait(self) -> Session | None:
         """A free session, or None when every one is in use. (None also while callers wait:
@@ -67,7 +60,7 @@ class SessionPool:
                 with anyio.move_on_after(timeout_s):
                     await turn.signal()
             else:
-                self._expire_at(loop, loop.time() + timeout_s, turn)
+                self._deadlines.add(loop, loop.time() + timeout_s, turn)
                 await turn.signal()  # finished by `give_back`, or by the timer with None
             waited = True
         finally:
@@ -86,30 +79,3 @@ class SessionPool:
                 return
         self._free.append(session)
 
-    def _expire_at(self, loop: asyncio.AbstractEventLoop, deadline: float,
-                   turn: Waiter[Session]) -> None:
-        """`turn` gives up at `deadline`: the timer is armed earlier if it must be (or anew
-        in this loop, when one armed in an earlier loop is left)."""
-        self._expiries.push(deadline, turn)
-        if deadline < self._timer_at or loop is not self._timer_loop:
-            self._arm(loop, min(deadline, self._expiries.earliest_open()))
-
-    def _arm(self, loop: asyncio.AbstractEventLoop, deadline: float) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer_at, self._timer_loop = deadline, loop
-        self._timer = None if deadline == math.inf else loop.call_at(
-            deadline, self._expire_due, loop)
-
-    def _expire_due(self, loop: asyncio.AbstractEventLoop) -> None:
-        """The timer fired: every waiter past its deadline gives up (finished with None),
-        and the timer is armed again at the next open one. The deadline it was armed for
-        counts as come, even when the loop fires it a little early."""
-        self._timer = None
-        for turn in self._expiries.due(max(loop.time(), self._timer_at)):
-            turn.finish(None)
-        self._arm(loop, self._expiries.earliest_open())
-
-
-def _still_open(turn: Waiter[Session]) -> bool:
-    return turn.open
