@@ -58,8 +58,9 @@ class KvCluster(Protocol):
     replicas: int
     durability: Durability
 
-    async def connect(self) -> KvClient:
-        """A new client; it may take a moment for the cluster to elect a leader."""
+    async def connect(self, callers: int = 1) -> KvClient:
+        """A new client, which `callers` callers will share at once; it may take a moment for
+        the cluster to elect a leader."""
         ...
 
     def stop(self) -> None:

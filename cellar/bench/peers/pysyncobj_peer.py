@@ -110,7 +110,8 @@ class PySyncObjCluster:
     def client_addresses(self) -> dict[str, tuple[str, int]]:
         return {node.raft: node.client for node in self.nodes}
 
-    async def connect(self) -> PySyncObjClient:
+    async def connect(self, callers: int = 1) -> PySyncObjClient:
+        del callers  # any number of calls share one connection, pipelined by request id
         return PySyncObjClient(self.client_addresses(), timeout_s=self.call_timeout_s)
 
     def stop(self) -> None:

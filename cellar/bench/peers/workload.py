@@ -68,6 +68,12 @@ class Workload:
     timeout_s: float  # one call's limit; beyond it the call counts as a timeout
 
     @property
+    def callers_per_client(self) -> int:
+        """The most callers any phase puts on one client (caller i on client i mod n; the
+        warm-up and the preload have no more callers than the largest point)."""
+        return -(-max(self.clients) // self.connections)
+
+    @property
     def read_callers(self) -> int:
         """The callers whose read keys are written before the reads: the most of any point."""
         return max(self.clients)
@@ -110,16 +116,16 @@ async def measure(cluster: KvCluster, workload: Workload, extra: Extra | None) -
     clients: list[KvClient] = []
     try:
         for _ in range(workload.connections):
-            clients.append(await _connect(cluster))
+            clients.append(await _connect(cluster, workload.callers_per_client))
         return await _phases(cluster, clients, workload, extra)
     finally:
         for client in reversed(clients):
             await client.aclose()
 
 
-async def _connect(cluster: KvCluster) -> KvClient:
+async def _connect(cluster: KvCluster, callers: int) -> KvClient:
     try:
-        return await cluster.connect()
+        return await cluster.connect(callers)
     except Exception as error:
         raise RoundFailed(f"could not connect: {type(error).__name__}: {error}") from error
 

@@ -56,6 +56,7 @@ from cellar.bench.peers.workload import (
     preload,
 )
 from cellar.cli import main
+from consensus.runtime.client import ClientConfig
 from tests.cellar.leftovers import kill_leftovers
 
 
@@ -69,10 +70,17 @@ class FakeClient:
         self.fail_every = fail_every
         self.delay_s = delay_s
         self.closed = False
+        self.callers = 1  # how many callers the cluster was told would share it
+        self.in_flight = self.in_flight_max = 0
 
     async def _call(self) -> None:
         self.calls += 1
-        await anyio.sleep(self.delay_s)
+        self.in_flight += 1
+        self.in_flight_max = max(self.in_flight_max, self.in_flight)
+        try:
+            await anyio.sleep(self.delay_s)
+        finally:
+            self.in_flight -= 1
         if self.fail_every and self.calls % self.fail_every == 0:
             raise ConnectionError("refused")
 
@@ -98,8 +106,9 @@ class FakeCluster:
         self.clients: list[FakeClient] = []
         self.options = client_options
 
-    async def connect(self) -> FakeClient:
+    async def connect(self, callers: int = 1) -> FakeClient:
         client = FakeClient(self.store, **self.options)  # type: ignore[arg-type]
+        client.callers = callers
         self.clients.append(client)
         return client
 
@@ -159,6 +168,18 @@ def test_a_round_on_a_fake_cluster_yields_every_figure() -> None:
     assert figures["errors"] == 0 and figures["timeouts"] == 0
     assert len(cluster.clients) == 2 and all(client.closed for client in cluster.clients)
     assert {len(value) for value in cluster.store.values()} <= {16, 1024}  # 1 KB last
+
+
+def test_each_client_is_told_the_most_callers_that_will_share_it() -> None:
+    """Cellar gives a client a session for each of them: a command beyond its sessions would
+    wait its turn in the client's pool, a cost of the client and not of the store."""
+    cluster = FakeCluster(delay_s=0.002)
+    workload = dataclasses.replace(TINY, clients=(1, 5), seconds=0.05)  # 2 connections
+    anyio.run(measure, cluster, workload, None)
+    assert workload.callers_per_client == 3
+    assert [client.callers for client in cluster.clients] == [3, 3]
+    assert max(client.in_flight_max for client in cluster.clients) == 3  # no more, but as many
+    assert dataclasses.replace(TINY, clients=(1, 8192), connections=4).callers_per_client == 2048
 
 
 def test_reads_are_measured_at_every_count_from_the_floor_up_or_at_the_most() -> None:
@@ -462,7 +483,8 @@ def test_installs_are_off_by_the_flag_or_the_environment(
 def test_a_plain_cellar_configuration_runs_its_cluster_over_plain_tcp(
         tmp_path: pathlib.Path) -> None:
     """cellar-3-plain-nosync-seq: replicas configured insecure (no certificates made), a client
-    over plain TCP, and the key-value store answering through it."""
+    over plain TCP with a session for each caller it is told of, and the key-value store
+    answering through it."""
     system = _cellar_system("cellar-3-plain-nosync-seq")
     cluster = system.start(tmp_path)
     try:
@@ -472,8 +494,13 @@ def test_a_plain_cellar_configuration_runs_its_cluster_over_plain_tcp(
         assert all("insecure = true" in path.read_text() for path in configurations)
 
         async def put_and_get() -> bytes | None:
-            client = await cluster.connect()
+            default = await cluster.connect()
+            await default.aclose()
+            client = await cluster.connect(100)
             try:
+                # a session for each caller it was told of, and never fewer than the default
+                assert client._client.config.sessions == 100
+                assert default._client.config.sessions == ClientConfig().sessions == 64
                 await client.put(b"plain", b"tcp")
                 return await client.get(b"plain")
             finally:

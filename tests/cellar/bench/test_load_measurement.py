@@ -83,7 +83,7 @@ class SlowWriterCluster:
         self.gets: list[bytes | None] = []
         self.put_s = put_s
 
-    async def connect(self) -> SlowWriterClient:
+    async def connect(self, callers: int = 1) -> SlowWriterClient:
         return SlowWriterClient(self.store, self.gets, self.put_s)
 
     def stop(self) -> None:
@@ -123,7 +123,7 @@ class SettlingCluster:
     durability = Durability(False, "a dict")
     started: float | None = None
 
-    async def connect(self) -> FailsWhileSettling:
+    async def connect(self, callers: int = 1) -> FailsWhileSettling:
         if self.started is None:
             self.started = anyio.current_time()
         return FailsWhileSettling(self.started, 0.02)
