@@ -1,6 +1,11 @@
 """The key-value store's commands, queries, replies and snapshots, in msgpack.
 
 A put is `[1, key, value]`, a get `[2, key]`; replies are `[OK]` / `[OK, value]` or `[code]`.
+Several puts in one command (a client's batch of its callers' puts) are `[3, [key, value, key,
+value, ...]]`, at most `PUTS_MAX` puts and `PUTS_BYTES_MAX` bytes, and only in that encoding
+(it begins with `PUTS_PREFIX`); its reply is `[OK]` when every put was applied, `[code]` when
+the command was refused whole (malformed, or by its session), or `[OK, [code, ...]]` with a
+code for each put in order (STORE_FULL refuses one put, not the others).
 Keys are at most `KEY_BYTES_MAX` bytes, values `VALUE_BYTES_MAX`, and every decoded field is
 checked before use: a malformed command becomes a BAD_REQUEST reply, never an exception. The
 store holds at most `DATA_BYTES_MAX` bytes of keys and values, framing counted, and `KEYS_MAX`
@@ -11,6 +16,7 @@ keys (STORE_FULL past either), so that its snapshot stays within what one log re
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 
 from consensus.codec import pack, unpack
 from consensus.errors import InvalidMessage
@@ -29,6 +35,11 @@ DATA_BYTES_MAX = 512 << 20
 ITEM_OVERHEAD_BYTES = 16  # msgpack's array and two bin headers take at most 7
 ITEMS_MAX = 1 << 24  # the most items or sessions a snapshot may list
 KEYS_MAX = ITEMS_MAX
+PUTS_MAX = 512  # puts in one PUTS command
+# One PUTS command's bytes: a put of the largest key and value fits alone, and the command stays
+# well inside what an envelope carries (consensus.envelope.BODY_BYTES_MAX).
+PUTS_BYTES_MAX = 256 * 1024
+PUTS_REPLY_BYTES_MAX = 16 + 2 * PUTS_MAX  # [OK, [code, ...]]: each code one byte, framing
 
 
 # name, last sequence, its reply, expiry (ms), its command's checksum (statemachine.sessions;
@@ -39,12 +50,14 @@ SessionRow = tuple[str, int, bytes, int, int]
 class Operation(enum.IntEnum):
     PUT = 1
     GET = 2
+    PUTS = 3
 
 
 # Decoders look members up by value (an enum call costs more), and encoders pack plain ints
 # (msgpack packs an int faster than an int enum member).
 _OPERATION_OF = {operation.value: operation for operation in Operation}
-_PUT, _GET = Operation.PUT.value, Operation.GET.value
+_PUT, _GET, _PUTS = Operation.PUT.value, Operation.GET.value, Operation.PUTS.value
+PUTS_PREFIX = b"\x92\x03"  # msgpack's [3, ...]: how every PUTS command begins
 
 
 class Code(enum.IntEnum):
@@ -59,6 +72,7 @@ class Code(enum.IntEnum):
 
 
 _CODE_OF = {code.value: code for code in Code}
+_OK = Code.OK.value
 
 
 def encode_put(key: bytes, value: bytes) -> bytes:
@@ -88,12 +102,68 @@ def _checked_request(raw: object) -> tuple[Operation, bytes, bytes]:
     if not raw:
         raise InvalidMessage("kv request: empty")
     operation = _OPERATION_OF[expect_int(raw[0], "kv.operation", low=1, high=len(_OPERATION_OF))]
+    if operation is Operation.PUTS:
+        raise InvalidMessage("kv request: a PUTS is read by decode_puts, in encode_puts's "
+                             "encoding only")
     arity = 3 if operation is Operation.PUT else 2
     if len(raw) != arity:
         raise InvalidMessage(f"kv request: {operation.name} takes {arity} fields, got {len(raw)}")
     key = expect_bytes(raw[1], "kv.key", length_max=KEY_BYTES_MAX)
     value = expect_bytes(raw[2], "kv.value", length_max=VALUE_BYTES_MAX) if arity == 3 else b""
     return operation, key, value
+
+
+def encode_puts(pairs: Sequence[tuple[bytes, bytes]]) -> bytes:
+    """One command of several puts, applied in order (at least one; the bounds are the
+    caller's to keep: `decode_puts` refuses what passes them)."""
+    return pack([_PUTS, [field for pair in pairs for field in pair]])
+
+
+def decode_puts(data: bytes) -> list[tuple[bytes, bytes]]:
+    """The (key, value) pairs of a PUTS command, in order."""
+    if not data.startswith(PUTS_PREFIX):
+        raise InvalidMessage("kv puts: not encoded as encode_puts encodes one")
+    raw = expect_list(unpack(data, bytes_max=PUTS_BYTES_MAX, what="kv puts"), "kv puts",
+                      length_max=2)
+    fields = expect_list(raw[1] if len(raw) == 2 else None, "kv.puts", length_max=2 * PUTS_MAX)
+    if not fields or len(fields) % 2:
+        raise InvalidMessage(f"kv.puts: expected key and value pairs, got {len(fields)} fields")
+    keys, values = fields[0::2], fields[1::2]
+    for key, value in zip(keys, values, strict=True):
+        if not (type(key) is bytes and len(key) <= KEY_BYTES_MAX and type(value) is bytes
+                and len(value) <= VALUE_BYTES_MAX):  # the valid case inline, as for a put
+            expect_bytes(key, "kv.key", length_max=KEY_BYTES_MAX)
+            expect_bytes(value, "kv.value", length_max=VALUE_BYTES_MAX)
+    return list(zip(keys, values, strict=True))
+
+
+def encode_puts_reply(codes: Sequence[Code]) -> bytes:
+    """A PUTS command's reply: OK_REPLY when every put was applied."""
+    if all(code is Code.OK for code in codes):
+        return OK_REPLY
+    return pack([_OK, [code.value for code in codes]])
+
+
+def decode_puts_reply(data: bytes, count: int) -> list[Code]:
+    """The code of each of a PUTS command's `count` puts, in order."""
+    if data == OK_REPLY:
+        return [Code.OK] * count
+    raw = expect_list(unpack(data, bytes_max=PUTS_REPLY_BYTES_MAX, what="kv puts reply"),
+                      "kv puts reply", length_max=2)
+    if not raw:
+        raise InvalidMessage("kv puts reply: empty")
+    code = _code(raw[0])
+    if len(raw) == 1:  # the command refused whole
+        return [code] * count
+    codes = expect_list(raw[1], "kv.codes", length_max=PUTS_MAX)
+    if code is not Code.OK or len(codes) != count:
+        raise InvalidMessage(f"kv puts reply: expected OK and {count} codes, got "
+                             f"{code.name} and {len(codes)}")
+    return [_code(each) for each in codes]
+
+
+def _code(raw: object) -> Code:
+    return _CODE_OF[expect_int(raw, "kv.code", low=0, high=len(_CODE_OF) - 1)]
 
 
 def encode_reply(code: Code, value: bytes | None = None) -> bytes:
@@ -110,7 +180,7 @@ def decode_reply(data: bytes) -> tuple[Code, bytes | None]:
                       length_max=2)
     if not raw:
         raise InvalidMessage("kv reply: empty")
-    code = _CODE_OF[expect_int(raw[0], "kv.code", low=0, high=len(_CODE_OF) - 1)]
+    code = _code(raw[0])
     value = expect_bytes(raw[1], "kv.value", length_max=VALUE_BYTES_MAX) if len(raw) == 2 \
         else None
     return code, value

@@ -1,5 +1,9 @@
 """The key-value state machine: puts and linearizable gets of byte strings, exactly once.
 
+A command is one put, or several (PUTS: a client's batch of its callers' puts), applied in
+order, each refused alone when the store is full; a batch is one command of its session, so a
+retry of it changes nothing and gets the same reply.
+
 Each command arrives in an envelope with the client's session and sequence; a retried sequence
 gets its cached reply and changes nothing (the GPU store's `Sessions` table does that work here
 too). Gets are queries, answered by the runtime at the read index. Deterministic: the state is
@@ -15,10 +19,13 @@ from cellar.kv.codec import (
     ITEM_OVERHEAD_BYTES,
     KEYS_MAX,
     OK_REPLY,
+    PUTS_PREFIX,
     Code,
     Operation,
+    decode_puts,
     decode_request,
     decode_snapshot,
+    encode_puts_reply,
     encode_reply,
     encode_snapshot,
 )
@@ -27,6 +34,7 @@ from consensus.errors import InvalidMessage
 from statemachine.sessions import Session, Sessions, command_checksum, session_key
 
 SESSION_TTL_MS = 10 * 60 * 1000
+_STORE_FULL_REPLY = encode_reply(Code.STORE_FULL)
 _REFUSALS = {"stale": Code.STALE_SEQUENCE, "too_old": Code.SESSION_TOO_OLD,
              "full": Code.SESSIONS_FULL, "reused": Code.SEQUENCE_REUSED,
              "expired": Code.SESSION_EXPIRED}
@@ -49,14 +57,19 @@ class KvMachine:
         # skips the table.
         try:
             principal, session, sequence, stamp_ms, body = decode_envelope_fields(command)
-            operation, key, value = decode_request(body)
+            if body.startswith(PUTS_PREFIX):
+                pairs: list[tuple[bytes, bytes]] | None = decode_puts(body)
+                key = value = b""
+            else:
+                pairs = None
+                operation, key, value = decode_request(body)
+                if operation is not Operation.PUT:
+                    return encode_reply(Code.BAD_REQUEST)
         except InvalidMessage:
-            return encode_reply(Code.BAD_REQUEST)
-        if operation is not Operation.PUT:
             return encode_reply(Code.BAD_REQUEST)
         if not sequence:
             self.now_ms = max(self.now_ms, stamp_ms)
-            return self._put(key, value)
+            return self._put(key, value) if pairs is None else self._puts(pairs)
         sessions = self.sessions
         name = session_key(principal, session)
         now_ms = self.now_ms if self.now_ms > stamp_ms else stamp_ms  # max, with no call
@@ -77,7 +90,7 @@ class KvMachine:
             if verdict != "new":
                 return encode_reply(_REFUSALS[verdict])
         self.now_ms = now_ms
-        reply = self._put(key, value)
+        reply = self._put(key, value) if pairs is None else self._puts(pairs)
         # a refusal too: a retry of it gets the same answer
         if held is None:
             sessions.record(name, sequence, reply, now_ms + SESSION_TTL_MS, checksum)
@@ -86,18 +99,27 @@ class KvMachine:
         return reply
 
     def _put(self, key: bytes, value: bytes) -> bytes:
+        return OK_REPLY if self._stored(key, value) else _STORE_FULL_REPLY
+
+    def _puts(self, pairs: list[tuple[bytes, bytes]]) -> bytes:
+        stored = self._stored
+        return encode_puts_reply([Code.OK if stored(key, value) else Code.STORE_FULL
+                                  for key, value in pairs])
+
+    def _stored(self, key: bytes, value: bytes) -> bool:
+        """Whether `value` is now under `key`: False when the store is full for it."""
         old = self.data.get(key)
         if old is not None:
             grown = len(value) - len(old)
         elif len(self.data) >= KEYS_MAX:
-            return encode_reply(Code.STORE_FULL)
+            return False
         else:
             grown = len(key) + len(value) + ITEM_OVERHEAD_BYTES
         if self.data_bytes + grown > DATA_BYTES_MAX:
-            return encode_reply(Code.STORE_FULL)
+            return False
         self.data[key] = value
         self.data_bytes += grown
-        return OK_REPLY
+        return True
 
     def query(self, query: bytes) -> bytes:
         try:
