@@ -128,13 +128,13 @@ def decode_puts(data: bytes) -> list[tuple[bytes, bytes]]:
     fields = expect_list(raw[1] if len(raw) == 2 else None, "kv.puts", length_max=2 * PUTS_MAX)
     if not fields or len(fields) % 2:
         raise InvalidMessage(f"kv.puts: expected key and value pairs, got {len(fields)} fields")
-    keys, values = fields[0::2], fields[1::2]
-    for key, value in zip(keys, values, strict=True):
+    pairs = list(zip(fields[0::2], fields[1::2], strict=True))
+    for key, value in pairs:
         if not (type(key) is bytes and len(key) <= KEY_BYTES_MAX and type(value) is bytes
                 and len(value) <= VALUE_BYTES_MAX):  # the valid case inline, as for a put
             expect_bytes(key, "kv.key", length_max=KEY_BYTES_MAX)
             expect_bytes(value, "kv.value", length_max=VALUE_BYTES_MAX)
-    return list(zip(keys, values, strict=True))
+    return pairs
 
 
 def encode_puts_reply(codes: Sequence[Code]) -> bytes:

@@ -57,19 +57,19 @@ class KvMachine:
         # skips the table.
         try:
             principal, session, sequence, stamp_ms, body = decode_envelope_fields(command)
-            if body.startswith(PUTS_PREFIX):
-                pairs: list[tuple[bytes, bytes]] | None = decode_puts(body)
-                key = value = b""
+            batched = body.startswith(PUTS_PREFIX)
+            if batched:
+                pairs = decode_puts(body)
             else:
-                pairs = None
                 operation, key, value = decode_request(body)
                 if operation is not Operation.PUT:
                     return encode_reply(Code.BAD_REQUEST)
+                pairs = [(key, value)]
         except InvalidMessage:
             return encode_reply(Code.BAD_REQUEST)
         if not sequence:
             self.now_ms = max(self.now_ms, stamp_ms)
-            return self._put(key, value) if pairs is None else self._puts(pairs)
+            return self._puts(pairs, batched)
         sessions = self.sessions
         name = session_key(principal, session)
         now_ms = self.now_ms if self.now_ms > stamp_ms else stamp_ms  # max, with no call
@@ -90,7 +90,7 @@ class KvMachine:
             if verdict != "new":
                 return encode_reply(_REFUSALS[verdict])
         self.now_ms = now_ms
-        reply = self._put(key, value) if pairs is None else self._puts(pairs)
+        reply = self._puts(pairs, batched)
         # a refusal too: a retry of it gets the same answer
         if held is None:
             sessions.record(name, sequence, reply, now_ms + SESSION_TTL_MS, checksum)
@@ -98,13 +98,16 @@ class KvMachine:
             sessions.advance(held, sequence, reply, now_ms + SESSION_TTL_MS, checksum)
         return reply
 
-    def _put(self, key: bytes, value: bytes) -> bytes:
-        return OK_REPLY if self._stored(key, value) else _STORE_FULL_REPLY
-
-    def _puts(self, pairs: list[tuple[bytes, bytes]]) -> bytes:
+    def _puts(self, pairs: list[tuple[bytes, bytes]], batched: bool) -> bytes:
+        """Apply `pairs` in order; the reply: a PUTS's code for each put, or a single put's."""
+        if not batched:
+            return self._put(*pairs[0])
         stored = self._stored
         return encode_puts_reply([Code.OK if stored(key, value) else Code.STORE_FULL
                                   for key, value in pairs])
+
+    def _put(self, key: bytes, value: bytes) -> bytes:
+        return OK_REPLY if self._stored(key, value) else _STORE_FULL_REPLY
 
     def _stored(self, key: bytes, value: bytes) -> bool:
         """Whether `value` is now under `key`: False when the store is full for it."""
