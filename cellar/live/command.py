@@ -51,6 +51,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="how long the clients go on after the heal (default 6)")
     parser.add_argument("--clients", type=at_least(1), default=6,
                         help="client processes, one operation at a time each")
+    parser.add_argument("--processes-per-client", type=at_least(1), default=2,
+                        help="client processes that share a client: their puts made together "
+                             "go as one command (default 2)")
     parser.add_argument("--loop", choices=LOOPS, default="asyncio",
                         help="the replicas' event loop")
     parser.add_argument("--schedule", type=parse_schedule, default=None,
@@ -75,7 +78,8 @@ def run(args: argparse.Namespace) -> int:
     )
 
     options = LiveOptions(seed=args.seed, replicas=args.replicas, fault_s=args.seconds,
-                          heal_s=args.heal_seconds, processes=args.clients, loop=args.loop,
+                          heal_s=args.heal_seconds, processes=args.clients,
+                          processes_per_client=args.processes_per_client, loop=args.loop,
                           defects=tuple(args.defect), explicit_schedule=args.schedule)
     problems = schedule_problems(options.schedule(), options.replicas,
                                  int(options.fault_s * 1000))

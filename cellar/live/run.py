@@ -70,6 +70,9 @@ class LiveOptions:
     heal_s: float = 6.0
     settle_s: float = 3.0  # after the heal: how long the cluster has to recover
     processes: int = 6
+    # Processes that share a client, and so its batches: their puts made together go as one
+    # command (cellar/kv/put_batches.py), which the checker sees as separate operations
+    processes_per_client: int = 2
     keys: int = 3
     read_fraction: float = 0.5
     partition_every_ms: int = 3000
@@ -186,17 +189,20 @@ class _Phases:
 
 async def _run_phases(options: LiveOptions, layout: Layout, cluster: ProcessCluster,
                       relays: LinkRelays, recorder: HistoryRecorder) -> _Phases:
-    config = ClientConfig(attempt_timeout_s=1.0, deadline_s=4.0, sessions=1)
+    sharing = options.processes_per_client
+    config = ClientConfig(attempt_timeout_s=1.0, deadline_s=4.0, sessions=sharing)
     async with contextlib.AsyncExitStack() as stack:
         clients = [await stack.enter_async_context(layout.client(
             IdentityRole.ADMIN, PRINCIPAL, config, first=slot % options.replicas))
-            for slot in range(options.processes)]
+            for slot in range(-(-options.processes // sharing))]
         client = clients[0]
         with _starting():
             await settled(client, layout.endpoints)
         first = await _newest_view(client, layout.endpoints)
-        workload = Workload([KvStore(each) for each in clients], recorder, keys=options.keys,
-                            read_fraction=options.read_fraction, seed=options.seed)
+        stores = [KvStore(each) for each in clients]
+        workload = Workload([stores[slot // sharing] for slot in range(options.processes)],
+                            recorder, keys=options.keys, read_fraction=options.read_fraction,
+                            seed=options.seed)
         nemesis = LiveNemesis(cluster, relays, recorder,
                               lambda: _sequencer(client, layout.endpoints),
                               clog_ms=options.clog_ms)

@@ -38,7 +38,7 @@ from __future__ import annotations
 import random
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from types import TracebackType
@@ -380,6 +380,15 @@ class CellarClient:
             self._tasks.cancel_scope.cancel()
             suppress = await self._stack.__aexit__(kind, error, traceback)
         return bool(suppress)
+
+    def start_soon(self, function: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> None:
+        """Run `function(*args)` as a task of the client's, cancelled when the client closes:
+        work a caller hands off, as a batch of puts that outlives any one of its callers
+        (cellar/kv/put_batches.py). The task's errors are its own to handle: one that escapes
+        closes the client."""
+        if self._tasks is None:
+            raise RuntimeError("use the client in `async with`")
+        self._tasks.start_soon(function, *args)
 
     async def _connection(self, endpoint: str) -> _Connection:
         """The live connection to `endpoint`, dialed when there is none. One dial per endpoint

@@ -5,7 +5,8 @@ its own data directories), with `machine = "kv"`. `synced=True` is Cellar as it 
 record fdatasync'd before a replica acknowledges it. `synced=False` skips those syncs, to
 compare on equal terms with a store that does not sync its journal. `prefer_sequencer=True`
 sends every client's commands to the sequencer's replica (fewest hops on a LAN) instead of
-spreading the clients over the replicas.
+spreading the clients over the replicas. `puts_max=1` sends each put as a command of its own,
+as Cellar did before its client coalesced its callers' puts (cellar/kv/put_batches.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cellar.bench.peers.kv import Durability
+from cellar.kv.codec import PUTS_MAX
 from cellar.kv.store import KvStore
 from cellar.local_cluster import Layout, ProcessCluster, settled
 from consensus.runtime.client import CellarClient, ClientConfig
@@ -32,9 +34,9 @@ SESSIONS_PER_CLIENT_MIN = ClientConfig().sessions
 class CellarKvClient:
     """A KvClient over one CellarClient (its own connections and session pool)."""
 
-    def __init__(self, client: CellarClient) -> None:
+    def __init__(self, client: CellarClient, puts_max: int = PUTS_MAX) -> None:
         self._client = client
-        self._store = KvStore(client)
+        self._store = KvStore(client, puts_max=puts_max)
 
     # The store's own coroutines, handed back: no adapter coroutine per call.
     def put(self, key: bytes, value: bytes) -> Coroutine[Any, Any, None]:
@@ -55,6 +57,7 @@ class CellarCluster:
     replicas: int
     durability: Durability
     prefer_sequencer: bool = False
+    puts_max: int = PUTS_MAX
     connections: int = 0
 
     async def connect(self, callers: int = 1) -> CellarKvClient:
@@ -73,7 +76,7 @@ class CellarCluster:
             except BaseException:
                 await client.__aexit__(None, None, None)
                 raise
-        return CellarKvClient(client)
+        return CellarKvClient(client, self.puts_max)
 
     def stop(self) -> None:
         self.processes.stop()
@@ -85,11 +88,13 @@ class CellarSystem:
     synced: bool = True
     prefer_sequencer: bool = False  # every client sends to the sequencer's replica
     tls: bool = True  # mutual TLS, as Cellar ships; False: plain TCP, as the peers here run
+    puts_max: int = PUTS_MAX  # puts in one command (1: no batches)
 
     @property
     def name(self) -> str:
         return (f"cellar-{self.replicas}" + ("" if self.tls else "-plain")
-                + ("" if self.synced else "-nosync") + ("-seq" if self.prefer_sequencer else ""))
+                + ("" if self.synced else "-nosync") + ("-seq" if self.prefer_sequencer else "")
+                + ("-unbatched" if self.puts_max == 1 else ""))
 
     def prepare(self, work_dir: pathlib.Path) -> None:
         del work_dir  # nothing to install: Cellar is this package
@@ -106,13 +111,15 @@ class CellarSystem:
             processes.stop()
             raise
         return CellarCluster(layout, processes, self.name, self.replicas, self.durability,
-                             self.prefer_sequencer)
+                             self.prefer_sequencer, self.puts_max)
 
     @property
     def durability(self) -> Durability:
         routed = "; clients send to the sequencer's replica" if self.prefer_sequencer else ""
         transport = ("; mutual TLS between replicas and clients" if self.tls else
                      "; plain TCP, no TLS (insecure mode), as etcd and PySyncObj run here")
+        if self.puts_max == 1:
+            transport += "; each put a command of its own (no batches of callers' puts)"
         if self.synced:
             return Durability(True, "every record fdatasync'd by each replica before it "
                                     "acknowledges (group commit batches them)" + routed + transport)

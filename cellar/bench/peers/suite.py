@@ -2,9 +2,10 @@
 
 Systems (`--systems`, default all): cellar-3 and cellar-5 as they ship (every record synced,
 mutual TLS), cellar-3-nosync (to compare with PySyncObj, which does not sync its journal),
-the `-plain` ones over plain TCP (etcd and PySyncObj run here without TLS), etcd and
-PySyncObj. Each is prepared once under `--work-dir` (installed there if needed); one that
-cannot be is reported as skipped, with the reason, and the run goes on. With `--no-install`
+the `-plain` ones over plain TCP (etcd and PySyncObj run here without TLS), cellar-3-unbatched
+(each put a command of its own: what the client's batches gain), etcd and PySyncObj. Each is
+prepared once under `--work-dir` (installed there if needed); one that cannot be is reported as
+skipped, with the reason, and the run goes on. With `--no-install`
 nothing is installed: the suite sets `CELLAR_BENCH_NO_INSTALL=1`, and a peer module's
 `prepare(work_dir)` must then raise `PeerUnavailable` rather than install anything.
 
@@ -96,6 +97,10 @@ SYSTEMS: dict[str, SystemEntry] = {
         ("replicas", 3), ("synced", True), ("prefer_sequencer", True), ("tls", False))),
     "cellar-3-plain-nosync-seq": SystemEntry(_CELLAR, "CellarSystem", (
         ("replicas", 3), ("synced", False), ("prefer_sequencer", True), ("tls", False))),
+    # cellar-3 with each put a command of its own, as before its client batched its callers'
+    # puts: what the batches gain, side by side
+    "cellar-3-unbatched": SystemEntry(_CELLAR, "CellarSystem", (
+        ("replicas", 3), ("synced", True), ("puts_max", 1))),
     "etcd": SystemEntry("cellar.bench.peers.etcd", "EtcdSystem"),
     # etcd's clients talking to its leader alone: the counterpart of cellar-3-seq.
     "etcd-leader": SystemEntry("cellar.bench.peers.etcd", "EtcdSystem", (

@@ -429,6 +429,8 @@ def test_every_cellar_configuration_is_named_as_the_suite_lists_it() -> None:
             assert "plain TCP, no TLS" in transport and not system.tls
         else:
             assert "mutual TLS" in transport and system.tls
+        assert ("a command of its own" in transport) == (system.puts_max == 1) == \
+            name.endswith("-unbatched")
 
 
 def test_the_table_and_the_page_show_every_system_and_ratio() -> None:
