@@ -3,7 +3,8 @@ a fixed time over shared `KvClient`s, counting what completed, failed and timed 
 
 Callers are spread round-robin over a few client connections (the same number for every
 system), so each system sees the same concurrency over the same number of connections. Each
-caller cycles over its own `KEYS_PER_CALLER` keys. A failed call is counted, never raised: the
+caller cycles over its own keys: `KEYS_PER_CALLER`, or fewer with many callers
+(`keys_per_caller`). A failed call is counted, never raised: the
 phase reports how many calls completed per second over its window (from its start to its
 deadline), their p50 and p99, and the failures beside them.
 
@@ -41,6 +42,11 @@ from cellar.bench.peers.kv import KvClient
 from cellar.bench.stats import percentile
 
 KEYS_PER_CALLER = 1000
+# The most keys one phase's callers cycle over together: past 65 callers each has fewer than
+# KEYS_PER_CALLER. A run's puts then reach about 244,000 keys (250 MB of 1 KB values), within
+# what every system holds: Cellar's key-value machine refuses puts past 512 MiB (STORE_FULL),
+# and with 1,000 keys a caller its batched puts had filled it by 8,192 callers of 1 KB puts.
+KEYS_PER_PHASE_MAX = 65_536
 ERROR_PAUSE_S = 0.01  # after a failed call, so a refused connection does not spin the loop
 
 Operation = Callable[[KvClient, bytes], Awaitable[object]]
@@ -113,6 +119,11 @@ def share_in_window(began: float, ended: float, deadline: float) -> float:
     return max(0.0, deadline - began) / (ended - began)
 
 
+def keys_per_caller(callers: int) -> int:
+    """How many keys each of `callers` callers cycles over in a phase."""
+    return max(1, min(KEYS_PER_CALLER, KEYS_PER_PHASE_MAX // callers))
+
+
 def key_for(caller: int, number: int, keys: int = KEYS_PER_CALLER) -> bytes:
     """The `number`th key caller `caller` touches: its own `keys` keys in turn."""
     return b"bench-%05d-%04d" % (caller, number % keys)
@@ -147,13 +158,14 @@ class _Phase:
 
 async def run_phase(clients: Sequence[KvClient], callers: int, seconds: float,
                     operation: Operation, *, timeout_s: float,
-                    keys: int = KEYS_PER_CALLER) -> PhaseResult:
+                    keys: int | None = None) -> PhaseResult:
     """`callers` callers repeating `operation` for `seconds`, caller i on clients[i % n],
-    each over its own `keys` keys."""
+    each over its own `keys` keys (default: `keys_per_caller(callers)`)."""
     if not clients or callers < 1:
         raise ValueError("a phase needs at least one client and one caller")
     started = time.monotonic()
-    phase = _Phase(started + seconds, operation, timeout_s, _Tally(), keys)
+    phase = _Phase(started + seconds, operation, timeout_s, _Tally(),
+                   keys_per_caller(callers) if keys is None else keys)
     with anyio.move_on_after(seconds + timeout_s):
         async with anyio.create_task_group() as tasks:
             for caller in range(callers):

@@ -37,7 +37,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from cellar.bench.peers.kv import NO_INSTALL_ENV, Durability, KvSystem, PeerUnavailable
-from cellar.bench.peers.load import KEYS_PER_CALLER
+from cellar.bench.peers.load import KEYS_PER_CALLER, KEYS_PER_PHASE_MAX
 from cellar.bench.peers.machine import machine_info
 from cellar.bench.peers.plots import write_plots
 from cellar.bench.peers.report import (
@@ -403,7 +403,7 @@ def _settings(args: argparse.Namespace) -> dict[str, object]:
             "connections": args.connections, "seconds": args.seconds,
             "latency_seconds": args.latency_seconds, "warmup_seconds": args.warmup_seconds,
             "timeout_seconds": args.timeout_seconds, "value_sizes_bytes": list(SIZES_BYTES),
-            "keys_per_caller": KEYS_PER_CALLER,
+            "keys_per_caller": KEYS_PER_CALLER, "keys_per_phase_max": KEYS_PER_PHASE_MAX,
             "read_keys_per_caller": READ_KEYS_PER_CALLER, "failover": not args.no_failover,
             "sim": not args.no_sim, "sim_seconds": args.sim_seconds,
             "work_dir": str(args.work_dir.expanduser()), "no_install": args.no_install}

@@ -22,7 +22,6 @@ import anyio
 
 from cellar.bench.peers.kv import KvClient, KvCluster
 from cellar.bench.peers.load import (
-    KEYS_PER_CALLER,
     Operation,
     PhaseResult,
     get_operation,
@@ -171,7 +170,7 @@ class _Counts:
     timeouts: int = 0
 
     async def run(self, label: str, callers: int, seconds: float, operation: Operation, *,
-                  keys: int = KEYS_PER_CALLER, counted: bool = True) -> PhaseResult:
+                  keys: int | None = None, counted: bool = True) -> PhaseResult:
         phase = await run_phase(self.clients, callers, seconds, operation,
                                 timeout_s=self.timeout_s, keys=keys)
         if counted:

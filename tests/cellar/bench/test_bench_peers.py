@@ -20,13 +20,15 @@ from typing import Any
 import anyio
 import pytest
 
-from cellar.bench.peers import suite
+from cellar.bench.peers import load, suite
 from cellar.bench.peers.cellar_peer import CellarSystem
 from cellar.bench.peers.kv import NO_INSTALL_ENV, Durability, PeerUnavailable
 from cellar.bench.peers.load import (
     KEYS_PER_CALLER,
+    KEYS_PER_PHASE_MAX,
     PhaseResult,
     key_for,
+    keys_per_caller,
     put_operation,
     run_phase,
 )
@@ -136,6 +138,25 @@ def test_a_phase_counts_every_call_once() -> None:
     assert phase.p99_ms >= phase.p50_ms
     assert set(clients[0].store) <= {key_for(caller, number) for caller in range(0, 6, 2)
                                      for number in range(KEYS_PER_CALLER)}
+
+
+def test_many_callers_share_a_bounded_set_of_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    """However many callers, a phase's puts reach at most KEYS_PER_PHASE_MAX keys: every
+    system must hold a run's keys (Cellar's store refuses puts past 512 MiB)."""
+    assert keys_per_caller(1) == keys_per_caller(64) == KEYS_PER_CALLER
+    assert keys_per_caller(8192) == KEYS_PER_PHASE_MAX // 8192 and keys_per_caller(10**6) == 1
+    assert all(callers * keys_per_caller(callers) <= max(KEYS_PER_PHASE_MAX, callers)
+               for callers in range(1, 20_000, 7))
+    monkeypatch.setattr(load, "KEYS_PER_PHASE_MAX", 512)  # a phase the fake gets round fast
+    client = FakeClient({})
+
+    async def phase_of() -> PhaseResult:
+        return await run_phase([client], 128, 0.3, put_operation(b"v"), timeout_s=1.0)
+
+    phase = anyio.run(phase_of)
+    assert phase.ops > 512 * 4  # every caller went round its keys
+    assert set(client.store) == {key_for(caller, number, 4)
+                                 for caller in range(128) for number in range(4)}
 
 
 def test_slow_calls_count_as_timeouts() -> None:
