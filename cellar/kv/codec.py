@@ -39,6 +39,11 @@ PUTS_MAX = 512  # puts in one PUTS command
 # One PUTS command's bytes: a put of the largest key and value fits alone, and the command stays
 # well inside what an envelope carries (consensus.envelope.BODY_BYTES_MAX).
 PUTS_BYTES_MAX = 256 * 1024
+# What a put adds to a PUTS command past its key and value (two bin headers, of at most 5 bytes
+# each), and the command's own framing (its array headers and operation): a client counts a
+# batch's bytes with these to keep it within PUTS_BYTES_MAX
+PUT_FRAMING_BYTES = 10
+PUTS_FRAMING_BYTES = 8
 PUTS_REPLY_BYTES_MAX = 16 + 2 * PUTS_MAX  # [OK, [code, ...]]: each code one byte, framing
 
 
@@ -116,7 +121,12 @@ def _checked_request(raw: object) -> tuple[Operation, bytes, bytes]:
 def encode_puts(pairs: Sequence[tuple[bytes, bytes]]) -> bytes:
     """One command of several puts, applied in order (at least one; the bounds are the
     caller's to keep: `decode_puts` refuses what passes them)."""
-    return pack([_PUTS, [field for pair in pairs for field in pair]])
+    return encode_puts_fields([field for pair in pairs for field in pair])
+
+
+def encode_puts_fields(fields: Sequence[bytes]) -> bytes:
+    """`encode_puts` of the pairs laid out flat: key, value, key, value, ..."""
+    return pack([_PUTS, fields])
 
 
 def decode_puts(data: bytes) -> list[tuple[bytes, bytes]]:

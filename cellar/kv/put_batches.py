@@ -23,25 +23,20 @@ import copy
 from dataclasses import dataclass, field
 
 import anyio
-import sniffio
 
 from cellar.kv.codec import (
+    PUT_FRAMING_BYTES,
     PUTS_BYTES_MAX,
+    PUTS_FRAMING_BYTES,
     PUTS_MAX,
     Code,
-    Operation,
     decode_puts_reply,
     decode_reply,
+    encode_put,
+    encode_puts_fields,
     encode_reply,
 )
-from consensus.codec import pack
 from consensus.runtime.client import CellarClient, OutcomeUnknown
-
-_PUT, _PUTS = Operation.PUT.value, Operation.PUTS.value  # packed as plain ints
-# What a put adds to a PUTS command past its key and value (two bin headers, of at most 5 bytes
-# each), and the command's own framing (its array headers and operation)
-PUT_FRAMING_BYTES = 10
-PUTS_FRAMING_BYTES = 8
 
 # The session's refusals, which it does not remember (statemachine/sessions.py): after a retry
 # the client raises OutcomeUnknown for them, as a copy sent earlier may still be applied. And
@@ -50,12 +45,6 @@ PUTS_FRAMING_BYTES = 8
 _SESSION_REFUSALS = (Code.SESSION_TOO_OLD, Code.SESSIONS_FULL, Code.SESSION_EXPIRED)
 _NOT_APPLIED = {encode_reply(code): code.name for code in _SESSION_REFUSALS}
 not_applied = _NOT_APPLIED.get
-
-
-def put_code(reply: bytes) -> Code:
-    """A plain PUT's code."""
-    code, _ = decode_reply(reply)
-    return code
 
 
 @dataclass(eq=False)
@@ -70,6 +59,10 @@ class _Batch:
     event: anyio.Event | None = None
     codes: list[Code] = field(default_factory=list)
     error: Exception | None = None
+
+    def __post_init__(self) -> None:
+        if self.loop is None:
+            self.event = anyio.Event()
 
     def finish(self) -> None:
         for future in self.futures:
@@ -86,8 +79,11 @@ class _Batch:
 
 
 def _asyncio_loop() -> asyncio.AbstractEventLoop | None:
-    """The running loop if it is asyncio's, else None."""
-    return asyncio.get_running_loop() if sniffio.current_async_library() == "asyncio" else None
+    """The running loop if it is asyncio's, else None (trio runs none)."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def _own_copy(error: Exception) -> Exception:
@@ -109,16 +105,13 @@ class PutBatches:
         self._puts_max = puts_max
         self._open: _Batch | None = None  # the batch a put joins, until its task takes it
         self._on_the_way = 0  # commands sent and unanswered, and the open batch
-        self._loop: asyncio.AbstractEventLoop | None = None  # asyncio's, once known
-        self._loop_known = False  # found at the first batch: a client keeps to one loop
 
     async def put(self, key: bytes, value: bytes) -> Code:
         """The put's code, once applied (its key and value checked by the caller)."""
         if self._on_the_way == 0 or self._puts_max == 1:
             self._on_the_way += 1
             try:
-                return put_code(await self._client.propose(pack([_PUT, key, value]),
-                                                           not_applied=not_applied))
+                return await self._put_alone(key, value)
             finally:
                 self._on_the_way -= 1
         batch, index = self._join(key, value)
@@ -135,11 +128,7 @@ class PutBatches:
         put_bytes = len(key) + len(value) + PUT_FRAMING_BYTES
         batch = self._open
         if batch is None or batch.bytes_total + put_bytes > PUTS_BYTES_MAX:
-            if not self._loop_known:
-                self._loop, self._loop_known = _asyncio_loop(), True
-            batch = _Batch([], PUTS_FRAMING_BYTES, self._loop)
-            if batch.loop is None:
-                batch.event = anyio.Event()
+            batch = _Batch([], PUTS_FRAMING_BYTES, _asyncio_loop())
             self._client.start_soon(self._send, batch)  # first: it raises if the client closed
             self._open = batch
             self._on_the_way += 1
@@ -150,16 +139,22 @@ class PutBatches:
             self._open = None  # full: the next put opens another
         return batch, index
 
+    async def _put_alone(self, key: bytes, value: bytes) -> Code:
+        """One put, a command of its own: a plain PUT."""
+        code, _ = decode_reply(await self._client.propose(encode_put(key, value),
+                                                          not_applied=not_applied))
+        return code
+
     async def _send(self, batch: _Batch) -> None:
         if self._open is batch:
             self._open = None
         fields = batch.fields
         try:
             if len(fields) == 2:
-                reply = await self._client.propose(pack([_PUT, *fields]), not_applied=not_applied)
-                batch.codes = [put_code(reply)]
+                batch.codes = [await self._put_alone(*fields)]
             else:
-                reply = await self._client.propose(pack([_PUTS, fields]), not_applied=not_applied)
+                reply = await self._client.propose(encode_puts_fields(fields),
+                                                   not_applied=not_applied)
                 batch.codes = decode_puts_reply(reply, len(fields) >> 1)
         except Exception as error:  # the members' to raise, each its own copy
             batch.error = error

@@ -18,8 +18,11 @@ from cellar.kv import machine as kv_machine
 from cellar.kv.codec import (
     ITEM_OVERHEAD_BYTES,
     OK_REPLY,
+    PUT_FRAMING_BYTES,
     PUTS_BYTES_MAX,
+    PUTS_FRAMING_BYTES,
     PUTS_MAX,
+    PUTS_PREFIX,
     VALUE_BYTES_MAX,
     Code,
     decode_puts,
@@ -29,7 +32,7 @@ from cellar.kv.codec import (
     encode_reply,
 )
 from cellar.kv.machine import KvMachine
-from cellar.kv.put_batches import PUT_FRAMING_BYTES, PUTS_FRAMING_BYTES, not_applied
+from cellar.kv.put_batches import not_applied
 from cellar.kv.store import KvRefused, KvStore
 from consensus.runtime.client import CellarClient, OutcomeUnknown
 from tests.cellar.test_kv_machine import envelope, get
@@ -63,7 +66,7 @@ class _Client:
         return self.machine.apply(envelope(session, 1, body))
 
     def puts_of(self, command: bytes) -> list[tuple[bytes, bytes]]:
-        if command.startswith(b"\x92\x03"):
+        if command.startswith(PUTS_PREFIX):
             return decode_puts(command)
         _, key, value = decode_request(command)
         return [(key, value)]
