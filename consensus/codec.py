@@ -35,7 +35,7 @@ from consensus.envelope import (
 )
 from consensus.errors import InvalidMessage
 from consensus.messages import MESSAGE_TYPES, Batch, Command, Message
-from consensus.records import RECORD_TYPES, Record
+from consensus.records import RECORD_TYPES, Record, SnapshotRecord
 from consensus.slot_builder import slot_builder
 from consensus.validation import (
     INT64_MAX,
@@ -410,6 +410,34 @@ def encode_records(records: Sequence[Record]) -> list[bytes]:
         return [packer.pack(encoders[type(record)](record)) for record in records]
     finally:
         _idle_packers.append(packer)
+
+
+def encode_records_parted(records: Sequence[Record]) -> list[bytes | list[bytes]]:
+    """`encode_records(records)`, but a snapshot record's encoding as two parts whose
+    concatenation it is: its head, and its state, the very bytes object (the state, its last
+    field, is not copied into an encoding: it may be the whole store, hundreds of MB)."""
+    plain = iter(encode_records([record for record in records
+                                 if type(record) is not SnapshotRecord]))
+    return [_snapshot_record_parts(record) if type(record) is SnapshotRecord else next(plain)
+            for record in records]
+
+
+_EMPTY_BIN = b"\xc4\x00"  # msgpack's encoding of b""
+
+
+def _snapshot_record_parts(record: SnapshotRecord) -> list[bytes]:
+    head = encode_record(dataclasses.replace(record, state=b""))
+    assert head.endswith(_EMPTY_BIN), "a snapshot record's state is its last field"
+    return [head[:-len(_EMPTY_BIN)] + _bin_header(len(record.state)), record.state]
+
+
+def _bin_header(length: int) -> bytes:
+    """msgpack's head of a bin of `length` bytes (bin 8, 16 or 32, as its packer picks)."""
+    if length < 1 << 8:
+        return bytes((0xC4, length))
+    if length < 1 << 16:
+        return b"\xc5" + length.to_bytes(2, "big")
+    return b"\xc6" + length.to_bytes(4, "big")
 
 
 def decode_record(data: bytes) -> Record:

@@ -32,6 +32,14 @@ from consensus.records import (
 PROMISE_RECORDS = (EpochRecord, ViewRecord, CPromiseRecord, ReserveRecord, RejoinRecord)
 
 
+def holds_snapshot(records: Sequence[Record]) -> bool:
+    """Whether a snapshot record is among `records` (a Ready's, an append's)."""
+    for record in records:  # noqa: SIM110 - a loop, not any() over a generator: every Ready
+        if type(record) is SnapshotRecord:
+            return True
+    return False
+
+
 def compact_records(records: Sequence[Record]) -> list[Record]:
     """An equivalent, shorter record list: the latest snapshot, the promises, and what the
     snapshot does not cover, in their original order."""

@@ -15,8 +15,10 @@ from __future__ import annotations
 import contextlib
 import os
 import pathlib
+from collections.abc import Sequence
 
 TEMPORARY_SUFFIX = ".new"
+IOV_MAX = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 1024
 
 
 def replace_file(path: pathlib.Path, data: bytes) -> None:
@@ -30,13 +32,15 @@ def replace_file(path: pathlib.Path, data: bytes) -> None:
     fsync_directory(path.parent)
 
 
-def write_file_durably(path: pathlib.Path, data: bytes, mode: int = 0o600) -> None:
-    """Create (or empty) `path`, write `data` and fsync it; on failure the file is removed
-    (the space given back), so only the rename that follows can publish it."""
+def write_file_durably(path: pathlib.Path, data: bytes | Sequence[bytes],
+                       mode: int = 0o600) -> None:
+    """Create (or empty) `path`, write `data` (bytes, or parts one after another) and fsync
+    it; on failure the file is removed (the space given back), so only the rename that
+    follows can publish it."""
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
         try:
-            write_all(fd, data)
+            write_parts(fd, [data] if isinstance(data, bytes) else data)
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -70,8 +74,21 @@ def fsync_directory(directory: pathlib.Path) -> None:
 
 
 def write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        assert written > 0
-        view = view[written:]
+    write_parts(fd, [data])
+
+
+def write_parts(fd: int, parts: Sequence[bytes]) -> None:
+    """Write `parts` one after another, at most IOV_MAX of them a call (os.writev): no joined
+    copy of them first, which for a log's snapshot record is a copy of the whole state."""
+    pending: list[bytes | memoryview] = list(parts)
+    start = 0
+    while start < len(pending):
+        window = pending[start:start + IOV_MAX]
+        written = os.writev(fd, window)
+        assert written > 0 or not any(window), "writev wrote nothing"
+        for part in window:
+            if written < len(part):  # cut inside this part: the rest of it goes next
+                pending[start] = memoryview(part)[written:]
+                break
+            written -= len(part)
+            start += 1

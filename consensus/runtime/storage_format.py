@@ -67,6 +67,7 @@ import os
 import pathlib
 import struct
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from consensus.codec import RECORD_BYTES_MAX
@@ -140,18 +141,37 @@ def frame(payload: bytes, key: FrameKey) -> bytes:
 
 
 def frames(payloads: list[bytes], key: FrameKey) -> bytes:
-    """The frames of `payloads`, one after another (`frame` for each), in one loop: a Ready's
-    records are framed here on every append."""
+    """The frames of `payloads`, one after another (`frame` for each), as one buffer."""
+    return b"".join(frame_parts(payloads, key))
+
+
+def frame_parts(payloads: Sequence[bytes | list[bytes]], key: FrameKey) -> list[bytes]:
+    """The frames of `payloads` as their parts, each frame's head then its payload, in one
+    loop: a Ready's records are framed here on every append, and written as they are
+    (`write_parts`), with no joined copy. A payload given as parts (a snapshot record's head
+    and state, `encode_records_parted`) is framed as their concatenation, never made."""
     marker, seed = key.marker, key.seed
     crc32, pack_length, pack_frame = zlib.crc32, _LENGTH.pack, _FRAME.pack
     parts: list[bytes] = []
     for payload in payloads:
+        if isinstance(payload, list):
+            parts.extend(_parted_frame(payload, marker, seed))
+            continue
         length = len(payload)
         assert 0 < length <= RECORD_BYTES_MAX, f"record of {length} bytes"
         parts.append(pack_frame(marker, crc32(payload, crc32(pack_length(length), seed)),
                                 length))
         parts.append(payload)
-    return b"".join(parts)
+    return parts
+
+
+def _parted_frame(payload: Sequence[bytes], marker: bytes, seed: int) -> list[bytes]:
+    length = sum(map(len, payload))
+    assert 0 < length <= RECORD_BYTES_MAX, f"record of {length} bytes"
+    checksum = zlib.crc32(_LENGTH.pack(length), seed)
+    for part in payload:
+        checksum = zlib.crc32(part, checksum)
+    return [_FRAME.pack(marker, checksum, length), *payload]
 
 
 def read_header(data: bytes, path: pathlib.Path) -> Header:

@@ -7,8 +7,8 @@ SEED`, run from the repository root.
   each sync, until killed or `--limit` records are written. With `--snapshots` every 25th
   record is a snapshot and the log compacts after `--compact-bytes`.
 - `hold`: open DIR, print `locked`, and keep the lock until stdin closes.
-- `compact-then-die`: open DIR with compaction after 1 byte, append 60 records with snapshots,
-  and sync; `os.replace` is replaced by a SIGKILL of this process, before the rename
+- `compact-then-die`: write 60 records with snapshots to DIR, the last not synced, and sync
+  them, which compacts; `os.replace` is replaced by a SIGKILL of this process, before the rename
   (`--when before`) or right after it (`--when after`), so the compaction never finishes.
 """
 
@@ -24,6 +24,7 @@ import sys
 from collections.abc import Callable
 
 from consensus.runtime.storage import DurableLog
+from tests.consensus.runtime.test_storage import due_to_compact_at_sync
 from tests.consensus.runtime.workload import stream, take
 
 SNAPSHOT_EVERY = 25
@@ -56,7 +57,8 @@ def hold(args: argparse.Namespace) -> None:
 
 
 def compact_then_die(args: argparse.Namespace) -> None:
-    log = DurableLog.open(args.directory, create=True, compact_after_bytes=1)
+    log = due_to_compact_at_sync(args.directory, take(args.seed, 60,
+                                                      snapshot_every=SNAPSHOT_EVERY))
     rename = os.replace
 
     def die_at_rename(source: str | os.PathLike[str], target: str | os.PathLike[str]) -> None:
@@ -66,7 +68,6 @@ def compact_then_die(args: argparse.Namespace) -> None:
 
     replace: Callable[..., None] = die_at_rename
     os.replace = replace
-    log.append(take(args.seed, 60, snapshot_every=SNAPSHOT_EVERY))
     log.sync()
     raise AssertionError("the compaction should have killed this process")
 

@@ -71,6 +71,19 @@ def write(directory: pathlib.Path, records: list[Record], *,
         log.sync()
 
 
+def due_to_compact_at_sync(directory: pathlib.Path, records: list[Record]) -> DurableLog:
+    """An open log holding `records`, every one durable but the last (not a snapshot), whose
+    next `sync` compacts it: compaction's sync path, the snapshots durable before it (an
+    append holding a snapshot compacts at once instead)."""
+    assert not isinstance(records[-1], SnapshotRecord)
+    write(directory, records[:-1])  # the default growth: nothing compacted yet
+    log = DurableLog.open(directory, create=False, compact_after_bytes=1)
+    log.records()
+    log.append(records[-1:])
+    assert log.compaction_due
+    return log
+
+
 def reopen(directory: pathlib.Path) -> list[Record]:
     with DurableLog.open(directory, create=False) as log:
         return log.records()
@@ -528,23 +541,30 @@ def test_a_failed_fsync_stops_the_log_for_good(tmp_path: pathlib.Path,
                 call()
 
 
+@pytest.mark.parametrize("path", ["append", "sync"])
 def test_a_full_disk_during_compaction_stops_the_log_and_keeps_the_old_one(
-        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, path: str) -> None:
     records = take(10, 80, snapshot_every=25)
-    log = DurableLog.open(tmp_path, create=True, compact_after_bytes=1)
+    if path == "sync":
+        log, old = due_to_compact_at_sync(tmp_path, records), records
+    else:  # an append holding snapshots compacts at once, the old log left as it was
+        log, old = DurableLog.open(tmp_path, create=True, compact_after_bytes=1), records[:5]
+        log.append(old)
+        log.sync()
 
     def full(fd: int) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    log.append(records)
     monkeypatch.setattr(os, "fsync", full)  # fdatasync (the append's) works; fsync does not
     with pytest.raises(StorageFailed) as raised:
-        log.sync()
+        log.sync() if path == "sync" else log.append(records[5:])
     monkeypatch.undo()
     assert COMPACTING_NAME in str(raised.value) and "free space" in str(raised.value)
     assert not (tmp_path / COMPACTING_NAME).exists()
+    with pytest.raises(StorageFailed):  # the log refuses every later call
+        log.append([ViewRecord(9)])
     log.close()
-    assert reopen(tmp_path) == records
+    assert reopen(tmp_path) == old
 
 
 # --- Compaction --------------------------------------------------------------------------------
@@ -590,19 +610,20 @@ def compacted_by_sync(log: DurableLog) -> bool:
     return compacted
 
 
-def test_compaction_waits_for_a_durable_snapshot_and_for_growth(tmp_path: pathlib.Path) -> None:
+def test_compaction_waits_for_a_snapshot_and_for_growth(tmp_path: pathlib.Path) -> None:
     log = DurableLog.open(tmp_path, create=True, compact_after_bytes=4096)
     log.append(accepts(0, 10, 1000))  # 10 kB, no snapshot: nothing to gain
     assert not compacted_by_sync(log)
-    log.append([snapshot(5, 100_000)])
-    assert log.statistics().compactions == 0  # the snapshot is not durable yet
-    assert compacted_by_sync(log)
+    log.append([snapshot(5, 100_000)])  # grown enough: straight into the compacted log
+    assert log.statistics().compactions == 1
+    assert not log.compaction_due and not compacted_by_sync(log)
     first = log.statistics()
     assert first.compactions == 1 and first.records == 6  # the snapshot and 5 uncovered
     assert 100_000 < first.size_bytes < 110_000
     log.append([*accepts(10, 20, 1000), snapshot(20, 1000)])  # grown 21 kB: less than 100 kB
+    assert log.statistics().compactions == 1
     assert not compacted_by_sync(log)
-    log.append(accepts(30, 90, 1000))  # grown more than the compacted size: compact
+    log.append(accepts(30, 90, 1000))  # grown more than the compacted size: compact at sync
     assert compacted_by_sync(log)
     assert not log.compaction_due  # nothing waits for a sync
     second = log.statistics()
@@ -654,10 +675,19 @@ def test_sync_is_an_fdatasync_and_compaction_fsyncs_file_then_directory(
     log.sync()
     assert calls == [("fdatasync", LOG_NAME)]
     calls.clear()
-    log.append([snapshot(0, 10)])
+    log.append([snapshot(0, 10)])  # compacted at once: a new file, synced before its rename
+    log.sync()  # nothing left to sync
+    assert calls == [("fsync", COMPACTING_NAME), ("replace", COMPACTING_NAME),
+                     ("fsync", tmp_path.name)]
+    log.close()
+    monkeypatch.undo()
+    log = due_to_compact_at_sync(tmp_path / "sync", take(3, 32, snapshot_every=10))
+    for name in real:
+        monkeypatch.setattr(os, name, spy(name))
+    calls.clear()
     log.sync()
     assert calls == [("fdatasync", LOG_NAME), ("fsync", COMPACTING_NAME),
-                     ("replace", COMPACTING_NAME), ("fsync", tmp_path.name)]
+                     ("replace", COMPACTING_NAME), ("fsync", "sync")]
     log.close()
 
 

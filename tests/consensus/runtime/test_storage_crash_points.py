@@ -13,7 +13,7 @@ import pytest
 from consensus.record_log import compact_records
 from consensus.runtime import storage
 from consensus.runtime.storage import DurableLog
-from tests.consensus.runtime.test_storage import reopen, version_1_log
+from tests.consensus.runtime.test_storage import due_to_compact_at_sync, reopen, version_1_log
 from tests.consensus.runtime.workload import take
 
 
@@ -54,14 +54,11 @@ def modules(step: tuple[str, str]) -> object:
 
 @pytest.mark.parametrize("step", STEPS, ids=lambda step: step[1])
 @pytest.mark.parametrize("after", [0, 1, 2])
-def test_a_crash_anywhere_in_a_compaction_leaves_a_log_that_opens(
+def test_a_crash_anywhere_in_a_compaction_at_sync_leaves_a_log_that_opens(
         tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, step: tuple[str, str],
         after: int) -> None:
     records = take(10, 120, snapshot_every=25)
-    log = DurableLog.open(tmp_path, create=True, compact_after_bytes=1)
-    log.records()
-    log.append(records)
-    assert log.compaction_due
+    log = due_to_compact_at_sync(tmp_path, records)
     crash_at(monkeypatch, modules(step), step[1], after)
     with contextlib.suppress(Crash):
         log.sync()
@@ -70,6 +67,29 @@ def test_a_crash_anywhere_in_a_compaction_leaves_a_log_that_opens(
     log._fd = log._lock._fd = -1  # white-box: closed by die()
     reopened = reopen(tmp_path)
     assert compact_records(reopened) == compact_records(records)
+
+
+@pytest.mark.parametrize("step", STEPS, ids=lambda step: step[1])
+@pytest.mark.parametrize("after", [0, 1, 2])
+def test_a_crash_anywhere_in_a_compaction_at_append_leaves_the_old_log_or_the_new(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, step: tuple[str, str],
+        after: int) -> None:
+    """An append holding a snapshot compacts at once: the records it was given are in the
+    new file only, so a crash before the rename leaves the old log as it was (the append
+    never returned: nothing was acknowledged on them)."""
+    old = take(11, 20)
+    log = DurableLog.open(tmp_path, create=True, compact_after_bytes=1)
+    log.records()
+    log.append(old)
+    log.sync()
+    records = take(10, 120, snapshot_every=25)
+    crash_at(monkeypatch, modules(step), step[1], after)
+    with contextlib.suppress(Crash):
+        log.append(records)
+    monkeypatch.undo()
+    die(tmp_path)
+    log._fd = log._lock._fd = -1  # white-box: closed by die()
+    assert reopen(tmp_path) in (old, compact_records([*old, *records]))
 
 
 @pytest.mark.parametrize("step", STEPS, ids=lambda step: step[1])
