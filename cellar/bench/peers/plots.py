@@ -1,6 +1,10 @@
 """The two images of `cellar bench peers`: throughput against concurrent callers (one line per
 system, 16 B and 1 KB puts side by side, log-x) and one-caller p50/p99 latency bars.
 
+Each system's line has a colour of its own (`line_style`: matplotlib's default cycle has ten,
+and a full run has twelve systems, so cellar-3 and pysyncobj had both been blue), and the
+peers' lines are dashed with square markers, Cellar's solid with round ones.
+
 matplotlib is a dev dependency, imported only here and only when plotting (Agg backend, no
 display); without it `write_plots` says so and the run goes on without images.
 """
@@ -18,6 +22,16 @@ if TYPE_CHECKING:
 
 THROUGHPUT_PNG = "throughput.png"
 LATENCY_PNG = "latency.png"
+# Twenty distinct colours (matplotlib's "tab20", dark shades first): more than any run's systems.
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+           "#7f7f7f", "#bcbd22", "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896",
+           "#c5b0d5", "#c49c94", "#f7b6d2", "#c7c7c7", "#dbdb8d", "#9edae5")
+
+
+def line_style(index: int, system: str) -> tuple[str, str]:
+    """The colour and the format (marker and line, as matplotlib writes them: "o-", "s--") of
+    the `index`th system measured, named `system`."""
+    return PALETTE[index % len(PALETTE)], "o-" if system.startswith("cellar") else "s--"
 
 
 def write_plots(results: Results, directory: pathlib.Path) -> tuple[list[str], str | None]:
@@ -47,7 +61,7 @@ def write_plots(results: Results, directory: pathlib.Path) -> tuple[list[str], s
 
 def _throughput(axis: Axes, systems: list[SystemOutcome], clients: tuple[int, ...],
                 size_bytes: int) -> None:
-    for outcome in systems:
+    for index, outcome in enumerate(systems):
         spreads = outcome.spreads
         points = [(callers, spreads[name]) for callers in clients
                   if (name := f"{point_name(put_label(size_bytes), callers)}_ops_per_s")
@@ -58,7 +72,9 @@ def _throughput(axis: Axes, systems: list[SystemOutcome], clients: tuple[int, ..
         medians = [spread.median for _, spread in points]
         errors = [[spread.median - spread.minimum for _, spread in points],
                   [spread.maximum - spread.median for _, spread in points]]
-        axis.errorbar(xs, medians, yerr=errors, marker="o", capsize=3, label=outcome.name)
+        color, line = line_style(index, outcome.name)
+        axis.errorbar(xs, medians, yerr=errors, fmt=line, color=color, capsize=3,
+                      label=outcome.name)
     axis.set_xscale("log")
     axis.set_xticks(list(clients), [str(callers) for callers in clients])
     axis.set_xlabel("concurrent callers")

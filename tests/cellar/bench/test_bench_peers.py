@@ -32,6 +32,7 @@ from cellar.bench.peers.load import (
     put_operation,
     run_phase,
 )
+from cellar.bench.peers.plots import line_style
 from cellar.bench.peers.report import (
     HEADLINE_RATIOS,
     Results,
@@ -591,3 +592,11 @@ def test_sigterm_mid_run_stops_the_clusters_and_removes_their_data(
     assert process.returncode == 128 + signal.SIGTERM, output
     assert not list(work.glob("clusters-*")), output
     assert replicas == "", "replica processes outlived the run"
+
+
+def test_every_system_of_a_full_run_has_its_own_colour_and_the_peers_are_dashed() -> None:
+    names = list(suite.SYSTEMS)  # every system a full run measures, in its order
+    styles = [line_style(index, name) for index, name in enumerate(names)]
+    assert len({color for color, _ in styles}) == len(names)
+    for name, (_, line) in zip(names, styles, strict=True):
+        assert line == ("o-" if name.startswith("cellar") else "s--")
