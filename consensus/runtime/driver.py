@@ -701,7 +701,7 @@ class Driver:
                         config.replica_id, config.replica_count) and self.replica.may_compact:
             state = self._machine.snapshot()
             self._last_snapshot = executed  # too large: tried again a period later
-            limit = min(SNAPSHOT_STATE_BYTES_MAX, snapshot_state_bytes_max(self.replica.config))
+            limit = min(SNAPSHOT_STATE_BYTES_MAX, snapshot_state_bytes_max(config))
             if len(state) > limit:  # peers would refuse it too; the log goes on growing
                 self.metrics.count("driver.snapshots_too_large")
                 logger.error("replica %d: a snapshot of %d bytes is more than %d; the log is "

@@ -259,8 +259,12 @@ class DurableLog:
         self._check_usable()
         if not records:
             return
-        parts = frame_parts(_payloads(records), self._key)
-        if holds_snapshot(records) and self._grown_to_compact(sum(map(len, parts))):
+        snapshot = holds_snapshot(records)
+        # A snapshot's state stays a part of its own, not copied into its record's encoding.
+        payloads = encode_records_parted(records) if snapshot else encode_records(records)
+        parts = frame_parts(payloads, self._key)
+        size = sum(map(len, parts))
+        if snapshot and self._grown_to_compact(size):
             self._compact([*self._records, *records])
             return
         try:
@@ -269,9 +273,9 @@ class DurableLog:
             self._cut_unsynced()
             raise self._fail(StorageFailed(self._path, "appending records", error)) from error
         self._records.extend(records)
-        self._size += sum(map(len, parts))
+        self._size += size
         self._unsynced = True
-        if holds_snapshot(records):
+        if snapshot:
             self._snapshot_unsynced = True
 
     @property
@@ -349,7 +353,7 @@ class DurableLog:
         those being appended), which are all durable once it returns."""
         compacted = compact_records(records)
         salt = new_salt()  # a new file, a new salt
-        parts = [header(salt), *frame_parts(_payloads(compacted), frame_key(salt))]
+        parts = [header(salt), *frame_parts(encode_records_parted(compacted), frame_key(salt))]
         try:
             _replace_file(self._directory, self._path, parts)
             fd = _open_for_append(self._path)
@@ -363,12 +367,6 @@ class DurableLog:
             sum(map(len, parts))
         self._unsynced = self._snapshot_unsynced = self._snapshot_durable = False
         self._compactions += 1
-
-
-def _payloads(records: Sequence[Record]) -> Sequence[bytes | list[bytes]]:
-    """The records' encodings; a snapshot's state stays a part of its own, not copied."""
-    return encode_records_parted(records) if holds_snapshot(records) else \
-        encode_records(records)
 
 
 def _compaction_would_gain(records: list[Record]) -> bool:

@@ -182,9 +182,10 @@ async def run_phase(clients: Sequence[KvClient], callers: int, seconds: float,
 
 async def _caller(phase: _Phase, client: KvClient, caller: int) -> None:
     keys = phase.keys[caller]
+    count = len(keys)
     number = 0
     while (began := time.monotonic()) < phase.deadline:
-        key = keys[number % len(keys)]
+        key = keys[number % count]
         number += 1
         # Not decremented in a `finally`: a call cut off at the phase's end stays counted open.
         phase.tally.open_calls += 1
