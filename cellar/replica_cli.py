@@ -27,6 +27,7 @@ from cellar.daemon_process import (
 from cellar.exception_groups import run_unwrapped
 from cellar.gc_tuning import quiet_garbage_collector
 from cellar.kv.machine import KvMachine
+from cellar.malloc_tuning import keep_freed_memory
 from consensus.runtime.accept import CannotListen
 from consensus.runtime.data_identity import DataIdentity
 from consensus.runtime.node import RejoinRefused, ReplicaNode
@@ -91,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
         # The driver syncs in a worker thread: let it have the interpreter lock back within
         # 0.2 ms of its sync returning, not the default 5 ms.
         sys.setswitchinterval(SWITCH_INTERVAL_S)
+        keep_freed_memory()
         backend, options = loop_options(config.loop)
         with quiet_garbage_collector():
             run_unwrapped(serve_until_signalled, node.run, backend=backend,

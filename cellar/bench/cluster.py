@@ -39,6 +39,7 @@ from cellar.dev.spec import dev_spec, inventory, node_names
 from cellar.exception_groups import run_unwrapped
 from cellar.gc_tuning import quiet_garbage_collector
 from cellar.local_cluster import Layout, ProcessCluster
+from cellar.malloc_tuning import keep_freed_memory
 from consensus.runtime.arguments import at_least, existing_directory, seconds
 from consensus.runtime.client import CellarClient, ClientConfig, ClientError
 from consensus.runtime.tls import IdentityRole
@@ -101,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
     samples: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="cellar-bench-") as root:
         for number in range(args.runs):
+            keep_freed_memory()
             with quiet_garbage_collector():  # this process is the load generator
                 figures = one_run(args, pathlib.Path(root) / f"run-{number}")
             for name, value in figures.items():

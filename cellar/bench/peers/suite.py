@@ -62,6 +62,7 @@ from cellar.bench.peers.workload import (
 from cellar.daemon_process import loop_options
 from cellar.exception_groups import run_unwrapped
 from cellar.gc_tuning import quiet_garbage_collector
+from cellar.malloc_tuning import keep_freed_memory
 from consensus.runtime.arguments import at_least, seconds
 
 DEFAULT_WORK_DIR = pathlib.Path("~/.cache/cellar/bench-peers")
@@ -301,6 +302,7 @@ def run(args: argparse.Namespace) -> int:
         for item in prepared:
             if item.reason is not None:
                 _progress(f"{item.name}: skipped: {item.reason}")
+        keep_freed_memory()
         with quiet_garbage_collector():  # this process is every system's load generator
             collected = _all_rounds(args, workload, prepared, work_dir)
     wan = None
