@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 
 import anyio
@@ -51,11 +52,12 @@ not_applied = _NOT_APPLIED.get
 class _Batch:
     fields: list[bytes]  # key, value, key, value, ...
     bytes_total: int
-    # How its members wait: on asyncio a future each (a member cancelled cancels only its own),
-    # made on `loop`; anyio's Event (a future each too, behind two layers of calls) took a third
-    # of the client's CPU at 4096 callers. On any other loop, `event`.
+    # How its members wait: on asyncio a future each, made on `loop`, whose result is the
+    # member's code (a member cancelled cancels only its own); anyio's Event (a future each
+    # too, behind two layers of calls) took a third of the client's CPU at 4096 callers. On
+    # any other loop, `event`.
     loop: asyncio.AbstractEventLoop | None
-    futures: list[asyncio.Future[None]] = field(default_factory=list)
+    futures: list[asyncio.Future[Code]] = field(default_factory=list)
     event: anyio.Event | None = None
     codes: list[Code] = field(default_factory=list)
     error: Exception | None = None
@@ -65,16 +67,21 @@ class _Batch:
             self.event = anyio.Event()
 
     def finish(self) -> None:
-        for future in self.futures:
-            if not future.done():  # its member was cancelled
-                future.set_result(None)
+        """Answer every member still waiting: its put's code, or its copy of the error."""
+        for index, future in enumerate(self.futures):
+            if future.done():  # its member was cancelled
+                continue
+            if self.error is None:
+                future.set_result(self.codes[index])
+            else:
+                future.set_exception(_raised_copy(self.error))
         if self.event is not None:
             self.event.set()
 
     def code(self, index: int) -> Code:
         """The code of the batch's `index`th put, or the batch's error raised."""
         if self.error is not None:
-            raise _own_copy(self.error) from self.error
+            raise _raised_copy(self.error)
         return self.codes[index]
 
 
@@ -86,13 +93,16 @@ def _asyncio_loop() -> asyncio.AbstractEventLoop | None:
         return None
 
 
-def _own_copy(error: Exception) -> Exception:
-    """A copy for one member to raise: a shared exception raised by each would gather every
-    member's frames on one traceback."""
+def _raised_copy(error: Exception) -> Exception:
+    """A copy for one member to raise, chained to `error`: a shared exception raised by each
+    would gather every member's frames on one traceback."""
     try:
-        return copy.copy(error)
+        own = copy.copy(error)
     except Exception:  # an error that cannot be rebuilt from its arguments
-        return OutcomeUnknown(f"a batch of puts failed: {error!r}")
+        own = OutcomeUnknown(f"a batch of puts failed: {error!r}")
+    own.__cause__ = error  # as `raise own from error`
+    own.__suppress_context__ = True
+    return own
 
 
 class PutBatches:
@@ -108,20 +118,26 @@ class PutBatches:
 
     async def put(self, key: bytes, value: bytes) -> Code:
         """The put's code, once applied (its key and value checked by the caller)."""
+        return await self.submit(key, value)
+
+    def submit(self, key: bytes, value: bytes) -> Awaitable[Code]:
+        """`put`, handed back to await: on asyncio a put that joins a batch is the batch's
+        future for it, so its caller's await reaches the future through no coroutine of ours
+        (this runs per put)."""
         if self._on_the_way == 0 or self._puts_max == 1:
-            self._on_the_way += 1
-            try:
-                return await self._put_alone(key, value)
-            finally:
-                self._on_the_way -= 1
+            return self._put_alone(key, value)
         batch, index = self._join(key, value)
-        if batch.loop is not None:  # inline: this runs per put
-            future = batch.loop.create_future()
-            batch.futures.append(future)
-            await future
-        else:
-            assert batch.event is not None
-            await batch.event.wait()
+        if batch.loop is None:
+            return self._wait_for(batch, index)
+        future: asyncio.Future[Code] = batch.loop.create_future()
+        batch.futures.append(future)
+        return future
+
+    @staticmethod
+    async def _wait_for(batch: _Batch, index: int) -> Code:
+        """A member's put, on a loop other than asyncio's."""
+        assert batch.event is not None
+        await batch.event.wait()
         return batch.code(index)
 
     def _join(self, key: bytes, value: bytes) -> tuple[_Batch, int]:
@@ -141,6 +157,13 @@ class PutBatches:
 
     async def _put_alone(self, key: bytes, value: bytes) -> Code:
         """One put, a command of its own: a plain PUT."""
+        self._on_the_way += 1
+        try:
+            return await self._propose_alone(key, value)
+        finally:
+            self._on_the_way -= 1
+
+    async def _propose_alone(self, key: bytes, value: bytes) -> Code:
         code, _ = decode_reply(await self._client.propose(encode_put(key, value),
                                                           not_applied=not_applied))
         return code
@@ -151,7 +174,7 @@ class PutBatches:
         fields = batch.fields
         try:
             if len(fields) == 2:
-                batch.codes = [await self._put_alone(*fields)]
+                batch.codes = [await self._propose_alone(*fields)]
             else:
                 reply = await self._client.propose(encode_puts_fields(fields),
                                                    not_applied=not_applied)

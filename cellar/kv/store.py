@@ -48,7 +48,7 @@ class KvStore:
                 and len(value) <= VALUE_BYTES_MAX):  # checked inline: this runs per put
             key, value = _checked("key", key, KEY_BYTES_MAX), _checked("value", value,
                                                                       VALUE_BYTES_MAX)
-        code = await self._batches.put(key, value)
+        code = await self._batches.submit(key, value)
         if code is not Code.OK:
             raise KvRefused(f"put {key!r}: {code.name}")
 
