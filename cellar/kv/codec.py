@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
+from typing import cast
 
 from consensus.codec import pack, unpack
 from consensus.errors import InvalidMessage
@@ -131,6 +132,13 @@ def encode_puts_fields(fields: Sequence[bytes]) -> bytes:
 
 def decode_puts(data: bytes) -> list[tuple[bytes, bytes]]:
     """The (key, value) pairs of a PUTS command, in order."""
+    keys, values = decode_puts_fields(data)
+    return list(zip(keys, values, strict=True))
+
+
+def decode_puts_fields(data: bytes) -> tuple[list[bytes], list[bytes]]:
+    """A PUTS command's keys and its values, each in order (`decode_puts`, as two lists: every
+    replica decodes every batch, and checks it in C loops, not a put at a time)."""
     if not data.startswith(PUTS_PREFIX):
         raise InvalidMessage("kv puts: not encoded as encode_puts encodes one")
     raw = expect_list(unpack(data, bytes_max=PUTS_BYTES_MAX, what="kv puts"), "kv puts",
@@ -138,13 +146,13 @@ def decode_puts(data: bytes) -> list[tuple[bytes, bytes]]:
     fields = expect_list(raw[1] if len(raw) == 2 else None, "kv.puts", length_max=2 * PUTS_MAX)
     if not fields or len(fields) % 2:
         raise InvalidMessage(f"kv.puts: expected key and value pairs, got {len(fields)} fields")
-    pairs = list(zip(fields[0::2], fields[1::2], strict=True))
-    for key, value in pairs:
-        if not (type(key) is bytes and len(key) <= KEY_BYTES_MAX and type(value) is bytes
-                and len(value) <= VALUE_BYTES_MAX):  # the valid case inline, as for a put
+    keys, values = cast(list[bytes], fields[0::2]), cast(list[bytes], fields[1::2])
+    if not (set(map(type, fields)) == {bytes} and max(map(len, keys)) <= KEY_BYTES_MAX
+            and max(map(len, values)) <= VALUE_BYTES_MAX):  # the valid case, in C loops
+        for key, value in zip(keys, values, strict=True):  # which field is wrong
             expect_bytes(key, "kv.key", length_max=KEY_BYTES_MAX)
             expect_bytes(value, "kv.value", length_max=VALUE_BYTES_MAX)
-    return pairs
+    return keys, values
 
 
 def encode_puts_reply(codes: Sequence[Code]) -> bytes:

@@ -22,7 +22,7 @@ from cellar.kv.codec import (
     PUTS_PREFIX,
     Code,
     Operation,
-    decode_puts,
+    decode_puts_fields,
     decode_request,
     decode_snapshot,
     encode_puts_reply,
@@ -59,17 +59,17 @@ class KvMachine:
             principal, session, sequence, stamp_ms, body = decode_envelope_fields(command)
             batched = body.startswith(PUTS_PREFIX)
             if batched:
-                pairs = decode_puts(body)
+                keys, values = decode_puts_fields(body)
             else:
                 operation, key, value = decode_request(body)
                 if operation is not Operation.PUT:
                     return encode_reply(Code.BAD_REQUEST)
-                pairs = [(key, value)]
+                keys, values = [key], [value]
         except InvalidMessage:
             return encode_reply(Code.BAD_REQUEST)
         if not sequence:
             self.now_ms = max(self.now_ms, stamp_ms)
-            return self._puts(pairs, batched)
+            return self._puts(keys, values, batched)
         sessions = self.sessions
         name = session_key(principal, session)
         now_ms = self.now_ms if self.now_ms > stamp_ms else stamp_ms  # max, with no call
@@ -90,7 +90,7 @@ class KvMachine:
             if verdict != "new":
                 return encode_reply(_REFUSALS[verdict])
         self.now_ms = now_ms
-        reply = self._puts(pairs, batched)
+        reply = self._puts(keys, values, batched)
         # a refusal too: a retry of it gets the same answer
         if held is None:
             sessions.record(name, sequence, reply, now_ms + SESSION_TTL_MS, checksum)
@@ -98,13 +98,34 @@ class KvMachine:
             sessions.advance(held, sequence, reply, now_ms + SESSION_TTL_MS, checksum)
         return reply
 
-    def _puts(self, pairs: list[tuple[bytes, bytes]], batched: bool) -> bytes:
-        """Apply `pairs` in order; the reply: a PUTS's code for each put, or a single put's."""
+    def _puts(self, keys: list[bytes], values: list[bytes], batched: bool) -> bytes:
+        """Apply the puts in order; the reply: a PUTS's code for each put, or a single put's."""
         if not batched:
-            return self._put(*pairs[0])
+            return self._put(keys[0], values[0])
+        batch = dict(zip(keys, values, strict=True))
+        if len(batch) == len(keys) and self._stored_all(batch):
+            return OK_REPLY
         stored = self._stored
         return encode_puts_reply([Code.OK if stored(key, value) else Code.STORE_FULL
-                                  for key, value in pairs])
+                                  for key, value in zip(keys, values, strict=True)])
+
+    def _stored_all(self, batch: dict[bytes, bytes]) -> bool:
+        """Store every put of `batch` (its keys distinct) at once where the store holds them
+        all whatever their order; else change nothing and say so (the puts then go one by
+        one, each refused alone). The bound counts each value whole, as if no key held one:
+        no put of the batch can then pass it, before or after the others."""
+        data = self.data
+        olds = list(map(data.get, batch))
+        new_keys = olds.count(None)
+        added = sum(map(len, batch.values()))
+        if new_keys:
+            added += sum(len(key) for key, old in zip(batch, olds, strict=True) if old is None) \
+                + new_keys * ITEM_OVERHEAD_BYTES
+        if len(data) + new_keys > KEYS_MAX or self.data_bytes + added > DATA_BYTES_MAX:
+            return False
+        data.update(batch)
+        self.data_bytes += added - sum(map(len, filter(None, olds)))
+        return True
 
     def _put(self, key: bytes, value: bytes) -> bytes:
         return OK_REPLY if self._stored(key, value) else _STORE_FULL_REPLY

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from cellar.kv import machine as kv_machine
@@ -133,6 +133,33 @@ def test_a_full_store_refuses_the_puts_that_do_not_fit_and_applies_the_rest(
     assert decode_puts_reply(reply, 4) == [Code.OK, Code.STORE_FULL, Code.OK, Code.OK]
     assert (get(machine, b"a"), get(machine, b"b"), get(machine, b"c")) == (b"x", None, b"z" * 5)
     assert machine.apply(command) == reply and get(machine, b"a") == b"x"  # retried: no change
+
+
+@given(st.lists(pairs, max_size=8), st.integers(0, 200), st.integers(0, 12))
+# b grows past the bound before a shrinks: alone, b is refused, though the batch would end
+# inside it (44 bytes held, 44 + 10 - 9 <= 52)
+@example([[(b"a", b"x" * 10), (b"b", b"")], [(b"b", b"y" * 10), (b"a", b"x")]],
+         20 + 2 * ITEM_OVERHEAD_BYTES, 12)
+def test_near_its_bounds_a_batch_decides_each_put_as_one_by_one(
+        batches: list[list[tuple[bytes, bytes]]], data_bytes_max: int, keys_max: int) -> None:
+    """Whether a batch's puts are stored all at once or one at a time, each put gets the code
+    it would get alone, and the store ends the same."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(kv_machine, "DATA_BYTES_MAX", data_bytes_max)
+        patch.setattr(kv_machine, "KEYS_MAX", keys_max)
+        batched, one_by_one = KvMachine(), KvMachine()
+        singles = 0
+        for sequence, batch in enumerate(batches, 1):
+            reply = batched.apply(envelope("s", sequence, encode_puts(batch)))
+            alone = []
+            for key, value in batch:
+                singles += 1
+                alone.append(decode_reply(one_by_one.apply(
+                    envelope("one", singles, encode_put(key, value))))[0])
+            assert decode_puts_reply(reply, len(batch)) == alone
+            assert batched.data == one_by_one.data
+            assert batched.data_bytes == one_by_one.data_bytes <= data_bytes_max
+            assert len(batched.data) <= keys_max
 
 
 def test_a_batch_under_a_stale_sequence_is_refused_whole() -> None:
