@@ -100,9 +100,9 @@ Operation = Callable[[Worker], Awaitable[object]]
 
 def run(args: argparse.Namespace) -> int:
     samples: dict[str, list[float]] = {}
+    keep_freed_memory()  # this process is the load generator
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="cellar-bench-") as root:
         for number in range(args.runs):
-            keep_freed_memory()
             with quiet_garbage_collector():  # this process is the load generator
                 figures = one_run(args, pathlib.Path(root) / f"run-{number}")
             for name, value in figures.items():
