@@ -1,9 +1,12 @@
 """`cellar bench storage`: the replica's record log against SQLite, on the local disk.
 
-Both stores get the same records (mostly C-accepts of one 110-byte command, some O-accepts and
-commits), encoded by `consensus.codec`, and the same durability: the log appends and fdatasyncs
-(`consensus.runtime.storage.DurableLog`); SQLite (stdlib `sqlite3`, WAL mode,
-`synchronous=FULL`) inserts the encoded records into one table in one transaction per batch.
+The log is timed twice: as a replica writes it, into zeros written ahead of the records
+(`consensus.runtime.storage`, "Space written ahead"; written when it opens, untimed), and
+extending its file at each append, as it did before. All three get the same records (mostly
+C-accepts of one 110-byte command, some O-accepts and commits), encoded by `consensus.codec`,
+and the same durability: the log appends and fdatasyncs (`consensus.runtime.storage.
+DurableLog`); SQLite (stdlib `sqlite3`, WAL mode, `synchronous=FULL`) inserts the encoded
+records into one table in one transaction per batch.
 
 Prints, as medians of several runs (with minimum and maximum): synced batches per second and
 records per second at batch sizes 1, 16 and 256; the time to open and read back a log of 100k
@@ -32,7 +35,7 @@ from consensus.codec import decode_record, encode_record
 from consensus.messages import Command
 from consensus.records import CAcceptRecord, CCommitRecord, OAcceptRecord, Record
 from consensus.runtime.arguments import at_least, existing_directory
-from consensus.runtime.storage import DurableLog
+from consensus.runtime.storage import PREALLOCATE_BYTES, DurableLog
 
 BATCH_SIZES = (1, 16, 256)
 COMMAND_BYTES = 110
@@ -75,8 +78,11 @@ def sample_records(count: int, seed: int = 1) -> list[Record]:
 
 
 class LogStore:
+    zeros_ahead_bytes = PREALLOCATE_BYTES  # as a replica's log: written at open, untimed
+
     def __init__(self, directory: pathlib.Path) -> None:
-        self._log = DurableLog.open(directory, create=True)
+        self._log = DurableLog.open(directory, create=True,
+                                    preallocate_bytes=self.zeros_ahead_bytes)
 
     def append_synced(self, records: Sequence[Record]) -> None:
         self._log.append(records)
@@ -89,6 +95,13 @@ class LogStore:
     def recover(directory: pathlib.Path) -> int:
         with DurableLog.open(directory, create=False) as log:
             return len(log.records())
+
+
+class UnzeroedLogStore(LogStore):
+    """The log as it was before it wrote zeros ahead of its records: each sync that makes the
+    file longer commits its new size too."""
+
+    zeros_ahead_bytes = 0
 
 
 class SqliteStore:
@@ -124,8 +137,8 @@ def connect(directory: pathlib.Path) -> sqlite3.Connection:
     return connection
 
 
-STORES: dict[str, type[LogStore] | type[SqliteStore]] = {"log": LogStore,
-                                                        "sqlite": SqliteStore}
+STORES: dict[str, type[LogStore] | type[SqliteStore]] = {
+    "log": LogStore, "log_unzeroed": UnzeroedLogStore, "sqlite": SqliteStore}
 
 
 # --- Measurements ------------------------------------------------------------------------------
@@ -243,22 +256,25 @@ def run(args: argparse.Namespace) -> int:
 
 def print_table(document: dict[str, object]) -> None:
     print(f"storage in {document['dir']}: median of {document['runs']} runs (min, max); "
-          "log = append + fdatasync, sqlite = WAL, synchronous=FULL, one transaction a batch")
+          "log = append + fdatasync into zeros written ahead, unzeroed = the same log "
+          "extending its file, sqlite = WAL, synchronous=FULL, one transaction a batch")
     print(f"  {'batch':>5}  {'log syncs/s':>12} {'records/s':>10}   "
-          f"{'sqlite syncs/s':>14} {'records/s':>10}   log/sqlite")
+          f"{'unzeroed syncs/s':>16}   {'sqlite syncs/s':>14} {'records/s':>10}   "
+          "log/unzeroed  log/sqlite")
     rows = document["appends"]
     assert isinstance(rows, list)
     for row in rows:
-        log, lite = row["log"], row["sqlite"]
+        log, bare, lite = row["log"], row["log_unzeroed"], row["sqlite"]
         print(f"  {row['batch']:>5}  {log['syncs_per_second']:>12,} "
-              f"{log['records_per_second']:>10,}   {lite['syncs_per_second']:>14,} "
-              f"{lite['records_per_second']:>10,}   "
-              f"{log['records_per_second'] / lite['records_per_second']:9.2f}x")
+              f"{log['records_per_second']:>10,}   {bare['syncs_per_second']:>16,}   "
+              f"{lite['syncs_per_second']:>14,} {lite['records_per_second']:>10,}   "
+              f"{log['records_per_second'] / bare['records_per_second']:11.2f}x "
+              f"{log['records_per_second'] / lite['records_per_second']:10.2f}x")
     found = document["recovery"]
     assert isinstance(found, dict)
     print(f"  recovery of {found['records']:,} records: "
           + ", ".join(f"{name} {_seconds(found[name])}" for name in
-                      ("log", "sqlite", "decode_only")))
+                      ("log", "log_unzeroed", "sqlite", "decode_only")))
     checks = document["checksums"]
     assert isinstance(checks, list)
     for row in checks:

@@ -17,7 +17,7 @@ between heartbeats, leases and elections.
 
 Each Ready is handled as `consensus.ready` prescribes: messages that may leave at once go out,
 the records are appended and synced (in a worker thread while this task waits, under load or
-when the sync compacts the log: see `_persist_records`), then the messages that promised them
+when the sync is long: see `_persist_records`), then the messages that promised them
 leave, a snapshot is installed, the executed commands are applied to the state machine and
 their results handed to the waiting clients, and `advance()` lets the core count its own
 acceptance.
@@ -118,8 +118,9 @@ class RecordStore(Protocol):
     def sync(self) -> None: ...
 
     @property
-    def compaction_due(self) -> bool:
-        """Whether the next `sync` rewrites the whole log (and so is too slow for the loop)."""
+    def sync_is_long(self) -> bool:
+        """Whether the next `sync` does more than an fdatasync (it rewrites the whole log, or
+        writes zeros ahead of the records), and so is too slow for the loop."""
 
 
 class OutcomeUnknown(ConsensusError):
@@ -155,7 +156,8 @@ class DriverConfig:
     # Under load (the loop took several inputs at once), append and sync in a worker thread,
     # so the loop keeps serving the network meanwhile and the next Ready gathers a bigger
     # batch; a lone input is persisted right here, sparing two thread hand-offs of latency,
-    # unless its sync compacts the log (a whole rewrite): that one always goes to the thread.
+    # unless its sync is long (a compaction, zeros written ahead): that one always goes to the
+    # thread.
     # (The process should lower sys.setswitchinterval, or the worker may wait up to 5 ms for
     # the interpreter lock after the sync returns.)
     persist_in_thread: bool = True
@@ -571,8 +573,9 @@ class Driver:
 
     async def _persist_records(self, ready: Ready, answered: bool) -> None:
         """Append and sync `ready.records`: in the worker thread under load or when the sync
-        compacts the log, else right here. Only this task touches the store, and it waits
-        for the thread, so the store is never used by two threads at once."""
+        is long (a compaction, zeros written ahead), else right here. Only this task touches
+        the store, and it waits for the thread, so the store is never used by two threads at
+        once."""
         snapshot = holds_snapshot(ready.records)
         if snapshot or (self.config.persist_in_thread and self._inputs_last_turn > 1):
             # The loop goes on reading, decrypting and queueing inputs while the disk syncs;
@@ -590,8 +593,8 @@ class Driver:
         self._store.append(ready.records)
         if not ready.must_sync:
             return
-        if self._store.compaction_due:  # a whole-log rewrite, with fsyncs: never on the loop
-            self.metrics.count("driver.compactions_in_thread")
+        if self._store.sync_is_long:  # milliseconds or more: never on the loop
+            self.metrics.count("driver.long_syncs_in_thread")
             await anyio.to_thread.run_sync(self._store.sync)
         else:
             self._store.sync()

@@ -18,6 +18,7 @@ import pathlib
 from collections.abc import Sequence
 
 TEMPORARY_SUFFIX = ".new"
+ZEROS_CHUNK_BYTES = 1 << 20
 IOV_MAX = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 1024
 
 
@@ -65,6 +66,16 @@ def append_durably(path: pathlib.Path, data: bytes) -> None:
     fsync_directory(path.parent)
 
 
+def write_zeros(fd: int, offset: int, count: int) -> None:
+    """Write `count` zero bytes at `offset`, a MiB at a time."""
+    chunk = bytes(min(count, ZEROS_CHUNK_BYTES))
+    end = offset + count
+    while offset < end:
+        written = os.pwrite(fd, memoryview(chunk)[:end - offset], offset)
+        assert written > 0, "pwrite wrote nothing"
+        offset += written
+
+
 def fsync_directory(directory: pathlib.Path) -> None:
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
@@ -77,14 +88,19 @@ def write_all(fd: int, data: bytes) -> None:
     write_parts(fd, [data])
 
 
-def write_parts(fd: int, parts: Sequence[bytes]) -> None:
+def write_parts(fd: int, parts: Sequence[bytes], offset: int | None = None) -> None:
     """Write `parts` one after another, at most IOV_MAX of them a call (os.writev): no joined
-    copy of them first, which for a log's snapshot record is a copy of the whole state."""
+    copy of them first, which for a log's snapshot record is a copy of the whole state. With
+    `offset`, from there on in the file (os.pwritev), else at the file's position."""
     pending: list[bytes | memoryview] = list(parts)
     start = 0
     while start < len(pending):
         window = pending[start:start + IOV_MAX]
-        written = os.writev(fd, window)
+        if offset is None:
+            written = os.writev(fd, window)
+        else:
+            written = os.pwritev(fd, window, offset)
+            offset += written
         assert written > 0 or not any(window), "writev wrote nothing"
         for part in window:
             if written < len(part):  # cut inside this part: the rest of it goes next

@@ -49,6 +49,12 @@ write cut short cannot explain:
   damage to a length that grew past the end of the file together with the payload's first
   byte: the search starts past the file. Rewriting it in version 2 at open ends that.
 
+Zeros after the last valid frame, to the end of the file, are space written ahead of the
+records (`consensus.runtime.storage`: an fdatasync that extends the file costs a journal
+commit), not a torn tail: `scan` returns them as `zeroed_bytes`. A write cut short inside that
+space leaves a bad frame followed by zeros, a torn tail as above; no frame is all zeros (its
+marker starts with 0xc1).
+
 One crash can look like damage: after a power loss, a filesystem that wrote an unsynced
 append's later pages but not its earlier ones leaves a hole before valid frames. The log is
 refused then too: the records after the hole were never synced, but nothing on disk says so,
@@ -206,7 +212,8 @@ class Scan:
     header: Header
     payloads: list[tuple[int, bytes]]  # (offset of the frame, payload)
     end: int  # where the valid frames end: the file's size, or the torn tail's offset
-    torn: str  # why the bytes from `end` on are unusable; "" when there are none
+    torn: str  # why the bytes from `end` on are unusable; "" when there are none (or zeros)
+    zeroed_bytes: int = 0  # zeros from `end` to the end of the file: space written ahead
 
 
 def scan(data: bytes, path: pathlib.Path) -> Scan:
@@ -226,6 +233,8 @@ def scan(data: bytes, path: pathlib.Path) -> Scan:
                 payloads.append((offset, data[offset + FRAME_OVERHEAD:end]))
                 offset = end
                 continue
+        if data.count(0, offset) == size - offset:  # space written ahead of the records
+            return Scan(found, payloads, offset, "", size - offset)
         problem = frame_problem(data, offset, path, key)
         assert problem, f"{path}: the frame at {offset} is valid after all"
         check_torn(data, offset, problem, path, found)

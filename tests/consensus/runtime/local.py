@@ -29,7 +29,7 @@ SCHEDULER = Principal(Role.SCHEDULER, "tester")
 class MemoryStore:
     records: list[Record] = field(default_factory=list)
     syncs: int = 0
-    compaction_due: bool = False  # whether the next sync rewrites the log (never, here)
+    sync_is_long: bool = False  # whether the next sync is too long for the loop (never, here)
 
     def append(self, records: Sequence[Record]) -> None:
         self.records.extend(records)

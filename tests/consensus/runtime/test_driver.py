@@ -390,7 +390,7 @@ async def test_a_sync_that_compacts_the_log_runs_off_the_event_loop_even_for_one
     async def serve() -> None:
         served.set()
 
-    store = CompactingStore(compaction_due=True)
+    store = CompactingStore(sync_is_long=True)
     driver = Driver(Replica(ReplicaConfig(replica_id=0, replica_count=3), Prng(0)), store,
                     SessionKv(), lambda target, frame: True, Metrics())
     async with anyio.create_task_group() as tasks:

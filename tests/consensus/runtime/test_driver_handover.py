@@ -41,10 +41,10 @@ AFTER = Heartbeat(sender=0, view=0, commit_prefix=0, lease_round=2)
 
 class Store:
     def __init__(self, events: list[str], *, fail: bool = False,
-                 compaction_due: bool = False) -> None:
+                 sync_is_long: bool = False) -> None:
         self.events = events
         self.fail = fail
-        self.compaction_due = compaction_due
+        self.sync_is_long = sync_is_long
 
     def append(self, records: Sequence[Record]) -> None:
         self.events.append(f"append:{threading.current_thread() is threading.main_thread()}")
@@ -88,7 +88,7 @@ def _ready() -> Ready:
 async def test_after_persist_messages_leave_only_after_the_sync(threaded: bool,
                                                                 compacting: bool) -> None:
     events: list[str] = []
-    driver = _driver(events, compaction_due=compacting)
+    driver = _driver(events, sync_is_long=compacting)
     driver._inputs_last_turn = 2 if threaded else 1
     await driver._handle(_ready())
     assert events.index("send:1") < events.index("send:2")
@@ -101,7 +101,7 @@ async def test_after_persist_messages_leave_only_after_the_sync(threaded: bool,
 async def test_a_failed_sync_sends_nothing_that_promised_it_and_stops(threaded: bool,
                                                                       compacting: bool) -> None:
     events: list[str] = []
-    driver = _driver(events, fail=True, compaction_due=compacting)
+    driver = _driver(events, fail=True, sync_is_long=compacting)
     driver._inputs_last_turn = 2 if threaded else 1
     with pytest.raises(StorageFailed):
         await driver._handle(_ready())
@@ -184,7 +184,7 @@ async def test_a_large_snapshot_record_is_written_off_the_event_loop() -> None:
     meta = SnapshotMeta(slot=5, exec_counts=(5, 0, 0), o_counts=(5, 0, 0), dedup_low=(0, 0, 0),
                         dedup_tags=((), (), ()))
     driver = Driver(Replica(ReplicaConfig(replica_id=0, replica_count=3), Prng(0)),
-                    SlowStore([], compaction_due=True), SessionKv(), lambda target, frame: True,
+                    SlowStore([], sync_is_long=True), SessionKv(), lambda target, frame: True,
                     Metrics())
     driver._inputs_last_turn = 0  # the Ready right after compact(): no input since
     async with anyio.create_task_group() as tasks:

@@ -65,8 +65,11 @@ DANGER = "Do not simply delete the directory"
 
 
 def write(directory: pathlib.Path, records: list[Record], *,
-          compact_after_bytes: int = COMPACT_AFTER_BYTES) -> None:
-    with DurableLog.open(directory, create=True, compact_after_bytes=compact_after_bytes) as log:
+          compact_after_bytes: int = COMPACT_AFTER_BYTES, preallocate_bytes: int = 0) -> None:
+    """A log of `records`, synced; by default with no zeros written ahead, so that its last
+    frame ends the file."""
+    with DurableLog.open(directory, create=True, compact_after_bytes=compact_after_bytes,
+                         preallocate_bytes=preallocate_bytes) as log:
         log.append(records)
         log.sync()
 
@@ -237,7 +240,7 @@ def test_a_torn_last_record_is_cut_off_and_reported(tmp_path: pathlib.Path, kept
     size = path.stat().st_size
     cut = size - 1 if kept == -1 else last + kept
     os.truncate(path, cut)
-    with DurableLog.open(tmp_path, create=False) as log:
+    with DurableLog.open(tmp_path, create=False, preallocate_bytes=0) as log:
         assert log.records() == records[:-1]
         assert (log.recovery.torn_offset, log.recovery.torn_bytes) == (last, cut - last)
         [line] = log.recovery.lines()
@@ -260,17 +263,20 @@ def test_a_bad_checksum_in_the_last_record_is_a_torn_tail(tmp_path: pathlib.Path
         assert "checksum" in log.recovery.torn_reason
 
 
-def test_a_zeroed_tail_is_a_torn_tail(tmp_path: pathlib.Path) -> None:
+def test_a_zeroed_tail_is_kept_as_space_for_the_next_records(tmp_path: pathlib.Path) -> None:
     records = take(3, 5)
     write(tmp_path, records)
     path = tmp_path / LOG_NAME
     size = path.stat().st_size
     with path.open("ab") as file:
         file.write(bytes(8192))  # a file size that reached the disk before the data did
-    with DurableLog.open(tmp_path, create=False) as log:
+    with DurableLog.open(tmp_path, create=False, preallocate_bytes=0) as log:
         assert log.records() == records
-        assert log.recovery.torn_bytes == 8192
-    assert path.stat().st_size == size
+        assert log.recovery.torn_bytes == 0 and log.recovery.lines() == []
+        log.append([ViewRecord(9)])
+        log.sync()
+    assert path.stat().st_size == size + 8192  # the record went into the zeros
+    assert reopen(tmp_path) == [*records, ViewRecord(9)]
 
 
 # --- Corruption is refused ---------------------------------------------------------------------
@@ -398,7 +404,7 @@ def test_a_version_1_log_is_rewritten_in_the_current_version_as_it_opens(
         tmp_path: pathlib.Path) -> None:
     records = take(13, 8)
     version_1_log(tmp_path, records)
-    with DurableLog.open(tmp_path, create=False) as log:
+    with DurableLog.open(tmp_path, create=False, preallocate_bytes=0) as log:
         assert log.records() == records
         assert log.recovery.upgraded_from == 1
         assert any("from format version 1 in version 3" in line for line in log.recovery.lines())
@@ -652,7 +658,7 @@ def test_a_reopened_log_compacts_only_for_a_snapshot_it_has_not_used(
 
 
 @pytest.mark.skipif(not pathlib.Path("/proc/self/fd").is_dir(), reason="needs /proc (Linux)")
-def test_sync_is_an_fdatasync_and_compaction_fsyncs_file_then_directory(
+def test_sync_is_an_fdatasync_and_compaction_fsyncs_file_then_directory_then_zeros(
         tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[tuple[str, str]] = []
     real = {name: getattr(os, name) for name in ("fdatasync", "fsync", "replace")}
@@ -673,7 +679,7 @@ def test_sync_is_an_fdatasync_and_compaction_fsyncs_file_then_directory(
     log.sync()  # nothing appended: nothing to sync
     log.append([ViewRecord(1)])
     log.sync()
-    assert calls == [("fdatasync", LOG_NAME)]
+    assert calls == [("fdatasync", LOG_NAME)]  # into the zeros that opening wrote
     calls.clear()
     log.append([snapshot(0, 10)])  # compacted at once: a new file, synced before its rename
     log.sync()  # nothing left to sync
@@ -687,7 +693,7 @@ def test_sync_is_an_fdatasync_and_compaction_fsyncs_file_then_directory(
     calls.clear()
     log.sync()
     assert calls == [("fdatasync", LOG_NAME), ("fsync", COMPACTING_NAME),
-                     ("replace", COMPACTING_NAME), ("fsync", "sync")]
+                     ("replace", COMPACTING_NAME), ("fsync", "sync"), ("fsync", LOG_NAME)]
     log.close()
 
 
