@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from consensus.messages import Command
 from consensus.records import CAcceptRecord, Record, ViewRecord
 from consensus.runtime import storage
-from consensus.runtime.storage import LOG_NAME, DurableLog
+from consensus.runtime.storage import LOG_NAME, ZEROS_BATCH_BYTES_MAX, DurableLog
 from consensus.runtime.storage_errors import StorageFailed
 from consensus.runtime.storage_format import scan
 from tests.consensus.runtime.workload import take
@@ -93,9 +93,29 @@ def test_a_record_larger_than_the_zeros_left_extends_the_file(tmp_path: pathlib.
         log.append([ViewRecord(1)])
         log.sync()
         log.append(big)
+        log.sync()  # a large batch: no zeros after it
+        assert file_size(tmp_path) == log.statistics().size_bytes
+        log.append([ViewRecord(2)])
         log.sync()
         assert file_size(tmp_path) == log.statistics().size_bytes + AHEAD
-    assert reopened(tmp_path) == [ViewRecord(1), *big]
+    assert reopened(tmp_path) == [ViewRecord(1), *big, ViewRecord(2)]
+
+
+def test_a_large_batch_writes_no_zeros_and_the_next_small_one_does(
+        tmp_path: pathlib.Path) -> None:
+    large = [accept(index, 4096) for index in range(ZEROS_BATCH_BYTES_MAX // 4096 + 1)]
+    with open_log(tmp_path, create=True, ahead=4 * ZEROS_BATCH_BYTES_MAX) as log:
+        zeroed = file_size(tmp_path)
+        for _ in range(5):  # past half of the zeros, and past their end
+            log.append(large)
+            assert not log.sync_is_long
+            log.sync()
+        assert file_size(tmp_path) == log.statistics().size_bytes > zeroed  # extended
+        log.append([ViewRecord(1)])
+        assert log.sync_is_long
+        log.sync()
+        assert file_size(tmp_path) == log.statistics().size_bytes + 4 * ZEROS_BATCH_BYTES_MAX
+    assert reopened(tmp_path) == [*large * 5, ViewRecord(1)]
 
 
 def test_a_reopened_log_keeps_its_zeros_and_reports_nothing(tmp_path: pathlib.Path) -> None:
