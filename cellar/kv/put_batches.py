@@ -116,14 +116,10 @@ class PutBatches:
         self._open: _Batch | None = None  # the batch a put joins, until its task takes it
         self._on_the_way = 0  # commands sent and unanswered, and the open batch
 
-    async def put(self, key: bytes, value: bytes) -> Code:
-        """The put's code, once applied (its key and value checked by the caller)."""
-        return await self.submit(key, value)
-
     def submit(self, key: bytes, value: bytes) -> Awaitable[Code]:
-        """`put`, handed back to await: on asyncio a put that joins a batch is the batch's
-        future for it, so its caller's await reaches the future through no coroutine of ours
-        (this runs per put)."""
+        """The put, to await for its code once applied (its key and value checked by the
+        caller): on asyncio a put that joins a batch is the batch's future for it, so its
+        caller's await reaches the future through no coroutine of ours (this runs per put)."""
         if self._on_the_way == 0 or self._puts_max == 1:
             return self._put_alone(key, value)
         batch, index = self._join(key, value)

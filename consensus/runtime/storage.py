@@ -205,8 +205,8 @@ class DurableLog:
 
     def __init__(self, directory: pathlib.Path, lock: DirectoryLock, fd: int, *,
                  records: list[Record], size: int, key: FrameKey, recovery: Recovery,
-                 compact_after_bytes: int, synced: bool = True, zeroed_end: int = 0,
-                 preallocate_bytes: int = PREALLOCATE_BYTES) -> None:
+                 compact_after_bytes: int, synced: bool, zeroed_end: int,
+                 preallocate_bytes: int) -> None:
         self._directory = directory
         self._key = key  # what every frame appended to the file is made with
         self._synced = synced
@@ -220,7 +220,7 @@ class DurableLog:
         self._compacted_from = size  # growth is counted from here
         self._compacted_size = 0  # unknown until the first compaction
         self._compact_after_bytes = compact_after_bytes
-        self._zeroed_end = max(zeroed_end, size)  # the zeros written ahead end here
+        self._zeroed_end = zeroed_end  # the zeros written ahead end here (the file's end)
         self._preallocate_bytes = preallocate_bytes if synced else 0
         self._unsynced = False
         self._snapshot_unsynced = False
