@@ -26,6 +26,11 @@ Group commit comes for free: while one sync runs, inputs queue (in the inbox and
 kernel's socket buffers), and the next Ready carries all of them in one batch of records and
 one sync.
 
+A replica snapshots its state machine, and its core and record log let the log below go, every
+`snapshot_every_slots` slots or `snapshot_every_bytes` bytes of commands applied, whichever
+period ends first (`snapshot_due`): the slots bound the log in commands, the bytes in memory
+and disk when the slots hold big batches.
+
 The sequencer's periodic system command (the state machine's Tick) and the client commands
 the server hands in are stamped by one `StampClock` per replica (`stamp_ms`): the wall clock,
 but a step of it (an admin's `date`, a bad NTP step) is slewed in at 1 %, not taken at once,
@@ -108,6 +113,7 @@ PROPOSAL_BYTES_MAX = 256 << 20
 # A snapshot's state must fit one log record with its metadata: a larger one could not be
 # written, and the replica would stop at every start, at the same slot as its peers.
 SNAPSHOT_STATE_BYTES_MAX = RECORD_BYTES_MAX - (1 << 20)
+SNAPSHOT_EVERY_BYTES = 512 << 20  # of commands applied, at most, between snapshots
 
 logger = logging.getLogger("cellar.driver")
 
@@ -148,6 +154,11 @@ class DriverConfig:
     inputs_bytes_max: int = 256 << 20
     drain_max: int = 8192  # inputs handled before the next Ready
     snapshot_every_slots: int = 20_000
+    # ... or once this many bytes of commands were executed since the last, whatever their
+    # slots: a slot holds a batch of up to `batch_bytes_max`, so 20,000 slots of busy
+    # batches were gigabytes of log, held in memory by the core and the record log until
+    # the next snapshot (1 KB puts at 4,096 callers fill slots of about 200 KiB).
+    snapshot_every_bytes: int = SNAPSHOT_EVERY_BYTES
     frame_bytes_max: int = MESSAGE_BYTES_MAX // 4
     # Bytes of client commands submitted and not yet executed (module docstring)
     proposal_bytes_max: int = PROPOSAL_BYTES_MAX
@@ -164,7 +175,8 @@ class DriverConfig:
 
     def __post_init__(self) -> None:
         for name in ("tick_ms", "idle_wake_ticks", "inputs_max", "inputs_bytes_max",
-                     "drain_max", "proposal_bytes_max", "watch_bytes_max"):
+                     "drain_max", "snapshot_every_slots", "snapshot_every_bytes",
+                     "proposal_bytes_max", "watch_bytes_max"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
 
@@ -225,6 +237,10 @@ class Driver:
         self._ticks_done = 0
         self._origin = clock()
         self._last_snapshot = replica.executed_slots
+        # Bytes of commands this driver applied, and their count at its last snapshot (or
+        # install): a restart counts afresh, so its replayed log counts only in slots.
+        self._applied_bytes = 0
+        self._last_snapshot_bytes = 0
         # Slots the state machine holds. A restarted core counts the snapshot it replayed at
         # once, but the machine gets it only with the first Ready (may_compact is False while
         # an install waits): until then it holds nothing, and watches must not see it as more.
@@ -603,6 +619,7 @@ class Driver:
         if ready.snapshot_to_install is not None:
             self._machine.restore(ready.snapshot_to_install.state)
             self._last_snapshot = ready.snapshot_to_install.meta.slot
+            self._last_snapshot_bytes = self._applied_bytes
             self.metrics.count("driver.snapshots_installed")
         for tag in ready.covered:  # applied in the snapshot: the session's cache has the result
             self._budget.release(tag)
@@ -668,12 +685,14 @@ class Driver:
         me = self.replica.config.replica_id
         release, proposals = self._budget.release, self._proposals
         latencies: list[float] = []
-        applied = 0
+        applied = applied_bytes = 0
         for item in ready.executed:
             commands = item.commands
             applied += len(commands)
             for command in commands:
-                reply = apply(command.payload)
+                payload = command.payload
+                applied_bytes += len(payload)
+                reply = apply(payload)
                 if command.origin == me:
                     tag = command.tag
                     release(tag)
@@ -684,6 +703,7 @@ class Driver:
         if latencies:
             self.metrics.observe_many("command_latency_seconds", latencies)
         self.metrics.count("driver.commands_applied", applied)
+        self._applied_bytes += applied_bytes
 
     def _query(self, query: bytes) -> bytes:
         """The machine's answer to `query`; QueryFailed (logged, counted) if it raises, which
@@ -698,12 +718,12 @@ class Driver:
                               f"{type(error).__name__}: {error}") from error
 
     def _maybe_compact(self) -> None:
-        executed = self.replica.executed_slots
-        config = self.replica.config
-        if snapshot_due(executed, self._last_snapshot, self.config.snapshot_every_slots,
-                        config.replica_id, config.replica_count) and self.replica.may_compact:
+        if self._snapshot_due() and self.replica.may_compact:
+            executed = self.replica.executed_slots
+            config = self.replica.config
             state = self._machine.snapshot()
-            self._last_snapshot = executed  # too large: tried again a period later
+            # too large: tried again a period later
+            self._last_snapshot, self._last_snapshot_bytes = executed, self._applied_bytes
             limit = min(SNAPSHOT_STATE_BYTES_MAX, snapshot_state_bytes_max(config))
             if len(state) > limit:  # peers would refuse it too; the log goes on growing
                 self.metrics.count("driver.snapshots_too_large")
@@ -714,6 +734,14 @@ class Driver:
             self.replica.compact(state, executed)
             self.metrics.count("driver.snapshots_taken")
 
+    def _snapshot_due(self) -> bool:
+        """Whether a period of slots or of command bytes ended since the last snapshot."""
+        config, core = self.config, self.replica.config
+        return snapshot_due(self.replica.executed_slots, self._last_snapshot,
+                            config.snapshot_every_slots, core.replica_id, core.replica_count) \
+            or snapshot_due(self._applied_bytes, self._last_snapshot_bytes,
+                            config.snapshot_every_bytes, core.replica_id, core.replica_count)
+
     def _fail_all(self, error: Exception) -> None:
         for waiter in self._proposals.values():
             waiter.fail(error)
@@ -723,13 +751,13 @@ class Driver:
         self._reads.clear()
 
 
-def snapshot_due(executed: int, last_snapshot: int, period_slots: int, replica_id: int,
+def snapshot_due(executed: int, last_snapshot: int, period: int, replica_id: int,
                  replica_count: int) -> bool:
-    """Whether a replica that took its last snapshot at `last_snapshot` slots takes one at
-    `executed`: once it passes a boundary of its period. Each replica's boundaries are shifted
-    by its share of the period (replica i of n at i/n of it), so the replicas take their
-    snapshots one at a time, not all at the same slot: each is the whole state encoded and
-    written (a second at 150 MB on the busy 2-core VM), three at once slowed one another on
-    the shared cores and stalled every client together."""
-    shift = period_slots * replica_id // replica_count
-    return (executed + shift) // period_slots > (last_snapshot + shift) // period_slots
+    """Whether a replica that took its last snapshot at `last_snapshot` slots (or command
+    bytes) takes one at `executed`: once it passes a boundary of its period. Each replica's
+    boundaries are shifted by its share of the period (replica i of n at i/n of it), so the
+    replicas take their snapshots one at a time, not all at the same slot: each is the whole
+    state encoded and written (a second at 150 MB on the busy 2-core VM), three at once
+    slowed one another on the shared cores and stalled every client together."""
+    shift = period * replica_id // replica_count
+    return (executed + shift) // period > (last_snapshot + shift) // period

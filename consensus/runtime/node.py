@@ -70,6 +70,16 @@ def replica_config(config: NodeConfig) -> ReplicaConfig:
     ).validate()
 
 
+def driver_config(config: NodeConfig) -> DriverConfig:
+    limits = config.limits
+    return DriverConfig(tick_ms=config.tick_ms, idle_wake_ticks=config.idle_wake_ticks,
+                        inputs_max=limits["inputs_max"],
+                        snapshot_every_slots=limits["snapshot_every_slots"],
+                        snapshot_every_bytes=limits["snapshot_every_bytes"],
+                        proposal_bytes_max=limits["proposal_bytes_max"],
+                        watch_bytes_max=limits["watch_bytes_max"])
+
+
 def start_replica(core_config: ReplicaConfig, log: DurableLog, *, rejoin: bool) -> Replica:
     """The core, rebuilt from the log; with `rejoin`, on a log just created (or still empty)
     for a replica whose data directory was lost, one that asks every other replica before it
@@ -159,11 +169,7 @@ class ReplicaNode:
             contexts=self.tls_contexts, on_stamp=self.clock_agreement.heard)
         self.driver = Driver(
             replica, log, machine, self.mesh.send, self.metrics,
-            config=DriverConfig(tick_ms=config.tick_ms, idle_wake_ticks=config.idle_wake_ticks,
-                                inputs_max=limits["inputs_max"],
-                                snapshot_every_slots=limits["snapshot_every_slots"],
-                                proposal_bytes_max=limits["proposal_bytes_max"],
-                                watch_bytes_max=limits["watch_bytes_max"]),
+            config=driver_config(config),
             system_command=system_command, clock_agreement=self.clock_agreement)
         self.mesh.stamp_ms = self.driver.stamp_ms  # the hellos say the driver's stamps
         gate = machine.admit_query if isinstance(machine, QueryGate) else None

@@ -17,7 +17,12 @@ from consensus.prng import Prng
 from consensus.records import Record
 from consensus.replica import Replica
 from consensus.runtime.client import CellarClient, ClientConfig
-from consensus.runtime.driver import PROPOSAL_BYTES_MAX, Driver, DriverConfig
+from consensus.runtime.driver import (
+    PROPOSAL_BYTES_MAX,
+    SNAPSHOT_EVERY_BYTES,
+    Driver,
+    DriverConfig,
+)
 from consensus.runtime.metrics import Metrics
 from consensus.runtime.server import ClientServer
 from consensus.state_machine import StateMachine
@@ -127,9 +132,12 @@ async def local_cluster(make_machine: Callable[[], StateMachine], count: int = 3
                         system_command: Callable[[int], bytes] | None = None,
                         frame_bytes_max: int = MESSAGE_BYTES_MAX,
                         proposal_bytes_max: int = PROPOSAL_BYTES_MAX,
+                        snapshot_every_slots: int = 50,
+                        snapshot_every_bytes: int = SNAPSHOT_EVERY_BYTES,
                         ) -> AsyncIterator[tuple[LocalCluster, CellarClient]]:
     """`frame_bytes_max`: the cap on the frames each replica's server sends a client;
-    `proposal_bytes_max`: each driver's budget of command bytes."""
+    `proposal_bytes_max`: each driver's budget of command bytes; `snapshot_every_slots` and
+    `snapshot_every_bytes`: each driver's snapshot periods."""
     machines = [make_machine() for _ in range(count)]
     drivers: list[Driver] = []
     cluster = LocalCluster(drivers, machines)
@@ -146,8 +154,9 @@ async def local_cluster(make_machine: Callable[[], StateMachine], count: int = 3
                           Prng(replica_id))
         drivers.append(Driver(replica, MemoryStore(), machines[replica_id],
                               sender(replica_id), Metrics(),
-                              config=DriverConfig(tick_ms=5, snapshot_every_slots=50,
-                                                  system_every_ms=200,
+                              config=DriverConfig(tick_ms=5, system_every_ms=200,
+                                                  snapshot_every_slots=snapshot_every_slots,
+                                                  snapshot_every_bytes=snapshot_every_bytes,
                                                   proposal_bytes_max=proposal_bytes_max),
                               system_command=system_command))
 

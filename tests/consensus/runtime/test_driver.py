@@ -35,6 +35,7 @@ from consensus.runtime import driver as driver_module
 from consensus.runtime.client import CellarClient, ClientConfig, OutcomeUnknown
 from consensus.runtime.client_codec import Propose, encode_request
 from consensus.runtime.driver import (
+    SNAPSHOT_EVERY_BYTES,
     TICK_CLOCK,
     TICKS_REPLAYED_MAX,
     Driver,
@@ -541,6 +542,32 @@ async def test_a_watch_after_a_restart_never_sees_the_state_before_the_snapshot(
             answers.append(await driver.local_read(encode_get("k"), 4, 2.0))
             tasks.cancel_scope.cancel()
     assert [(decode_reply(answer), slot) for answer, slot in answers] == [((True, 4), 5)] * 2
+
+
+@pytest.mark.parametrize("every_bytes", [512, SNAPSHOT_EVERY_BYTES])
+async def test_a_replica_snapshots_after_a_period_of_command_bytes_whatever_the_slots(
+        every_bytes: int) -> None:
+    """Slots alone bound the log in commands, not in bytes: 20,000 slots of 1 MiB batches
+    would be 20 GiB, held in memory until the next snapshot. With the slots' period out of
+    reach, each replica still snapshots once `snapshot_every_bytes` of commands were applied
+    since its last, and its core lets the log below go; with the default period, 40 small
+    commands take none."""
+    with anyio.fail_after(30):
+        async with local_cluster(SessionKv, snapshot_every_slots=10**9,
+                                 snapshot_every_bytes=every_bytes) as (cluster, client):
+            for index in range(40):
+                await client.propose(encode_put(f"key-{index % 2}", index))
+            assert decode_reply(await client.read(encode_get("key-1"))) == (True, 39)
+            await anyio.sleep(0.2)
+            for driver in cluster.drivers:
+                taken = driver.metrics.counter("driver.snapshots_taken")
+                applied = driver._applied_bytes
+                if every_bytes == SNAPSHOT_EVERY_BYTES:
+                    assert taken == 0 and driver.replica.inspect.log_base == 0
+                else:  # one a period of bytes, give or take the last one
+                    assert applied >= 40 * 40
+                    assert applied // every_bytes - 1 <= taken <= applied // every_bytes + 1
+                    assert driver.replica.inspect.log_base > 0
 
 
 async def test_a_snapshot_too_large_for_one_log_record_is_not_taken(

@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
+from cellar.local_cluster import Layout
 from consensus.config import Defect
-from consensus.runtime.node import replica_config
+from consensus.runtime.node import driver_config, replica_config
 from consensus.runtime.node_config import NodeConfigError, load_node_config, parse_node_config
 
 THREE_PEERS = """
@@ -35,6 +36,7 @@ metrics = "127.0.0.1:9401"
 """ + THREE_PEERS + """
 [limits]
 inputs_max = 100
+snapshot_every_bytes = 1048576
 """
 
 
@@ -46,6 +48,7 @@ def test_a_good_file_loads(tmp_path: pathlib.Path) -> None:
     assert str(config.me.client) == "127.0.0.1:7101"
     assert config.data_dir == tmp_path / "data/r1"
     assert config.limits["inputs_max"] == 100 and config.limits["snapshot_every_slots"] > 0
+    assert config.limits["snapshot_every_bytes"] == 1 << 20
     assert str(config.metrics) == "127.0.0.1:9401"
     assert config.machine == "gpu" and config.sync  # the defaults: the GPU store, synced
     assert config.idle_wake_ticks == 4
@@ -130,3 +133,11 @@ def test_unreadable_and_invalid_files(tmp_path: pathlib.Path) -> None:
     deep.write_text("replica_id = " + "[" * 100_000 + "]" * 100_000)  # RecursionError escaped
     with pytest.raises(NodeConfigError, match="not valid TOML"):
         load_node_config(deep)
+
+
+def test_the_snapshot_periods_reach_the_driver(tmp_path: pathlib.Path) -> None:
+    layout = Layout(tmp_path / "cluster", 3, insecure=True, loop="asyncio", machine="kv",
+                    snapshot_every_slots=300, limits={"snapshot_every_bytes": 4096})
+    layout.write()
+    driver = driver_config(load_node_config(layout.config_path(0)))
+    assert (driver.snapshot_every_slots, driver.snapshot_every_bytes) == (300, 4096)
