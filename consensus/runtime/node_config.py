@@ -79,7 +79,7 @@ MACHINES = ("gpu", "kv")
 LIMIT_DEFAULTS = {
     "inputs_max": 65_536,
     "snapshot_every_slots": 20_000,
-    "snapshot_every_bytes": 512 << 20,  # of commands: the log a snapshot lets go, at most
+    "snapshot_every_bytes": 4 << 30,  # of commands: the log a snapshot lets go, at most
     "peer_queue_frames_max": 4096,
     "frame_bytes_max": 8 << 20,
     "client_connections_max": 1024,
