@@ -68,6 +68,7 @@ from consensus.runtime.config_fields import (
     security,
     text,
 )
+from consensus.runtime.driver import DriverConfig
 from consensus.runtime.tls import Identity, IdentityRefused, TlsConfig, TlsFileRefused
 from consensus.runtime.watch_budget import PRINCIPAL_SHARE
 
@@ -76,17 +77,21 @@ __all__ = ["Address", "NodeConfig", "NodeConfigError", "PeerEntry", "TlsFiles",
 
 LOOPS = ("asyncio", "uvloop", "trio")
 MACHINES = ("gpu", "kv")
+_DRIVER = DriverConfig()  # the driver's limits default to its own defaults, written once
 LIMIT_DEFAULTS = {
-    "inputs_max": 65_536,
-    "snapshot_every_slots": 20_000,
-    "snapshot_every_bytes": 4 << 30,  # of commands: the log a snapshot lets go, at most
+    "inputs_max": _DRIVER.inputs_max,
+    "snapshot_every_slots": _DRIVER.snapshot_every_slots,
+    # of commands: the log a snapshot lets go, at most
+    "snapshot_every_bytes": _DRIVER.snapshot_every_bytes,
     "peer_queue_frames_max": 4096,
     "frame_bytes_max": 8 << 20,
     "client_connections_max": 1024,
     "batch_commands_max": 1024,
     "inflight_instances_max": 512,
-    "proposal_bytes_max": 256 << 20,  # client commands held and not yet executed
-    "watch_bytes_max": 64 << 20,  # watches' queries while they wait (watch_budget.py)
+    # client commands held and not yet executed
+    "proposal_bytes_max": _DRIVER.proposal_bytes_max,
+    # watches' queries while they wait (watch_budget.py)
+    "watch_bytes_max": _DRIVER.watch_bytes_max,
 }
 # A budget below one valid request refuses it OVERLOADED at every try, for ever, its budget
 # empty: the client retries its whole deadline and says no replica took it. So the proposal
