@@ -50,8 +50,9 @@ does not for frames already decoded: it yields when the queue is empty, so it re
 the bound plus one chunk in one go.
 
 Only anyio's asyncio backend is known here (its private fields are read, checked once when the
-reader is made): any other stream (trio's, a memory stream in tests, a future anyio without
-these fields) gets `None` from `direct_read` and goes anyio's way.
+reader is made, with the running loop its waits use): any other stream (trio's, a memory
+stream in tests, a future anyio without these fields, or a reader made outside a running loop)
+gets `None` from `direct_read` and goes anyio's way.
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ from typing import Any
 import anyio
 from anyio.streams.tls import TLSStream
 
+from consensus.runtime.deadlines import running_asyncio_loop
 from consensus.runtime.direct_write import asyncio_streams
 
 # Bytes received but not yet read, past which the transport stops reading (back-pressure).
@@ -110,7 +112,8 @@ class DirectRead:
     __slots__ = ("_decrypted_bytes", "_guard", "_loop", "_protocol", "_queue", "_read",
                  "_read_bio", "_socket", "_tls", "_transport", "_write_bio")
 
-    def __init__(self, tls: TLSStream | None, socket: Any) -> None:
+    def __init__(self, tls: TLSStream | None, socket: Any,
+                 loop: asyncio.AbstractEventLoop) -> None:
         self._tls = tls
         # SSLObject.read(n) is `self._sslobj.read(n)`: that one call, without its frame
         self._read: Callable[[int], bytes] | None = None if tls is None else \
@@ -121,7 +124,7 @@ class DirectRead:
         self._read_bio: ssl.MemoryBIO | None = None if tls is None else tls._read_bio
         self._write_bio: ssl.MemoryBIO | None = None if tls is None else tls._write_bio
         self._socket = socket
-        self._loop: asyncio.AbstractEventLoop | None = None  # found at the first wait
+        self._loop = loop  # the stream's, found once: the waits need it
         self._guard: Any = socket._receive_guard
         self._transport: Any = socket._transport  # uvloop's is no asyncio.Transport
         protocol = self._protocol = socket._protocol
@@ -183,12 +186,9 @@ class DirectRead:
             return False
         if not transport.is_reading():
             transport.resume_reading()
-        loop = self._loop
-        if loop is None:
-            loop = self._loop = asyncio.get_running_loop()
         # `read_event.wait()`, with the loop known: the Event looks it up at every wait, and
         # asyncio's lookup asks the kernel for the process id (getpid) each time
-        waiter = loop.create_future()
+        waiter = self._loop.create_future()
         waiters = protocol.read_event._waiters
         waiters.append(waiter)
         guard._guarded = True  # as anyio's receive guard
@@ -250,17 +250,18 @@ def direct_read(stream: object) -> DirectRead | None:
     if found is None:
         return None
     tls, socket = found
+    loop = running_asyncio_loop()  # None outside a running loop: anyio's way
     protocol = socket._protocol
     if type(getattr(protocol, "read_queue", None)) not in (collections.deque, _MeteredQueue) or \
             not isinstance(getattr(protocol.read_event, "_waiters", None), collections.deque) or \
             not hasattr(protocol, "is_at_eof") or \
             not isinstance(getattr(getattr(socket, "_receive_guard", None), "_guarded", None),
                            bool) or \
-            not callable(getattr(socket, "receive", None)):
+            not callable(getattr(socket, "receive", None)) or loop is None:
         return None
     if tls is None:
-        return _PlainDirectRead(None, socket)
+        return _PlainDirectRead(None, socket, loop)
     if not isinstance(getattr(tls, "_read_bio", None), ssl.MemoryBIO) or \
             not callable(getattr(tls, "_call_sslobject_method", None)):
         return None
-    return DirectRead(tls, socket)
+    return DirectRead(tls, socket, loop)
