@@ -22,6 +22,18 @@ leave, a snapshot is installed, the executed commands are applied to the state m
 their results handed to the waiting clients, and `advance()` lets the core count its own
 acceptance.
 
+A reader that hands in an input while the driver's task sleeps, with at most one command or
+read of this replica's clients waiting and the last turn a single input's, runs the turn
+itself (`claim_turn`, then `turn_here`) instead of waking the driver's task: at one caller
+every message received had cost a second turn of the loop, from the reader's task to the
+driver's (six turns a put at the sequencer's replica, three at the acceptor; now four and
+two). Under load the gates keep turns with the driver's task, which takes every input of a
+loop's turn at once (one Ready, one append, one sync for all of them). One turn runs at a
+time: the driver's task, woken meanwhile, waits for the other to end; offers made during it
+do not ring, and the end rings for any. A turn's awaits are shielded, so a reader cancelled
+during one (its connection replaced) still ends it whole, and what a turn raises stops the
+driver's task, as its own would.
+
 Group commit comes for free: while one sync runs, inputs queue (in the inbox and in the
 kernel's socket buffers), and the next Ready carries all of them in one batch of records and
 one sync.
@@ -87,7 +99,7 @@ from consensus.record_log import holds_snapshot
 from consensus.records import Record
 from consensus.replica import Replica
 from consensus.runtime.clock_agreement import ClockAgreement
-from consensus.runtime.deadlines import ExpiryHeap
+from consensus.runtime.deadlines import Doorbell, ExpiryHeap
 from consensus.runtime.inbox import Inbox
 from consensus.runtime.message_frames import frames_of
 from consensus.runtime.metrics import Metrics
@@ -261,6 +273,11 @@ class Driver:
         self.clock_agreement = clock_agreement
         self._system_due = 0.0
         self._inputs_last_turn = 0  # inputs the loop took at once last time: a load gauge
+        # Whose task runs the turn (module docstring): the driver's sleeps for inputs (and
+        # how long: one tick, or `idle_wake_ticks`), another's runs one, what one raised
+        self._parked = self._parked_short = self._turn_held = False
+        self._turn_over = Doorbell()
+        self._turn_failure: Exception | None = None
 
     # --- inputs, from other tasks -----------------------------------------------------------------
 
@@ -429,26 +446,73 @@ class Driver:
     async def _loop(self) -> None:
         while True:
             await self._next_inputs()
-            self._expire_callbacks()
-            self._maybe_system_command()
-            while self.replica.has_ready():
-                ready = self.replica.ready()
-                if ready.is_empty():
-                    break
-                await self._handle(ready)
+            await self._turn()
+
+    async def _turn(self) -> None:
+        """Everything the inputs just taken, and the time, call for."""
+        self._expire_callbacks()
+        self._maybe_system_command()
+        while self.replica.has_ready():
+            ready = self.replica.ready()
+            if ready.is_empty():
+                break
+            await self._handle(ready)
+
+    # --- a turn on the task an input came on (module docstring) ------------------------------
+
+    def claim_turn(self) -> bool:
+        """Whether the caller, about to hand in its inputs, runs the turn that takes them: if
+        so, they do not wake the driver's task, and the caller must then await `turn_here`."""
+        if not self._parked or self._turn_held or self._inbox or self._inputs_last_turn > 1 \
+                or len(self._proposals) + len(self._reads) > 1 \
+                or self._turn_failure is not None:
+            return False
+        self._turn_held = True
+        self._inbox.hold()
+        return True
+
+    async def turn_here(self) -> None:
+        """The turn `claim_turn` gave the caller. What it raises stops the driver's task."""
+        try:
+            self._take_inputs()
+            self.metrics.count("driver.turns_here")
+            await self._turn()
+        except Exception as error:  # the driver's failure, not the reader's
+            self._turn_failure = error
+        finally:
+            self._turn_held = False
+            self._inbox.release()  # rings for inputs offered meanwhile
+            self._turn_over.ring()
+            # The driver's task sleeps until a tick set before this turn: wake it to sleep
+            # again for one tick if commit notices are now held for the next, or to fail
+            if self._turn_failure is not None or \
+                    (self.replica.holds_notices and not self._parked_short):
+                self._inbox.wake()
 
     async def _next_inputs(self) -> None:
-        """Wait for inputs or the next wake-up tick, whichever comes first, catch up on the
-        ticks due, and only then take what is queued, looking at the clock again before each
-        input: a lease is never granted or judged on stale time, however long the task slept,
-        was kept from running, or spent on the inputs before (the lease's margin is a few
-        ticks; a look at the clock costs half a microsecond, an input tens)."""
+        """Wait for inputs or the next wake-up tick, whichever comes first, and for any turn
+        another task runs to end, then take them (`_take_inputs`)."""
         # Held commit notices leave at the next tick (consensus/notice_hold.py)
         ticks = 1 if self.replica.holds_notices else self.config.idle_wake_ticks
         tick_s = self.config.tick_ms / 1000
         wake = self._origin + (self._ticks_done + ticks) * tick_s + WAKE_LATE_S
-        await self._inbox.wait(min(ticks * tick_s, wake - self._clock()))
+        self._parked, self._parked_short = True, ticks == 1
+        try:
+            await self._inbox.wait(min(ticks * tick_s, wake - self._clock()))
+        finally:
+            self._parked = False
         self.metrics.count("driver.wakeups")
+        while self._turn_held:
+            await self._turn_over.sleep()
+        if self._turn_failure is not None:
+            raise self._turn_failure
+        self._take_inputs()
+
+    def _take_inputs(self) -> None:
+        """Catch up on the ticks due, and only then take what is queued, looking at the clock
+        again before each input: a lease is never granted or judged on stale time, however
+        long the task slept, was kept from running, or spent on the inputs before (the lease's
+        margin is a few ticks; a look at the clock costs half a microsecond, an input tens)."""
         self._catch_up_ticks()
         items = self._inbox.take(self.config.drain_max)
         # `_catch_up_ticks` and `_take` per input, inline (once per command): the clock is
@@ -593,9 +657,10 @@ class Driver:
 
     async def _persist_records(self, ready: Ready, answered: bool) -> None:
         """Append and sync `ready.records`: in the worker thread under load or when the sync
-        is long (a compaction, zeros written ahead), else right here. Only this task touches
-        the store, and it waits for the thread, so the store is never used by two threads at
-        once."""
+        is long (a compaction, zeros written ahead), else right here. Only the task running
+        the turn touches the store, and it waits for the thread, so the store is never used by
+        two threads at once. Its awaits are shielded: a turn on a reader's task (module
+        docstring) ends whole even when that reader is cancelled."""
         snapshot = holds_snapshot(ready.records)
         if snapshot or (self.config.persist_in_thread and self._inputs_last_turn > 1):
             # The loop goes on reading, decrypting and queueing inputs while the disk syncs;
@@ -604,18 +669,21 @@ class Driver:
             # written on the loop, which would leave peers and clients unserved past a lease.
             if snapshot:
                 self.metrics.count("driver.snapshots_in_thread")
-            await anyio.to_thread.run_sync(self._persist, ready.records, ready.must_sync)
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(self._persist, ready.records, ready.must_sync)
             return
         if ready.must_sync and (ready.messages or answered):
             # Let the writers send what may leave before the sync blocks the loop. With
             # nothing queued, no yield: it would only let other tasks run first.
-            await anyio.lowlevel.checkpoint()
+            with anyio.CancelScope(shield=True):
+                await anyio.lowlevel.checkpoint()
         self._store.append(ready.records)
         if not ready.must_sync:
             return
         if self._store.sync_is_long:  # milliseconds or more: never on the loop
             self.metrics.count("driver.long_syncs_in_thread")
-            await anyio.to_thread.run_sync(self._store.sync)
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(self._store.sync)
         else:
             self._store.sync()
 

@@ -185,6 +185,11 @@ class FrameReader:
         self._decoder.frame_bytes_max = self.frame_bytes_max = frame_bytes_max
         self._reads_per_frame_max = HEADER_BYTES + frame_bytes_max + 1
 
+    @property
+    def frames_waiting(self) -> int:
+        """Frames already read, that `receive` hands out without waiting."""
+        return len(self._pending)
+
     async def receive(self) -> bytes:
         """The next frame; see `receive_batch` for what it raises."""
         if not self._pending:
@@ -330,6 +335,11 @@ class FramedConnection:
         frame = await self._reader.receive()
         self.metrics[FRAMES_RECEIVED] += 1
         return frame
+
+    @property
+    def frames_waiting(self) -> int:
+        """Frames already read, that `receive` hands out without waiting."""
+        return self._reader.frames_waiting
 
     async def send(self, frame: bytes) -> None:
         await self._writer.send(frame)

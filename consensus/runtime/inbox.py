@@ -17,11 +17,23 @@ slow fsync) 65,536 frames of up to 8 MiB each could wait: 512 GiB.
 from __future__ import annotations
 
 from collections import deque
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from consensus.runtime.deadlines import Doorbell
 
 T = TypeVar("T")
+
+
+class TurnHost(Protocol):
+    """The consumer, as a task that hands in inputs sees it: it may take the turn that
+    handles them itself (consensus/runtime/driver.py, `claim_turn`)."""
+
+    def claim_turn(self) -> bool:
+        """Whether the caller runs the next turn: then it must await `turn_here` once it has
+        handed in its inputs."""
+        ...
+
+    async def turn_here(self) -> None: ...
 
 
 class Inbox(Generic[T]):
@@ -39,6 +51,7 @@ class Inbox(Generic[T]):
         self._bytes_max = bytes_max
         self.queued_bytes = 0
         self._doorbell = Doorbell()
+        self._held = False  # offers do not wake the consumer: another task takes them
 
     def __len__(self) -> int:
         return len(self._items)
@@ -54,8 +67,24 @@ class Inbox(Generic[T]):
         self._items.append(item)
         self._sizes.append(size)
         self.queued_bytes = queued_bytes + size
-        self._doorbell.ring()
+        if not self._held:
+            self._doorbell.ring()
         return True
+
+    def hold(self) -> None:
+        """Offers stop waking the consumer, until `release`: the task that offers them takes
+        them itself (the driver's turn on a reader's task: consensus/runtime/driver.py)."""
+        self._held = True
+
+    def release(self) -> None:
+        """Offers wake the consumer again, and this wakes it for any made while held."""
+        self._held = False
+        if self._items:
+            self._doorbell.ring()
+
+    def wake(self) -> None:
+        """Wake the consumer with nothing queued: its deadline changed."""
+        self._doorbell.ring()
 
     def take(self, items_max: int) -> list[T]:
         """Up to `items_max` items, oldest first, without waiting."""

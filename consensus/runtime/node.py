@@ -171,6 +171,7 @@ class ReplicaNode:
             replica, log, machine, self.mesh.send, self.metrics,
             config=driver_config(config),
             system_command=system_command, clock_agreement=self.clock_agreement)
+        self.mesh.turns = self.driver  # a frame may be taken on its reader's task
         self.mesh.stamp_ms = self.driver.stamp_ms  # the hellos say the driver's stamps
         gate = machine.admit_query if isinstance(machine, QueryGate) else None
         self.server = ClientServer(self.driver, status=self.status, admit_query=gate)

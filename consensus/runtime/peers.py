@@ -95,6 +95,7 @@ from consensus.runtime.framing import (
     check_frame_bytes_max,
 )
 from consensus.runtime.handshake_guard import HandshakeGuard
+from consensus.runtime.inbox import TurnHost
 from consensus.runtime.peer_lives import UNKNOWN_LIFE, Life, PeerLives
 from consensus.runtime.socket_tuning import tune_socket
 from consensus.runtime.storage_errors import DataDirectoryForgotten, StorageError, StorageFailed
@@ -322,10 +323,9 @@ class PeerMesh:
                              "handshakes_max: must be positive")
         self.replica_id = replica_id
         self.identity = Identity.replica(replica_id)
-        self.listen = listen
-        self.peers = dict(peers)
-        self.tls = tls
+        self.listen, self.peers, self.tls = listen, dict(peers), tls
         self.on_frame = on_frame
+        self.turns: TurnHost | None = None  # who may let a reader run its turn (inbox.py)
         self.frame_bytes_max = frame_bytes_max
         self.batch_frames_max = batch_frames_max
         self.metrics: Metrics = Metrics() if metrics is None else metrics
@@ -724,5 +724,13 @@ class PeerMesh:
                 self.metrics[CONNECTIONS_LOST] += 1
                 return
             self.metrics[FRAMES_RECEIVED] += len(frames)
-            for frame in frames:
-                self.on_frame(peer, frame)
+            turns = self.turns
+            if turns is None or not turns.claim_turn():
+                for frame in frames:
+                    self.on_frame(peer, frame)
+                continue
+            try:  # this task runs the turn that takes them (consensus/runtime/driver.py)
+                for frame in frames:
+                    self.on_frame(peer, frame)
+            finally:
+                await turns.turn_here()

@@ -99,7 +99,7 @@ from consensus.runtime.client_codec import (
 )
 from consensus.runtime.deadlines import Doorbell, running_asyncio_loop
 from consensus.runtime.driver import Done, Driver, Overloaded, QueryFailed
-from consensus.runtime.framing import TransportError
+from consensus.runtime.framing import FramedConnection, TransportError
 from consensus.runtime.metrics import Metrics
 from consensus.runtime.node_reserve import NodeReserve
 from consensus.runtime.outbox import Outbox
@@ -148,6 +148,7 @@ class ClientServer:
         ended: TransportError | None = None
         answers = _Answers(connection, limiter, self._driver.metrics, self._budget)
         outbox = answers.outbox
+        waiting = connection if isinstance(connection, FramedConnection) else None
         try:
             async with anyio.create_task_group() as tasks:
                 tasks.start_soon(answers.write_until_broken, tasks.cancel_scope)
@@ -169,7 +170,16 @@ class ClientServer:
                         limiter.acquire_nowait()  # `acquire` always yields: a loop pass per
                     except anyio.WouldBlock:      # request under load)
                         await limiter.acquire()
-                    self._dispatch(principal, frame, answers, tasks)
+                    # The turn is taken here only after the last request already read: each
+                    # before it would have its own (reads are answered within theirs)
+                    if (waiting is not None and waiting.frames_waiting) or \
+                            not self._driver.claim_turn():
+                        self._dispatch(principal, frame, answers, tasks)
+                        continue
+                    try:  # this task runs the turn that takes it (consensus/runtime/driver.py)
+                        self._dispatch(principal, frame, answers, tasks)
+                    finally:
+                        await self._driver.turn_here()
                 tasks.cancel_scope.cancel()
         finally:
             answers.end()

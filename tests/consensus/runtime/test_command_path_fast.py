@@ -42,6 +42,7 @@ from consensus.runtime.client_codec import (
 from consensus.runtime.metrics import Histogram, Metrics
 from consensus.runtime.server import SENT_MS_SLACK_MS, ClientServer
 from statemachine.sessions import command_checksum, session_key
+from tests.consensus.runtime.driver_stub import DriverStub
 from tests.consensus.runtime.local import Sink
 
 pytestmark = pytest.mark.anyio
@@ -86,22 +87,18 @@ def test_a_propose_of_an_earlier_build_is_a_propose_object() -> None:
                                                                               100, 0)
 
 
-class CapturingDriver:
+class CapturingDriver(DriverStub):
     """What the server hands the driver, with a fixed stamp clock."""
 
     def __init__(self, stamp_ms: int) -> None:
-        self.running = True
-        self.metrics = Metrics()
+        super().__init__()
         self.submitted: list[tuple[bytes, float, bool]] = []
-        self.stamp_ms = lambda: stamp_ms
+        self.stamp_ms = lambda: stamp_ms  # type: ignore[method-assign]
 
     def submit(self, command: bytes, timeout_s: float, done: Callable[..., None], *,
                reserved: bool = False, released: Callable[[], None] | None = None) -> None:
         self.submitted.append((command, timeout_s, reserved))
         done(b"reply", None)
-
-    def status(self) -> dict[str, Any]:
-        return {}
 
 
 @pytest.mark.parametrize("role", list(Role))

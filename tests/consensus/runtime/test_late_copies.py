@@ -18,29 +18,27 @@ from consensus.codec import encode_envelope
 from consensus.envelope import Envelope, Principal, Role
 from consensus.runtime.client import CellarClient, ClientConfig
 from consensus.runtime.driver import Done
-from consensus.runtime.metrics import Metrics
 from consensus.runtime.server import SENT_MS_SLACK_MS, ClientServer
 from statemachine.limits import SESSIONS_PER_PRINCIPAL_MAX
 from statemachine.sessions import STAMP_WINDOW_MS
+from tests.consensus.runtime.driver_stub import DriverStub
 from tests.consensus.runtime.local import MemoryFrames
 
 pytestmark = pytest.mark.anyio
 SCHEDULER = Principal(Role.SCHEDULER, "sched")
 
 
-class ApplyingDriver:
+class ApplyingDriver(DriverStub):
     """The replicated log, reduced to what the server needs: a command submitted is executed
     on the one (replicated) machine at once, in submission order."""
 
     def __init__(self, machine: KvMachine) -> None:
-        self.machine, self.metrics, self.running = machine, Metrics(), True
+        super().__init__()
+        self.machine = machine
 
     def submit(self, command: bytes, timeout_s: float, done: Done, *,
                reserved: bool = False, released: Callable[[], None] | None = None) -> None:
         done(self.machine.apply(command), None)
-
-    def status(self) -> dict[str, Any]:
-        return {}
 
 
 class HeldFrames(MemoryFrames):

@@ -25,31 +25,23 @@ from consensus.runtime.node_reserve import (
     NodeReserve,
 )
 from consensus.runtime.server import ClientServer
-from consensus.runtime.stamp_clock import wall_clock_ms
+from tests.consensus.runtime.driver_stub import DriverStub
 from tests.consensus.runtime.local import Sink
 
 pytestmark = pytest.mark.anyio
 
 
-class RecordingDriver:
+class RecordingDriver(DriverStub):
     """Keeps each submitted command's `released` callback and whether it asked for the
     reserve."""
 
-    running = True
-
     def __init__(self) -> None:
-        self.metrics = Metrics()
+        super().__init__()
         self.submitted: list[tuple[Callable[[], None] | None, bool]] = []
 
     def submit(self, command: bytes, timeout_s: float, done: Done, *,
                reserved: bool = False, released: Callable[[], None] | None = None) -> None:
         self.submitted.append((released, reserved))
-
-    def status(self) -> dict[str, object]:
-        return {}
-
-    def stamp_ms(self) -> int:  # the replica's stamp clock (consensus/runtime/stamp_clock.py)
-        return wall_clock_ms()
 
 
 def dispatch(server: ClientServer, principal: Principal, count: int, tasks: anyio.abc.TaskGroup,

@@ -203,6 +203,54 @@ async def test_three_replicas_deliver_every_way_with_senders_from_certificates(
         assert mesh.metrics[TLS_REFUSED] == mesh.metrics[IDENTITY_REFUSED] == 0
 
 
+class TurnsEveryOther:
+    """A `turns` that lets every other batch's reader run the turn (as a driver at one
+    caller's pace would), noting how many frames each turn found handed in since its claim."""
+
+    def __init__(self, inbox: Inbox) -> None:
+        self.inbox = inbox
+        self.claims = 0
+        self.claimed_at: int | None = None
+        self.turns: list[int] = []
+
+    def claim_turn(self) -> bool:
+        assert self.claimed_at is None  # every claim granted was followed by its turn
+        self.claims += 1
+        if self.claims % 2 == 0:
+            return False
+        self.claimed_at = len(self.inbox.frames)
+        return True
+
+    async def turn_here(self) -> None:
+        assert self.claimed_at is not None
+        self.turns.append(len(self.inbox.frames) - self.claimed_at)
+        self.claimed_at = None
+        await anyio.sleep(0)
+
+
+async def test_a_reader_given_the_turn_hands_in_its_whole_batch_then_runs_it() -> None:
+    ports = dict(enumerate(free_ports(2)))
+    inboxes = {replica: Inbox() for replica in ports}
+    meshes = {replica: mesh_of(None, replica, ports, inboxes[replica]) for replica in ports}
+    turns = TurnsEveryOther(inboxes[1])
+    meshes[1].turns = turns
+    frames = [f"frame #{index}".encode() for index in range(300)]
+    with anyio.fail_after(TIME_LIMIT_S):
+        async with anyio.create_task_group() as group:
+            for mesh in meshes.values():
+                await start(group, mesh)
+            await meshes[0].wait_connected()
+            for index, frame in enumerate(frames):
+                assert meshes[0].send(1, frame)
+                if index % 7 == 0:
+                    await anyio.sleep(0.001)  # batches of a few frames each
+            await eventually(lambda: len(inboxes[1].frames) == len(frames))
+            group.cancel_scope.cancel()
+    assert inboxes[1].of(0) == frames
+    assert turns.claims > 2 and len(turns.turns) == (turns.claims + 1) // 2
+    assert all(count >= 1 for count in turns.turns)  # each ran after its batch was in
+
+
 async def test_whoever_cannot_prove_to_be_a_peer_is_refused_and_counted(
         certificates: pathlib.Path) -> None:
     ports = dict(enumerate(free_ports(2)))

@@ -24,7 +24,7 @@ from consensus.runtime.client_codec import Code, decode_response
 from consensus.runtime.driver import OutcomeUnknown as DriverOutcomeUnknown
 from consensus.runtime.metrics import Metrics
 from consensus.runtime.server import ClientServer
-from consensus.runtime.stamp_clock import wall_clock_ms
+from tests.consensus.runtime.driver_stub import DriverStub
 from tests.consensus.runtime.local import MemoryFrames, Sink
 
 pytestmark = pytest.mark.anyio
@@ -45,24 +45,19 @@ def test_a_command_timed_out_and_shed_is_still_unknown() -> None:
         f"(not proposed, safe to retry)")
 
 
-class LateApplyingDriver:
+class LateApplyingDriver(DriverStub):
     """A replica whose command is applied just after the client's wait ended (the driver
     answers OutcomeUnknown: "no result in time; the command may still be applied")."""
 
     def __init__(self, machine: KvMachine) -> None:
-        self.machine, self.metrics, self.running = machine, Metrics(), True
+        super().__init__()
+        self.machine = machine
 
     def submit(self, command: bytes, timeout_s: float,
                done: Callable[[bytes | None, Exception | None], None], *,
                reserved: bool = False, released: Callable[[], None] | None = None) -> None:
         done(None, DriverOutcomeUnknown("no result in time; the command may still be applied"))
         self.machine.apply(command)
-
-    def status(self) -> dict:  # type: ignore[type-arg]
-        return {}
-
-    def stamp_ms(self) -> int:  # the replica's stamp clock (consensus/runtime/stamp_clock.py)
-        return wall_clock_ms()
 
 
 async def test_a_put_applied_after_a_shed_unknown_is_never_called_unavailable(
