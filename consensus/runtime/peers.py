@@ -724,13 +724,11 @@ class PeerMesh:
                 self.metrics[CONNECTIONS_LOST] += 1
                 return
             self.metrics[FRAMES_RECEIVED] += len(frames)
-            turns = self.turns
-            if turns is None or not turns.claim_turn():
-                for frame in frames:
-                    self.on_frame(peer, frame)
-                continue
-            try:  # this task runs the turn that takes them (consensus/runtime/driver.py)
+            # claimed: this task runs the turn that takes them (consensus/runtime/driver.py)
+            turns = self.turns if self.turns is not None and self.turns.claim_turn() else None
+            try:
                 for frame in frames:
                     self.on_frame(peer, frame)
             finally:
-                await turns.turn_here()
+                if turns is not None:
+                    await turns.turn_here()

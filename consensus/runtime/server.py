@@ -172,14 +172,13 @@ class ClientServer:
                         await limiter.acquire()
                     # The turn is taken here only after the last request already read: each
                     # before it would have its own (reads are answered within theirs)
-                    if (waiting is not None and waiting.frames_waiting) or \
-                            not self._driver.claim_turn():
-                        self._dispatch(principal, frame, answers, tasks)
-                        continue
-                    try:  # this task runs the turn that takes it (consensus/runtime/driver.py)
+                    claimed = not (waiting is not None and waiting.frames_waiting) and \
+                        self._driver.claim_turn()
+                    try:  # claimed: this task runs the turn that takes it (driver.py)
                         self._dispatch(principal, frame, answers, tasks)
                     finally:
-                        await self._driver.turn_here()
+                        if claimed:
+                            await self._driver.turn_here()
                 tasks.cancel_scope.cancel()
         finally:
             answers.end()
